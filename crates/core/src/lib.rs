@@ -1,1 +1,34 @@
-//! Placeholder; filled in by its issue.
+//! protection-core: what every protection controller shares, and nothing
+//! about PersistentVolumes or Services.
+//!
+//! * [`featuregate`] and [`version`]: versioned feature gates and
+//!   `--emulated-version`, modelled on k8s.io/component-base.
+//! * [`release`]: this project's release train (binary 0.3, floor 0.0) and
+//!   its gates.
+//! * [`finalizer`]: the phased-finalizer helper (gated add, ungated remove,
+//!   one guarded request each).
+//! * [`controllers`] and [`host`]: controller descriptors, the `--controllers`
+//!   flag, leader election ([`leader`]), the admin server ([`admin`]),
+//!   [`metrics`], [`events`] and graceful shutdown.
+
+pub mod admin;
+pub mod client;
+pub mod controllers;
+pub mod duration;
+pub mod events;
+pub mod featuregate;
+pub mod finalizer;
+pub mod host;
+pub mod leader;
+pub mod metrics;
+pub mod ratelimit;
+pub mod release;
+pub mod version;
+
+pub use controllers::{
+    ControllerContext, ControllerDescriptor, ControllerError, ControllerResult, ReadySignal,
+};
+pub use featuregate::FeatureGates;
+pub use finalizer::{FinalizerError, FinalizerPatch, Outcome, PatchStyle, PhasedFinalizer};
+pub use metrics::{ControllerMetrics, Metrics};
+pub use version::Version;

@@ -1,0 +1,233 @@
+//! The admin HTTP server: `/metrics` (Prometheus text), `/healthz` and
+//! `/livez` (the process is alive), `/readyz` (ready only once every readiness
+//! check passes: the API server answers, leader election is healthy, and the
+//! leader's controllers have synced their caches).
+//!
+//! Bodies follow kube-apiserver's healthz conventions: `ok` on success;
+//! `?verbose` lists each check as `[+]name ok` / `[-]name failed: reason`, and a
+//! failure always lists the checks followed by `readyz check failed`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics::Metrics;
+
+/// A check evaluated at request time.
+pub type DynamicCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+#[derive(Clone)]
+enum Check {
+    Static(Result<(), String>),
+    Dynamic(DynamicCheck),
+}
+
+impl Check {
+    fn eval(&self) -> Result<(), String> {
+        match self {
+            Check::Static(r) => r.clone(),
+            Check::Dynamic(f) => f(),
+        }
+    }
+}
+
+/// Named readiness checks, updated by the host as things change.
+#[derive(Clone, Default)]
+pub struct Health {
+    checks: Arc<Mutex<BTreeMap<String, Check>>>,
+}
+
+impl std::fmt::Debug for Health {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Health")
+            .field("checks", &self.evaluate())
+            .finish()
+    }
+}
+
+impl Health {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets (or adds) a check.
+    pub fn set(&self, name: &str, state: Result<(), String>) {
+        self.checks
+            .lock()
+            .insert(name.to_string(), Check::Static(state));
+    }
+
+    /// Adds a check computed on every request.
+    pub fn set_dynamic(&self, name: &str, check: DynamicCheck) {
+        self.checks
+            .lock()
+            .insert(name.to_string(), Check::Dynamic(check));
+    }
+
+    fn evaluate(&self) -> BTreeMap<String, Result<(), String>> {
+        let checks = self.checks.lock().clone();
+        checks.into_iter().map(|(k, c)| (k, c.eval())).collect()
+    }
+
+    /// Removes a check.
+    pub fn remove(&self, name: &str) {
+        self.checks.lock().remove(name);
+    }
+
+    /// Whether every check passes (and at least one exists).
+    pub fn is_ready(&self) -> bool {
+        let c = self.evaluate();
+        !c.is_empty() && c.values().all(Result::is_ok)
+    }
+
+    /// The `/readyz` answer.
+    pub fn readyz(&self, verbose: bool) -> (StatusCode, String) {
+        let checks = self.evaluate();
+        let ready = !checks.is_empty() && checks.values().all(Result::is_ok);
+        if ready && !verbose {
+            return (StatusCode::OK, "ok".into());
+        }
+        let mut body = String::new();
+        if checks.is_empty() {
+            body.push_str("[-]startup failed: no readiness check registered yet\n");
+        }
+        for (name, state) in &checks {
+            match state {
+                Ok(()) => body.push_str(&format!("[+]{name} ok\n")),
+                Err(reason) => body.push_str(&format!("[-]{name} failed: {reason}\n")),
+            }
+        }
+        if ready {
+            body.push_str("readyz check passed\n");
+            (StatusCode::OK, body)
+        } else {
+            body.push_str("readyz check failed\n");
+            (StatusCode::INTERNAL_SERVER_ERROR, body)
+        }
+    }
+}
+
+#[derive(Clone)]
+struct AdminState {
+    metrics: Arc<Metrics>,
+    health: Health,
+}
+
+#[derive(serde::Deserialize)]
+struct VerboseQuery {
+    verbose: Option<String>,
+}
+
+async fn metrics_handler(State(s): State<AdminState>) -> Response {
+    match s.metrics.encode() {
+        Ok(text) => (
+            StatusCode::OK,
+            [(
+                header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+async fn alive() -> &'static str {
+    "ok"
+}
+
+async fn readyz(State(s): State<AdminState>, Query(q): Query<VerboseQuery>) -> Response {
+    let (code, body) = s.health.readyz(q.verbose.is_some());
+    (
+        code,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+/// The admin server's router (exposed for tests).
+pub fn router(metrics: Arc<Metrics>, health: Health) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(alive))
+        .route("/livez", get(alive))
+        .route("/readyz", get(readyz))
+        .with_state(AdminState { metrics, health })
+}
+
+/// Errors starting the admin server.
+#[derive(Debug, thiserror::Error)]
+#[error("admin server on {addr}: {source}")]
+pub struct AdminError {
+    pub addr: String,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Binds the admin address (so a port clash fails the start, loudly).
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, AdminError> {
+    TcpListener::bind(addr).await.map_err(|source| AdminError {
+        addr: addr.to_string(),
+        source,
+    })
+}
+
+/// Serves until `shutdown` is cancelled.
+pub async fn serve(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    health: Health,
+    shutdown: CancellationToken,
+) -> Result<(), AdminError> {
+    let addr = listener
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|_| "?".into());
+    axum::serve(listener, router(metrics, health))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+        .map_err(|source| AdminError { addr, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readyz_bodies_follow_kube_conventions() {
+        let h = Health::new();
+        let (code, body) = h.readyz(false);
+        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(body.contains("readyz check failed"), "{body}");
+
+        h.set("ping", Ok(()));
+        h.set("informer-sync", Err("pvc-protection has not synced".into()));
+        let (code, body) = h.readyz(false);
+        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            body,
+            "[-]informer-sync failed: pvc-protection has not synced\n[+]ping ok\nreadyz check failed\n"
+        );
+
+        h.set("informer-sync", Ok(()));
+        assert_eq!(h.readyz(false), (StatusCode::OK, "ok".to_string()));
+        let (code, body) = h.readyz(true);
+        assert_eq!(code, StatusCode::OK);
+        assert_eq!(
+            body,
+            "[+]informer-sync ok\n[+]ping ok\nreadyz check passed\n"
+        );
+        assert!(h.is_ready());
+    }
+}

@@ -1,0 +1,336 @@
+//! The controller host: runs the selected controllers under leader election,
+//! serves the admin endpoints, and shuts down gracefully.
+//!
+//! Life of a process:
+//! 1. The admin server starts at once: `/healthz` answers, `/readyz` does not
+//!    pass until the API server has answered (`ping`), leader election is
+//!    healthy, and (on the leader) every controller has synced its caches.
+//!    A standby replica is ready without running controllers: it is healthy
+//!    and waiting, and reporting it unready would stall a rolling update.
+//! 2. With `--leader-elect`, the replica waits for the Lease; without, it leads
+//!    at once.
+//! 3. Leading, it starts every selected controller with a child cancellation
+//!    token.
+//! 4. On SIGTERM/SIGINT it cancels the controllers (they stop taking work and
+//!    finish in-flight reconciles), waits at most `shutdown_timeout`, releases
+//!    the Lease, and returns `Ok` (exit code 0).
+//! 5. Losing the Lease (another holder, or no renewal within the renew
+//!    deadline) stops the controllers and returns an error, so the process
+//!    exits non-zero and restarts clean, as kube-controller-manager does.
+//!    A controller that stops with an error does the same.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::select_all;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::{self, Health};
+use crate::controllers::{ControllerContext, ControllerDescriptor, ControllerResult, ReadySignal};
+use crate::events::EventRecorder;
+use crate::featuregate::FeatureGates;
+use crate::leader::{Elector, LeaderElectionConfig, LeaderError};
+use crate::metrics::Metrics;
+
+/// How the host runs.
+#[derive(Clone, Debug)]
+pub struct HostConfig {
+    pub leader_election: Option<LeaderElectionConfig>,
+    /// Bound on the time controllers get to finish in-flight work.
+    pub shutdown_timeout: Duration,
+    /// Maximum concurrent reconciles per controller.
+    pub concurrency: u16,
+    /// This replica's identity (events' reportingInstance, lease holder).
+    pub identity: String,
+    /// How often the API server is pinged for the readiness check.
+    pub ping_interval: Duration,
+}
+
+/// Why the host stopped other than by a shutdown signal.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error(transparent)]
+    Leader(#[from] LeaderError),
+    #[error(transparent)]
+    Controller(#[from] crate::controllers::ControllerError),
+    #[error("controller {0} stopped unexpectedly")]
+    ControllerExited(String),
+    #[error(transparent)]
+    Admin(#[from] admin::AdminError),
+}
+
+/// The host.
+pub struct Host {
+    client: kube::Client,
+    gates: Arc<FeatureGates>,
+    metrics: Arc<Metrics>,
+    health: Health,
+    cfg: HostConfig,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Host {
+    pub fn new(
+        client: kube::Client,
+        gates: Arc<FeatureGates>,
+        metrics: Arc<Metrics>,
+        cfg: HostConfig,
+    ) -> Self {
+        Host {
+            client,
+            gates,
+            metrics,
+            health: Health::new(),
+            cfg,
+        }
+    }
+
+    pub fn health(&self) -> Health {
+        self.health.clone()
+    }
+
+    /// Runs until `shutdown` resolves (→ `Ok`) or something fatal happens.
+    pub async fn run(
+        self,
+        admin_listener: TcpListener,
+        controllers: Vec<ControllerDescriptor>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), HostError> {
+        let admin_stop = CancellationToken::new();
+        let admin_task = tokio::spawn(admin::serve(
+            admin_listener,
+            self.metrics.clone(),
+            self.health.clone(),
+            admin_stop.clone(),
+        ));
+        let ping_stop = CancellationToken::new();
+        let ping_task = tokio::spawn(ping_loop(
+            self.client.clone(),
+            self.health.clone(),
+            self.cfg.ping_interval,
+            ping_stop.clone(),
+        ));
+        let stop = CancellationToken::new();
+        let result = {
+            tokio::pin!(shutdown);
+            let signalled = stop.clone();
+            let lead = self.lead(controllers, &stop);
+            tokio::pin!(lead);
+            tokio::select! {
+                r = &mut lead => r,
+                _ = &mut shutdown => {
+                    tracing::info!("shutdown signal received; stopping controllers");
+                    signalled.cancel();
+                    lead.await
+                }
+            }
+        };
+        ping_stop.cancel();
+        let _ = ping_task.await;
+        admin_stop.cancel();
+        match admin_task.await {
+            Ok(Err(e)) if result.is_ok() => return Err(e.into()),
+            _ => {}
+        }
+        result
+    }
+
+    /// Elects (if configured), runs controllers, and stops them on `stop`.
+    async fn lead(
+        &self,
+        controllers: Vec<ControllerDescriptor>,
+        stop: &CancellationToken,
+    ) -> Result<(), HostError> {
+        let mut elector = None;
+        if let Some(le) = &self.cfg.leader_election {
+            self.health.set(
+                "leader-election",
+                Err("waiting to join leader election".into()),
+            );
+            let mut e = loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return Ok(()),
+                    r = Elector::start(self.client.clone(), le.clone()) => match r {
+                        Ok(e) => break e,
+                        Err(LeaderError::Config(m)) => return Err(LeaderError::Config(m).into()),
+                        Err(err) => {
+                            tracing::warn!(error = %err, "cannot join leader election yet; retrying");
+                            self.health.set("leader-election", Err(err.to_string()));
+                            tokio::select! {
+                                _ = stop.cancelled() => return Ok(()),
+                                _ = tokio::time::sleep(le.retry_period) => {}
+                            }
+                        }
+                    }
+                }
+            };
+            self.health.set("leader-election", Ok(()));
+            // Standby: healthy and waiting.
+            self.health.set("controllers", Ok(()));
+            let leading = e.wait_leading(stop).await;
+            match leading {
+                Ok(true) => {}
+                Ok(false) => {
+                    e.release(self.cfg.shutdown_timeout).await;
+                    return Ok(());
+                }
+                Err(err) => {
+                    self.health.set("leader-election", Err(err.to_string()));
+                    return Err(err.into());
+                }
+            }
+            elector = Some(e);
+        }
+        self.metrics.set_leader(true);
+        let outcome = self
+            .run_controllers(controllers, stop, elector.as_mut())
+            .await;
+        self.metrics.set_leader(false);
+        if let Some(e) = elector {
+            e.release(self.cfg.shutdown_timeout).await;
+        }
+        outcome
+    }
+
+    async fn run_controllers(
+        &self,
+        controllers: Vec<ControllerDescriptor>,
+        stop: &CancellationToken,
+        elector: Option<&mut Elector>,
+    ) -> Result<(), HostError> {
+        let token = stop.child_token();
+        let mut signals: Vec<(&'static str, ReadySignal)> = Vec::new();
+        let mut tasks: Vec<(&'static str, JoinHandle<ControllerResult>)> = Vec::new();
+        for d in controllers {
+            let metrics = self.metrics.controller(d.name);
+            let ready = ReadySignal::new(Some(metrics.clone()));
+            let ctx = ControllerContext {
+                name: d.name,
+                client: self.client.clone(),
+                gates: self.gates.clone(),
+                metrics,
+                events: EventRecorder::new(
+                    self.client.clone(),
+                    d.name,
+                    Some(self.cfg.identity.clone()),
+                ),
+                shutdown: token.clone(),
+                ready: ready.clone(),
+                concurrency: self.cfg.concurrency,
+            };
+            tracing::info!(controller = d.name, "starting controller");
+            signals.push((d.name, ready));
+            tasks.push((d.name, tokio::spawn((d.run)(ctx))));
+        }
+        let sync_signals = signals.clone();
+        self.health.set_dynamic(
+            "controllers",
+            Arc::new(move || {
+                let waiting: Vec<&str> = sync_signals
+                    .iter()
+                    .filter(|(_, s)| !s.is_ready())
+                    .map(|(n, _)| *n)
+                    .collect();
+                if waiting.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("caches not synced yet: {}", waiting.join(", ")))
+                }
+            }),
+        );
+
+        let names: Vec<&'static str> = tasks.iter().map(|(n, _)| *n).collect();
+        let mut handles: Vec<JoinHandle<ControllerResult>> =
+            tasks.into_iter().map(|(_, h)| h).collect();
+        let lost = async {
+            match elector {
+                Some(e) => e.lost().await,
+                None => std::future::pending().await,
+            }
+        };
+        // Wait for: a stop request, leadership loss, or a controller ending.
+        let mut failure: Option<HostError> = None;
+        let mut finished: Option<usize> = None;
+        tokio::select! {
+            _ = token.cancelled() => {}
+            reason = lost => {
+                tracing::error!(error = %reason, "leadership lost; stopping controllers");
+                self.health.set("leader-election", Err(reason.to_string()));
+                failure = Some(reason.into());
+            }
+            (res, idx, _) = select_all(handles.iter_mut()), if !handles.is_empty() => {
+                let name = names[idx];
+                failure = Some(match res {
+                    Ok(Ok(())) => HostError::ControllerExited(name.to_string()),
+                    Ok(Err(e)) => e.into(),
+                    Err(join) => HostError::ControllerExited(format!("{name} ({join})")),
+                });
+                finished = Some(idx);
+            }
+        }
+        token.cancel();
+        // Bounded wait for in-flight work.
+        let remaining: Vec<(&'static str, JoinHandle<ControllerResult>)> = names
+            .iter()
+            .copied()
+            .zip(handles)
+            .enumerate()
+            .filter(|(i, _)| Some(*i) != finished)
+            .map(|(_, x)| x)
+            .collect();
+        let deadline = tokio::time::Instant::now() + self.cfg.shutdown_timeout;
+        for (name, mut h) in remaining {
+            match tokio::time::timeout_at(deadline, &mut h).await {
+                Ok(Ok(Ok(()))) => tracing::info!(controller = name, "controller stopped"),
+                Ok(Ok(Err(e))) => {
+                    tracing::warn!(controller = name, error = %e, "controller stopped with an error")
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(controller = name, error = %e, "controller task failed")
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        controller = name,
+                        "controller did not stop within the shutdown timeout; abandoning in-flight work"
+                    );
+                    h.abort();
+                }
+            }
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Keeps the `ping` readiness check current: ready only while the API server
+/// answers `GET /version`.
+async fn ping_loop(client: kube::Client, health: Health, every: Duration, stop: CancellationToken) {
+    health.set("ping", Err("the API server has not answered yet".into()));
+    loop {
+        let res = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = tokio::time::timeout(every.max(Duration::from_secs(1)), client.apiserver_version()) => r,
+        };
+        match res {
+            Ok(Ok(_)) => health.set("ping", Ok(())),
+            Ok(Err(e)) => health.set("ping", Err(format!("the API server is not reachable: {e}"))),
+            Err(_) => health.set("ping", Err("the API server did not answer in time".into())),
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
