@@ -1,6 +1,8 @@
 //! OpenAPI v2 and v3 documents served by kube-sim (`/openapi/v2`,
 //! `/openapi/v3`, `/openapi/v3/<group-version path>`).
 
+pub mod schema;
+
 use serde_json::Value;
 
 const V2_MINIMAL: &[u8] =

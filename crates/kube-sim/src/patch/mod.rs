@@ -3,9 +3,27 @@
 //! `metadata.managedFields` bookkeeping the real kube-apiserver does.
 //!
 //! Pure functions: no I/O, no server state. The server calls [`apply_patch`]
-//! for PATCH requests and [`track_update`] for create/update.
+//! for PATCH requests (it returns the patched object with managedFields
+//! already updated) and [`track_update`] for create and update (PUT).
+//!
+//! Upstream references: k8s.io/apiserver `pkg/endpoints/handlers/patch.go`
+//! (error mapping), k8s.io/apimachinery `pkg/util/strategicpatch/patch.go`
+//! (SMP), `pkg/util/managedfields/internal` and
+//! sigs.k8s.io/structured-merge-diff (SSA), gopkg.in/evanphx/json-patch.v4
+//! (JSON and merge patch).
 
-use serde_json::Value;
+use serde_json::{Map, Value, json};
+
+pub mod fieldpath;
+mod json;
+mod ssa;
+mod strategic;
+
+/// The message upstream's `NewGenericServerResponse(422, ...)` puts in the
+/// Status (it drops the underlying error text), e.g. for a failed JSON-patch
+/// `test`.
+pub const GENERIC_INVALID_MESSAGE: &str =
+    "the server rejected our request due to an error in our request";
 
 /// The patch type, selected by the request's `Content-Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -22,8 +40,9 @@ pub enum PatchKind {
 
 impl PatchKind {
     /// Maps a request `Content-Type` to a patch type; `None` means the server
-    /// answers `415 Unsupported Media Type`. Parameters (`; charset=utf-8`)
-    /// are ignored, as upstream's content negotiation does.
+    /// answers `415 Unsupported Media Type` (see [`unsupported_media_type`]).
+    /// Parameters (`; charset=utf-8`) are ignored, as upstream's content
+    /// negotiation does.
     pub fn from_content_type(ct: &str) -> Option<PatchKind> {
         let media = ct
             .split(';')
@@ -35,10 +54,18 @@ impl PatchKind {
             "application/json-patch+json" => Some(PatchKind::Json),
             "application/merge-patch+json" => Some(PatchKind::Merge),
             "application/strategic-merge-patch+json" => Some(PatchKind::Strategic),
-            "application/apply-patch+yaml" | "application/apply-patch+cbor" => {
-                Some(PatchKind::Apply)
-            }
+            "application/apply-patch+yaml" => Some(PatchKind::Apply),
             _ => None,
+        }
+    }
+
+    /// The media type this kind is sent with.
+    pub fn content_type(&self) -> &'static str {
+        match self {
+            PatchKind::Json => "application/json-patch+json",
+            PatchKind::Merge => "application/merge-patch+json",
+            PatchKind::Strategic => "application/strategic-merge-patch+json",
+            PatchKind::Apply => "application/apply-patch+yaml",
         }
     }
 }
@@ -51,6 +78,25 @@ pub struct Gvk<'a> {
     pub kind: &'a str,
 }
 
+impl Gvk<'_> {
+    /// `apps/v1`, or `v1` for the core group.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// Whether kube-sim has type information (strategic merge metadata) for
+    /// this kind; upstream answers SMP on kinds without it (CRDs) with 415.
+    pub fn has_schema(&self) -> bool {
+        crate::openapi::schema::schemas()
+            .root(self.group, self.version, self.kind)
+            .is_some()
+    }
+}
+
 /// One PATCH request, as the server has parsed it.
 #[derive(Debug, Clone)]
 pub struct PatchRequest<'a> {
@@ -59,6 +105,8 @@ pub struct PatchRequest<'a> {
     pub body: &'a [u8],
     pub kind: PatchKind,
     pub gvk: Gvk<'a>,
+    /// `?fieldManager=`, or for non-apply patches the manager the server
+    /// derived from the user agent (upstream: the part before the first `/`).
     pub field_manager: &'a str,
     /// Server-side apply `?force=true`.
     pub force: bool,
@@ -68,16 +116,19 @@ pub struct PatchRequest<'a> {
     pub now: &'a str,
 }
 
-/// Why a patch could not be applied; each maps to one HTTP status.
+/// Why a patch could not be applied; each maps to one HTTP status and one
+/// upstream `Status` body ([`PatchError::to_status`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PatchError {
-    /// 400: malformed patch body.
+    /// 400 BadRequest: malformed patch body.
     #[error("{0}")]
     BadRequest(String),
-    /// 422: e.g. a failed JSON-patch `test`, a bad path.
+    /// 422 Invalid: e.g. a failed JSON-patch `test`, a bad path (message
+    /// [`GENERIC_INVALID_MESSAGE`], as upstream), or invalid PatchOptions.
     #[error("{0}")]
     Invalid(String),
-    /// 409: server-side apply conflicts (field path, conflicting manager).
+    /// 409 Conflict: server-side apply conflicts; causes are
+    /// (field path, manager as upstream prints it).
     #[error("{message}")]
     Conflict {
         message: String,
@@ -86,41 +137,179 @@ pub enum PatchError {
     /// 415: the patch type is not supported for this object.
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// 500 with no reason: upstream returns a plain Go error here (e.g. an
+    /// applied field not in the schema, a list item without its merge key),
+    /// which the apiserver answers as `code: 500` with the error text.
+    #[error("{0}")]
+    ServerError(String),
+    /// 413: more than 10,000 JSON-patch operations.
+    #[error("{0}")]
+    RequestEntityTooLarge(String),
 }
 
-/// Applies the patch to `live` and returns the new full object.
-pub fn apply_patch(req: &PatchRequest) -> Result<Value, PatchError> {
-    let live = match req.live {
-        Some(v) => v,
-        None => {
-            return Err(PatchError::BadRequest(
-                "no live object to patch".to_string(),
-            ));
+impl PatchError {
+    /// HTTP status code.
+    pub fn code(&self) -> u16 {
+        match self {
+            PatchError::BadRequest(_) => 400,
+            PatchError::Invalid(_) => 422,
+            PatchError::Conflict { .. } => 409,
+            PatchError::UnsupportedMediaType(_) => 415,
+            PatchError::ServerError(_) => 500,
+            PatchError::RequestEntityTooLarge(_) => 413,
         }
-    };
-    match req.kind {
-        PatchKind::Json => {
-            let ops: json_patch::Patch = serde_json::from_slice(req.body)
-                .map_err(|e| PatchError::BadRequest(e.to_string()))?;
-            let mut doc = live.clone();
-            json_patch::patch(&mut doc, &ops).map_err(|e| PatchError::Invalid(e.to_string()))?;
-            Ok(doc)
+    }
+
+    /// The `Status` body the real server sends for this error.
+    pub fn to_status(&self) -> Value {
+        let mut s = Map::new();
+        s.insert("kind".into(), json!("Status"));
+        s.insert("apiVersion".into(), json!("v1"));
+        s.insert("metadata".into(), json!({}));
+        s.insert("status".into(), json!("Failure"));
+        let (message, reason, details): (&str, Option<&str>, Option<Value>) = match self {
+            PatchError::BadRequest(m) => (m, Some("BadRequest"), None),
+            PatchError::Invalid(m) => (m, Some("Invalid"), Some(json!({}))),
+            PatchError::Conflict { message, causes } => (
+                message,
+                Some("Conflict"),
+                Some(json!({
+                    "causes": causes.iter().map(|(field, manager)| json!({
+                        "reason": "FieldManagerConflict",
+                        "message": format!("conflict with {manager}"),
+                        "field": field,
+                    })).collect::<Vec<_>>()
+                })),
+            ),
+            PatchError::UnsupportedMediaType(m) => (m, Some("UnsupportedMediaType"), None),
+            PatchError::ServerError(m) => (m, None, None),
+            PatchError::RequestEntityTooLarge(m) => (m, Some("RequestEntityTooLarge"), None),
+        };
+        s.insert("message".into(), json!(message));
+        if let Some(r) = reason {
+            s.insert("reason".into(), json!(r));
         }
-        PatchKind::Merge => {
-            let patch: Value = serde_json::from_slice(req.body)
-                .map_err(|e| PatchError::BadRequest(e.to_string()))?;
-            let mut doc = live.clone();
-            json_patch::merge(&mut doc, &patch);
-            Ok(doc)
+        if let Some(d) = details {
+            s.insert("details".into(), d);
         }
-        PatchKind::Strategic | PatchKind::Apply => Err(PatchError::UnsupportedMediaType(
-            "strategic merge patch and apply: being implemented".to_string(),
-        )),
+        s.insert("code".into(), json!(self.code()));
+        Value::Object(s)
     }
 }
 
-/// Maintains `metadata.managedFields` for an Update operation (create, PUT,
-/// non-apply PATCH). Initial version: leaves managedFields as they are.
+/// The 415 answer for an unsupported patch `Content-Type` (or for strategic
+/// merge patch on a kind without a schema), with upstream's message listing
+/// the accepted media types.
+pub fn unsupported_media_type(strategic_allowed: bool) -> PatchError {
+    let types: Vec<&str> = [
+        PatchKind::Json,
+        PatchKind::Merge,
+        PatchKind::Strategic,
+        PatchKind::Apply,
+    ]
+    .iter()
+    .filter(|k| strategic_allowed || **k != PatchKind::Strategic)
+    .map(PatchKind::content_type)
+    .collect();
+    PatchError::UnsupportedMediaType(format!(
+        "the body of the request was in an unknown format - accepted media types include: {}",
+        types.join(", ")
+    ))
+}
+
+/// Applies the patch to `live` and returns the new full object, with
+/// `metadata.managedFields` updated (operation `Apply` for server-side
+/// apply, `Update` otherwise). The caller then applies its own object rules
+/// (immutable fields, status/spec split, finalizer rules, resourceVersion).
+pub fn apply_patch(req: &PatchRequest) -> Result<Value, PatchError> {
+    // k8s.io/apiserver ValidatePatchOptions.
+    if req.kind == PatchKind::Apply && req.field_manager.is_empty() {
+        return Err(PatchError::Invalid(
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+                .to_string(),
+        ));
+    }
+    if req.kind != PatchKind::Apply && req.force {
+        return Err(PatchError::Invalid(
+            "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch"
+                .to_string(),
+        ));
+    }
+    let live = || {
+        req.live
+            .ok_or_else(|| PatchError::BadRequest("no object to patch".to_string()))
+    };
+    let mut patched = match req.kind {
+        PatchKind::Apply => {
+            let config = parse_apply_body(req.body)?;
+            return ssa::apply(
+                req.live,
+                &config,
+                &req.gvk,
+                req.field_manager,
+                req.force,
+                req.subresource,
+                req.now,
+            );
+        }
+        PatchKind::Json => json::apply_json_patch(live()?, req.body)?,
+        PatchKind::Merge => json::apply_merge_patch(live()?, req.body)?,
+        PatchKind::Strategic => {
+            let Some(root) = crate::openapi::schema::schemas().root(
+                req.gvk.group,
+                req.gvk.version,
+                req.gvk.kind,
+            ) else {
+                return Err(unsupported_media_type(false));
+            };
+            strategic::apply(live()?, req.body, root)?
+        }
+    };
+    track_update(
+        req.live,
+        &mut patched,
+        req.field_manager,
+        req.subresource,
+        req.now,
+        &req.gvk.api_version(),
+    );
+    Ok(patched)
+}
+
+fn parse_apply_body(body: &[u8]) -> Result<Value, PatchError> {
+    // JSON is YAML; parse JSON first for exact number handling.
+    if let Ok(v) = serde_json::from_slice::<Value>(body) {
+        return match v {
+            Value::Object(_) => Ok(v),
+            _ => Err(PatchError::BadRequest(
+                "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot unmarshal non-object into Go value of type map[string]interface {}".to_string(),
+            )),
+        };
+    }
+    match serde_yaml::from_slice::<Value>(body) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(_) => Err(PatchError::BadRequest(
+            "error decoding YAML: error unmarshaling JSON: while decoding JSON: json: cannot unmarshal non-object into Go value of type map[string]interface {}".to_string(),
+        )),
+        Err(e) => Err(PatchError::BadRequest(format!("error decoding YAML: {e}"))),
+    }
+}
+
+/// Maintains `metadata.managedFields` on `new` for an Update operation
+/// (create with `old = None`, update/PUT, and — done inside [`apply_patch`] —
+/// JSON/merge/strategic patches), as the real server does:
+///
+/// * fields that changed are owned by `manager` (an `Update` entry keyed by
+///   manager, `api_version` and `subresource`, timestamped `now` when it
+///   changed something) and taken away from every other manager;
+/// * fields that were removed are taken away from everyone;
+/// * managedFields sent in `new` replace the stored ones (a client may edit
+///   them), `[{}]` resets them, and an absent/empty list keeps the stored
+///   ones; on a subresource the stored ones are always used;
+/// * `apiVersion`, `kind` and server-set metadata (name, namespace, uid,
+///   resourceVersion, generation, creationTimestamp, managedFields) are never
+///   recorded; `status` is not recorded for writes to the main resource of
+///   kinds with a status subresource, nor `spec` for writes to `/status`.
 pub fn track_update(
     old: Option<&Value>,
     new: &mut Value,
@@ -129,5 +318,18 @@ pub fn track_update(
     now: &str,
     api_version: &str,
 ) {
-    let _ = (old, new, manager, subresource, now, api_version);
+    ssa::track_update(old, new, manager, subresource, now, api_version);
 }
+
+/// The manager name upstream derives from a `User-Agent` when no
+/// `fieldManager` is given: the part before the first `/`
+/// (`kubectl/v1.33.0 (linux/amd64) ...` -> `kubectl`).
+pub fn manager_from_user_agent(user_agent: &str) -> String {
+    let s = user_agent.split('/').next().unwrap_or("");
+    // ValidateFieldManager: at most 128 characters.
+    s.chars().take(128).collect()
+}
+
+#[cfg(test)]
+#[path = "mod_tests.rs"]
+mod tests;

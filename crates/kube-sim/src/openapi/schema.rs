@@ -1,0 +1,488 @@
+//! The Kubernetes v1.33 type schema kube-sim serves, parsed from the vendored
+//! OpenAPI v2 definitions (`k8s-v1.33-definitions.json`, see
+//! `vendor/trim_definitions.py` for its provenance).
+//!
+//! This is the one source of truth for: the OpenAPI documents, strategic
+//! merge patch metadata (`x-kubernetes-patch-strategy`,
+//! `x-kubernetes-patch-merge-key`), server-side apply list/map semantics
+//! (`x-kubernetes-list-type`, `x-kubernetes-list-map-keys`,
+//! `x-kubernetes-map-type`) and unknown-field detection.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use serde_json::{Map, Value};
+
+/// The vendored definitions (upstream swagger form).
+pub(crate) const DEFINITIONS_JSON: &str = include_str!("k8s-v1.33-definitions.json");
+
+/// Kubernetes version the vendored schema comes from.
+pub const SCHEMA_KUBERNETES_VERSION: &str = "v1.33.0";
+
+/// All definitions, indexed by name and by group/version/kind.
+#[derive(Debug)]
+pub struct Schemas {
+    defs: Map<String, Value>,
+    by_gvk: HashMap<(String, String, String), String>,
+}
+
+static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| Schemas::parse(DEFINITIONS_JSON));
+
+/// The process-wide parsed schema.
+pub fn schemas() -> &'static Schemas {
+    &SCHEMAS
+}
+
+impl Schemas {
+    fn parse(text: &str) -> Schemas {
+        let defs = match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(mut root)) => match root.remove("definitions") {
+                Some(Value::Object(defs)) => defs,
+                _ => Map::new(),
+            },
+            _ => Map::new(),
+        };
+        if defs.is_empty() {
+            tracing::error!("kube-sim: vendored OpenAPI definitions did not parse; schema-aware features are off");
+        }
+        let mut by_gvk = HashMap::new();
+        for (name, def) in &defs {
+            if let Some(Value::Array(gvks)) = def.get("x-kubernetes-group-version-kind") {
+                for gvk in gvks {
+                    let g = gvk.get("group").and_then(Value::as_str).unwrap_or("");
+                    let v = gvk.get("version").and_then(Value::as_str).unwrap_or("");
+                    let k = gvk.get("kind").and_then(Value::as_str).unwrap_or("");
+                    // Meta kinds (Status, WatchEvent, DeleteOptions) list many
+                    // group-versions; the first definition found wins, which is
+                    // fine because they are the same type.
+                    by_gvk
+                        .entry((g.to_string(), v.to_string(), k.to_string()))
+                        .or_insert_with(|| name.clone());
+                }
+            }
+        }
+        Schemas { defs, by_gvk }
+    }
+
+    /// All definitions (name -> upstream swagger schema).
+    pub fn definitions(&self) -> &Map<String, Value> {
+        &self.defs
+    }
+
+    /// The definition name for a kind, e.g. `("apps","v1","Deployment")` ->
+    /// `io.k8s.api.apps.v1.Deployment`.
+    pub fn definition_name(&self, group: &str, version: &str, kind: &str) -> Option<&str> {
+        self.by_gvk
+            .get(&(group.to_string(), version.to_string(), kind.to_string()))
+            .map(String::as_str)
+    }
+
+    /// The type of a whole object of the given kind.
+    pub fn root(&self, group: &str, version: &str, kind: &str) -> Option<TypeRef<'_>> {
+        let name = self.definition_name(group, version, kind)?;
+        let def = self.defs.get(name)?;
+        Some(TypeRef { schemas: self, node: def, resolved: def })
+    }
+
+    fn resolve<'a>(&'a self, node: &'a Value) -> &'a Value {
+        let mut cur = node;
+        // Definitions never chain more than a couple of refs; bound the walk anyway.
+        for _ in 0..8 {
+            match cur.get("$ref").and_then(Value::as_str) {
+                Some(r) => match self.defs.get(r.rsplit('/').next().unwrap_or(r)) {
+                    Some(next) => cur = next,
+                    None => return cur,
+                },
+                None => return cur,
+            }
+        }
+        cur
+    }
+}
+
+/// The shape of a type, as structured-merge-diff sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// An object with declared properties (a Go struct).
+    Struct,
+    /// An object with `additionalProperties` (a Go map).
+    Map,
+    /// An array.
+    List,
+    /// A string, number, boolean or int-or-string.
+    Scalar,
+    /// An object with no declared shape (RawExtension, FieldsV1): kept as is.
+    Untyped,
+}
+
+/// How server-side apply treats a list (structured-merge-diff's element
+/// relationship, derived as kube-openapi's schemaconv does).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListType {
+    /// Replaced as a whole.
+    Atomic,
+    /// A set of scalars, items identified by value.
+    Set,
+    /// A list of objects identified by these key fields.
+    Map(Vec<String>),
+}
+
+/// A position in the schema: the (unresolved) property node, which carries
+/// the field-level extensions, and the resolved type.
+#[derive(Debug, Clone, Copy)]
+pub struct TypeRef<'a> {
+    schemas: &'a Schemas,
+    node: &'a Value,
+    resolved: &'a Value,
+}
+
+impl<'a> TypeRef<'a> {
+    fn new(schemas: &'a Schemas, node: &'a Value) -> TypeRef<'a> {
+        TypeRef { schemas, node, resolved: schemas.resolve(node) }
+    }
+
+    fn ext(&self, key: &str) -> Option<&'a Value> {
+        self.node.get(key).or_else(|| self.resolved.get(key))
+    }
+
+    /// The definition name when this type is a `$ref` (or a root definition).
+    pub fn definition(&self) -> Option<&'a str> {
+        self.node
+            .get("$ref")
+            .and_then(Value::as_str)
+            .map(|r| r.rsplit('/').next().unwrap_or(r))
+    }
+
+    /// The shape of the type.
+    pub fn shape(&self) -> Shape {
+        let r = self.resolved;
+        match r.get("type").and_then(Value::as_str) {
+            Some("array") => Shape::List,
+            Some("object") | None => {
+                if r.get("properties").is_some() {
+                    Shape::Struct
+                } else if r.get("additionalProperties").is_some() {
+                    Shape::Map
+                } else if r.get("type").is_none() && r.get("format").is_some() {
+                    Shape::Scalar
+                } else {
+                    Shape::Untyped
+                }
+            }
+            Some(_) => Shape::Scalar,
+        }
+    }
+
+    /// The type of struct field `name`, or of any map value for maps.
+    pub fn field(&self, name: &str) -> Option<TypeRef<'a>> {
+        if let Some(p) = self.resolved.get("properties").and_then(|p| p.get(name)) {
+            return Some(TypeRef::new(self.schemas, p));
+        }
+        match self.resolved.get("additionalProperties") {
+            Some(ap) if ap.is_object() => Some(TypeRef::new(self.schemas, ap)),
+            _ => None,
+        }
+    }
+
+    /// Whether `name` is a declared struct field (not a map key).
+    pub fn has_field(&self, name: &str) -> bool {
+        self.resolved.get("properties").and_then(|p| p.get(name)).is_some()
+    }
+
+    /// Declared struct fields, in schema order.
+    pub fn field_names(&self) -> Vec<&'a str> {
+        match self.resolved.get("properties").and_then(Value::as_object) {
+            Some(p) => p.keys().map(String::as_str).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// Required struct fields.
+    pub fn required(&self) -> Vec<&'a str> {
+        match self.resolved.get("required").and_then(Value::as_array) {
+            Some(r) => r.iter().filter_map(Value::as_str).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// The element type of a list.
+    pub fn items(&self) -> Option<TypeRef<'a>> {
+        self.resolved.get("items").map(|i| TypeRef::new(self.schemas, i))
+    }
+
+    /// `x-kubernetes-patch-strategy`, split on commas (e.g. `merge,retainKeys`).
+    pub fn patch_strategies(&self) -> Vec<&'a str> {
+        match self.ext("x-kubernetes-patch-strategy").and_then(Value::as_str) {
+            Some(s) => s.split(',').map(str::trim).filter(|s| !s.is_empty()).collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// `x-kubernetes-patch-merge-key`.
+    pub fn patch_merge_key(&self) -> Option<&'a str> {
+        self.ext("x-kubernetes-patch-merge-key").and_then(Value::as_str)
+    }
+
+    /// Server-side apply list semantics, as kube-openapi's schemaconv derives
+    /// them: an explicit `x-kubernetes-list-type` wins; otherwise patch
+    /// strategy `merge` means a map keyed by the merge key (or a set for
+    /// scalars); everything else is atomic.
+    pub fn list_type(&self) -> ListType {
+        match self.ext("x-kubernetes-list-type").and_then(Value::as_str) {
+            Some("atomic") => return ListType::Atomic,
+            Some("set") => return ListType::Set,
+            Some("map") => {
+                let keys = self
+                    .ext("x-kubernetes-list-map-keys")
+                    .and_then(Value::as_array)
+                    .map(|k| k.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                    .unwrap_or_default();
+                return ListType::Map(keys);
+            }
+            _ => {}
+        }
+        if self.patch_strategies().contains(&"merge") {
+            return match self.patch_merge_key() {
+                Some(k) => ListType::Map(vec![k.to_string()]),
+                None => ListType::Set,
+            };
+        }
+        ListType::Atomic
+    }
+
+    /// `x-kubernetes-map-type: atomic` (on the field or its type).
+    pub fn map_is_atomic(&self) -> bool {
+        self.ext("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic")
+    }
+}
+
+/// Finds every field of `obj` that the schema of `gvk` does not declare, as
+/// upstream's strict decoding names them (`.spec.foo`, `.spec.containers[0].bar`).
+/// Returns an empty list for kinds without a schema.
+pub fn unknown_fields(group: &str, version: &str, kind: &str, obj: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(root) = schemas().root(group, version, kind) {
+        walk_unknown(root, obj, String::new(), &mut out, false);
+    }
+    out
+}
+
+/// Removes every field the schema of `gvk` does not declare (what decoding
+/// into the typed object does on a real server) and returns their paths.
+pub fn prune_unknown_fields(group: &str, version: &str, kind: &str, obj: &mut Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(root) = schemas().root(group, version, kind) {
+        prune_walk(root, obj, String::new(), &mut out);
+    }
+    out
+}
+
+fn walk_unknown(t: TypeRef<'_>, v: &Value, path: String, out: &mut Vec<String>, _in_map: bool) {
+    match (t.shape(), v) {
+        (Shape::Struct, Value::Object(m)) => {
+            for (k, child) in m {
+                let p = format!("{path}.{k}");
+                match t.field(k) {
+                    Some(ft) if t.has_field(k) => walk_unknown(ft, child, p, out, false),
+                    _ => out.push(p),
+                }
+            }
+        }
+        (Shape::Map, Value::Object(m)) => {
+            if let Some(et) = t.field("") {
+                for (k, child) in m {
+                    walk_unknown(et, child, format!("{path}.{k}"), out, true);
+                }
+            }
+        }
+        (Shape::List, Value::Array(items)) => {
+            if let Some(it) = t.items() {
+                for (i, child) in items.iter().enumerate() {
+                    walk_unknown(it, child, format!("{path}[{i}]"), out, false);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn prune_walk(t: TypeRef<'_>, v: &mut Value, path: String, out: &mut Vec<String>) {
+    match (t.shape(), v) {
+        (Shape::Struct, Value::Object(m)) => {
+            let unknown: Vec<String> = m.keys().filter(|k| !t.has_field(k)).cloned().collect();
+            for k in unknown {
+                m.shift_remove(&k);
+                out.push(format!("{path}.{k}"));
+            }
+            for (k, child) in m.iter_mut() {
+                if let Some(ft) = t.field(k) {
+                    prune_walk(ft, child, format!("{path}.{k}"), out);
+                }
+            }
+        }
+        (Shape::Map, Value::Object(m)) => {
+            if let Some(et) = t.field("") {
+                for (k, child) in m.iter_mut() {
+                    prune_walk(et, child, format!("{path}.{k}"), out);
+                }
+            }
+        }
+        (Shape::List, Value::Array(items)) => {
+            if let Some(it) = t.items() {
+                for (i, child) in items.iter_mut().enumerate() {
+                    prune_walk(it, child, format!("{path}[{i}]"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn vendored_definitions_parse_and_cover_every_served_kind() {
+        let kinds = [
+            ("", "v1", "Namespace"),
+            ("", "v1", "Pod"),
+            ("", "v1", "Service"),
+            ("", "v1", "PersistentVolume"),
+            ("", "v1", "PersistentVolumeClaim"),
+            ("", "v1", "Secret"),
+            ("", "v1", "ConfigMap"),
+            ("", "v1", "ServiceAccount"),
+            ("", "v1", "Endpoints"),
+            ("", "v1", "Event"),
+            ("", "v1", "Node"),
+            ("events.k8s.io", "v1", "Event"),
+            ("coordination.k8s.io", "v1", "Lease"),
+            ("apps", "v1", "Deployment"),
+            ("rbac.authorization.k8s.io", "v1", "Role"),
+            ("rbac.authorization.k8s.io", "v1", "RoleBinding"),
+            ("rbac.authorization.k8s.io", "v1", "ClusterRole"),
+            ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
+            ("policy", "v1", "PodDisruptionBudget"),
+        ];
+        for (g, v, k) in kinds {
+            let root = schemas().root(g, v, k);
+            assert!(root.is_some(), "no schema for {g}/{v} {k}");
+            assert_eq!(root.map(|r| r.shape()), Some(Shape::Struct), "{k}");
+        }
+        assert!(schemas().root("example.com", "v1", "Widget").is_none());
+    }
+
+    /// Each case: a path from a kind's root and the patch/list metadata the
+    /// upstream k8s.io/api struct tags declare for it.
+    #[test]
+    fn patch_and_list_metadata_match_upstream_struct_tags() {
+        struct Case {
+            gvk: (&'static str, &'static str, &'static str),
+            path: &'static [&'static str],
+            strategies: &'static [&'static str],
+            merge_key: Option<&'static str>,
+            list: ListType,
+        }
+        let cases = [
+            Case {
+                gvk: ("", "v1", "Service"),
+                path: &["metadata", "finalizers"],
+                strategies: &["merge"],
+                merge_key: None,
+                list: ListType::Set,
+            },
+            Case {
+                gvk: ("", "v1", "Pod"),
+                path: &["spec", "containers"],
+                strategies: &["merge"],
+                merge_key: Some("name"),
+                list: ListType::Map(vec!["name".into()]),
+            },
+            Case {
+                gvk: ("", "v1", "Service"),
+                path: &["spec", "ports"],
+                strategies: &["merge"],
+                merge_key: Some("port"),
+                list: ListType::Map(vec!["port".into(), "protocol".into()]),
+            },
+            Case {
+                gvk: ("", "v1", "Pod"),
+                path: &["spec", "volumes"],
+                strategies: &["merge", "retainKeys"],
+                merge_key: Some("name"),
+                list: ListType::Map(vec!["name".into()]),
+            },
+            Case {
+                gvk: ("", "v1", "Service"),
+                path: &["status", "loadBalancer", "ingress"],
+                strategies: &[],
+                merge_key: None,
+                list: ListType::Atomic,
+            },
+            Case {
+                gvk: ("", "v1", "Pod"),
+                path: &["metadata", "ownerReferences"],
+                strategies: &["merge"],
+                merge_key: Some("uid"),
+                list: ListType::Map(vec!["uid".into()]),
+            },
+            Case {
+                gvk: ("", "v1", "Pod"),
+                path: &["status", "conditions"],
+                strategies: &["merge"],
+                merge_key: Some("type"),
+                list: ListType::Map(vec!["type".into()]),
+            },
+            Case {
+                gvk: ("apps", "v1", "Deployment"),
+                path: &["spec", "strategy"],
+                strategies: &["retainKeys"],
+                merge_key: None,
+                list: ListType::Atomic,
+            },
+        ];
+        for c in cases {
+            let mut t = schemas().root(c.gvk.0, c.gvk.1, c.gvk.2).expect("kind has a schema");
+            for p in c.path {
+                t = t.field(p).unwrap_or_else(|| panic!("no field {p} in {:?}", c.path));
+            }
+            assert_eq!(t.patch_strategies(), c.strategies, "{:?}", c.path);
+            assert_eq!(t.patch_merge_key(), c.merge_key, "{:?}", c.path);
+            if t.shape() == Shape::List {
+                assert_eq!(t.list_type(), c.list, "{:?}", c.path);
+            }
+        }
+    }
+
+    #[test]
+    fn label_selector_is_an_atomic_map_and_labels_a_granular_one() {
+        let d = schemas().root("apps", "v1", "Deployment").expect("schema");
+        let sel = d.field("spec").and_then(|s| s.field("selector")).expect("selector");
+        assert!(sel.map_is_atomic());
+        let labels = d.field("metadata").and_then(|m| m.field("labels")).expect("labels");
+        assert_eq!(labels.shape(), Shape::Map);
+        assert!(!labels.map_is_atomic());
+    }
+
+    #[test]
+    fn unknown_fields_are_named_like_strict_decoding_and_pruned() {
+        let mut obj = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "x", "labels": {"a": "b"}, "bogus": 1},
+            "data": {"k": "v"},
+            "dataa": {"k": "v"}
+        });
+        assert_eq!(
+            unknown_fields("", "v1", "ConfigMap", &obj),
+            vec![".metadata.bogus".to_string(), ".dataa".to_string()]
+        );
+        let pruned = prune_unknown_fields("", "v1", "ConfigMap", &mut obj);
+        assert_eq!(pruned.len(), 2);
+        assert!(obj.get("dataa").is_none());
+        assert_eq!(obj.pointer("/metadata/labels/a"), Some(&json!("b")));
+        let pod = json!({"spec": {"containers": [{"name": "a", "imagee": "x"}]}});
+        assert_eq!(unknown_fields("", "v1", "Pod", &pod), vec![".spec.containers[0].imagee".to_string()]);
+    }
+}
