@@ -388,19 +388,11 @@ fn cmp_walk(ty: Ty<'_>, lhs: Option<&Value>, rhs: Option<&Value>, path: &Path, c
     // A node present on one side only is itself added/removed. Go structs
     // (non-pointer) are never absent in a typed object, so only maps and
     // list items get this treatment.
-    if !path.is_empty() && shape != Shape::Struct {
-        match (lhs, rhs) {
-            (None, Some(_)) => c.added.insert(path),
-            (Some(_), None) => c.removed.insert(path),
-            _ => {}
-        }
-    } else if !path.is_empty()
-        && shape == Shape::Struct
-        && matches!(
-            path.last(),
-            Some(PathElement::Key(_) | PathElement::Value(_))
-        )
-    {
+    let is_list_item = matches!(
+        path.last(),
+        Some(PathElement::Key(_) | PathElement::Value(_))
+    );
+    if !path.is_empty() && (shape != Shape::Struct || is_list_item) {
         match (lhs, rhs) {
             (None, Some(_)) => c.added.insert(path),
             (Some(_), None) => c.removed.insert(path),
@@ -430,9 +422,9 @@ fn remove_items(ty: Ty<'_>, v: &mut Value, set: &Set, keep: &Set) {
                     remove_items(ft, cv, sub, &sub_keep);
                     // A map emptied by pruning disappears, as an omitempty
                     // Go map does when the object is encoded.
-                    if cv.as_object().is_some_and(Map::is_empty) && !ft.is_struct_like() {
-                        m.shift_remove(&k);
-                    } else if cv.as_array().is_some_and(Vec::is_empty) {
+                    let emptied_map =
+                        cv.as_object().is_some_and(Map::is_empty) && !ft.is_struct_like();
+                    if emptied_map || cv.as_array().is_some_and(Vec::is_empty) {
                         m.shift_remove(&k);
                     }
                 }

@@ -57,7 +57,11 @@ fn service_controller_finalizer_patches() {
             patch: json!({"metadata": {
                 "$setElementOrder/finalizers": ["example.com/other", LB_FINALIZER],
                 "finalizers": [LB_FINALIZER]}}),
-            want_finalizers: Some(json!(["example.com/concurrent", "example.com/other", LB_FINALIZER])),
+            want_finalizers: Some(json!([
+                "example.com/concurrent",
+                "example.com/other",
+                LB_FINALIZER
+            ])),
         },
         Case {
             name: "removeFinalizer with $deleteFromPrimitiveList, last finalizer",
@@ -94,9 +98,22 @@ fn service_controller_finalizer_patches() {
     ];
     for c in cases {
         let got = smp(SVC, c.live, c.patch).unwrap_or_else(|e| panic!("{}: {e:?}", c.name));
-        assert_eq!(got.pointer("/metadata/finalizers").cloned(), c.want_finalizers, "{}", c.name);
-        assert!(!got.to_string().contains('$'), "{}: directives leaked: {got}", c.name);
-        assert_eq!(got["spec"]["type"], "LoadBalancer", "{}: spec untouched", c.name);
+        assert_eq!(
+            got.pointer("/metadata/finalizers").cloned(),
+            c.want_finalizers,
+            "{}",
+            c.name
+        );
+        assert!(
+            !got.to_string().contains('$'),
+            "{}: directives leaked: {got}",
+            c.name
+        );
+        assert_eq!(
+            got["spec"]["type"], "LoadBalancer",
+            "{}: spec untouched",
+            c.name
+        );
     }
 }
 
@@ -123,18 +140,22 @@ fn merge_key_lists() {
         Case {
             name: "containers merge by name: one field of one container changes",
             patch: json!({"spec": {"containers": [{"name": "app", "image": "app:2"}]}}),
-            check: |v| v.pointer("/spec/containers/0/image") == Some(&json!("app:2"))
-                && v.pointer("/spec/containers/0/ports/0/containerPort") == Some(&json!(80))
-                && v.pointer("/spec/containers/1/name") == Some(&json!("side")),
+            check: |v| {
+                v.pointer("/spec/containers/0/image") == Some(&json!("app:2"))
+                    && v.pointer("/spec/containers/0/ports/0/containerPort") == Some(&json!(80))
+                    && v.pointer("/spec/containers/1/name") == Some(&json!("side"))
+            },
         },
         Case {
             // mergeSortedSlice: a patch item absent from the live list is
             // placed before the server-only items.
             name: "a new container lands before the existing ones, as upstream's mergeSortedSlice orders it",
             patch: json!({"spec": {"containers": [{"name": "new", "image": "n"}]}}),
-            check: |v| v["spec"]["containers"].as_array().map(Vec::len) == Some(3)
-                && v.pointer("/spec/containers/0/name") == Some(&json!("new"))
-                && v.pointer("/spec/containers/2/name") == Some(&json!("side")),
+            check: |v| {
+                v["spec"]["containers"].as_array().map(Vec::len) == Some(3)
+                    && v.pointer("/spec/containers/0/name") == Some(&json!("new"))
+                    && v.pointer("/spec/containers/2/name") == Some(&json!("side"))
+            },
         },
         Case {
             name: "$patch: delete removes a container by merge key",
@@ -149,18 +170,29 @@ fn merge_key_lists() {
         Case {
             name: "env merges by name inside a container",
             patch: json!({"spec": {"containers": [{"name": "app", "env": [{"name": "B", "value": "3"}, {"name": "C", "value": "4"}]}]}}),
-            check: |v| v.pointer("/spec/containers/0/env") == Some(&json!([
-                {"name": "A", "value": "1"}, {"name": "B", "value": "3"}, {"name": "C", "value": "4"}])),
+            check: |v| {
+                v.pointer("/spec/containers/0/env")
+                    == Some(&json!([
+                {"name": "A", "value": "1"}, {"name": "B", "value": "3"}, {"name": "C", "value": "4"}]))
+            },
         },
         Case {
             name: "container ports merge by containerPort",
             patch: json!({"spec": {"containers": [{"name": "app", "ports": [{"containerPort": 443, "name": "https"}]}]}}),
-            check: |v| v.pointer("/spec/containers/0/ports").and_then(Value::as_array).map(Vec::len) == Some(2),
+            check: |v| {
+                v.pointer("/spec/containers/0/ports")
+                    .and_then(Value::as_array)
+                    .map(Vec::len)
+                    == Some(2)
+            },
         },
         Case {
             name: "volumes merge by name; retainKeys drops the old volume source",
             patch: json!({"spec": {"volumes": [{"name": "data", "$retainKeys": ["name", "hostPath"], "hostPath": {"path": "/x"}}]}}),
-            check: |v| v.pointer("/spec/volumes/0") == Some(&json!({"name": "data", "hostPath": {"path": "/x"}})),
+            check: |v| {
+                v.pointer("/spec/volumes/0")
+                    == Some(&json!({"name": "data", "hostPath": {"path": "/x"}}))
+            },
         },
         Case {
             name: "tolerations have no merge strategy: replaced whole",
@@ -176,7 +208,11 @@ fn merge_key_lists() {
     for c in cases {
         let got = smp(POD, pod.clone(), c.patch).unwrap_or_else(|e| panic!("{}: {e:?}", c.name));
         assert!((c.check)(&got), "{}: got {got}", c.name);
-        assert!(!got.to_string().contains("\"$"), "{}: directives leaked: {got}", c.name);
+        assert!(
+            !got.to_string().contains("\"$"),
+            "{}: directives leaked: {got}",
+            c.name
+        );
     }
 }
 
@@ -187,22 +223,40 @@ fn service_ports_merge_by_port_and_ingress_is_atomic() {
         "spec": {"ports": [{"port": 80, "protocol": "TCP"}, {"port": 443, "protocol": "TCP"}]},
         "status": {"loadBalancer": {"ingress": [{"ip": "1.1.1.1"}, {"ip": "2.2.2.2"}]}}
     });
-    let got = smp(SVC, live, json!({
-        "spec": {"ports": [{"port": 443, "name": "https"}]},
-        "status": {"loadBalancer": {"ingress": [{"ip": "3.3.3.3"}]}}
-    })).expect("patch applies");
-    assert_eq!(got.pointer("/spec/ports/1"), Some(&json!({"port": 443, "protocol": "TCP", "name": "https"})));
+    let got = smp(
+        SVC,
+        live,
+        json!({
+            "spec": {"ports": [{"port": 443, "name": "https"}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "3.3.3.3"}]}}
+        }),
+    )
+    .expect("patch applies");
+    assert_eq!(
+        got.pointer("/spec/ports/1"),
+        Some(&json!({"port": 443, "protocol": "TCP", "name": "https"}))
+    );
     assert_eq!(got.pointer("/spec/ports/0/port"), Some(&json!(80)));
-    assert_eq!(got.pointer("/status/loadBalancer/ingress"), Some(&json!([{"ip": "3.3.3.3"}])));
+    assert_eq!(
+        got.pointer("/status/loadBalancer/ingress"),
+        Some(&json!([{"ip": "3.3.3.3"}]))
+    );
 }
 
 #[test]
 fn deployment_strategy_retain_keys() {
     let live = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
         "spec": {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}}}});
-    let got = smp(DEPLOY, live, json!({"spec": {"strategy": {"$retainKeys": ["type"], "type": "Recreate"}}}))
-        .expect("patch applies");
-    assert_eq!(got.pointer("/spec/strategy"), Some(&json!({"type": "Recreate"})));
+    let got = smp(
+        DEPLOY,
+        live,
+        json!({"spec": {"strategy": {"$retainKeys": ["type"], "type": "Recreate"}}}),
+    )
+    .expect("patch applies");
+    assert_eq!(
+        got.pointer("/spec/strategy"),
+        Some(&json!({"type": "Recreate"}))
+    );
 }
 
 #[test]
@@ -213,8 +267,16 @@ fn errors_map_to_upstream_codes() {
         code: u16,
     }
     let cases = [
-        Case { name: "malformed JSON is 400", patch: "{", code: 400 },
-        Case { name: "a list body is 400", patch: "[]", code: 400 },
+        Case {
+            name: "malformed JSON is 400",
+            patch: "{",
+            code: 400,
+        },
+        Case {
+            name: "a list body is 400",
+            patch: "[]",
+            code: 400,
+        },
         Case {
             name: "bad $deleteFromPrimitiveList key format is 400 (ErrBadPatchFormatForPrimitiveList)",
             patch: r#"{"metadata":{"$deleteFromPrimitiveListfinalizers":["a"]}}"#,
@@ -250,5 +312,8 @@ fn errors_map_to_upstream_codes() {
 
 #[test]
 fn go_formatting_of_values_in_messages() {
-    assert_eq!(go_fmt(&json!({"b": [1, "x"], "a": null})), "map[a:<nil> b:[1 x]]");
+    assert_eq!(
+        go_fmt(&json!({"b": [1, "x"], "a": null})),
+        "map[a:<nil> b:[1 x]]"
+    );
 }
