@@ -1,4 +1,345 @@
-//! Placeholder; filled in by its issue.
+//! kube-sim: a Kubernetes API server emulator that real kubectl, helm and
+//! kube-rs accept. Start it in-process with [`KubeSim::start`], get a
+//! [`kube::Client`] or a kubeconfig, inject faults with [`KubeSim::faults`]
+//! and read the request log with [`KubeSim::requests`]. See README.md for
+//! what it emulates and what it does not.
+
+// ApiError carries a whole Status body; errors are the uncommon path.
+#![allow(clippy::result_large_err)]
+
+pub mod admin;
+pub mod discovery;
+pub mod error;
+pub mod faults;
+pub mod http;
+pub mod negotiate;
+pub mod object;
 pub mod openapi;
 pub mod patch;
+pub mod requests;
+pub mod resources;
+pub mod selector;
+pub mod store;
+pub mod strategy;
 pub mod table;
+pub mod validation;
+pub mod watch;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+pub use crate::error::ApiError;
+pub use crate::faults::{FaultAction, FaultRule, Faults};
+pub use crate::requests::{Counter, RequestFilter, RequestRecord, Requests};
+pub use crate::store::{DeleteOptions, DeleteOutcome, ListOptions, Store, WriteOptions};
+
+/// Errors starting or using the simulator.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("binding {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("writing kubeconfig {path}: {source}")]
+    Kubeconfig {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("building a kube client: {0}")]
+    Client(String),
+    #[error("seeding built-in objects: {0}")]
+    Seed(ApiError),
+    #[error(
+        "invalid user name {0:?}: must be non-empty and contain only printable ASCII without spaces"
+    )]
+    User(String),
+}
+
+/// How to run the simulator.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// TCP port; 0 picks a free one.
+    pub port: u16,
+    /// Address to bind (default 127.0.0.1).
+    pub bind: IpAddr,
+    /// Events retained per resource for watch resumption; a watch or an
+    /// Exact list from an older resourceVersion gets 410 Gone.
+    pub history_window: usize,
+    /// Emulate the StorageObjectInUseProtection admission plugin (adds
+    /// `kubernetes.io/pv-protection`/`pvc-protection` on create).
+    pub storage_protection_admission: bool,
+    /// Seed for every random choice (uids, generated names, cluster IPs,
+    /// fault fractions).
+    pub seed: u64,
+    /// Where to write the admin kubeconfig; a temp file when None.
+    pub kubeconfig_out: Option<PathBuf>,
+    /// Requests kept in the request log ring (counters are unbounded).
+    pub request_log_capacity: usize,
+    /// How often watches with `allowWatchBookmarks` get a BOOKMARK.
+    pub bookmark_interval: Duration,
+    /// Pods bound to a node get graceful deletion (deletionTimestamp in the
+    /// future, object kept) as with a kubelet; default false: pods go at once
+    /// (finalizers still honoured).
+    pub pod_graceful_deletion: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            port: 0,
+            bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            history_window: 10_000,
+            storage_protection_admission: false,
+            seed: 0x6b75_6265,
+            kubeconfig_out: None,
+            request_log_capacity: 100_000,
+            bookmark_interval: Duration::from_secs(60),
+            pod_graceful_deletion: false,
+        }
+    }
+}
+
+/// A running simulator.
+pub struct KubeSim {
+    state: Arc<crate::http::State>,
+    addr: SocketAddr,
+    kubeconfig: PathBuf,
+    dir: PathBuf,
+    server: Option<tokio::task::JoinHandle<()>>,
+}
+
+fn kubeconfig_yaml(url: &str, user: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sim\n  cluster:\n    server: {url}\nusers:\n- name: {user}\n  user:\n    token: {user}\ncontexts:\n- name: kube-sim\n  context:\n    cluster: kube-sim\n    user: {user}\n    namespace: default\ncurrent-context: kube-sim\n"
+    )
+}
+
+fn seed_objects(store: &Store) -> Result<(), ApiError> {
+    let ns = resources::find("", "v1", "namespaces").unwrap_or(0);
+    for n in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        store.seed(ns, json!({"metadata": {"name": n}}))?;
+    }
+    let svc = resources::find("", "v1", "services").unwrap_or(0);
+    store.seed(
+        svc,
+        json!({
+            "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"component": "apiserver", "provider": "kubernetes"}},
+            "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]}
+        }),
+    )?;
+    Ok(())
+}
+
+static NEXT_DIR: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+impl KubeSim {
+    /// Binds, seeds the built-in namespaces and starts serving.
+    pub async fn start(cfg: SimConfig) -> Result<KubeSim, SimError> {
+        let store = Arc::new(Store::new(crate::store::StoreConfig {
+            history_window: cfg.history_window,
+            storage_protection: AtomicBool::new(cfg.storage_protection_admission),
+            pod_graceful_deletion: cfg.pod_graceful_deletion,
+            seed: cfg.seed,
+        }));
+        seed_objects(&store).map_err(SimError::Seed)?;
+        let addr = SocketAddr::new(cfg.bind, cfg.port);
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| SimError::Bind { addr, source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| SimError::Bind { addr, source })?;
+        let state = Arc::new(crate::http::State {
+            store,
+            faults: Faults::new(cfg.seed),
+            requests: Requests::new(cfg.request_log_capacity),
+            server_address: parking_lot::Mutex::new(addr.to_string()),
+            bookmark_interval: cfg.bookmark_interval,
+            shutdown: CancellationToken::new(),
+        });
+        let dir = std::env::temp_dir().join(format!(
+            "kube-sim-{}-{}-{}",
+            std::process::id(),
+            addr.port(),
+            NEXT_DIR.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).map_err(|source| SimError::Kubeconfig {
+            path: dir.clone(),
+            source,
+        })?;
+        let kubeconfig = cfg
+            .kubeconfig_out
+            .clone()
+            .unwrap_or_else(|| dir.join("kubeconfig"));
+        let url = format!("http://{addr}");
+        write_file(&kubeconfig, &kubeconfig_yaml(&url, "admin"))?;
+        let server = tokio::spawn(serve(listener, state.clone()));
+        tracing::info!(%url, kubeconfig = %kubeconfig.display(), "kube-sim listening");
+        Ok(KubeSim {
+            state,
+            addr,
+            kubeconfig,
+            dir,
+            server: Some(server),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The admin kubeconfig (user "admin").
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// Writes (once) and returns a kubeconfig whose token is `user`, so that
+    /// requests are attributed to that user.
+    pub fn kubeconfig_for(&self, user: &str) -> Result<PathBuf, SimError> {
+        if user.is_empty() || !user.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(SimError::User(user.to_string()));
+        }
+        let safe: String = user
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let path = self.dir.join(format!("kubeconfig-{safe}"));
+        write_file(&path, &kubeconfig_yaml(&self.url(), user))?;
+        Ok(path)
+    }
+
+    /// A client authenticated as `user`.
+    pub async fn try_client_as(&self, user: &str) -> Result<kube::Client, SimError> {
+        let path = self.kubeconfig_for(user)?;
+        let kc = kube::config::Kubeconfig::read_from(&path)
+            .map_err(|e| SimError::Client(e.to_string()))?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| SimError::Client(e.to_string()))?;
+        kube::Client::try_from(config).map_err(|e| SimError::Client(e.to_string()))
+    }
+
+    /// A client as user "admin".
+    ///
+    /// # Panics
+    /// Only if kube-rs cannot build a client for a plain-HTTP loopback URL
+    /// and a kubeconfig this crate just wrote, which is a bug, not an input
+    /// condition; use [`KubeSim::try_client_as`] to handle it.
+    pub async fn client(&self) -> kube::Client {
+        self.client_as("admin").await
+    }
+
+    /// A client authenticated as `user` (see [`KubeSim::client`] on panics).
+    pub async fn client_as(&self, user: &str) -> kube::Client {
+        match self.try_client_as(user).await {
+            Ok(c) => c,
+            Err(e) => panic!("kube-sim: cannot build a client for {}: {e}", self.url()),
+        }
+    }
+
+    pub fn faults(&self) -> Faults {
+        self.state.faults.clone()
+    }
+
+    pub fn requests(&self) -> Requests {
+        self.state.requests.clone()
+    }
+
+    /// In-process access to the store with full API semantics (validation,
+    /// finalizers, resourceVersion, watch events), for emulated controllers
+    /// such as a kubelet or scheduler.
+    pub fn store(&self) -> Arc<Store> {
+        self.state.store.clone()
+    }
+
+    pub fn set_storage_protection_admission(&self, on: bool) {
+        self.state.store.set_storage_protection(on)
+    }
+
+    /// Stops serving and ends every open connection and watch.
+    pub async fn shutdown(mut self) {
+        self.state.shutdown.cancel();
+        self.state.faults.resume();
+        if let Some(s) = self.server.take() {
+            let _ = s.await;
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Drop for KubeSim {
+    fn drop(&mut self) {
+        self.state.shutdown.cancel();
+    }
+}
+
+fn write_file(path: &Path, content: &str) -> Result<(), SimError> {
+    if let Some(parent) = path.parent()
+        && !parent.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(parent).map_err(|source| SimError::Kubeconfig {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    }
+    std::fs::write(path, content).map_err(|source| SimError::Kubeconfig {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+async fn serve(listener: tokio::net::TcpListener, state: Arc<crate::http::State>) {
+    let shutdown = state.shutdown.clone();
+    loop {
+        let (stream, _) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let st = state.clone();
+        let token = shutdown.clone();
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let st = st.clone();
+                async move { Ok::<_, std::convert::Infallible>(crate::http::handle(st, req).await) }
+            });
+            let builder =
+                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+            tokio::select! {
+                r = conn => {
+                    if let Err(e) = r {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                }
+                _ = token.cancelled() => {}
+            }
+        });
+    }
+}

@@ -1,0 +1,193 @@
+//! Discovery documents: `/version`, `/api`, `/apis`, `/api/v1`,
+//! `/apis/<g>[/<v>]`, in both the legacy (APIResourceList) and the aggregated
+//! (apidiscovery.k8s.io/v2 APIGroupDiscoveryList) forms, as
+//! staging/src/k8s.io/apiserver/pkg/endpoints/discovery serves them.
+
+use serde_json::{Value, json};
+
+use crate::resources::{RESOURCES, ResourceDef, groups};
+
+/// The Kubernetes version kube-sim reports.
+pub const KUBE_MAJOR: &str = "1";
+pub const KUBE_MINOR: &str = "33";
+pub const KUBE_GIT_VERSION: &str = "v1.33.0";
+
+pub fn version() -> Value {
+    json!({
+        "major": KUBE_MAJOR,
+        "minor": KUBE_MINOR,
+        "emulationMajor": KUBE_MAJOR,
+        "emulationMinor": KUBE_MINOR,
+        "minCompatibilityMajor": KUBE_MAJOR,
+        "minCompatibilityMinor": "32",
+        "gitVersion": KUBE_GIT_VERSION,
+        "gitCommit": "kube-sim",
+        "gitTreeState": "clean",
+        "buildDate": "2025-04-23T00:00:00Z",
+        "goVersion": "go1.24.2",
+        "compiler": "gc",
+        "platform": "linux/amd64"
+    })
+}
+
+pub fn api_versions(server_address: &str) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]
+    })
+}
+
+fn group_doc(name: &str, versions: &[&str]) -> Value {
+    let vs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{name}/{v}"), "version": v}))
+        .collect();
+    json!({
+        "name": name,
+        "versions": vs,
+        "preferredVersion": {"groupVersion": format!("{name}/{}", versions[0]), "version": versions[0]}
+    })
+}
+
+pub fn api_group_list() -> Value {
+    let gs: Vec<Value> = groups().iter().map(|(g, vs)| group_doc(g, vs)).collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": gs})
+}
+
+pub fn api_group(group: &str) -> Option<Value> {
+    let (g, vs) = groups().into_iter().find(|(g, _)| *g == group)?;
+    let mut doc = group_doc(g, &vs);
+    let m = doc.as_object_mut()?;
+    m.insert("kind".into(), json!("APIGroup"));
+    m.insert("apiVersion".into(), json!("v1"));
+    Some(doc)
+}
+
+fn subresources(r: &ResourceDef) -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut out = Vec::new();
+    if r.group.is_empty() && r.resource == "namespaces" {
+        out.push(("finalize", vec!["update"]));
+    }
+    if r.has_status {
+        out.push(("status", vec!["get", "patch", "update"]));
+    }
+    out
+}
+
+/// A short, stable hash standing in for upstream's storageVersionHash.
+fn storage_version_hash(r: &ResourceDef) -> String {
+    use base64::Engine;
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in format!("{}/{}/{}", r.group, r.version, r.kind).bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    base64::engine::general_purpose::STANDARD.encode(h.to_be_bytes())
+}
+
+/// The legacy APIResourceList of one group-version; None if not served.
+pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+    let rs: Vec<&ResourceDef> = RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+        .collect();
+    if rs.is_empty() {
+        return None;
+    }
+    let mut out = Vec::new();
+    for r in rs {
+        let mut e = json!({
+            "name": r.resource,
+            "singularName": r.singular,
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": r.verbs(),
+        });
+        if !r.short_names.is_empty() {
+            e["shortNames"] = json!(r.short_names);
+        }
+        if !r.categories.is_empty() {
+            e["categories"] = json!(r.categories);
+        }
+        e["storageVersionHash"] = json!(storage_version_hash(r));
+        out.push(e);
+        for (sub, verbs) in subresources(r) {
+            out.push(json!({
+                "name": format!("{}/{}", r.resource, sub),
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": verbs,
+            }));
+        }
+    }
+    let gv = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    let mut doc = json!({"kind": "APIResourceList", "groupVersion": gv, "resources": out});
+    if !group.is_empty()
+        && let Some(m) = doc.as_object_mut()
+    {
+        m.insert("apiVersion".into(), json!("v1"));
+    }
+    Some(doc)
+}
+
+fn aggregated_version(group: &str, version: &str) -> Value {
+    let mut resources = Vec::new();
+    for r in RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        let kind = json!({"group": r.group, "version": r.version, "kind": r.kind});
+        let mut e = json!({
+            "resource": r.resource,
+            "responseKind": kind,
+            "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+            "singularResource": r.singular,
+            "verbs": r.verbs(),
+        });
+        if !r.short_names.is_empty() {
+            e["shortNames"] = json!(r.short_names);
+        }
+        if !r.categories.is_empty() {
+            e["categories"] = json!(r.categories);
+        }
+        let subs: Vec<Value> = subresources(r)
+            .into_iter()
+            .map(|(s, verbs)| json!({"subresource": s, "responseKind": kind, "verbs": verbs}))
+            .collect();
+        if !subs.is_empty() {
+            e["subresources"] = json!(subs);
+        }
+        resources.push(e);
+    }
+    json!({"version": version, "resources": resources, "freshness": "Current"})
+}
+
+/// The aggregated discovery document for `/api` (core) or `/apis`.
+pub fn aggregated(core: bool, api_version: &str) -> Value {
+    let items: Vec<Value> = if core {
+        vec![json!({
+            "metadata": {"creationTimestamp": null},
+            "versions": [aggregated_version("", "v1")]
+        })]
+    } else {
+        groups()
+            .iter()
+            .map(|(g, vs)| {
+                let versions: Vec<Value> = vs.iter().map(|v| aggregated_version(g, v)).collect();
+                json!({"metadata": {"name": g, "creationTimestamp": null}, "versions": versions})
+            })
+            .collect()
+    };
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": format!("apidiscovery.k8s.io/{api_version}"),
+        "metadata": {},
+        "items": items
+    })
+}

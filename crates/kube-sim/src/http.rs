@@ -1,0 +1,953 @@
+//! The HTTP front end: routing of Kubernetes API paths, request decoding,
+//! response encoding, watch streaming, accounting and fault injection.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming};
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{ApiError, FieldError};
+use crate::faults::{Decision, Faults, Target};
+use crate::negotiate::{Want, negotiate};
+use crate::object;
+use crate::patch::PatchKind;
+use crate::requests::{RequestRecord, Requests};
+use crate::resources::{self, RESOURCES, ResId, ResourceDef};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{DeleteOptions, DeleteOutcome, ListOptions, Store, Stored, WriteOptions};
+use crate::{discovery, openapi, table};
+
+/// Response body: a whole buffer or a stream of chunks (watch).
+pub enum RespBody {
+    Full(Option<Bytes>),
+    Chan(tokio::sync::mpsc::Receiver<Bytes>),
+}
+
+impl hyper::body::Body for RespBody {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            RespBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            RespBody::Chan(rx) => rx.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+    fn is_end_stream(&self) -> bool {
+        matches!(self, RespBody::Full(None))
+    }
+}
+
+/// Shared server state.
+pub(crate) struct State {
+    pub store: Arc<Store>,
+    pub faults: Faults,
+    pub requests: Requests,
+    pub server_address: parking_lot::Mutex<String>,
+    pub bookmark_interval: Duration,
+    pub shutdown: CancellationToken,
+}
+
+const JSON: &str = "application/json";
+
+fn json_response(code: u16, body: Bytes, content_type: &str) -> Response<RespBody> {
+    let mut r = Response::new(RespBody::Full(Some(body)));
+    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    if let Ok(v) = HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn value_response(code: u16, v: &Value) -> Response<RespBody> {
+    json_response(code, Bytes::from(v.to_string()), JSON)
+}
+
+pub(crate) fn error_response(e: &ApiError) -> Response<RespBody> {
+    let mut r = value_response(e.code, &e.status());
+    if let Some(s) = e.retry_after
+        && let Ok(v) = HeaderValue::from_str(&s.to_string())
+    {
+        r.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    r
+}
+
+fn not_found_path() -> ApiError {
+    ApiError::new(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+    )
+    .with_details(json!({}))
+}
+
+/// What a request addresses.
+#[derive(Debug, Clone, Default)]
+struct Target2 {
+    rid: Option<ResId>,
+    group: String,
+    version: String,
+    resource: String,
+    subresource: String,
+    namespace: String,
+    name: String,
+    watch_path: bool,
+    /// `/api/v1/namespaces/x/pods` vs `/api/v1/pods`: the namespace given in the path.
+    ns_in_path: bool,
+}
+
+/// Parses `/api/v1/...` and `/apis/g/v/...` resource paths. `Err` = 404.
+fn route(path: &str) -> Result<Option<Target2>, ApiError> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", "v1", rest @ ..] if !rest.is_empty() => ("", "v1", rest),
+        ["apis", g, v, rest @ ..] if !rest.is_empty() => (*g, *v, rest),
+        _ => return Ok(None),
+    };
+    let mut t = Target2 {
+        group: group.into(),
+        version: version.into(),
+        ..Default::default()
+    };
+    let mut rest = rest;
+    if rest.first() == Some(&"watch") {
+        t.watch_path = true;
+        rest = &rest[1..];
+    }
+    let (ns, rest) = match rest {
+        ["namespaces", ns, tail @ ..]
+            if !tail.is_empty()
+                && group.is_empty()
+                && matches!(tail, ["status"] | ["finalize"]) =>
+        {
+            t.resource = "namespaces".into();
+            t.name = (*ns).into();
+            t.subresource = tail[0].into();
+            t.rid = resources::find("", "v1", "namespaces");
+            return Ok(Some(t));
+        }
+        ["namespaces", ns, tail @ ..] if !tail.is_empty() => (Some(*ns), tail),
+        other => (None, other),
+    };
+    let (res, name, sub) = match rest {
+        [r] => (*r, "", ""),
+        [r, n] => (*r, *n, ""),
+        [r, n, s] => (*r, *n, *s),
+        _ => return Err(not_found_path()),
+    };
+    let rid = resources::find(group, version, res).ok_or_else(not_found_path)?;
+    let def = &RESOURCES[rid];
+    if ns.is_some() && !def.namespaced {
+        return Err(not_found_path());
+    }
+    if ns.is_none() && def.namespaced && !name.is_empty() {
+        return Err(not_found_path());
+    }
+    match sub {
+        "" => {}
+        "status" if def.has_status => {}
+        "finalize" if def.group.is_empty() && def.resource == "namespaces" => {}
+        _ => return Err(not_found_path()),
+    }
+    t.rid = Some(rid);
+    t.resource = res.into();
+    t.name = name.into();
+    t.subresource = sub.into();
+    if let Some(n) = ns {
+        t.namespace = n.into();
+        t.ns_in_path = true;
+    }
+    Ok(Some(t))
+}
+
+fn query_map(q: Option<&str>) -> Vec<(String, String)> {
+    q.map(|q| {
+        form_urlencoded::parse(q.as_bytes())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+pub(crate) struct Query(pub(crate) Vec<(String, String)>);
+
+impl Query {
+    pub(crate) fn get(&self, k: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(qk, _)| qk == k)
+            .map(|(_, v)| v.as_str())
+    }
+    pub(crate) fn flag(&self, k: &str) -> bool {
+        matches!(self.get(k), Some("true" | "1"))
+    }
+}
+
+fn header_str(req: &Request<Incoming>, h: header::HeaderName) -> Option<&str> {
+    req.headers().get(h).and_then(|v| v.to_str().ok())
+}
+
+/// The user a request authenticates as: the bearer token is the user name.
+fn user_of(req: &Request<Incoming>) -> String {
+    header_str(req, header::AUTHORIZATION)
+        .and_then(|a| a.strip_prefix("Bearer "))
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| "system:anonymous".to_string())
+}
+
+/// The authorizer's verb for a resource request
+/// (staging/src/k8s.io/apiserver/pkg/endpoints/request/requestinfo.go).
+fn k8s_verb(method: &Method, has_name: bool, watch: bool) -> &'static str {
+    match *method {
+        Method::GET | Method::HEAD => {
+            if watch {
+                "watch"
+            } else if has_name {
+                "get"
+            } else {
+                "list"
+            }
+        }
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE => {
+            if has_name {
+                "delete"
+            } else {
+                "deletecollection"
+            }
+        }
+        _ => "",
+    }
+}
+
+/// Entry point for one HTTP request.
+pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<RespBody> {
+    let path = req.uri().path().to_string();
+    if path == "/_sim" || path.starts_with("/_sim/") {
+        return crate::admin::handle(state, req).await;
+    }
+    let started = Instant::now();
+    let time = jiff::Timestamp::now().to_string();
+    let user = user_of(&req);
+    let ua = header_str(&req, header::USER_AGENT)
+        .unwrap_or("")
+        .to_string();
+    let method = req.method().clone();
+    let query = Query(query_map(req.uri().query()));
+    let routed = route(&path);
+    let mut rec = RequestRecord {
+        seq: 0,
+        time,
+        user: user.clone(),
+        user_agent: ua.clone(),
+        method: method.to_string(),
+        verb: method.as_str().to_ascii_lowercase(),
+        api_group: String::new(),
+        api_version: String::new(),
+        resource: String::new(),
+        subresource: String::new(),
+        namespace: String::new(),
+        name: String::new(),
+        path: path.clone(),
+        code: 0,
+        latency_ms: 0.0,
+    };
+    let target = match &routed {
+        Ok(Some(t)) => {
+            let watch = t.watch_path || query.flag("watch");
+            rec.verb = k8s_verb(&method, !t.name.is_empty(), watch).to_string();
+            rec.api_group = t.group.clone();
+            rec.api_version = t.version.clone();
+            rec.resource = t.resource.clone();
+            rec.subresource = t.subresource.clone();
+            rec.namespace = t.namespace.clone();
+            rec.name = t.name.clone();
+            Some(t.clone())
+        }
+        _ => None,
+    };
+    state.faults.wait_unpaused().await;
+    let decision = state.faults.decide(&Target {
+        verb: &rec.verb,
+        resource: &rec.resource,
+        subresource: &rec.subresource,
+        user: &rec.user,
+        namespace: &rec.namespace,
+        name: &rec.name,
+    });
+    if let Some(d) = decision.latency {
+        tokio::time::sleep(d).await;
+    }
+    let resp = if let Some((code, retry, message)) = &decision.error {
+        error_response(&injected_error(*code, *retry, message.as_deref(), &rec))
+    } else {
+        match (routed, target) {
+            (Err(e), _) => error_response(&e),
+            (Ok(None), _) => non_resource(&state, &req, &path).await,
+            (Ok(Some(_)), Some(t)) => {
+                let manager = field_manager(&query, &ua);
+                match resource_request(&state, req, t, query, manager, &decision).await {
+                    Ok(r) => r,
+                    Err(e) => error_response(&e),
+                }
+            }
+            (Ok(Some(_)), None) => error_response(&not_found_path()),
+        }
+    };
+    rec.code = resp.status().as_u16();
+    rec.latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+    state.requests.record(rec);
+    resp
+}
+
+fn injected_error(
+    code: u16,
+    retry: Option<u64>,
+    message: Option<&str>,
+    rec: &RequestRecord,
+) -> ApiError {
+    let gr = crate::error::GroupResource::new(&rec.api_group, &rec.resource);
+    let mut e = match code {
+        409 => ApiError::stale(&gr, &rec.name),
+        429 => ApiError::too_many_requests(
+            message.unwrap_or("Too many requests, please try again later."),
+            retry.unwrap_or(1),
+        ),
+        503 => ApiError::service_unavailable(
+            message
+                .unwrap_or("The server is currently unable to handle the request (injected fault)"),
+        ),
+        500 => ApiError::internal(message.unwrap_or("injected fault")),
+        410 => ApiError::expired(message.unwrap_or("injected fault")),
+        404 => ApiError::not_found(&gr, &rec.name),
+        other => ApiError::new(other, "", message.unwrap_or("injected fault")),
+    };
+    if let Some(r) = retry {
+        e.retry_after = Some(r);
+    }
+    e
+}
+
+/// `fieldManager` or, like upstream's prefixFromUserAgent, the user agent up
+/// to the first '/'.
+fn field_manager(q: &Query, ua: &str) -> String {
+    if let Some(m) = q.get("fieldManager") {
+        return m.to_string();
+    }
+    crate::patch::manager_from_user_agent(ua)
+}
+
+async fn non_resource(
+    state: &Arc<State>,
+    req: &Request<Incoming>,
+    path: &str,
+) -> Response<RespBody> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return error_response(&ApiError::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        ));
+    }
+    let accept = header_str(req, header::ACCEPT);
+    let trimmed = path.trim_end_matches('/');
+    match trimmed {
+        "/version" => value_response(200, &discovery::version()),
+        "/healthz" | "/livez" | "/readyz" => {
+            json_response(200, Bytes::from_static(b"ok"), "text/plain; charset=utf-8")
+        }
+        "/api" | "/apis" => {
+            let core = trimmed == "/api";
+            match negotiate(accept, true) {
+                Some(Want::Discovery(v)) => {
+                    let doc = discovery::aggregated(core, &v);
+                    let mut r = value_response(200, &doc);
+                    let ct = format!(
+                        "application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"
+                    );
+                    if let Ok(h) = HeaderValue::from_str(&ct) {
+                        r.headers_mut().insert(header::CONTENT_TYPE, h);
+                    }
+                    r.headers_mut()
+                        .insert(header::VARY, HeaderValue::from_static("Accept"));
+                    r
+                }
+                Some(_) => {
+                    let doc = if core {
+                        discovery::api_versions(&state.server_address.lock())
+                    } else {
+                        discovery::api_group_list()
+                    };
+                    let mut r = value_response(200, &doc);
+                    r.headers_mut()
+                        .insert(header::VARY, HeaderValue::from_static("Accept"));
+                    r
+                }
+                None => error_response(&not_acceptable()),
+            }
+        }
+        "/openapi/v2" => {
+            if accept.is_some_and(|a| !a.contains("json") && !a.contains("*/*")) {
+                return error_response(&not_acceptable());
+            }
+            json_response(200, Bytes::from_static(openapi::v2_document()), JSON)
+        }
+        "/openapi/v3" => value_response(200, &openapi::v3_index(true)),
+        p if p.starts_with("/openapi/v3/") => {
+            let gv = &p["/openapi/v3/".len()..];
+            match openapi::v3_document(gv) {
+                Some(doc) => json_response(200, Bytes::from_static(doc), JSON),
+                None => error_response(&not_found_path()),
+            }
+        }
+        p => {
+            let segs: Vec<&str> = p.trim_matches('/').split('/').collect();
+            match segs.as_slice() {
+                ["api", v] => match discovery::resource_list("", v) {
+                    Some(d) => value_response(200, &d),
+                    None => error_response(&not_found_path()),
+                },
+                ["apis", g] => match discovery::api_group(g) {
+                    Some(d) => value_response(200, &d),
+                    None => error_response(&not_found_path()),
+                },
+                ["apis", g, v] => match discovery::resource_list(g, v) {
+                    Some(d) => value_response(200, &d),
+                    None => error_response(&not_found_path()),
+                },
+                _ => error_response(&not_found_path()),
+            }
+        }
+    }
+}
+
+fn not_acceptable() -> ApiError {
+    ApiError::new(
+        406,
+        "NotAcceptable",
+        "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf",
+    )
+}
+
+async fn read_body(req: Request<Incoming>) -> Result<(Option<String>, Bytes), ApiError> {
+    let ct = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| ApiError::bad_request(format!("error reading request body: {e}")))?
+        .to_bytes();
+    if body.len() > 3 * 1024 * 1024 {
+        return Err(ApiError::new(
+            413,
+            "RequestEntityTooLarge",
+            "Request entity too large: limit is 3145728",
+        ));
+    }
+    Ok((ct, body))
+}
+
+/// Decodes a create/update body (JSON or YAML).
+fn decode_object(ct: Option<&str>, body: &[u8]) -> Result<Value, ApiError> {
+    let media = ct
+        .unwrap_or(JSON)
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match media.as_str() {
+        "application/json" | "" | "*/*" => serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+        }),
+        "application/yaml" => serde_yaml::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: {e}"))),
+        other => Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/cbor (got {other})"
+            ),
+        )),
+    }
+}
+
+fn write_options(q: &Query, manager: String) -> Result<WriteOptions, ApiError> {
+    let dry_run = match q.get("dryRun") {
+        None | Some("") => false,
+        Some("All") => true,
+        Some(other) => {
+            return Err(ApiError::invalid(
+                "meta.k8s.io",
+                "CreateOptions",
+                "",
+                &[FieldError::not_supported(
+                    "dryRun",
+                    json!([other]),
+                    &["All"],
+                )],
+            ));
+        }
+    };
+    if manager.len() > 128 {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "CreateOptions",
+            "",
+            &[FieldError {
+                kind: crate::error::FieldErrorType::TooLong,
+                field: "fieldManager".into(),
+                value: None,
+                detail: "may not be more than 128 bytes".into(),
+            }],
+        ));
+    }
+    Ok(WriteOptions {
+        field_manager: manager,
+        dry_run,
+        force: q.flag("force"),
+    })
+}
+
+fn list_options(q: &Query, def: &ResourceDef) -> Result<ListOptions, ApiError> {
+    let limit = match q.get("limit") {
+        None | Some("") => None,
+        Some(l) => Some(
+            l.parse::<i64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+        ),
+    };
+    Ok(ListOptions {
+        label_selector: LabelSelector::parse(q.get("labelSelector").unwrap_or(""))?,
+        field_selector: FieldSelector::parse(q.get("fieldSelector").unwrap_or(""), def)?,
+        limit: limit.filter(|l| *l > 0).map(|l| l as usize),
+        continue_token: q.get("continue").map(str::to_string),
+        resource_version: q.get("resourceVersion").map(str::to_string),
+        resource_version_match: q.get("resourceVersionMatch").map(str::to_string),
+    })
+}
+
+fn stored_response(
+    code: u16,
+    s: &Stored,
+    want: &Want,
+    def: &ResourceDef,
+    q: &Query,
+) -> Response<RespBody> {
+    match want {
+        Want::Json | Want::Discovery(_) => json_response(code, s.bytes.clone(), JSON),
+        Want::PartialMetadata => value_response(code, &partial_meta(&s.value)),
+        Want::Table => {
+            let t = table::to_table(
+                def.resource,
+                def.group,
+                &[&s.value],
+                q.get("includeObject").unwrap_or("Metadata"),
+                json!({"resourceVersion": s.rv.to_string()}),
+                jiff::Timestamp::now(),
+            );
+            value_response(code, &t)
+        }
+    }
+}
+
+fn partial_meta(v: &Value) -> Value {
+    json!({
+        "kind": "PartialObjectMetadata",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": v.get("metadata").cloned().unwrap_or_else(|| json!({})),
+    })
+}
+
+async fn resource_request(
+    state: &Arc<State>,
+    req: Request<Incoming>,
+    t: Target2,
+    q: Query,
+    manager: String,
+    decision: &Decision,
+) -> Result<Response<RespBody>, ApiError> {
+    let rid = t.rid.ok_or_else(not_found_path)?;
+    let def = &RESOURCES[rid];
+    let store = &state.store;
+    let want = negotiate(header_str(&req, header::ACCEPT), false).ok_or_else(not_acceptable)?;
+    let method = req.method().clone();
+    let ns = t.namespace.clone();
+    let name = t.name.clone();
+    let sub = if t.subresource.is_empty() {
+        None
+    } else {
+        Some(t.subresource.as_str())
+    };
+    let watch = t.watch_path || q.flag("watch");
+    match method {
+        Method::GET | Method::HEAD if watch => {
+            let mut opts = list_options(&q, def)?;
+            if !name.is_empty() {
+                opts.field_selector = FieldSelector::parse(&format!("metadata.name={name}"), def)?;
+            }
+            let ns = if def.namespaced && t.ns_in_path {
+                Some(ns)
+            } else {
+                None
+            };
+            crate::watch::serve(state.clone(), rid, ns, opts, &q, want, decision)
+        }
+        Method::GET | Method::HEAD if name.is_empty() => {
+            let opts = list_options(&q, def)?;
+            let ns = if def.namespaced && t.ns_in_path {
+                Some(ns.as_str())
+            } else {
+                None
+            };
+            let res = store.list(rid, ns, &opts).await?;
+            Ok(list_response(def, &res, &want, &q))
+        }
+        Method::GET | Method::HEAD => {
+            if let Some(rv) = q
+                .get("resourceVersion")
+                .filter(|r| !r.is_empty() && *r != "0")
+            {
+                let want_rv = rv.parse::<u64>().map_err(|_| {
+                    ApiError::bad_request(format!("invalid resource version: {rv:?}"))
+                })?;
+                store.wait_for_rv(want_rv).await?;
+            }
+            let s = store.get(rid, &ns, &name)?;
+            Ok(stored_response(200, &s, &want, def, &q))
+        }
+        Method::POST => {
+            if !name.is_empty() {
+                return Err(ApiError::method_not_supported(
+                    &def.group_resource(),
+                    "create",
+                ));
+            }
+            if def.namespaced && !t.ns_in_path {
+                return Err(ApiError::method_not_supported(
+                    &def.group_resource(),
+                    "create",
+                ));
+            }
+            let opts = write_options(&q, manager)?;
+            let (ct, body) = read_body(req).await?;
+            let obj = decode_object(ct.as_deref(), &body)?;
+            let s = store.create(rid, &ns, obj, &opts)?;
+            Ok(stored_response(201, &s, &want, def, &q))
+        }
+        Method::PUT => {
+            if name.is_empty() {
+                return Err(ApiError::method_not_supported(
+                    &def.group_resource(),
+                    "update",
+                ));
+            }
+            let opts = write_options(&q, manager)?;
+            let (ct, body) = read_body(req).await?;
+            let obj = decode_object(ct.as_deref(), &body)?;
+            let (s, created) = store.update(rid, &ns, &name, sub, obj, &opts)?;
+            Ok(stored_response(
+                if created { 201 } else { 200 },
+                &s,
+                &want,
+                def,
+                &q,
+            ))
+        }
+        Method::PATCH => {
+            if name.is_empty() {
+                return Err(ApiError::method_not_supported(
+                    &def.group_resource(),
+                    "patch",
+                ));
+            }
+            if sub == Some("finalize") {
+                return Err(ApiError::method_not_supported(
+                    &def.group_resource(),
+                    "patch",
+                ));
+            }
+            let mut opts = write_options(&q, manager)?;
+            let (ct, body) = read_body(req).await?;
+            let ct = ct.unwrap_or_default();
+            let kind = PatchKind::from_content_type(&ct).ok_or_else(|| {
+                ApiError::new(
+                    415,
+                    "UnsupportedMediaType",
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/apply-patch+cbor, application/strategic-merge-patch+json".to_string(),
+                )
+            })?;
+            if kind == PatchKind::Apply {
+                if q.get("fieldManager").is_none_or(str::is_empty) {
+                    return Err(ApiError::invalid(
+                        "meta.k8s.io",
+                        "PatchOptions",
+                        "",
+                        &[FieldError::required(
+                            "fieldManager",
+                            "is required for apply patch",
+                        )],
+                    ));
+                }
+            } else if q.get("force").is_some() {
+                return Err(ApiError::invalid(
+                    "meta.k8s.io",
+                    "PatchOptions",
+                    "",
+                    &[FieldError::forbidden(
+                        "force",
+                        "may not be specified for non-apply patch",
+                    )],
+                ));
+            }
+            opts.force = q.flag("force");
+            let (s, created) = store.patch(rid, &ns, &name, sub, kind, &body, &opts)?;
+            Ok(stored_response(
+                if created { 201 } else { 200 },
+                &s,
+                &want,
+                def,
+                &q,
+            ))
+        }
+        Method::DELETE => {
+            let (_, body) = read_body(req).await?;
+            let opts = delete_options(&q, &body)?;
+            if name.is_empty() {
+                let lo = list_options(&q, def)?;
+                let ns = if def.namespaced && t.ns_in_path {
+                    Some(ns.as_str())
+                } else {
+                    None
+                };
+                let items = store.delete_collection(
+                    rid,
+                    ns,
+                    &lo.label_selector,
+                    &lo.field_selector,
+                    &opts,
+                )?;
+                let res = crate::store::ListResult {
+                    items,
+                    resource_version: store.current_rv(),
+                    continue_token: None,
+                    remaining: None,
+                };
+                return Ok(list_response(def, &res, &Want::Json, &q));
+            }
+            if def.group.is_empty()
+                && def.resource == "namespaces"
+                && matches!(name.as_str(), "default" | "kube-system" | "kube-public")
+            {
+                // NamespaceLifecycle admission: immortal namespaces.
+                return Err(ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!(
+                        "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
+                    ),
+                )
+                .with_details(json!({"name": name, "kind": "namespaces"})));
+            }
+            match store.delete(rid, &ns, &name, &opts)? {
+                DeleteOutcome::Pending(s) => Ok(stored_response(200, &s, &want, def, &q)),
+                DeleteOutcome::Deleted(s) => {
+                    if returns_deleted_object(def) {
+                        Ok(stored_response(200, &s, &want, def, &q))
+                    } else {
+                        let mut d = Map::new();
+                        d.insert("name".into(), json!(name));
+                        if !def.group.is_empty() {
+                            d.insert("group".into(), json!(def.group));
+                        }
+                        d.insert("kind".into(), json!(def.resource));
+                        d.insert("uid".into(), json!(object::meta_str(&s.value, "uid")));
+                        Ok(value_response(
+                            200,
+                            &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": d}),
+                        ))
+                    }
+                }
+            }
+        }
+        _ => Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )),
+    }
+}
+
+/// Registries with `ReturnDeletedObject: true`
+/// (pkg/registry/core/{pod,serviceaccount,persistentvolume,
+/// persistentvolumeclaim,service,namespace}/storage/storage.go).
+fn returns_deleted_object(def: &ResourceDef) -> bool {
+    def.group.is_empty()
+        && matches!(
+            def.resource,
+            "pods"
+                | "serviceaccounts"
+                | "persistentvolumes"
+                | "persistentvolumeclaims"
+                | "services"
+                | "namespaces"
+        )
+}
+
+fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, ApiError> {
+    let mut o = DeleteOptions::default();
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let v: Value = serde_json::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+        })?;
+        o.grace_period_seconds = v.get("gracePeriodSeconds").and_then(Value::as_i64);
+        o.propagation_policy = v
+            .get("propagationPolicy")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        if v.get("orphanDependents").and_then(Value::as_bool) == Some(true)
+            && o.propagation_policy.is_none()
+        {
+            o.propagation_policy = Some("Orphan".into());
+        }
+        if let Some(p) = v.get("preconditions") {
+            o.precondition_uid = p.get("uid").and_then(Value::as_str).map(str::to_string);
+            o.precondition_rv = p
+                .get("resourceVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+        }
+        o.dry_run = v
+            .get("dryRun")
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(|x| x == "All"));
+    }
+    if let Some(g) = q.get("gracePeriodSeconds") {
+        o.grace_period_seconds = Some(
+            g.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?,
+        );
+    }
+    if let Some(p) = q.get("propagationPolicy") {
+        o.propagation_policy = Some(p.to_string());
+    }
+    if q.get("dryRun") == Some("All") {
+        o.dry_run = true;
+    }
+    Ok(o)
+}
+
+fn list_response(
+    def: &ResourceDef,
+    res: &crate::store::ListResult,
+    want: &Want,
+    q: &Query,
+) -> Response<RespBody> {
+    let mut meta = Map::new();
+    meta.insert(
+        "resourceVersion".into(),
+        json!(res.resource_version.to_string()),
+    );
+    if let Some(c) = &res.continue_token {
+        meta.insert("continue".into(), json!(c));
+    }
+    if let Some(r) = res.remaining {
+        meta.insert("remainingItemCount".into(), json!(r));
+    }
+    match want {
+        Want::Table => {
+            let objs: Vec<&Value> = res.items.iter().map(|s| &s.value).collect();
+            let t = table::to_table(
+                def.resource,
+                def.group,
+                &objs,
+                q.get("includeObject").unwrap_or("Metadata"),
+                Value::Object(meta),
+                jiff::Timestamp::now(),
+            );
+            value_response(200, &t)
+        }
+        Want::PartialMetadata => {
+            let items: Vec<Value> = res.items.iter().map(|s| partial_meta(&s.value)).collect();
+            value_response(
+                200,
+                &json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "items": items}),
+            )
+        }
+        _ => {
+            // Splice the stored bytes: no re-serialisation per list.
+            let head =
+                json!({"kind": def.list_kind(), "apiVersion": def.api_version(), "metadata": meta})
+                    .to_string();
+            let mut out = Vec::with_capacity(
+                head.len() + res.items.iter().map(|s| s.bytes.len() + 1).sum::<usize>() + 16,
+            );
+            out.extend_from_slice(&head.as_bytes()[..head.len() - 1]);
+            out.extend_from_slice(b",\"items\":[");
+            for (i, s) in res.items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(&s.bytes);
+            }
+            out.extend_from_slice(b"]}");
+            json_response(200, Bytes::from(out), JSON)
+        }
+    }
+}
+
+/// Encodes one watch event line in the wire format
+/// (`{"type":"ADDED","object":{...}}\n`).
+pub(crate) fn event_line(ty: &str, obj: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(obj.len() + 32);
+    out.extend_from_slice(b"{\"type\":\"");
+    out.extend_from_slice(ty.as_bytes());
+    out.extend_from_slice(b"\",\"object\":");
+    out.extend_from_slice(obj);
+    out.extend_from_slice(b"}\n");
+    Bytes::from(out)
+}
+
+/// The object of a watch event in the representation the client asked for.
+pub(crate) fn event_object(
+    def: &ResourceDef,
+    value: &Value,
+    bytes: &Bytes,
+    want: &Want,
+    include: &str,
+) -> Bytes {
+    match want {
+        Want::Json | Want::Discovery(_) => bytes.clone(),
+        Want::PartialMetadata => Bytes::from(partial_meta(value).to_string()),
+        Want::Table => {
+            let rv = object::meta_str(value, "resourceVersion").to_string();
+            let t = table::to_table(
+                def.resource,
+                def.group,
+                &[value],
+                include,
+                json!({"resourceVersion": rv}),
+                jiff::Timestamp::now(),
+            );
+            Bytes::from(t.to_string())
+        }
+    }
+}

@@ -1,0 +1,1400 @@
+//! The object store: one global resourceVersion, per-resource ordered maps of
+//! serialized objects and per-resource event history (the "watch cache"),
+//! with the write semantics of the generic registry
+//! (staging/src/k8s.io/apiserver/pkg/registry/generic/registry/store.go and
+//! pkg/registry/rest/{create,update,delete}.go).
+//!
+//! Writes take the store lock only to check-and-commit; patches and
+//! serialisation happen outside it (an optimistic retry loop like etcd3's
+//! `GuaranteedUpdate`). Watchers read the shared history ring; nothing is
+//! written to a socket while the lock is held.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+
+use crate::error::{ApiError, FieldError, GroupResource};
+use crate::object::{self, canonicalize, finalizers, meta_str};
+use crate::patch::{self, PatchKind, PatchRequest};
+use crate::resources::{self, RESOURCES, ResId, ResourceDef};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::strategy;
+
+/// Key of an object within its resource: (namespace, name); "" namespace for
+/// cluster-scoped kinds.
+pub type Key = (String, String);
+
+/// One stored object version: its JSON and its serialized bytes.
+#[derive(Debug)]
+pub struct Stored {
+    pub value: Value,
+    pub bytes: Bytes,
+    pub rv: u64,
+}
+
+impl Stored {
+    fn new(value: Value, rv: u64) -> Result<Arc<Stored>, ApiError> {
+        let bytes = serde_json::to_vec(&value).map_err(ApiError::internal)?;
+        Ok(Arc::new(Stored {
+            value,
+            bytes: Bytes::from(bytes),
+            rv,
+        }))
+    }
+    pub fn key(&self) -> Key {
+        (
+            meta_str(&self.value, "namespace").to_string(),
+            meta_str(&self.value, "name").to_string(),
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as the watch cache keeps it.
+#[derive(Debug)]
+pub struct Event {
+    pub ty: EventType,
+    pub rv: u64,
+    pub key: Key,
+    /// The new state (for DELETED: the last state, stamped with the
+    /// deletion's resourceVersion, as etcd3's watcher reports it).
+    pub obj: Arc<Stored>,
+    /// The state before this event (None for ADDED).
+    pub prev: Option<Arc<Stored>>,
+}
+
+struct ResState {
+    objects: BTreeMap<Key, Arc<Stored>>,
+    history: VecDeque<Arc<Event>>,
+    evicted: bool,
+    notify: tokio::sync::watch::Sender<u64>,
+}
+
+struct Inner {
+    rv: u64,
+    res: Vec<ResState>,
+}
+
+/// Options of a write, from the request.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    /// `fieldManager` (or the user agent's program name).
+    pub field_manager: String,
+    pub dry_run: bool,
+    /// SSA `force`.
+    pub force: bool,
+}
+
+impl WriteOptions {
+    pub fn manager(m: &str) -> Self {
+        WriteOptions {
+            field_manager: m.to_string(),
+            ..Default::default()
+        }
+    }
+}
+
+/// `DeleteOptions` that matter here.
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    pub precondition_uid: Option<String>,
+    pub precondition_rv: Option<String>,
+    pub grace_period_seconds: Option<i64>,
+    /// `Orphan`, `Background` or `Foreground`.
+    pub propagation_policy: Option<String>,
+    pub dry_run: bool,
+}
+
+/// What a DELETE did.
+#[derive(Debug, Clone)]
+pub enum DeleteOutcome {
+    /// The object is gone; this was its last state.
+    Deleted(Arc<Stored>),
+    /// The object stays (finalizers or graceful deletion pending); this is
+    /// its current state.
+    Pending(Arc<Stored>),
+}
+
+/// Options of a list.
+#[derive(Debug, Clone, Default)]
+pub struct ListOptions {
+    pub label_selector: LabelSelector,
+    pub field_selector: FieldSelector,
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+    pub resource_version: Option<String>,
+    pub resource_version_match: Option<String>,
+}
+
+/// A list result.
+#[derive(Debug, Clone)]
+pub struct ListResult {
+    pub items: Vec<Arc<Stored>>,
+    pub resource_version: u64,
+    pub continue_token: Option<String>,
+    pub remaining: Option<u64>,
+}
+
+/// Store-wide settings.
+#[derive(Debug)]
+pub struct StoreConfig {
+    pub history_window: usize,
+    pub storage_protection: AtomicBool,
+    pub pod_graceful_deletion: bool,
+    pub seed: u64,
+}
+
+/// The store. Cheap to share behind an `Arc`.
+pub struct Store {
+    inner: Mutex<Inner>,
+    pub(crate) cfg: StoreConfig,
+    alloc: Mutex<strategy::Allocator>,
+    rng: Mutex<rand::rngs::StdRng>,
+}
+
+const GENERATE_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+fn wrong_namespace() -> ApiError {
+    ApiError::bad_request(
+        "the namespace of the provided object does not match the namespace sent on the request",
+    )
+}
+
+/// The keys "ns/name" / "name" upstream's continue tokens carry.
+fn key_string(def: &ResourceDef, key: &Key) -> String {
+    if def.namespaced {
+        format!("{}/{}", key.0, key.1)
+    } else {
+        key.1.clone()
+    }
+}
+
+fn encode_continue(def: &ResourceDef, rv: u64, last: &Key) -> String {
+    use base64::Engine;
+    let start = format!("{}\u{0}", key_string(def, last));
+    let token = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": start});
+    base64::engine::general_purpose::URL_SAFE.encode(token.to_string())
+}
+
+fn decode_continue(def: &ResourceDef, token: &str) -> Result<(u64, Key), ApiError> {
+    use base64::Engine;
+    let bad = |why: &str| ApiError::bad_request(format!("continue key is not valid: {why}"));
+    let raw = base64::engine::general_purpose::URL_SAFE
+        .decode(token)
+        .or_else(|_| base64::engine::general_purpose::STANDARD.decode(token))
+        .map_err(|e| bad(&e.to_string()))?;
+    let v: Value = serde_json::from_slice(&raw).map_err(|e| bad(&e.to_string()))?;
+    if v.get("v").and_then(Value::as_str) != Some("meta.k8s.io/v1") {
+        return Err(bad(
+            "incorrect encoded start resourceVersion (version meta.k8s.io/v1)",
+        ));
+    }
+    let rv = v
+        .get("rv")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| bad("missing rv"))?;
+    let start = v
+        .get("start")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("missing start"))?;
+    let start = start.trim_end_matches('\u{0}');
+    let key = if def.namespaced {
+        match start.split_once('/') {
+            Some((ns, name)) => (ns.to_string(), name.to_string()),
+            None => return Err(bad("malformed start key")),
+        }
+    } else {
+        (String::new(), start.to_string())
+    };
+    Ok((rv, key))
+}
+
+fn parse_rv(s: &str) -> Result<u64, ApiError> {
+    s.parse::<u64>()
+        .map_err(|_| ApiError::bad_request(format!("invalid resource version: {s:?}")))
+}
+
+/// Why a watch from a resourceVersion cannot start.
+pub struct TooOld {
+    pub oldest: u64,
+}
+
+impl Store {
+    pub fn new(cfg: StoreConfig) -> Store {
+        let res = RESOURCES
+            .iter()
+            .map(|_| ResState {
+                objects: BTreeMap::new(),
+                history: VecDeque::new(),
+                evicted: false,
+                notify: tokio::sync::watch::Sender::new(0),
+            })
+            .collect();
+        let seed = cfg.seed;
+        Store {
+            inner: Mutex::new(Inner { rv: 0, res }),
+            alloc: Mutex::new(strategy::Allocator::new(seed)),
+            rng: Mutex::new(rand::rngs::StdRng::seed_from_u64(seed)),
+            cfg,
+        }
+    }
+
+    /// The current global resourceVersion.
+    pub fn current_rv(&self) -> u64 {
+        self.inner.lock().rv
+    }
+
+    pub fn subscribe(&self, rid: ResId) -> tokio::sync::watch::Receiver<u64> {
+        self.inner.lock().res[rid].notify.subscribe()
+    }
+
+    fn new_uid(&self) -> String {
+        let mut b = [0u8; 16];
+        self.rng.lock().fill(&mut b);
+        uuid::Builder::from_random_bytes(b).into_uuid().to_string()
+    }
+
+    fn generate_name(&self, prefix: &str) -> String {
+        // names.SimpleNameGenerator: prefix truncated to 58, 5 random chars.
+        let mut p = prefix.to_string();
+        if p.len() > 58 {
+            p.truncate(58);
+        }
+        let mut rng = self.rng.lock();
+        for _ in 0..5 {
+            let i = rng.random_range(0..GENERATE_CHARS.len());
+            p.push(GENERATE_CHARS[i] as char);
+        }
+        p
+    }
+
+    // ---------------------------------------------------------------- reads
+
+    pub fn get(&self, rid: ResId, ns: &str, name: &str) -> Result<Arc<Stored>, ApiError> {
+        let inner = self.inner.lock();
+        inner.res[rid]
+            .objects
+            .get(&(ns.to_string(), name.to_string()))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(&RESOURCES[rid].group_resource(), name))
+    }
+
+    /// Checks a requested resourceVersion against the current one and the
+    /// retained window (list "Exact"/continue semantics).
+    fn check_window(&self, inner: &Inner, rid: ResId, rv: u64) -> Result<(), TooOld> {
+        let st = &inner.res[rid];
+        if st.evicted
+            && let Some(first) = st.history.front()
+            && rv + 1 < first.rv
+        {
+            return Err(TooOld {
+                oldest: first.rv - 1,
+            });
+        }
+        Ok(())
+    }
+
+    /// Lists objects. Implements resourceVersion "", "0", NotOlderThan,
+    /// Exact, and limit/continue at a consistent snapshot.
+    pub async fn list(
+        &self,
+        rid: ResId,
+        ns: Option<&str>,
+        opts: &ListOptions,
+    ) -> Result<ListResult, ApiError> {
+        let def = &RESOURCES[rid];
+        let mut snapshot_rv: Option<u64> = None;
+        let mut start: Option<Key> = None;
+        if let Some(token) = opts.continue_token.as_deref().filter(|t| !t.is_empty()) {
+            if opts
+                .resource_version
+                .as_deref()
+                .is_some_and(|r| !r.is_empty())
+            {
+                return Err(list_options_invalid(FieldError::forbidden(
+                    "resourceVersion",
+                    "specifying resource version is not allowed when using continue",
+                )));
+            }
+            let (rv, key) = decode_continue(def, token)?;
+            snapshot_rv = Some(rv);
+            start = Some(key);
+        } else {
+            match (
+                opts.resource_version.as_deref().unwrap_or(""),
+                opts.resource_version_match.as_deref().unwrap_or(""),
+            ) {
+                ("", "") | ("0", "") | ("0", "NotOlderThan") => {}
+                ("", m) => {
+                    let _ = m;
+                    return Err(list_options_invalid(FieldError::forbidden(
+                        "resourceVersionMatch",
+                        "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                    )));
+                }
+                ("0", "Exact") => {
+                    return Err(list_options_invalid(FieldError::forbidden(
+                        "resourceVersionMatch",
+                        "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+                    )));
+                }
+                (rv, m @ ("" | "NotOlderThan" | "Exact")) => {
+                    let want = parse_rv(rv)?;
+                    self.wait_for_rv(want).await?;
+                    if m == "Exact" {
+                        snapshot_rv = Some(want);
+                    }
+                }
+                (_, other) => {
+                    return Err(list_options_invalid(FieldError::not_supported(
+                        "resourceVersionMatch",
+                        json!(other),
+                        &["Exact", "NotOlderThan", ""],
+                    )));
+                }
+            }
+        }
+        let continuing = start.is_some();
+        let inner = self.inner.lock();
+        let st = &inner.res[rid];
+        let at = snapshot_rv.unwrap_or(inner.rv);
+        if at < inner.rv
+            && let Err(TooOld { .. }) = self.check_window(&inner, rid, at)
+        {
+            if continuing {
+                return Err(ApiError::expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                ));
+            }
+            return Err(ApiError::expired(
+                "The resourceVersion for the provided list is too old.",
+            ));
+        }
+        // State at `at`: live objects, overridden by the state before the
+        // first event after `at` for every key changed since.
+        let mut overlay: BTreeMap<Key, Option<Arc<Stored>>> = BTreeMap::new();
+        if at < inner.rv {
+            for ev in st.history.iter().rev() {
+                if ev.rv <= at {
+                    break;
+                }
+                overlay.insert(ev.key.clone(), ev.prev.clone());
+            }
+        }
+        let lower = match (&start, ns) {
+            (Some(k), _) => std::ops::Bound::Excluded(k.clone()),
+            (None, Some(n)) => std::ops::Bound::Included((n.to_string(), String::new())),
+            (None, None) => std::ops::Bound::Unbounded,
+        };
+        let in_ns = |k: &Key| ns.is_none_or(|n| k.0 == n);
+        let mut live = st
+            .objects
+            .range((lower.clone(), std::ops::Bound::Unbounded))
+            .take_while(|(k, _)| in_ns(k))
+            .map(|(k, v)| (k, Some(v)))
+            .peekable();
+        let mut over = overlay
+            .range((lower, std::ops::Bound::Unbounded))
+            .take_while(|(k, _)| in_ns(k))
+            .map(|(k, v)| (k, v.as_ref()))
+            .peekable();
+        let filtered = !opts.label_selector.is_empty() || !opts.field_selector.is_empty();
+        let matches = |o: &Stored| {
+            opts.label_selector.matches(object::labels(&o.value))
+                && opts.field_selector.matches(&o.value)
+        };
+        let limit = opts.limit.filter(|l| *l > 0);
+        let mut items = Vec::new();
+        let mut last_key: Option<Key> = None;
+        let mut more = false;
+        let mut remaining = 0u64;
+        loop {
+            let next = match (live.peek(), over.peek()) {
+                (None, None) => break,
+                (Some(_), None) => live.next(),
+                (None, Some(_)) => over.next(),
+                (Some((lk, _)), Some((ok, _))) => {
+                    if lk < ok {
+                        live.next()
+                    } else if ok < lk {
+                        over.next()
+                    } else {
+                        live.next();
+                        over.next()
+                    }
+                }
+            };
+            let Some((k, v)) = next else { break };
+            let Some(obj) = v else { continue };
+            if !matches(obj) {
+                continue;
+            }
+            if let Some(l) = limit
+                && items.len() >= l
+            {
+                more = true;
+                remaining += 1;
+                if filtered {
+                    break;
+                }
+                continue;
+            }
+            last_key = Some(k.clone());
+            items.push(obj.clone());
+        }
+        let continue_token = match (more, &last_key) {
+            (true, Some(k)) => Some(encode_continue(def, at, k)),
+            _ => None,
+        };
+        Ok(ListResult {
+            items,
+            resource_version: at,
+            remaining: if more && !filtered {
+                Some(remaining)
+            } else {
+                None
+            },
+            continue_token,
+        })
+    }
+
+    /// Waits (up to 3 s, as the watch cache does) until the store has seen
+    /// `want`; 504 "Too large resource version" otherwise.
+    pub async fn wait_for_rv(&self, want: u64) -> Result<(), ApiError> {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
+        loop {
+            let cur = self.current_rv();
+            if want <= cur {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ApiError::too_large_rv(want, cur));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Events of `rid` after `cursor`, and the global RV they are complete
+    /// up to. `Err` when `cursor` is older than the retained window.
+    pub fn events_since(&self, rid: ResId, cursor: u64) -> Result<(Vec<Arc<Event>>, u64), TooOld> {
+        let inner = self.inner.lock();
+        self.check_window(&inner, rid, cursor)?;
+        let st = &inner.res[rid];
+        let idx = st.history.partition_point(|e| e.rv <= cursor);
+        let evs = st.history.range(idx..).cloned().collect();
+        Ok((evs, inner.rv))
+    }
+
+    /// All current objects of `rid` (in `ns`) with the RV they are current at.
+    pub fn snapshot(&self, rid: ResId, ns: Option<&str>) -> (Vec<Arc<Stored>>, u64) {
+        let inner = self.inner.lock();
+        let st = &inner.res[rid];
+        let items = match ns {
+            Some(n) => st
+                .objects
+                .range((n.to_string(), String::new())..)
+                .take_while(|(k, _)| k.0 == n)
+                .map(|(_, v)| v.clone())
+                .collect(),
+            None => st.objects.values().cloned().collect(),
+        };
+        (items, inner.rv)
+    }
+
+    /// Whether the retained history of `rid` still covers `rv`.
+    pub fn window_covers(&self, rid: ResId, rv: u64) -> Result<(), TooOld> {
+        let inner = self.inner.lock();
+        self.check_window(&inner, rid, rv)
+    }
+
+    // --------------------------------------------------------------- commit
+
+    fn push_event(&self, inner: &mut Inner, rid: ResId, ev: Event) {
+        let window = self.cfg.history_window.max(1);
+        let st = &mut inner.res[rid];
+        st.history.push_back(Arc::new(ev));
+        while st.history.len() > window {
+            st.history.pop_front();
+            st.evicted = true;
+        }
+        st.notify.send_replace(inner.rv);
+    }
+
+    /// Commits a new object. Checks namespace lifecycle and name uniqueness
+    /// under the lock.
+    fn commit_create(
+        &self,
+        rid: ResId,
+        mut obj: Value,
+        generate: bool,
+        dry_run: bool,
+    ) -> Result<Arc<Stored>, ApiError> {
+        let def = &RESOURCES[rid];
+        let ns_rid = namespaces_rid();
+        let mut inner = self.inner.lock();
+        let mut tries = 0;
+        loop {
+            let key: Key = (
+                meta_str(&obj, "namespace").to_string(),
+                meta_str(&obj, "name").to_string(),
+            );
+            if def.namespaced {
+                // NamespaceLifecycle admission
+                // (plugin/pkg/admission/namespace/lifecycle/admission.go).
+                match inner.res[ns_rid]
+                    .objects
+                    .get(&(String::new(), key.0.clone()))
+                {
+                    None => {
+                        return Err(ApiError::not_found(
+                            &GroupResource::new("", "namespaces"),
+                            &key.0,
+                        ));
+                    }
+                    Some(n) if n.value.pointer("/metadata/deletionTimestamp").is_some() => {
+                        let gr = def.group_resource();
+                        return Err(ApiError::new(
+                            403,
+                            "Forbidden",
+                            format!(
+                                "{gr} \"{}\" is forbidden: unable to create new content in namespace {} because it is being terminated",
+                                key.1, key.0
+                            ),
+                        )
+                        .with_details(json!({
+                            "name": key.1, "group": def.group, "kind": def.resource,
+                            "causes": [{"reason": "NamespaceTerminating", "message": format!("namespace {} is being terminated", key.0), "field": "metadata.namespace"}]
+                        })));
+                    }
+                    Some(_) => {}
+                }
+            }
+            if inner.res[rid].objects.contains_key(&key) {
+                if generate && tries < 8 {
+                    tries += 1;
+                    drop(inner);
+                    let prefix = meta_str(&obj, "generateName").to_string();
+                    object::meta_mut(&mut obj)
+                        .insert("name".into(), json!(self.generate_name(&prefix)));
+                    inner = self.inner.lock();
+                    continue;
+                }
+                return Err(ApiError::already_exists(&def.group_resource(), &key.1));
+            }
+            if dry_run {
+                return Stored::new(obj, 0);
+            }
+            let rv = inner.rv + 1;
+            object::meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
+            let stored = Stored::new(obj, rv)?;
+            inner.rv = rv;
+            inner.res[rid].objects.insert(key.clone(), stored.clone());
+            self.push_event(
+                &mut inner,
+                rid,
+                Event {
+                    ty: EventType::Added,
+                    rv,
+                    key,
+                    obj: stored.clone(),
+                    prev: None,
+                },
+            );
+            return Ok(stored);
+        }
+    }
+
+    /// Replaces `expected` (by identity) with `new`; `Ok(None)` when the
+    /// stored object changed meanwhile (caller retries).
+    fn commit_update(
+        &self,
+        rid: ResId,
+        expected: &Arc<Stored>,
+        mut new: Value,
+    ) -> Result<Option<Arc<Stored>>, ApiError> {
+        let mut inner = self.inner.lock();
+        let key = expected.key();
+        match inner.res[rid].objects.get(&key) {
+            Some(cur) if Arc::ptr_eq(cur, expected) => {}
+            _ => return Ok(None),
+        }
+        let rv = inner.rv + 1;
+        object::meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
+        let stored = Stored::new(new, rv)?;
+        inner.rv = rv;
+        inner.res[rid].objects.insert(key.clone(), stored.clone());
+        self.push_event(
+            &mut inner,
+            rid,
+            Event {
+                ty: EventType::Modified,
+                rv,
+                key,
+                obj: stored.clone(),
+                prev: Some(expected.clone()),
+            },
+        );
+        Ok(Some(stored))
+    }
+
+    /// Removes `expected` (by identity); `Ok(None)` when it changed meanwhile.
+    fn commit_delete(
+        &self,
+        rid: ResId,
+        expected: &Arc<Stored>,
+    ) -> Result<Option<Arc<Stored>>, ApiError> {
+        let mut inner = self.inner.lock();
+        let key = expected.key();
+        match inner.res[rid].objects.get(&key) {
+            Some(cur) if Arc::ptr_eq(cur, expected) => {}
+            _ => return Ok(None),
+        }
+        let rv = inner.rv + 1;
+        let mut last = expected.value.clone();
+        object::meta_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));
+        let stored = Stored::new(last, rv)?;
+        inner.rv = rv;
+        inner.res[rid].objects.remove(&key);
+        self.push_event(
+            &mut inner,
+            rid,
+            Event {
+                ty: EventType::Deleted,
+                rv,
+                key,
+                obj: stored.clone(),
+                prev: Some(expected.clone()),
+            },
+        );
+        Ok(Some(stored))
+    }
+
+    // --------------------------------------------------------------- create
+
+    /// POST: creates `body` in `ns` ("" for cluster-scoped kinds).
+    pub fn create(
+        &self,
+        rid: ResId,
+        ns: &str,
+        body: Value,
+        opts: &WriteOptions,
+    ) -> Result<Arc<Stored>, ApiError> {
+        let def = &RESOURCES[rid];
+        let mut obj = check_body(def, body)?;
+        {
+            let m = object::meta_mut(&mut obj);
+            if def.namespaced {
+                match m.get("namespace").and_then(Value::as_str) {
+                    None | Some("") => {
+                        m.insert("namespace".into(), json!(ns));
+                    }
+                    Some(n) if n != ns => return Err(wrong_namespace()),
+                    Some(_) => {}
+                }
+            } else {
+                m.remove("namespace");
+            }
+            if m.get("resourceVersion")
+                .and_then(Value::as_str)
+                .is_some_and(|s| !s.is_empty())
+            {
+                return Err(ApiError::bad_request(
+                    "resourceVersion should not be set on objects to be created",
+                ));
+            }
+        }
+        let now = object::now_string();
+        self.before_create(rid, &mut obj, &now)?;
+        patch::track_update(
+            None,
+            &mut obj,
+            &opts.field_manager,
+            None,
+            &now,
+            &def.api_version(),
+        );
+        let generate = !meta_str(&obj, "generateName").is_empty()
+            && meta_str(&obj, "name").starts_with(meta_str(&obj, "generateName"));
+        let obj = canonicalize(obj, def.kind, &def.api_version());
+        self.commit_create(rid, obj, generate, opts.dry_run)
+    }
+
+    /// rest.BeforeCreate: system fields, generateName, strategy, admission,
+    /// validation.
+    fn before_create(&self, rid: ResId, obj: &mut Value, now: &str) -> Result<(), ApiError> {
+        let def = &RESOURCES[rid];
+        {
+            let m = object::meta_mut(obj);
+            m.remove("deletionTimestamp");
+            m.remove("deletionGracePeriodSeconds");
+            m.remove("selfLink");
+            m.insert("uid".into(), json!(self.new_uid()));
+            m.insert("creationTimestamp".into(), json!(now));
+        }
+        let name = meta_str(obj, "name").to_string();
+        let generate = meta_str(obj, "generateName").to_string();
+        if name.is_empty() && !generate.is_empty() {
+            let n = self.generate_name(&generate);
+            object::meta_mut(obj).insert("name".into(), json!(n));
+        }
+        strategy::apply_defaults(def, obj);
+        strategy::prepare_for_create(def, obj, now);
+        if def.group.is_empty() && def.resource == "services" {
+            self.alloc.lock().allocate_service(obj);
+        }
+        // StorageObjectInUseProtection admission
+        // (plugin/pkg/admission/storage/storageobjectinuseprotection/admission.go):
+        // CREATE only, main resource only, append if absent.
+        if self.cfg.storage_protection.load(Ordering::Relaxed) && def.group.is_empty() {
+            let fin = match def.resource {
+                "persistentvolumes" => Some("kubernetes.io/pv-protection"),
+                "persistentvolumeclaims" => Some("kubernetes.io/pvc-protection"),
+                _ => None,
+            };
+            if let Some(fin) = fin {
+                let m = object::meta_mut(obj);
+                let list = m.entry("finalizers").or_insert_with(|| json!([]));
+                if let Some(a) = list.as_array_mut()
+                    && !a.iter().any(|f| f == fin)
+                {
+                    a.push(json!(fin));
+                }
+            }
+        }
+        let errs = crate::validation::validate_object_meta(
+            obj.get("metadata").unwrap_or(&Value::Null),
+            def.name_rule,
+            def.namespaced,
+        );
+        if !errs.is_empty() {
+            let name = meta_str(obj, "name").to_string();
+            return Err(ApiError::invalid(def.group, def.kind, &name, &errs));
+        }
+        Ok(())
+    }
+
+    // --------------------------------------------------------------- update
+
+    /// PUT to the main resource or a subresource.
+    pub fn update(
+        &self,
+        rid: ResId,
+        ns: &str,
+        name: &str,
+        subresource: Option<&str>,
+        body: Value,
+        opts: &WriteOptions,
+    ) -> Result<(Arc<Stored>, bool), ApiError> {
+        let def = &RESOURCES[rid];
+        let obj = check_body(def, body)?;
+        let body_name = meta_str(&obj, "name");
+        if body_name != name {
+            return Err(ApiError::bad_request(
+                "the name of the object does not match the name on the URL",
+            ));
+        }
+        let body_ns = meta_str(&obj, "namespace");
+        if def.namespaced && !body_ns.is_empty() && body_ns != ns {
+            return Err(wrong_namespace());
+        }
+        let body_rv = meta_str(&obj, "resourceVersion").to_string();
+        loop {
+            let live = self.get(rid, ns, name).ok();
+            let Some(live) = live else {
+                if def.allow_create_on_update && subresource.is_none() {
+                    let mut o = obj.clone();
+                    object::meta_mut(&mut o).remove("resourceVersion");
+                    return self.create(rid, ns, o, opts).map(|s| (s, true));
+                }
+                return Err(ApiError::not_found(&def.group_resource(), name));
+            };
+            if body_rv.is_empty() {
+                // AllowUnconditionalUpdate is true for every kind served here.
+            } else if body_rv != live.rv.to_string() {
+                return Err(ApiError::stale(&def.group_resource(), name));
+            }
+            let mut new = obj.clone();
+            object::meta_mut(&mut new).insert("resourceVersion".into(), json!(live.rv.to_string()));
+            let now = object::now_string();
+            patch::track_update(
+                Some(&live.value),
+                &mut new,
+                &opts.field_manager,
+                subresource,
+                &now,
+                &def.api_version(),
+            );
+            match self.finish_update(rid, &live, new, subresource, opts, &now)? {
+                Some(r) => return Ok((r, false)),
+                None => continue,
+            }
+        }
+    }
+
+    /// PATCH (all four patch types), to the main resource or a subresource.
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch(
+        &self,
+        rid: ResId,
+        ns: &str,
+        name: &str,
+        subresource: Option<&str>,
+        kind: PatchKind,
+        body: &[u8],
+        opts: &WriteOptions,
+    ) -> Result<(Arc<Stored>, bool), ApiError> {
+        let def = &RESOURCES[rid];
+        loop {
+            let live = self.get(rid, ns, name).ok();
+            let now = object::now_string();
+            let req = PatchRequest {
+                live: live.as_ref().map(|l| &l.value),
+                body,
+                kind,
+                gvk: patch::Gvk {
+                    group: def.group,
+                    version: def.version,
+                    kind: def.kind,
+                },
+                field_manager: &opts.field_manager,
+                force: opts.force,
+                subresource,
+                now: &now,
+            };
+            let Some(live) = live.clone() else {
+                if kind != PatchKind::Apply || subresource.is_some() {
+                    return Err(ApiError::not_found(&def.group_resource(), name));
+                }
+                // Server-side apply creates the object.
+                let mut obj = patch::apply_patch(&req).map_err(|e| patch_error(def, name, e))?;
+                {
+                    let m = object::meta_mut(&mut obj);
+                    let n = m.get("name").and_then(Value::as_str).unwrap_or("");
+                    if n.is_empty() {
+                        m.insert("name".into(), json!(name));
+                    } else if n != name {
+                        return Err(ApiError::bad_request(
+                            "the name of the object does not match the name on the URL",
+                        ));
+                    }
+                }
+                let obj = check_body(def, obj)?;
+                let mut obj = obj;
+                {
+                    let m = object::meta_mut(&mut obj);
+                    if def.namespaced {
+                        match m.get("namespace").and_then(Value::as_str) {
+                            None | Some("") => {
+                                m.insert("namespace".into(), json!(ns));
+                            }
+                            Some(n) if n != ns => return Err(wrong_namespace()),
+                            Some(_) => {}
+                        }
+                    } else {
+                        m.remove("namespace");
+                    }
+                    m.remove("resourceVersion");
+                }
+                self.before_create(rid, &mut obj, &now)?;
+                let obj = canonicalize(obj, def.kind, &def.api_version());
+                return match self.commit_create(rid, obj, false, opts.dry_run) {
+                    Ok(s) => Ok((s, true)),
+                    // Lost a race with a create: apply again as an update.
+                    Err(e) if e.code == 409 && e.reason == "AlreadyExists" => continue,
+                    Err(e) => Err(e),
+                };
+            };
+            let new = patch::apply_patch(&req).map_err(|e| patch_error(def, name, e))?;
+            let new = check_body(def, new)?;
+            if meta_str(&new, "name") != name {
+                return Err(ApiError::invalid(
+                    def.group,
+                    def.kind,
+                    name,
+                    &[FieldError::invalid(
+                        "metadata.name",
+                        json!(meta_str(&new, "name")),
+                        "field is immutable",
+                    )],
+                ));
+            }
+            let new_rv = meta_str(&new, "resourceVersion");
+            if !new_rv.is_empty() && new_rv != live.rv.to_string() {
+                return Err(ApiError::stale(&def.group_resource(), name));
+            }
+            let uid = meta_str(&new, "uid");
+            let live_uid = meta_str(&live.value, "uid");
+            if !uid.is_empty() && uid != live_uid {
+                return Err(ApiError::conflict(
+                    &def.group_resource(),
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {live_uid}"
+                    ),
+                ));
+            }
+            let mut new = new;
+            object::meta_mut(&mut new).insert("resourceVersion".into(), json!(live.rv.to_string()));
+            match self.finish_update(rid, &live, new, subresource, opts, &now)? {
+                Some(r) => return Ok((r, false)),
+                None => continue,
+            }
+        }
+    }
+
+    /// rest.BeforeUpdate + strategy + validation + commit, including the
+    /// "last finalizer removed from a deleting object" deletion
+    /// (store.go Update: ShouldDeleteDuringUpdate -> errEmptiedFinalizers ->
+    /// deleteWithoutFinalizers). `Ok(None)`: retry.
+    fn finish_update(
+        &self,
+        rid: ResId,
+        live: &Arc<Stored>,
+        mut new: Value,
+        subresource: Option<&str>,
+        opts: &WriteOptions,
+        now: &str,
+    ) -> Result<Option<Arc<Stored>>, ApiError> {
+        let def = &RESOURCES[rid];
+        let old = &live.value;
+        let name = meta_str(old, "name").to_string();
+        {
+            let m = object::meta_mut(&mut new);
+            // Namespace: for cluster-scoped kinds cleared; namespaced must match.
+            if !def.namespaced {
+                m.remove("namespace");
+            } else if m
+                .get("namespace")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+            {
+                m.insert("namespace".into(), json!(meta_str(old, "namespace")));
+            }
+        }
+        strategy::apply_defaults(def, &mut new);
+        strategy::prepare_for_update(def, &mut new, old, subresource, now);
+        {
+            let old_meta = object::meta(old).cloned().unwrap_or_default();
+            let m = object::meta_mut(&mut new);
+            if m.get("uid")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .is_empty()
+                && let Some(u) = old_meta.get("uid")
+            {
+                m.insert("uid".into(), u.clone());
+            }
+            if let Some(c) = old_meta.get("creationTimestamp") {
+                m.insert("creationTimestamp".into(), c.clone());
+            }
+            // An update can never remove/change a deletion timestamp.
+            if let Some(d) = old_meta.get("deletionTimestamp") {
+                m.insert("deletionTimestamp".into(), d.clone());
+            }
+            if let Some(g) = old_meta.get("deletionGracePeriodSeconds")
+                && m.get("deletionGracePeriodSeconds")
+                    .is_none_or(Value::is_null)
+            {
+                m.insert("deletionGracePeriodSeconds".into(), g.clone());
+            }
+            if subresource == Some("status") && def.group.is_empty() && def.resource == "pods" {
+                // podStatusStrategy: the status endpoint cannot set a deletion timestamp.
+                match old_meta.get("deletionTimestamp") {
+                    Some(d) => {
+                        m.insert("deletionTimestamp".into(), d.clone());
+                    }
+                    None => {
+                        m.remove("deletionTimestamp");
+                    }
+                }
+            }
+            m.remove("selfLink");
+        }
+        let mut errs = crate::validation::validate_object_meta(
+            new.get("metadata").unwrap_or(&Value::Null),
+            def.name_rule,
+            def.namespaced,
+        );
+        errs.extend(validate_meta_update(&new, old));
+        if !errs.is_empty() {
+            return Err(ApiError::invalid(def.group, def.kind, &name, &errs));
+        }
+        let new = canonicalize(new, def.kind, &def.api_version());
+        // No-op writes do not bump the resourceVersion (etcd3 GuaranteedUpdate).
+        if new == live.value {
+            return Ok(Some(live.clone()));
+        }
+        let deleting = object::meta(old).is_some_and(|m| m.contains_key("deletionTimestamp"));
+        let grace_zero = object::meta(old)
+            .and_then(|m| m.get("deletionGracePeriodSeconds"))
+            .and_then(Value::as_i64)
+            .is_none_or(|g| g == 0);
+        if deleting && grace_zero && finalizers(&new).is_empty() {
+            if opts.dry_run {
+                return Ok(Some(live.clone()));
+            }
+            return match self.commit_delete(rid, live)? {
+                Some(s) => {
+                    self.after_delete(rid, &s);
+                    Ok(Some(s))
+                }
+                None => Ok(None),
+            };
+        }
+        if opts.dry_run {
+            return Stored::new(new, live.rv).map(Some);
+        }
+        self.commit_update(rid, live, new)
+    }
+
+    // --------------------------------------------------------------- delete
+
+    /// DELETE of one object (store.go Delete + rest.BeforeDelete).
+    pub fn delete(
+        &self,
+        rid: ResId,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+    ) -> Result<DeleteOutcome, ApiError> {
+        let def = &RESOURCES[rid];
+        if let Some(g) = opts.grace_period_seconds
+            && g < 0
+        {
+            // Negative values are treated as 1s on the delete path.
+        }
+        if let Some(p) = &opts.propagation_policy
+            && !matches!(p.as_str(), "Orphan" | "Background" | "Foreground")
+        {
+            return Err(ApiError::invalid(
+                "meta.k8s.io",
+                "DeleteOptions",
+                "",
+                &[FieldError::not_supported(
+                    "propagationPolicy",
+                    json!(p),
+                    &["Foreground", "Background", "Orphan", "nil"],
+                )],
+            ));
+        }
+        loop {
+            let live = self.get(rid, ns, name)?;
+            let lm = object::meta(&live.value).cloned().unwrap_or_default();
+            if let Some(uid) = &opts.precondition_uid {
+                let have = lm.get("uid").and_then(Value::as_str).unwrap_or("");
+                if uid != have {
+                    return Err(ApiError::conflict(
+                        &GroupResource::new(def.group, def.kind),
+                        name,
+                        &format!(
+                            "the UID in the precondition ({uid}) does not match the UID in record ({have}). The object might have been deleted and then recreated"
+                        ),
+                    ));
+                }
+            }
+            if let Some(rv) = &opts.precondition_rv {
+                let have = live.rv.to_string();
+                if *rv != have {
+                    return Err(ApiError::conflict(
+                        &GroupResource::new(def.group, def.kind),
+                        name,
+                        &format!(
+                            "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({have}). The object might have been modified"
+                        ),
+                    ));
+                }
+            }
+            let deleting = lm.contains_key("deletionTimestamp");
+            let graceful_period = self.graceful_period(def, &live.value, opts);
+            // Garbage-collector finalizers requested by the propagation policy
+            // (deletionFinalizersForGarbageCollection); only before deletion
+            // has started.
+            let mut fins = finalizers(&live.value);
+            let mut fins_changed = false;
+            if !deleting && let Some(p) = &opts.propagation_policy {
+                let before = fins.clone();
+                fins.retain(|f| f != "orphan" && f != "foregroundDeletion");
+                match p.as_str() {
+                    "Orphan" => fins.push("orphan".into()),
+                    "Foreground" => fins.push("foregroundDeletion".into()),
+                    _ => {}
+                }
+                let a: std::collections::BTreeSet<_> = before.iter().collect();
+                let b: std::collections::BTreeSet<_> = fins.iter().collect();
+                fins_changed = a != b;
+            }
+            if deleting {
+                // Graceful deletion pending: only a shorter grace period can
+                // be requested; with finalizers, nothing changes.
+                let cur_grace = lm
+                    .get("deletionGracePeriodSeconds")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                let shorter = opts
+                    .grace_period_seconds
+                    .map(|g| g.max(0))
+                    .filter(|g| *g < cur_grace);
+                if cur_grace > 0
+                    && let Some(g) = shorter
+                {
+                    if g == 0 && fins.is_empty() {
+                        return self.delete_now(rid, &live, opts);
+                    }
+                    let mut new = live.value.clone();
+                    let m = object::meta_mut(&mut new);
+                    let ts = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(g);
+                    m.insert("deletionTimestamp".into(), json!(object::format_time(ts)));
+                    m.insert("deletionGracePeriodSeconds".into(), json!(g));
+                    let new = canonicalize(new, def.kind, &def.api_version());
+                    if opts.dry_run {
+                        return Ok(DeleteOutcome::Pending(live.clone()));
+                    }
+                    match self.commit_update(rid, &live, new)? {
+                        Some(s) => return Ok(DeleteOutcome::Pending(s)),
+                        None => continue,
+                    }
+                }
+                if fins.is_empty() && cur_grace == 0 {
+                    return self.delete_now(rid, &live, opts);
+                }
+                return Ok(DeleteOutcome::Pending(live));
+            }
+            if fins.is_empty() && graceful_period == 0 {
+                return self.delete_now(rid, &live, opts);
+            }
+            // Mark as deleting (markAsDeleting / BeforeDelete for graceful).
+            let mut new = live.value.clone();
+            {
+                let m = object::meta_mut(&mut new);
+                let ts = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(graceful_period);
+                m.insert("deletionTimestamp".into(), json!(object::format_time(ts)));
+                m.insert("deletionGracePeriodSeconds".into(), json!(graceful_period));
+                if let Some(g) = m.get("generation").and_then(Value::as_i64)
+                    && g > 0
+                {
+                    m.insert("generation".into(), json!(g + 1));
+                }
+                if fins_changed {
+                    m.insert("finalizers".into(), json!(fins));
+                }
+            }
+            if def.group.is_empty() && def.resource == "namespaces" {
+                new["status"]["phase"] = json!("Terminating");
+            }
+            let new = canonicalize(new, def.kind, &def.api_version());
+            if opts.dry_run {
+                return Stored::new(new, live.rv).map(DeleteOutcome::Pending);
+            }
+            match self.commit_update(rid, &live, new)? {
+                Some(s) => return Ok(DeleteOutcome::Pending(s)),
+                None => continue,
+            }
+        }
+    }
+
+    fn delete_now(
+        &self,
+        rid: ResId,
+        live: &Arc<Stored>,
+        opts: &DeleteOptions,
+    ) -> Result<DeleteOutcome, ApiError> {
+        if opts.dry_run {
+            return Ok(DeleteOutcome::Deleted(live.clone()));
+        }
+        match self.commit_delete(rid, live)? {
+            Some(s) => {
+                self.after_delete(rid, &s);
+                Ok(DeleteOutcome::Deleted(s))
+            }
+            None => {
+                // Changed meanwhile: start over.
+                let def = &RESOURCES[rid];
+                let (ns, name) = live.key();
+                self.delete(rid, &ns, &name, opts).map_err(|e| {
+                    if e.code == 404 {
+                        ApiError::not_found(&def.group_resource(), &name)
+                    } else {
+                        e
+                    }
+                })
+            }
+        }
+    }
+
+    /// The grace period a first DELETE gets: 0 except for pods when graceful
+    /// pod deletion is enabled (podStrategy.CheckGracefulDelete).
+    fn graceful_period(&self, def: &ResourceDef, obj: &Value, opts: &DeleteOptions) -> i64 {
+        if !(def.group.is_empty() && def.resource == "pods" && self.cfg.pod_graceful_deletion) {
+            return 0;
+        }
+        let scheduled = obj
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty());
+        let phase = obj
+            .pointer("/status/phase")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !scheduled || phase == "Succeeded" || phase == "Failed" {
+            return 0;
+        }
+        let spec = obj
+            .pointer("/spec/terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(30);
+        match opts.grace_period_seconds {
+            Some(g) if g < 0 => 1,
+            Some(g) => g,
+            None => spec,
+        }
+    }
+
+    /// Hook after an object is removed: namespace-scoped cleanup happens in
+    /// the controllers module, driven by watch events.
+    fn after_delete(&self, _rid: ResId, _last: &Arc<Stored>) {}
+
+    /// DELETE on a collection: deletes each matching object with the normal
+    /// per-object semantics; returns their states.
+    pub fn delete_collection(
+        &self,
+        rid: ResId,
+        ns: Option<&str>,
+        label: &LabelSelector,
+        field: &FieldSelector,
+        opts: &DeleteOptions,
+    ) -> Result<Vec<Arc<Stored>>, ApiError> {
+        let (items, _) = self.snapshot(rid, ns);
+        let mut out = Vec::new();
+        for it in items {
+            if !label.matches(object::labels(&it.value)) || !field.matches(&it.value) {
+                continue;
+            }
+            let (n, name) = it.key();
+            match self.delete(rid, &n, &name, opts) {
+                Ok(DeleteOutcome::Deleted(s)) | Ok(DeleteOutcome::Pending(s)) => out.push(s),
+                Err(e) if e.code == 404 => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Seeds an object as if created by the system (used for the built-in
+    /// namespaces); bypasses admission.
+    pub fn seed(&self, rid: ResId, obj: Value) -> Result<Arc<Stored>, ApiError> {
+        let def = &RESOURCES[rid];
+        let mut obj = obj;
+        let now = object::now_string();
+        self.before_create(rid, &mut obj, &now)?;
+        let obj = canonicalize(obj, def.kind, &def.api_version());
+        self.commit_create(rid, obj, false, false)
+    }
+
+    pub fn storage_protection(&self) -> bool {
+        self.cfg.storage_protection.load(Ordering::Relaxed)
+    }
+
+    pub fn set_storage_protection(&self, on: bool) {
+        self.cfg.storage_protection.store(on, Ordering::Relaxed)
+    }
+}
+
+fn namespaces_rid() -> ResId {
+    resources::find("", "v1", "namespaces").unwrap_or(0)
+}
+
+fn list_options_invalid(e: FieldError) -> ApiError {
+    ApiError::invalid("meta.k8s.io", "ListOptions", "", &[e])
+}
+
+/// Checks `kind`/`apiVersion` of a request body against the endpoint (the
+/// decoder defaults them when absent).
+fn check_body(def: &ResourceDef, body: Value) -> Result<Value, ApiError> {
+    let Value::Object(m) = body else {
+        return Err(ApiError::bad_request(
+            "the object provided is unrecognized (must be of type ".to_string() + def.kind + ")",
+        ));
+    };
+    let kind = m.get("kind").and_then(Value::as_str).unwrap_or("");
+    let av = m.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let want_av = def.api_version();
+    if !kind.is_empty() && kind != def.kind {
+        return Err(ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {}): {} in version {:?} cannot be handled as a {}",
+            def.kind, kind, av, def.kind
+        )));
+    }
+    if !av.is_empty() && av != want_av {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({av}) does not match the expected API version ({want_av})"
+        )));
+    }
+    if let Some(md) = m.get("metadata")
+        && !md.is_object()
+        && !md.is_null()
+    {
+        return Err(ApiError::bad_request(
+            "metadata: must be an object".to_string(),
+        ));
+    }
+    Ok(Value::Object(m))
+}
+
+/// `ValidateObjectMetaAccessorUpdate` (apimachinery/pkg/api/validation/objectmeta.go).
+fn validate_meta_update(new: &Value, old: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if object::meta(old).is_some_and(|m| m.contains_key("deletionTimestamp")) {
+        let old_f = finalizers(old);
+        let added: Vec<String> = finalizers(new)
+            .into_iter()
+            .filter(|f| !old_f.contains(f))
+            .collect();
+        if !added.is_empty() {
+            let list: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
+            errs.push(FieldError::forbidden(
+                "metadata.finalizers",
+                format!(
+                    "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                    list.join(", ")
+                ),
+            ));
+        }
+    }
+    for key in ["name", "namespace", "uid"] {
+        let (n, o) = (meta_str(new, key), meta_str(old, key));
+        if n != o {
+            errs.push(FieldError::invalid(
+                &format!("metadata.{key}"),
+                json!(n),
+                "field is immutable",
+            ));
+        }
+    }
+    errs
+}
+
+fn patch_error(_def: &ResourceDef, _name: &str, e: patch::PatchError) -> ApiError {
+    ApiError::from_status(e.code(), e.to_status())
+}

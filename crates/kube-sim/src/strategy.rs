@@ -1,0 +1,471 @@
+//! Per-kind registry strategies: what the real server does to an object on
+//! create and update beyond the generic metadata rules (status/spec split,
+//! generation, defaulting of the fields clients rely on).
+//!
+//! Upstream: pkg/registry/core/{pod,service,persistentvolume,
+//! persistentvolumeclaim,namespace,node}/strategy.go,
+//! pkg/registry/apps/deployment/strategy.go,
+//! pkg/registry/policy/poddisruptionbudget/strategy.go and the defaulters in
+//! pkg/apis/<group>/<version>/defaults.go.
+
+use serde_json::{Map, Value, json};
+
+use crate::resources::ResourceDef;
+
+fn obj_mut<'a>(v: &'a mut Value, key: &str) -> &'a mut Map<String, Value> {
+    if !v.get(key).is_some_and(Value::is_object) {
+        v[key] = json!({});
+    }
+    match v.get_mut(key) {
+        Some(Value::Object(m)) => m,
+        _ => unreachable!("just set to an object"),
+    }
+}
+
+fn set_default(m: &mut Map<String, Value>, key: &str, value: Value) {
+    if m.get(key).is_none_or(Value::is_null) {
+        m.insert(key.to_string(), value);
+    }
+}
+
+/// `SetDefaults_Container` (the parts clients see).
+fn default_container(c: &mut Value) {
+    let Some(m) = c.as_object_mut() else { return };
+    set_default(m, "terminationMessagePath", json!("/dev/termination-log"));
+    set_default(m, "terminationMessagePolicy", json!("File"));
+    if !m.contains_key("imagePullPolicy") {
+        let image = m.get("image").and_then(Value::as_str).unwrap_or("");
+        let last = image.rsplit('/').next().unwrap_or(image);
+        let tag = last.split_once(':').map(|(_, t)| t);
+        let policy = if image.contains('@') {
+            "IfNotPresent"
+        } else if tag.is_none() || tag == Some("latest") {
+            "Always"
+        } else {
+            "IfNotPresent"
+        };
+        m.insert("imagePullPolicy".into(), json!(policy));
+    }
+    set_default(m, "resources", json!({}));
+    if let Some(Value::Array(ports)) = m.get_mut("ports") {
+        for p in ports {
+            if let Some(pm) = p.as_object_mut() {
+                set_default(pm, "protocol", json!("TCP"));
+            }
+        }
+    }
+}
+
+/// `SetDefaults_PodSpec` and friends.
+fn default_pod_spec(spec: &mut Value) {
+    let Some(m) = spec.as_object_mut() else {
+        return;
+    };
+    for list in ["containers", "initContainers"] {
+        if let Some(Value::Array(cs)) = m.get_mut(list) {
+            cs.iter_mut().for_each(default_container);
+        }
+    }
+    set_default(m, "restartPolicy", json!("Always"));
+    set_default(m, "terminationGracePeriodSeconds", json!(30));
+    set_default(m, "dnsPolicy", json!("ClusterFirst"));
+    set_default(m, "securityContext", json!({}));
+    set_default(m, "schedulerName", json!("default-scheduler"));
+    set_default(m, "enableServiceLinks", json!(true));
+}
+
+/// The QoS class the server stamps on a new pod (pkg/apis/core/helper/qos).
+fn qos_class(spec: &Value) -> &'static str {
+    let mut any = false;
+    let mut guaranteed = true;
+    for c in spec
+        .get("containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let req = c.pointer("/resources/requests").and_then(Value::as_object);
+        let lim = c.pointer("/resources/limits").and_then(Value::as_object);
+        if req.is_some_and(|r| !r.is_empty()) || lim.is_some_and(|l| !l.is_empty()) {
+            any = true;
+        }
+        for res in ["cpu", "memory"] {
+            let l = lim.and_then(|l| l.get(res));
+            let r = req.and_then(|r| r.get(res)).or(l);
+            if l.is_none() || r != l {
+                guaranteed = false;
+            }
+        }
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+/// Defaulting applied on every write (the decoder runs defaulters on create
+/// and update alike).
+pub fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
+    match (def.group, def.resource) {
+        ("", "pods") => {
+            let spec = obj_mut(obj, "spec");
+            let mut s = Value::Object(std::mem::take(spec));
+            default_pod_spec(&mut s);
+            if let Value::Object(m) = s {
+                *obj_mut(obj, "spec") = m;
+            }
+        }
+        ("apps", "deployments") => {
+            let spec = obj_mut(obj, "spec");
+            set_default(spec, "replicas", json!(1));
+            set_default(spec, "revisionHistoryLimit", json!(10));
+            set_default(spec, "progressDeadlineSeconds", json!(600));
+            let strategy = spec.entry("strategy").or_insert_with(|| json!({}));
+            if let Some(sm) = strategy.as_object_mut() {
+                set_default(sm, "type", json!("RollingUpdate"));
+                if sm.get("type").and_then(Value::as_str) == Some("RollingUpdate") {
+                    let ru = sm.entry("rollingUpdate").or_insert_with(|| json!({}));
+                    if let Some(rm) = ru.as_object_mut() {
+                        set_default(rm, "maxUnavailable", json!("25%"));
+                        set_default(rm, "maxSurge", json!("25%"));
+                    }
+                }
+            }
+            if let Some(ps) = spec.get_mut("template").and_then(|t| t.get_mut("spec")) {
+                default_pod_spec(ps);
+            }
+        }
+        ("", "services") => {
+            let spec = obj_mut(obj, "spec");
+            set_default(spec, "type", json!("ClusterIP"));
+            let ty = spec
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("ClusterIP")
+                .to_string();
+            if ty != "ExternalName" {
+                set_default(spec, "sessionAffinity", json!("None"));
+                set_default(spec, "internalTrafficPolicy", json!("Cluster"));
+            }
+            if ty == "NodePort" || ty == "LoadBalancer" {
+                set_default(spec, "externalTrafficPolicy", json!("Cluster"));
+            }
+            if ty == "LoadBalancer" {
+                set_default(spec, "allocateLoadBalancerNodePorts", json!(true));
+            }
+            if let Some(Value::Array(ports)) = spec.get_mut("ports") {
+                for p in ports {
+                    if let Some(pm) = p.as_object_mut() {
+                        set_default(pm, "protocol", json!("TCP"));
+                        if !pm.contains_key("targetPort")
+                            && let Some(port) = pm.get("port").cloned()
+                        {
+                            pm.insert("targetPort".into(), port);
+                        }
+                    }
+                }
+            }
+        }
+        ("", "persistentvolumes") => {
+            let spec = obj_mut(obj, "spec");
+            set_default(spec, "persistentVolumeReclaimPolicy", json!("Retain"));
+            set_default(spec, "volumeMode", json!("Filesystem"));
+        }
+        ("", "persistentvolumeclaims") => {
+            let spec = obj_mut(obj, "spec");
+            set_default(spec, "volumeMode", json!("Filesystem"));
+        }
+        ("", "secrets") => {
+            if let Some(m) = obj.as_object_mut() {
+                set_default(m, "type", json!("Opaque"));
+            }
+        }
+        ("", "namespaces") => {
+            // SetDefaults_Namespace: the immutable name label.
+            let name = obj
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            if !name.is_empty() {
+                let meta = obj_mut(obj, "metadata");
+                let labels = meta.entry("labels").or_insert_with(|| json!({}));
+                if let Some(l) = labels.as_object_mut() {
+                    l.insert("kubernetes.io/metadata.name".into(), json!(name));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `PrepareForCreate`: reset status where the strategy does and stamp what
+/// the server owns.
+pub fn prepare_for_create(def: &ResourceDef, obj: &mut Value, now: &str) {
+    match (def.group, def.resource) {
+        ("", "pods") => {
+            let qos = qos_class(obj.get("spec").unwrap_or(&Value::Null));
+            obj["status"] = json!({"phase": "Pending", "qosClass": qos});
+            // ServiceAccount and Priority admission.
+            let spec = obj_mut(obj, "spec");
+            set_default(spec, "serviceAccountName", json!("default"));
+            if let Some(sa) = spec.get("serviceAccountName").cloned() {
+                spec.insert("serviceAccount".into(), sa);
+            }
+            set_default(spec, "priority", json!(0));
+            // DefaultTolerationSeconds admission.
+            let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
+            if let Some(ts) = tolerations.as_array_mut() {
+                for key in [
+                    "node.kubernetes.io/not-ready",
+                    "node.kubernetes.io/unreachable",
+                ] {
+                    if !ts
+                        .iter()
+                        .any(|t| t.get("key").and_then(Value::as_str) == Some(key))
+                    {
+                        ts.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+                    }
+                }
+            }
+        }
+        ("", "services") => {
+            obj["status"] = json!({"loadBalancer": {}});
+        }
+        ("", "persistentvolumes") => {
+            obj["status"] = json!({"phase": "Pending", "lastPhaseTransitionTime": now});
+        }
+        ("", "persistentvolumeclaims") => {
+            obj["status"] = json!({"phase": "Pending"});
+        }
+        ("apps", "deployments") => {
+            obj["status"] = json!({});
+        }
+        ("policy", "poddisruptionbudgets") => {
+            obj["status"] = json!({"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0});
+        }
+        ("", "namespaces") => {
+            obj["status"] = json!({"phase": "Active"});
+            let spec = obj_mut(obj, "spec");
+            let fins = spec.entry("finalizers").or_insert_with(|| json!([]));
+            if let Some(f) = fins.as_array_mut()
+                && !f.iter().any(|x| x == "kubernetes")
+            {
+                f.push(json!("kubernetes"));
+            }
+        }
+        _ => {}
+    }
+    if def.generation {
+        obj["metadata"]["generation"] = json!(1);
+    } else if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("generation");
+    }
+}
+
+/// `PrepareForUpdate` of the main resource or of `/status`.
+pub fn prepare_for_update(
+    def: &ResourceDef,
+    new: &mut Value,
+    old: &Value,
+    subresource: Option<&str>,
+    now: &str,
+) {
+    let copy = |new: &mut Value, key: &str| match old.get(key) {
+        Some(v) => new[key] = v.clone(),
+        None => {
+            if let Some(m) = new.as_object_mut() {
+                m.remove(key);
+            }
+        }
+    };
+    match subresource {
+        Some("status") => {
+            copy(new, "spec");
+            match (def.group, def.resource) {
+                ("", "pods") => match old.pointer("/metadata/ownerReferences") {
+                    Some(v) => new["metadata"]["ownerReferences"] = v.clone(),
+                    None => {
+                        if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+                            m.remove("ownerReferences");
+                        }
+                    }
+                },
+                ("apps", "deployments") => match old.pointer("/metadata/labels") {
+                    Some(v) => new["metadata"]["labels"] = v.clone(),
+                    None => {
+                        if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+                            m.remove("labels");
+                        }
+                    }
+                },
+                ("", "persistentvolumes")
+                    if new.pointer("/status/phase") != old.pointer("/status/phase") =>
+                {
+                    new["status"]["lastPhaseTransitionTime"] = json!(now);
+                }
+                _ => {}
+            }
+        }
+        Some("finalize") => {
+            // namespaces/finalize only changes spec.finalizers.
+            let fins = new.pointer("/spec/finalizers").cloned();
+            let meta = new.get("metadata").cloned();
+            *new = old.clone();
+            if let Some(m) = meta {
+                new["metadata"] = m;
+            }
+            match fins {
+                Some(f) => new["spec"]["finalizers"] = f,
+                None => {
+                    if let Some(s) = new.get_mut("spec").and_then(Value::as_object_mut) {
+                        s.remove("finalizers");
+                    }
+                }
+            }
+        }
+        _ => {
+            if def.has_status {
+                copy(new, "status");
+            }
+            if def.resource == "namespaces" && def.group.is_empty() {
+                match old.pointer("/spec/finalizers") {
+                    Some(f) => new["spec"]["finalizers"] = f.clone(),
+                    None => {
+                        if let Some(s) = new.get_mut("spec").and_then(Value::as_object_mut) {
+                            s.remove("finalizers");
+                        }
+                    }
+                }
+            }
+            if def.resource == "services" && def.group.is_empty() {
+                // patchAllocatedValues: an omitted clusterIP/nodePort keeps
+                // the allocated one.
+                for key in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+                    if new.pointer(&format!("/spec/{key}")).is_none()
+                        && let Some(v) = old.pointer(&format!("/spec/{key}"))
+                    {
+                        new["spec"][key] = v.clone();
+                    }
+                }
+            }
+        }
+    }
+    let old_gen = old.pointer("/metadata/generation").cloned();
+    match old_gen {
+        Some(g) => new["metadata"]["generation"] = g,
+        None => {
+            if let Some(m) = new.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.remove("generation");
+            }
+        }
+    }
+    if def.generation && subresource.is_none() {
+        let mut changed = new.get("spec") != old.get("spec");
+        if def.resource == "deployments" {
+            changed |= new.pointer("/metadata/annotations") != old.pointer("/metadata/annotations");
+        }
+        if changed {
+            let g = old
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            new["metadata"]["generation"] = json!(g + 1);
+        }
+    }
+}
+
+/// Server-side allocation for Services (cluster IP, node ports) and other
+/// values the real server assigns on create.
+pub struct Allocator {
+    rng: rand::rngs::StdRng,
+    used_ips: std::collections::HashSet<u32>,
+    used_ports: std::collections::HashSet<u16>,
+}
+
+impl Allocator {
+    pub fn new(seed: u64) -> Self {
+        use rand::SeedableRng;
+        Allocator {
+            rng: rand::rngs::StdRng::seed_from_u64(seed ^ 0x5eed_a110),
+            used_ips: Default::default(),
+            used_ports: Default::default(),
+        }
+    }
+
+    /// Allocates from 10.96.0.0/12 (the default service CIDR); .1 is the
+    /// `kubernetes` service.
+    fn cluster_ip(&mut self) -> String {
+        use rand::Rng;
+        loop {
+            let n: u32 = self.rng.random_range(2..(1 << 20) - 1);
+            if self.used_ips.insert(n) {
+                let ip = (10u32 << 24) | (96 << 16) | n;
+                return format!(
+                    "{}.{}.{}.{}",
+                    ip >> 24,
+                    (ip >> 16) & 255,
+                    (ip >> 8) & 255,
+                    ip & 255
+                );
+            }
+        }
+    }
+
+    fn node_port(&mut self) -> u16 {
+        use rand::Rng;
+        loop {
+            let p: u16 = self.rng.random_range(30000..=32767);
+            if self.used_ports.insert(p) {
+                return p;
+            }
+        }
+    }
+
+    /// Fills in clusterIP(s), IP families and node ports of a new Service.
+    pub fn allocate_service(&mut self, obj: &mut Value) {
+        let spec = obj_mut(obj, "spec");
+        let ty = spec
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("ClusterIP")
+            .to_string();
+        if ty == "ExternalName" {
+            return;
+        }
+        let ip = match spec.get("clusterIP").and_then(Value::as_str) {
+            Some(ip) if !ip.is_empty() => ip.to_string(),
+            _ => self.cluster_ip(),
+        };
+        spec.insert("clusterIP".into(), json!(ip));
+        spec.insert("clusterIPs".into(), json!([ip]));
+        set_default(spec, "ipFamilies", json!(["IPv4"]));
+        set_default(spec, "ipFamilyPolicy", json!("SingleStack"));
+        if ty == "NodePort" || ty == "LoadBalancer" {
+            let mut ports: Vec<u16> = Vec::new();
+            if let Some(Value::Array(ps)) = spec.get("ports") {
+                for p in ps {
+                    if p.get("nodePort").is_none() {
+                        ports.push(0);
+                    } else {
+                        ports.push(1);
+                    }
+                }
+            }
+            let allocated: Vec<u16> = ports
+                .iter()
+                .map(|&p| if p == 0 { self.node_port() } else { 0 })
+                .collect();
+            if let Some(Value::Array(ps)) = spec.get_mut("ports") {
+                for (p, np) in ps.iter_mut().zip(allocated) {
+                    if np != 0 {
+                        p["nodePort"] = json!(np);
+                    }
+                }
+            }
+        }
+    }
+}
