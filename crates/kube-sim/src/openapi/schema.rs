@@ -43,7 +43,9 @@ impl Schemas {
             _ => Map::new(),
         };
         if defs.is_empty() {
-            tracing::error!("kube-sim: vendored OpenAPI definitions did not parse; schema-aware features are off");
+            tracing::error!(
+                "kube-sim: vendored OpenAPI definitions did not parse; schema-aware features are off"
+            );
         }
         let mut by_gvk = HashMap::new();
         for (name, def) in &defs {
@@ -81,7 +83,11 @@ impl Schemas {
     pub fn root(&self, group: &str, version: &str, kind: &str) -> Option<TypeRef<'_>> {
         let name = self.definition_name(group, version, kind)?;
         let def = self.defs.get(name)?;
-        Some(TypeRef { schemas: self, node: def, resolved: def })
+        Some(TypeRef {
+            schemas: self,
+            node: def,
+            resolved: def,
+        })
     }
 
     fn resolve<'a>(&'a self, node: &'a Value) -> &'a Value {
@@ -138,7 +144,11 @@ pub struct TypeRef<'a> {
 
 impl<'a> TypeRef<'a> {
     fn new(schemas: &'a Schemas, node: &'a Value) -> TypeRef<'a> {
-        TypeRef { schemas, node, resolved: schemas.resolve(node) }
+        TypeRef {
+            schemas,
+            node,
+            resolved: schemas.resolve(node),
+        }
     }
 
     fn ext(&self, key: &str) -> Option<&'a Value> {
@@ -186,7 +196,10 @@ impl<'a> TypeRef<'a> {
 
     /// Whether `name` is a declared struct field (not a map key).
     pub fn has_field(&self, name: &str) -> bool {
-        self.resolved.get("properties").and_then(|p| p.get(name)).is_some()
+        self.resolved
+            .get("properties")
+            .and_then(|p| p.get(name))
+            .is_some()
     }
 
     /// Declared struct fields, in schema order.
@@ -207,20 +220,30 @@ impl<'a> TypeRef<'a> {
 
     /// The element type of a list.
     pub fn items(&self) -> Option<TypeRef<'a>> {
-        self.resolved.get("items").map(|i| TypeRef::new(self.schemas, i))
+        self.resolved
+            .get("items")
+            .map(|i| TypeRef::new(self.schemas, i))
     }
 
     /// `x-kubernetes-patch-strategy`, split on commas (e.g. `merge,retainKeys`).
     pub fn patch_strategies(&self) -> Vec<&'a str> {
-        match self.ext("x-kubernetes-patch-strategy").and_then(Value::as_str) {
-            Some(s) => s.split(',').map(str::trim).filter(|s| !s.is_empty()).collect(),
+        match self
+            .ext("x-kubernetes-patch-strategy")
+            .and_then(Value::as_str)
+        {
+            Some(s) => s
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .collect(),
             None => Vec::new(),
         }
     }
 
     /// `x-kubernetes-patch-merge-key`.
     pub fn patch_merge_key(&self) -> Option<&'a str> {
-        self.ext("x-kubernetes-patch-merge-key").and_then(Value::as_str)
+        self.ext("x-kubernetes-patch-merge-key")
+            .and_then(Value::as_str)
     }
 
     /// Server-side apply list semantics, as kube-openapi's schemaconv derives
@@ -235,7 +258,12 @@ impl<'a> TypeRef<'a> {
                 let keys = self
                     .ext("x-kubernetes-list-map-keys")
                     .and_then(Value::as_array)
-                    .map(|k| k.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                    .map(|k| {
+                        k.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_string)
+                            .collect()
+                    })
                     .unwrap_or_default();
                 return ListType::Map(keys);
             }
@@ -269,7 +297,12 @@ pub fn unknown_fields(group: &str, version: &str, kind: &str, obj: &Value) -> Ve
 
 /// Removes every field the schema of `gvk` does not declare (what decoding
 /// into the typed object does on a real server) and returns their paths.
-pub fn prune_unknown_fields(group: &str, version: &str, kind: &str, obj: &mut Value) -> Vec<String> {
+pub fn prune_unknown_fields(
+    group: &str,
+    version: &str,
+    kind: &str,
+    obj: &mut Value,
+) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(root) = schemas().root(group, version, kind) {
         prune_walk(root, obj, String::new(), &mut out);
@@ -444,9 +477,13 @@ mod tests {
             },
         ];
         for c in cases {
-            let mut t = schemas().root(c.gvk.0, c.gvk.1, c.gvk.2).expect("kind has a schema");
+            let mut t = schemas()
+                .root(c.gvk.0, c.gvk.1, c.gvk.2)
+                .expect("kind has a schema");
             for p in c.path {
-                t = t.field(p).unwrap_or_else(|| panic!("no field {p} in {:?}", c.path));
+                t = t
+                    .field(p)
+                    .unwrap_or_else(|| panic!("no field {p} in {:?}", c.path));
             }
             assert_eq!(t.patch_strategies(), c.strategies, "{:?}", c.path);
             assert_eq!(t.patch_merge_key(), c.merge_key, "{:?}", c.path);
@@ -459,9 +496,15 @@ mod tests {
     #[test]
     fn label_selector_is_an_atomic_map_and_labels_a_granular_one() {
         let d = schemas().root("apps", "v1", "Deployment").expect("schema");
-        let sel = d.field("spec").and_then(|s| s.field("selector")).expect("selector");
+        let sel = d
+            .field("spec")
+            .and_then(|s| s.field("selector"))
+            .expect("selector");
         assert!(sel.map_is_atomic());
-        let labels = d.field("metadata").and_then(|m| m.field("labels")).expect("labels");
+        let labels = d
+            .field("metadata")
+            .and_then(|m| m.field("labels"))
+            .expect("labels");
         assert_eq!(labels.shape(), Shape::Map);
         assert!(!labels.map_is_atomic());
     }
@@ -483,6 +526,9 @@ mod tests {
         assert!(obj.get("dataa").is_none());
         assert_eq!(obj.pointer("/metadata/labels/a"), Some(&json!("b")));
         let pod = json!({"spec": {"containers": [{"name": "a", "imagee": "x"}]}});
-        assert_eq!(unknown_fields("", "v1", "Pod", &pod), vec![".spec.containers[0].imagee".to_string()]);
+        assert_eq!(
+            unknown_fields("", "v1", "Pod", &pod),
+            vec![".spec.containers[0].imagee".to_string()]
+        );
     }
 }
