@@ -1,1 +1,4 @@
-//! Placeholder; filled in by its issue.
+//! service-lb-cleanup: the Service load-balancer cleanup finalizer controller
+//! and its load-balancer providers.
+
+pub mod provider;
