@@ -268,7 +268,7 @@ impl Host {
                 self.health.set("leader-election", Err(reason.to_string()));
                 failure = Some(reason.into());
             }
-            (res, idx, _) = select_all(handles.iter_mut()), if !handles.is_empty() => {
+            (res, idx) = first_to_finish(&mut handles) => {
                 let name = names[idx];
                 failure = Some(match res {
                     Ok(Ok(())) => HostError::ControllerExited(name.to_string()),
@@ -312,6 +312,18 @@ impl Host {
             None => Ok(()),
         }
     }
+}
+
+/// The first controller task to end, with its index; pending forever when
+/// there are none (`select_all` refuses an empty list).
+async fn first_to_finish(
+    handles: &mut [JoinHandle<ControllerResult>],
+) -> (Result<ControllerResult, tokio::task::JoinError>, usize) {
+    if handles.is_empty() {
+        return std::future::pending().await;
+    }
+    let (res, idx, _) = select_all(handles.iter_mut()).await;
+    (res, idx)
 }
 
 /// Keeps the `ping` readiness check current: ready only while the API server

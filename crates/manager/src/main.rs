@@ -1,1 +1,46 @@
-fn main() {}
+//! protection-manager: one binary hosting the protection finalizer
+//! controllers. This crate only wires: flags → protection-core's host and the
+//! controller crates' descriptors.
+
+mod cli;
+mod logging;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match cli.command {
+        cli::Command::Version => {
+            println!("{}", cli::version_text());
+            ExitCode::SUCCESS
+        }
+        cli::Command::FeatureGates(args) => match cli::feature_gates(&args) {
+            Ok(table) => {
+                print!("{table}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e),
+        },
+        cli::Command::Run(args) => {
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => return fail(&anyhow::anyhow!("starting the async runtime: {e}")),
+            };
+            match rt.block_on(run::run(*args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e),
+            }
+        }
+    }
+}
+
+fn fail(e: &anyhow::Error) -> ExitCode {
+    eprintln!("Error: {e:#}");
+    ExitCode::FAILURE
+}

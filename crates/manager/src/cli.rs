@@ -1,0 +1,284 @@
+//! Command-line interface.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use protection_core::duration::parse_duration;
+use protection_core::featuregate::FeatureGates;
+use protection_core::release::{self, BINARY_VERSION, EMULATION_FLOOR};
+use protection_core::version::Version;
+
+use crate::logging::LogFormat;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "protection-manager",
+    version = env!("CARGO_PKG_VERSION"),
+    about = "Hosts the protection finalizer controllers (pv-protection, pvc-protection, service-lb-cleanup)"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the controllers.
+    Run(Box<RunArgs>),
+    /// Print every feature gate with its stage, default and lock at a release.
+    FeatureGates(FeatureGatesArgs),
+    /// Print the binary's version and the releases it can emulate.
+    Version,
+}
+
+fn version_arg(s: &str) -> Result<Version, String> {
+    let v: Version = s
+        .parse()
+        .map_err(|e: protection_core::version::ParseVersionError| e.to_string())?;
+    release::validate_emulated_version(v).map_err(|e| e.to_string())
+}
+
+fn duration_arg(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map_err(|e| e.to_string())
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct GateArgs {
+    /// The release to behave as, `major.minor`, from the emulation floor up to
+    /// this binary's release. Gates and controllers take their state at that
+    /// release.
+    #[arg(long, env = "PROTECTION_MANAGER_EMULATED_VERSION", value_parser = version_arg, default_value_t = BINARY_VERSION)]
+    pub emulated_version: Version,
+
+    /// A set of key=value pairs that describe feature gates for alpha/beta
+    /// features, e.g. `StorageObjectInUseProtection=true`. Run
+    /// `protection-manager feature-gates` to list them.
+    #[arg(long, env = "PROTECTION_MANAGER_FEATURE_GATES", default_value = "")]
+    pub feature_gates: String,
+}
+
+impl GateArgs {
+    /// Resolves the gates; errors carry upstream's texts, prefixed the way
+    /// pflag reports a bad flag value.
+    pub fn gates(&self) -> Result<(FeatureGates, Vec<String>)> {
+        let mut gates = release::gates_at(self.emulated_version)?;
+        let warnings = gates.set_from_flag(&self.feature_gates).map_err(|e| {
+            anyhow::anyhow!(
+                "invalid argument {:?} for \"--feature-gates\" flag: {e}",
+                self.feature_gates
+            )
+        })?;
+        Ok((gates, warnings))
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct FeatureGatesArgs {
+    #[command(flatten)]
+    pub gates: GateArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub gates: GateArgs,
+
+    /// Controllers to run: `*` runs every controller that is on by default,
+    /// `name` turns one on, `-name` turns one off (kube-controller-manager
+    /// semantics). Known: pv-protection, pvc-protection, service-lb-cleanup.
+    #[arg(long, env = "PROTECTION_MANAGER_CONTROLLERS", default_value = "*")]
+    pub controllers: String,
+
+    /// Path to a kubeconfig. Default: KUBECONFIG, ~/.kube/config, or the
+    /// in-cluster service account.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig context to use.
+    #[arg(long)]
+    pub context: Option<String>,
+
+    /// Client-side request rate limit (requests per second); 0 disables it.
+    #[arg(long, default_value_t = 50.0)]
+    pub kube_api_qps: f64,
+
+    /// Client-side burst allowance.
+    #[arg(long, default_value_t = 100)]
+    pub kube_api_burst: u32,
+
+    /// Maximum concurrent reconciles per controller.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrency: u16,
+
+    /// Log format.
+    #[arg(
+        long,
+        value_enum,
+        env = "PROTECTION_MANAGER_LOG_FORMAT",
+        default_value = "text"
+    )]
+    pub log_format: LogFormat,
+
+    /// Log level, or a tracing filter such as `info,kube=warn`.
+    #[arg(long, env = "PROTECTION_MANAGER_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+
+    /// Address of the admin server (/metrics, /healthz, /readyz).
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub admin_address: SocketAddr,
+
+    /// Start a leader election client and gain leadership before running the
+    /// controllers (use with more than one replica).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: bool,
+
+    /// How long non-leaders wait after the last renewal before taking over.
+    #[arg(long, default_value = "15s", value_parser = duration_arg)]
+    pub leader_elect_lease_duration: Duration,
+
+    /// The leader steps down if it could not renew for this long.
+    #[arg(long, default_value = "10s", value_parser = duration_arg)]
+    pub leader_elect_renew_deadline: Duration,
+
+    /// How often the leader renews and candidates retry.
+    #[arg(long, default_value = "2s", value_parser = duration_arg)]
+    pub leader_elect_retry_period: Duration,
+
+    /// Name of the Lease object used for leader election.
+    #[arg(long, default_value = "protection-manager")]
+    pub leader_elect_resource_name: String,
+
+    /// Namespace of the Lease. Default: $POD_NAMESPACE, else the in-cluster
+    /// service account's namespace, else `default`.
+    #[arg(long)]
+    pub leader_elect_resource_namespace: Option<String>,
+
+    /// Bound on the time controllers get to finish in-flight work after
+    /// SIGTERM/SIGINT (keep it below the pod's terminationGracePeriodSeconds).
+    #[arg(long, default_value = "15s", value_parser = duration_arg)]
+    pub shutdown_grace_period: Duration,
+
+    /// How often the API server is pinged for the readiness check.
+    #[arg(long, default_value = "5s", value_parser = duration_arg, hide = true)]
+    pub ping_interval: Duration,
+}
+
+pub fn version_text() -> String {
+    format!(
+        "protection-manager {} (release {BINARY_VERSION}; can emulate releases {EMULATION_FLOOR} to {BINARY_VERSION})",
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+/// The `feature-gates` table.
+pub fn feature_gates(args: &FeatureGatesArgs) -> Result<String> {
+    let (gates, warnings) = args.gates.gates().context("resolving feature gates")?;
+    let mut out = String::new();
+    for w in warnings {
+        let _ = writeln!(out, "# {w}");
+    }
+    let _ = writeln!(
+        out,
+        "# feature gates at release {}",
+        gates.emulated_version()
+    );
+    let rows = gates.table();
+    let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(4).max(4);
+    let _ = writeln!(
+        out,
+        "{:<width$}  {:<10}  {:<7}  {:<6}  {:<7}  SINCE",
+        "NAME", "STAGE", "DEFAULT", "LOCKED", "ENABLED"
+    );
+    for r in rows {
+        let since = r.since.map_or_else(|| "-".to_string(), |v| v.to_string());
+        let _ = writeln!(
+            out,
+            "{:<width$}  {:<10}  {:<7}  {:<6}  {:<7}  {since}",
+            r.name,
+            r.stage.as_str(),
+            r.default,
+            r.locked,
+            r.enabled
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("protection-manager").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn feature_gates_table_at_0_1_shows_alpha_default_false() {
+        let Command::FeatureGates(a) = parse(&["feature-gates", "--emulated-version=0.1"])
+            .unwrap()
+            .command
+        else {
+            panic!("wrong subcommand");
+        };
+        let table = feature_gates(&a).unwrap();
+        for gate in [
+            "StorageObjectInUseProtection",
+            "ServiceLoadBalancerFinalizer",
+        ] {
+            let line = table.lines().find(|l| l.starts_with(gate)).unwrap();
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(
+                cols,
+                vec![gate, "ALPHA", "false", "false", "false", "0.1"],
+                "{table}"
+            );
+        }
+    }
+
+    #[test]
+    fn emulated_version_out_of_range_names_the_range() {
+        let e = parse(&["run", "--emulated-version=9.9"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("emulation version 9.9 is not between [0.0, 0.3]"),
+            "{e}"
+        );
+        let e = parse(&["run", "--emulated-version=abc"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("invalid version \"abc\""), "{e}");
+    }
+
+    #[test]
+    fn leader_elect_takes_an_optional_bool() {
+        let get = |args: &[&str]| match parse(args).unwrap().command {
+            Command::Run(r) => r.leader_elect,
+            _ => unreachable!(),
+        };
+        assert!(get(&["run"]));
+        assert!(get(&["run", "--leader-elect"]));
+        assert!(!get(&["run", "--leader-elect=false"]));
+    }
+
+    #[test]
+    fn durations_use_go_syntax() {
+        let Command::Run(r) = parse(&[
+            "run",
+            "--leader-elect-lease-duration=1m",
+            "--shutdown-grace-period=500ms",
+        ])
+        .unwrap()
+        .command
+        else {
+            unreachable!()
+        };
+        assert_eq!(r.leader_elect_lease_duration, Duration::from_secs(60));
+        assert_eq!(r.shutdown_grace_period, Duration::from_millis(500));
+        assert!(parse(&["run", "--leader-elect-retry-period=2"]).is_err());
+    }
+}

@@ -1,0 +1,171 @@
+//! Helpers for tests that run the real binary.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_protection-manager");
+
+pub fn run_to_end(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("run protection-manager")
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A fresh directory under the target dir's tmp (kept for post-mortems).
+pub fn tempdir() -> PathBuf {
+    let base = std::env::temp_dir().join(format!(
+        "pm-test-{}-{}",
+        std::process::id(),
+        Instant::now().elapsed().as_nanos() ^ rand_suffix()
+    ));
+    std::fs::create_dir_all(&base).expect("create temp dir");
+    base
+}
+
+fn rand_suffix() -> u128 {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(0);
+    u128::from(h.finish())
+}
+
+pub fn write_kubeconfig(dir: &Path, server: &str, token: &str) -> PathBuf {
+    let path = dir.join("kubeconfig");
+    let text = format!(
+        r#"{{"apiVersion":"v1","kind":"Config","current-context":"t",
+"clusters":[{{"name":"t","cluster":{{"server":"{server}"}}}}],
+"users":[{{"name":"t","user":{{"token":"{token}"}}}}],
+"contexts":[{{"name":"t","context":{{"cluster":"t","user":"t"}}}}]}}"#
+    );
+    std::fs::write(&path, text).expect("write kubeconfig");
+    path
+}
+
+/// A minimal HTTP/1.1 GET (no client library needed for admin endpoints).
+pub fn http_get(url: &str) -> Option<(u16, String)> {
+    let rest = url.strip_prefix("http://")?;
+    let (host, path) = rest
+        .split_once('/')
+        .map(|(h, p)| (h, format!("/{p}")))
+        .unwrap_or((rest, "/".into()));
+    let mut s = TcpStream::connect(host).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    Some((
+        code,
+        if chunked {
+            dechunk(body)
+        } else {
+            body.to_string()
+        },
+    ))
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+pub fn wait_until(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("timed out after {timeout:?} waiting until {what}");
+}
+
+/// A running manager process; killed on drop.
+pub struct Manager {
+    child: Child,
+    stderr_path: PathBuf,
+}
+
+impl Manager {
+    pub fn start(args: &[&str]) -> Manager {
+        let dir = tempdir();
+        let stderr_path = dir.join("stderr.log");
+        let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
+        let child = Command::new(BIN)
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn protection-manager");
+        Manager { child, stderr_path }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits for the exit.
+    pub fn terminate(&mut self, timeout: Duration) -> ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                return st;
+            }
+            if start.elapsed() > timeout {
+                let _ = self.child.kill();
+                panic!(
+                    "manager did not exit within {timeout:?} of SIGTERM; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
