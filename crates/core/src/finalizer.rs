@@ -36,6 +36,56 @@ use serde_json::{Value, json};
 
 use crate::metrics::ControllerMetrics;
 
+/// Which finalizer names the controllers use.
+///
+/// * `Project` (default): the project's own names
+///   (`protection-manager.io/...`), so the manager can run beside
+///   kube-controller-manager and a cloud-controller-manager without either
+///   removing the other's finalizer.
+/// * `Upstream`: the upstream names (`kubernetes.io/pv-protection`,
+///   `kubernetes.io/pvc-protection`,
+///   `service.kubernetes.io/load-balancer-cleanup`) for clusters that disabled
+///   the built-in controllers (kube-controller-manager
+///   `--controllers=*,-pv-protection,-pvc-protection`, no service controller).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum FinalizerProfile {
+    #[default]
+    Project,
+    Upstream,
+}
+
+impl FinalizerProfile {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinalizerProfile::Project => "project",
+            FinalizerProfile::Upstream => "upstream",
+        }
+    }
+}
+
+impl std::str::FromStr for FinalizerProfile {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "project" | "default" => Ok(FinalizerProfile::Project),
+            "upstream" => Ok(FinalizerProfile::Upstream),
+            other => Err(format!(
+                "invalid finalizer profile {other:?}: want \"project\" (the default) or \"upstream\""
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for FinalizerProfile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The project's own finalizer/class domain.
+pub const PROJECT_DOMAIN: &str = "protection-manager.io";
+
 /// How the finalizer list is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PatchStyle {

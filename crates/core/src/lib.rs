@@ -29,6 +29,8 @@ pub use controllers::{
     ControllerContext, ControllerDescriptor, ControllerError, ControllerResult, ReadySignal,
 };
 pub use featuregate::FeatureGates;
-pub use finalizer::{FinalizerError, FinalizerPatch, Outcome, PatchStyle, PhasedFinalizer};
+pub use finalizer::{
+    FinalizerError, FinalizerPatch, FinalizerProfile, Outcome, PatchStyle, PhasedFinalizer,
+};
 pub use metrics::{ControllerMetrics, Metrics};
 pub use version::Version;

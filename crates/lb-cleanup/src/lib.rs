@@ -2,3 +2,6 @@
 //! and its load-balancer providers.
 
 pub mod provider;
+mod wiring;
+
+pub use wiring::{ConfigError, Options, descriptors};

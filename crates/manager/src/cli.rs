@@ -93,6 +93,18 @@ pub struct RunArgs {
     #[arg(long, env = "PROTECTION_MANAGER_CONTROLLERS", default_value = "*")]
     pub controllers: String,
 
+    /// Finalizer names: `project` (this project's own names, safe beside
+    /// kube-controller-manager and a cloud provider) or `upstream`
+    /// (`kubernetes.io/pv-protection`, `kubernetes.io/pvc-protection`,
+    /// `service.kubernetes.io/load-balancer-cleanup`, for clusters whose
+    /// built-in controllers are disabled).
+    #[arg(
+        long,
+        env = "PROTECTION_MANAGER_FINALIZER_PROFILE",
+        default_value = "project"
+    )]
+    pub finalizer_profile: protection_core::FinalizerProfile,
+
     /// Path to a kubeconfig. Default: KUBECONFIG, ~/.kube/config, or the
     /// in-cluster service account.
     #[arg(long)]
@@ -165,6 +177,18 @@ pub struct RunArgs {
     /// How often the API server is pinged for the readiness check.
     #[arg(long, default_value = "5s", value_parser = duration_arg, hide = true)]
     pub ping_interval: Duration,
+
+    #[command(
+        flatten,
+        next_help_heading = "Storage protection (pv-protection, pvc-protection)"
+    )]
+    pub storage: pv_protection::Options,
+
+    #[command(
+        flatten,
+        next_help_heading = "Load-balancer cleanup (service-lb-cleanup)"
+    )]
+    pub lb: lb_cleanup::Options,
 }
 
 pub fn version_text() -> String {
@@ -214,6 +238,12 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("protection-manager").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
     }
 
     #[test]

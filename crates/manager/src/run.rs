@@ -17,8 +17,14 @@ const IN_CLUSTER_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccoun
 
 /// Every controller this binary has; the host keeps those selected by
 /// `--controllers` that exist at the emulated version.
-fn descriptors(_args: &RunArgs) -> Result<Vec<ControllerDescriptor>> {
-    Ok(Vec::new())
+fn descriptors(args: &RunArgs) -> Result<Vec<ControllerDescriptor>> {
+    let profile = args.finalizer_profile;
+    let mut all = pv_protection::descriptors(&args.storage, profile)
+        .context("storage protection settings")?;
+    all.extend(
+        lb_cleanup::descriptors(&args.lb, profile).context("load-balancer cleanup settings")?,
+    );
+    Ok(all)
 }
 
 pub async fn run(args: RunArgs) -> Result<()> {

@@ -1,0 +1,22 @@
+//! Wiring placeholder: the service-lb-cleanup controller lands with issue 5.
+//! The manager already calls [`descriptors`] with these [`Options`].
+
+use protection_core::{ControllerDescriptor, FinalizerProfile};
+
+/// Flags of the service-lb-cleanup controller (flattened into
+/// `protection-manager run`).
+#[derive(Clone, Debug, Default, clap::Args)]
+#[group(id = "lb-cleanup")]
+pub struct Options {}
+
+/// Configuration errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The controllers of this crate.
+pub fn descriptors(_opts: &Options, _profile: FinalizerProfile) -> Result<Vec<ControllerDescriptor>, ConfigError> {
+    Ok(Vec::new())
+}
