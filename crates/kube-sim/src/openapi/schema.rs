@@ -310,6 +310,33 @@ pub fn prune_unknown_fields(
     out
 }
 
+/// upstream's `runtime.NewStrictDecodingError` text for unknown fields, e.g.
+/// `strict decoding error: unknown field "dataa", unknown field "spec.foo"`
+/// (paths as [`unknown_fields`] returns them).
+pub fn strict_decoding_error(unknown: &[String]) -> String {
+    let parts: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field {:?}", f.trim_start_matches('.')))
+        .collect();
+    format!("strict decoding error: {}", parts.join(", "))
+}
+
+/// The 400 BadRequest message a real server gives a create or update with
+/// `fieldValidation=Strict` (kubectl's default) and unknown fields:
+/// `ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: unknown field "dataa"`.
+pub fn strict_create_update_message(kind: &str, version: &str, unknown: &[String]) -> String {
+    format!(
+        "{kind} in version {version:?} cannot be handled as a {kind}: {}",
+        strict_decoding_error(unknown)
+    )
+}
+
+/// The `Warning` header text for one unknown field under
+/// `fieldValidation=Warn` (the default): `unknown field "spec.foo"`.
+pub fn unknown_field_warning(field: &str) -> String {
+    format!("unknown field {:?}", field.trim_start_matches('.'))
+}
+
 fn walk_unknown(t: TypeRef<'_>, v: &Value, path: String, out: &mut Vec<String>, _in_map: bool) {
     match (t.shape(), v) {
         (Shape::Struct, Value::Object(m)) => {
@@ -342,15 +369,19 @@ fn walk_unknown(t: TypeRef<'_>, v: &Value, path: String, out: &mut Vec<String>, 
 fn prune_walk(t: TypeRef<'_>, v: &mut Value, path: String, out: &mut Vec<String>) {
     match (t.shape(), v) {
         (Shape::Struct, Value::Object(m)) => {
-            let unknown: Vec<String> = m.keys().filter(|k| !t.has_field(k)).cloned().collect();
+            // Report in document order, as the strict decoder does.
+            let mut unknown = Vec::new();
+            for (k, child) in m.iter_mut() {
+                match t.field(k).filter(|_| t.has_field(k)) {
+                    Some(ft) => prune_walk(ft, child, format!("{path}.{k}"), out),
+                    None => {
+                        out.push(format!("{path}.{k}"));
+                        unknown.push(k.clone());
+                    }
+                }
+            }
             for k in unknown {
                 m.shift_remove(&k);
-                out.push(format!("{path}.{k}"));
-            }
-            for (k, child) in m.iter_mut() {
-                if let Some(ft) = t.field(k) {
-                    prune_walk(ft, child, format!("{path}.{k}"), out);
-                }
             }
         }
         (Shape::Map, Value::Object(m)) => {
@@ -525,6 +556,14 @@ mod tests {
         assert_eq!(pruned.len(), 2);
         assert!(obj.get("dataa").is_none());
         assert_eq!(obj.pointer("/metadata/labels/a"), Some(&json!("b")));
+        assert_eq!(
+            strict_create_update_message("ConfigMap", "v1", &pruned),
+            "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"metadata.bogus\", unknown field \"dataa\""
+        );
+        assert_eq!(
+            unknown_field_warning(".spec.foo"),
+            "unknown field \"spec.foo\""
+        );
         let pod = json!({"spec": {"containers": [{"name": "a", "imagee": "x"}]}});
         assert_eq!(
             unknown_fields("", "v1", "Pod", &pod),
