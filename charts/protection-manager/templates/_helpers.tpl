@@ -1,0 +1,356 @@
+{{/*
+Chart name, truncated to 63 characters (the DNS label limit).
+*/}}
+{{- define "protection-manager.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name used as the prefix of every object: fullnameOverride, else the
+release name when it already contains the chart name, else
+<release>-<chart>.
+*/}}
+{{- define "protection-manager.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "protection-manager.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every object.
+*/}}
+{{- define "protection-manager.labels" -}}
+helm.sh/chart: {{ include "protection-manager.chart" . }}
+{{ include "protection-manager.selectorLabels" . }}
+app.kubernetes.io/version: {{ include "protection-manager.imageTag" . | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/component: controller-manager
+app.kubernetes.io/part-of: protection-manager
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Selector labels: stable for the life of a release (never add to these; a
+Deployment's selector is immutable).
+*/}}
+{{- define "protection-manager.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "protection-manager.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "protection-manager.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "protection-manager.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "protection-manager.imageTag" -}}
+{{- default .Chart.AppVersion .Values.image.tag }}
+{{- end }}
+
+{{/*
+repository:tag, or repository:tag@digest when a digest is given.
+*/}}
+{{- define "protection-manager.image" -}}
+{{- $ref := printf "%s:%s" .Values.image.repository (include "protection-manager.imageTag" .) }}
+{{- if .Values.image.digest }}
+{{- $ref = printf "%s@%s" $ref .Values.image.digest }}
+{{- end }}
+{{- $ref }}
+{{- end }}
+
+{{/*
+The release the manager runs as: emulatedVersion, else the image's release
+(appVersion's major.minor).
+*/}}
+{{- define "protection-manager.effectiveVersion" -}}
+{{- if .Values.emulatedVersion }}
+{{- .Values.emulatedVersion }}
+{{- else }}
+{{- $v := semver .Chart.AppVersion }}
+{{- printf "%d.%d" $v.Major $v.Minor }}
+{{- end }}
+{{- end }}
+
+{{/*
+Every controller the binary has: name, aliases, on by default, the release it
+appeared in, and the RBAC rules it needs (cluster-wide). Keep in step with the
+controller crates' descriptors (crates/pv-protection, crates/lb-cleanup).
+*/}}
+{{- define "protection-manager.controllerTable" -}}
+pv-protection:
+  aliases: [persistentvolume-protection-controller]
+  enabledByDefault: true
+  since: "0.1"
+  rules:
+    - apiGroups: [""]
+      resources: [persistentvolumes]
+      verbs: [get, list, watch, patch]
+pvc-protection:
+  aliases: [persistentvolumeclaim-protection-controller]
+  enabledByDefault: true
+  since: "0.1"
+  rules:
+    - apiGroups: [""]
+      resources: [persistentvolumeclaims]
+      verbs: [get, list, watch, patch]
+    - apiGroups: [""]
+      resources: [pods]
+      verbs: [list, watch]
+service-lb-cleanup:
+  aliases: [service-lb-controller]
+  enabledByDefault: true
+  since: "0.1"
+  rules:
+    - apiGroups: [""]
+      resources: [services]
+      verbs: [get, list, watch]
+    - apiGroups: [""]
+      resources: [services/status]
+      verbs: [patch]
+    - apiGroups: [""]
+      resources: [nodes]
+      verbs: [list, watch]
+{{- end }}
+
+{{/*
+The controllers that run, as a JSON list of canonical names, sorted. Mirrors
+kube-controller-manager's IsControllerEnabled (the manager's
+protection_core::controllers): the first entry naming a controller (or an
+alias), with or without a leading "-", decides; "*" decides only for
+controllers no entry names, and turns on those enabled by default. A
+controller newer than the emulated version does not exist.
+*/}}
+{{- define "protection-manager.enabledControllers" -}}
+{{- $table := include "protection-manager.controllerTable" . | fromYaml }}
+{{- $version := include "protection-manager.effectiveVersion" . }}
+{{- $enabled := list }}
+{{- range $name, $c := $table }}
+{{- $names := prepend $c.aliases $name }}
+{{- $decided := false }}
+{{- $on := false }}
+{{- $star := false }}
+{{- range $entry := $.Values.controllers }}
+{{- if not $decided }}
+{{- if has (trimPrefix "-" $entry) $names }}
+{{- $decided = true }}
+{{- $on = not (hasPrefix "-" $entry) }}
+{{- else if eq $entry "*" }}
+{{- $star = true }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if not $decided }}
+{{- $on = and $star $c.enabledByDefault }}
+{{- end }}
+{{- if and $on (semverCompare (printf ">=%s" $c.since) $version) }}
+{{- $enabled = append $enabled $name }}
+{{- end }}
+{{- end }}
+{{- $enabled | sortAlpha | toJson }}
+{{- end }}
+
+{{- define "protection-manager.controllerEnabled" -}}
+{{- $enabled := include "protection-manager.enabledControllers" .root | fromJsonArray }}
+{{- if has .name $enabled }}true{{ end }}
+{{- end }}
+
+{{/*
+leaderElection.enabled, or replicaCount > 1 when it is null.
+*/}}
+{{- define "protection-manager.leaderElect" -}}
+{{- $le := .Values.leaderElection.enabled }}
+{{- if kindIs "invalid" $le }}
+{{- $le = gt (int .Values.replicaCount) 1 }}
+{{- end }}
+{{- if $le }}true{{ else }}false{{ end }}
+{{- end }}
+
+{{- define "protection-manager.leaseName" -}}
+{{- default (include "protection-manager.fullname" .) .Values.leaderElection.resourceName }}
+{{- end }}
+
+{{/*
+A Go duration ("1m30s", "500ms", "0") in seconds, as a float string.
+*/}}
+{{- define "protection-manager.durationSeconds" -}}
+{{- $total := 0.0 }}
+{{- $units := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "μs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 }}
+{{- range $part := regexFindAll "([0-9]*\\.?[0-9]+)(ns|us|µs|μs|ms|s|m|h)" . -1 }}
+{{- $unit := regexReplaceAll "^[0-9.]+" $part "" }}
+{{- $number := regexReplaceAll "[^0-9.]+$" $part "" | float64 }}
+{{- $total = addf $total (mulf $number (get $units $unit)) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/*
+terminationGracePeriodSeconds: the value given, which must exceed the
+shutdown bound, or the shutdown bound rounded up plus 15 seconds.
+*/}}
+{{- define "protection-manager.terminationGracePeriodSeconds" -}}
+{{- $shutdown := include "protection-manager.durationSeconds" .Values.shutdownGracePeriod | float64 | ceil | int }}
+{{- $given := .Values.terminationGracePeriodSeconds }}
+{{- if kindIs "invalid" $given }}
+{{- add $shutdown 15 }}
+{{- else if le (int $given) $shutdown }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must be greater than shutdownGracePeriod (%s, %d seconds rounded up): the kubelet would kill the manager before it finished its in-flight work" (int $given) .Values.shutdownGracePeriod $shutdown) }}
+{{- else }}
+{{- int $given }}
+{{- end }}
+{{- end }}
+
+{{/*
+--admin-address: host:port, with brackets around an IPv6 host.
+*/}}
+{{- define "protection-manager.adminAddress" -}}
+{{- $host := .Values.admin.bindAddress }}
+{{- if contains ":" $host }}
+{{- printf "[%s]:%d" $host (int .Values.admin.port) }}
+{{- else }}
+{{- printf "%s:%d" $host (int .Values.admin.port) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where the provider token Secret is mounted: its key appears as the file
+`token` in this directory (a directory mount, not subPath, so that a rotated
+Secret reaches the pod).
+*/}}
+{{- define "protection-manager.tokenDir" -}}
+/var/run/secrets/protection-manager/lb-provider
+{{- end }}
+
+{{/*
+The arguments of the manager container as a JSON list. Every value maps onto
+exactly one flag; `--flag=value` keeps each flag in one list item.
+*/}}
+{{- define "protection-manager.args" -}}
+{{- $v := .Values }}
+{{- $args := list "run" }}
+{{- $args = append $args (printf "--controllers=%s" (join "," $v.controllers)) }}
+{{- with $v.featureGates }}
+{{- $gates := list }}
+{{- range $name := keys . | sortAlpha }}
+{{- $gates = append $gates (printf "%s=%t" $name (get $v.featureGates $name)) }}
+{{- end }}
+{{- $args = append $args (printf "--feature-gates=%s" (join "," $gates)) }}
+{{- end }}
+{{- with $v.emulatedVersion }}
+{{- $args = append $args (printf "--emulated-version=%s" .) }}
+{{- end }}
+{{- $args = append $args (printf "--finalizer-profile=%s" $v.finalizerProfile) }}
+{{- $args = append $args (printf "--kube-api-qps=%v" $v.kubeApi.qps) }}
+{{- $args = append $args (printf "--kube-api-burst=%d" (int64 $v.kubeApi.burst)) }}
+{{- $args = append $args (printf "--concurrency=%d" (int64 $v.concurrency)) }}
+{{- $args = append $args (printf "--log-format=%s" $v.logging.format) }}
+{{- $args = append $args (printf "--log-level=%s" $v.logging.level) }}
+{{- $args = append $args (printf "--admin-address=%s" (include "protection-manager.adminAddress" .)) }}
+{{- $le := include "protection-manager.leaderElect" . }}
+{{- $args = append $args (printf "--leader-elect=%s" $le) }}
+{{- if eq $le "true" }}
+{{- $args = append $args (printf "--leader-elect-lease-duration=%s" $v.leaderElection.leaseDuration) }}
+{{- $args = append $args (printf "--leader-elect-renew-deadline=%s" $v.leaderElection.renewDeadline) }}
+{{- $args = append $args (printf "--leader-elect-retry-period=%s" $v.leaderElection.retryPeriod) }}
+{{- $args = append $args (printf "--leader-elect-resource-name=%s" (include "protection-manager.leaseName" .)) }}
+{{- $args = append $args (printf "--leader-elect-resource-namespace=%s" .Release.Namespace) }}
+{{- end }}
+{{- $args = append $args (printf "--shutdown-grace-period=%s" $v.shutdownGracePeriod) }}
+{{- if include "protection-manager.controllerEnabled" (dict "root" . "name" "service-lb-cleanup") }}
+{{- $lb := $v.loadBalancer }}
+{{- $args = append $args (printf "--load-balancer-class=%s" $lb.class) }}
+{{- $args = append $args (printf "--load-balancer-include-unclassed=%t" $lb.includeUnclassed) }}
+{{- $endpoint := required "loadBalancer.provider.endpoint is required while the service-lb-cleanup controller is on: set it, or turn the controller off with controllers: [\"*\", \"-service-lb-cleanup\"]" $lb.provider.endpoint }}
+{{- $args = append $args (printf "--lb-provider-endpoint=%s" $endpoint) }}
+{{- if $lb.provider.tokenSecret.name }}
+{{- $args = append $args (printf "--lb-provider-token-file=%s/token" (include "protection-manager.tokenDir" .)) }}
+{{- end }}
+{{- $args = append $args (printf "--lb-provider-connect-timeout=%s" $lb.provider.connectTimeout) }}
+{{- $args = append $args (printf "--lb-provider-request-timeout=%s" $lb.provider.requestTimeout) }}
+{{- end }}
+{{- $args = concat $args $v.extraArgs }}
+{{- toJson $args }}
+{{- end }}
+
+{{/*
+The feature gates of the chart's release (appVersion), as the manager's
+protection_core::release defines them: for each gate, the specs in release
+order; before the first spec a gate is PreAlpha and cannot be set. A chart
+test compares this table with `protection-manager feature-gates` at every
+release the binary can emulate.
+*/}}
+{{- define "protection-manager.gateTable" -}}
+StorageObjectInUseProtection:
+  - {since: "0.1", default: false, locked: false}
+  - {since: "0.2", default: true, locked: false}
+  - {since: "0.3", default: true, locked: true}
+ServiceLoadBalancerFinalizer:
+  - {since: "0.1", default: false, locked: false}
+  - {since: "0.2", default: true, locked: false}
+  - {since: "0.3", default: true, locked: true}
+{{- end }}
+
+{{/*
+Refuses, at install time, the settings the manager would refuse at start-up
+(with the manager's own messages), so that a bad upgrade fails in helm instead
+of leaving a crash-looping pod. Only for the image of the chart's own release:
+another tag carries other tables, and the manager checks itself.
+*/}}
+{{- define "protection-manager.validate" -}}
+{{- $own := or (not .Values.image.tag) (eq .Values.image.tag .Chart.AppVersion) }}
+{{- if $own }}
+{{- $app := semver .Chart.AppVersion }}
+{{- $binary := printf "%d.%d" $app.Major $app.Minor }}
+{{- $emulated := include "protection-manager.effectiveVersion" . }}
+{{- if not (semverCompare (printf "<=%s" $binary) $emulated) }}
+{{- fail (printf "emulatedVersion: emulation version %s is not between [0.0, %s]" $emulated $binary) }}
+{{- end }}
+{{- $controllers := include "protection-manager.controllerTable" . | fromYaml }}
+{{- $notYet := list }}
+{{- range $entry := .Values.controllers }}
+{{- $bare := trimPrefix "-" $entry }}
+{{- range $name, $c := $controllers }}
+{{- if and (has $bare (prepend $c.aliases $name)) (not (semverCompare (printf ">=%s" $c.since) $emulated)) }}
+{{- $notYet = append $notYet (printf "%q is not in the list of known controllers at emulated version %s: it appeared in %s" $bare $emulated $c.since) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if $notYet }}
+{{- fail (printf "controllers: %s" (join ", " $notYet)) }}
+{{- end }}
+{{- $table := include "protection-manager.gateTable" . | fromYaml }}
+{{- $errs := list }}
+{{- range $key := keys .Values.featureGates | sortAlpha }}
+{{- $value := get $.Values.featureGates $key }}
+{{- $specs := get $table $key }}
+{{- if $specs }}
+{{- $spec := dict }}
+{{- range $specs }}
+{{- if semverCompare (printf ">=%s" .since) $emulated }}
+{{- $spec = . }}
+{{- end }}
+{{- end }}
+{{- if not $spec }}
+{{- $errs = append $errs (printf "cannot set feature gate %s to %t, feature is PreAlpha at emulated version %s" $key $value $emulated) }}
+{{- else if and $spec.locked (ne $spec.default $value) }}
+{{- $errs = append $errs (printf "cannot set feature gate %s to %t, feature is locked to %t" $key $value $spec.default) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if $errs }}
+{{- fail (printf "featureGates: %s (see `protection-manager feature-gates --emulated-version=%s`)" (join ", " $errs) $emulated) }}
+{{- end }}
+{{- end }}
+{{- end }}
