@@ -34,6 +34,8 @@ use crate::events::EventRecorder;
 use crate::featuregate::FeatureGates;
 use crate::leader::{Elector, LeaderElectionConfig, LeaderError};
 use crate::metrics::Metrics;
+use crate::release_guard::{self, GuardError, RecordLocation};
+use crate::version::Version;
 
 /// How the host runs.
 #[derive(Clone, Debug)]
@@ -47,6 +49,19 @@ pub struct HostConfig {
     pub identity: String,
     /// How often the API server is pinged for the readiness check.
     pub ping_interval: Duration,
+    /// The release guard (see [`crate::release_guard`]); `None` disables it.
+    pub release_guard: Option<ReleaseGuardConfig>,
+}
+
+/// Settings of the release guard.
+#[derive(Clone, Debug)]
+pub struct ReleaseGuardConfig {
+    pub location: RecordLocation,
+    /// The release this process runs as (the emulated version).
+    pub running: Version,
+    pub binary_version: String,
+    /// Record the running release but never refuse to start.
+    pub skip_check: bool,
 }
 
 /// Why the host stopped other than by a shutdown signal.
@@ -60,6 +75,8 @@ pub enum HostError {
     ControllerExited(String),
     #[error(transparent)]
     Admin(#[from] admin::AdminError),
+    #[error(transparent)]
+    ReleaseGuard(#[from] GuardError),
 }
 
 /// The host.
@@ -151,6 +168,9 @@ impl Host {
         controllers: Vec<ControllerDescriptor>,
         stop: &CancellationToken,
     ) -> Result<(), HostError> {
+        if !self.guard(stop, false).await? {
+            return Ok(());
+        }
         let mut elector = None;
         if let Some(le) = &self.cfg.leader_election {
             self.health.set(
@@ -191,15 +211,78 @@ impl Host {
             }
             elector = Some(e);
         }
-        self.metrics.set_leader(true);
-        let outcome = self
-            .run_controllers(controllers, stop, elector.as_mut())
-            .await;
+        let outcome = match self.guard(stop, true).await {
+            Ok(true) => {
+                self.metrics.set_leader(true);
+                self.run_controllers(controllers, stop, elector.as_mut())
+                    .await
+            }
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
+        };
         self.metrics.set_leader(false);
         if let Some(e) = elector {
             e.release(self.cfg.shutdown_timeout).await;
         }
         outcome
+    }
+
+    /// Checks (and, when leading, records) the release. Retries API errors
+    /// until `stop`; returns `Ok(false)` if stopped first.
+    async fn guard(&self, stop: &CancellationToken, leading: bool) -> Result<bool, HostError> {
+        let Some(g) = &self.cfg.release_guard else {
+            return Ok(true);
+        };
+        let mut delay = Duration::from_millis(500);
+        loop {
+            let attempt = async {
+                let recorded = release_guard::read(&self.client, &g.location).await?;
+                if !g.skip_check {
+                    release_guard::check(recorded.as_ref(), g.running, &g.location)?;
+                } else if let Err(e) =
+                    release_guard::check(recorded.as_ref(), g.running, &g.location)
+                {
+                    tracing::warn!("release check skipped (--skip-release-check): {e}");
+                }
+                if leading {
+                    let wrote = release_guard::record(
+                        &self.client,
+                        &g.location,
+                        g.running,
+                        &g.binary_version,
+                        &self.cfg.identity,
+                    )
+                    .await?;
+                    if wrote {
+                        tracing::info!(release = %g.running, record = %format!("{}/{}", g.location.namespace, g.location.name), "recorded the running release");
+                    }
+                }
+                Ok::<(), GuardError>(())
+            };
+            let res = tokio::select! {
+                _ = stop.cancelled() => return Ok(false),
+                r = attempt => r,
+            };
+            match res {
+                Ok(()) => {
+                    self.health.remove("release-guard");
+                    return Ok(true);
+                }
+                Err(e @ (GuardError::Skip { .. } | GuardError::Invalid { .. })) => {
+                    self.health.set("release-guard", Err(e.to_string()));
+                    return Err(e.into());
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "release guard cannot reach the API server yet; retrying");
+                    self.health.set("release-guard", Err(e.to_string()));
+                    tokio::select! {
+                        _ = stop.cancelled() => return Ok(false),
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(Duration::from_secs(10));
+                }
+            }
+        }
     }
 
     async fn run_controllers(

@@ -23,6 +23,7 @@ pub mod leader;
 pub mod metrics;
 pub mod ratelimit;
 pub mod release;
+pub mod release_guard;
 pub mod version;
 
 pub use controllers::{

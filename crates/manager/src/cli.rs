@@ -174,6 +174,16 @@ pub struct RunArgs {
     #[arg(long, default_value = "15s", value_parser = duration_arg)]
     pub shutdown_grace_period: Duration,
 
+    /// Start even if the cluster last ran a release more than one step away
+    /// (for experts: a skip can strand finalizers; see the README).
+    #[arg(long, default_value_t = false)]
+    pub skip_release_check: bool,
+
+    /// Name of the ConfigMap (in the lease namespace) that records the release
+    /// last run in this cluster.
+    #[arg(long, default_value = protection_core::release_guard::DEFAULT_RECORD_NAME)]
+    pub release_record_name: String,
+
     /// How often the API server is pinged for the readiness check.
     #[arg(long, default_value = "5s", value_parser = duration_arg, hide = true)]
     pub ping_interval: Duration,

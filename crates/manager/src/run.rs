@@ -5,9 +5,10 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use protection_core::client::{ClientOptions, build_client, load_config};
 use protection_core::controllers::{self, ControllerDescriptor};
-use protection_core::host::{Host, HostConfig};
+use protection_core::host::{Host, HostConfig, ReleaseGuardConfig};
 use protection_core::leader::LeaderElectionConfig;
 use protection_core::metrics::Metrics;
+use protection_core::release_guard::RecordLocation;
 use protection_core::{admin, release};
 
 use crate::cli::RunArgs;
@@ -38,10 +39,11 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let selected = controllers::select(descriptors(&args)?, &flag, emulated)
         .map_err(|e| anyhow::anyhow!("validation failed for '--controllers': {e}"))?;
     let identity = identity();
+    let namespace = lease_namespace(&args);
     let leader_election = if args.leader_elect {
         let le = LeaderElectionConfig {
             lease_name: args.leader_elect_resource_name.clone(),
-            lease_namespace: lease_namespace(&args),
+            lease_namespace: namespace.clone(),
             identity: identity.clone(),
             lease_duration: args.leader_elect_lease_duration,
             renew_deadline: args.leader_elect_renew_deadline,
@@ -94,6 +96,15 @@ pub async fn run(args: RunArgs) -> Result<()> {
             concurrency: args.concurrency,
             identity,
             ping_interval: args.ping_interval,
+            release_guard: Some(ReleaseGuardConfig {
+                location: RecordLocation {
+                    namespace,
+                    name: args.release_record_name.clone(),
+                },
+                running: emulated,
+                binary_version: env!("CARGO_PKG_VERSION").to_string(),
+                skip_check: args.skip_release_check,
+            }),
         },
     );
     host.run(listener, selected, shutdown_signal()).await?;
