@@ -60,6 +60,11 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The JSON state file; `None` keeps the state in memory only.
     pub state_file: Option<PathBuf>,
+    /// fsync the state file (and its directory) before acknowledging a
+    /// change (default). Without it the file is still replaced atomically
+    /// and survives a crash or kill of the process, but not of the machine;
+    /// benchmarks may turn it off, since fsync dominates the cost of a call.
+    pub fsync: bool,
     /// Where ingress addresses come from.
     pub ip_range: IpRange,
     /// The bearer token callers must present.
@@ -75,6 +80,7 @@ impl Default for Config {
         Self {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
             state_file: None,
+            fsync: true,
             ip_range: IpRange::TEST_NET_3,
             auth: Auth::None,
             faults: FaultSet::default(),
@@ -90,6 +96,11 @@ impl Config {
 
     pub fn with_state_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.state_file = Some(path.into());
+        self
+    }
+
+    pub fn with_fsync(mut self, fsync: bool) -> Self {
+        self.fsync = fsync;
         self
     }
 
@@ -153,7 +164,7 @@ impl std::fmt::Debug for CloudSim {
 impl CloudSim {
     /// Loads the state, binds the listener and starts serving.
     pub async fn start(config: Config) -> Result<Self, SimError> {
-        let store = Store::open(config.state_file.clone(), config.ip_range)?;
+        let store = Store::open(config.state_file.clone(), config.ip_range, config.fsync)?;
         let auth = auth::Authenticator::new(config.auth.clone())?;
         let faults = Faults::new(config.faults.clone())?;
         let listener = tokio::net::TcpListener::bind(config.listen)

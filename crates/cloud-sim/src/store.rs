@@ -91,13 +91,16 @@ impl ApiError {
 }
 
 struct Inner {
-    lbs: BTreeMap<String, LoadBalancer>,
+    // Arc, so that a snapshot for the state file is cheap to take under the
+    // lock and is serialized outside it.
+    lbs: BTreeMap<String, Arc<LoadBalancer>>,
     ips: BTreeMap<Ipv4Addr, String>,
     version: u64,
 }
 
 struct Persister {
     path: PathBuf,
+    fsync: bool,
     /// The highest version known to be on disk; its lock serializes writes.
     durable: Arc<tokio::sync::Mutex<u64>>,
     writes: Arc<AtomicU64>,
@@ -146,7 +149,24 @@ fn load(path: &Path) -> Result<Option<Vec<LoadBalancer>>, StateError> {
     Ok(Some(file.load_balancers))
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// The state file's bytes.
+fn encode(lbs: &[Arc<LoadBalancer>]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(lbs.len() * 1024 + 64);
+    out.extend_from_slice(b"{\"format\":\"");
+    out.extend_from_slice(FORMAT.as_bytes());
+    out.extend_from_slice(b"\",\"loadBalancers\":[");
+    for (i, lb) in lbs.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        // Serializing plain data to memory cannot fail.
+        let _ = serde_json::to_writer(&mut out, &**lb);
+    }
+    out.extend_from_slice(b"]}");
+    out
+}
+
+fn write_atomic(path: &Path, bytes: &[u8], fsync: bool) -> std::io::Result<()> {
     let mut tmp_name = path
         .file_name()
         .map(|n| n.to_os_string())
@@ -156,9 +176,14 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
-        f.sync_all()?;
+        if fsync {
+            f.sync_all()?;
+        }
     }
     std::fs::rename(&tmp, path)?;
+    if !fsync {
+        return Ok(());
+    }
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -267,7 +292,7 @@ fn status_for(ip: Ipv4Addr) -> Status {
 impl Store {
     /// Opens the state file (creating it when absent) or, without a file, an
     /// empty in-memory state.
-    pub fn open(path: Option<PathBuf>, range: IpRange) -> Result<Self, StateError> {
+    pub fn open(path: Option<PathBuf>, range: IpRange, fsync: bool) -> Result<Self, StateError> {
         let mut inner = Inner {
             lbs: BTreeMap::new(),
             ips: BTreeMap::new(),
@@ -307,7 +332,7 @@ impl Store {
                             }
                         }
                         let uid = lb.uid.clone();
-                        if inner.lbs.insert(uid.clone(), lb).is_some() {
+                        if inner.lbs.insert(uid.clone(), Arc::new(lb)).is_some() {
                             return Err(corrupt(
                                 path,
                                 format!("load balancer {uid} appears twice"),
@@ -322,14 +347,15 @@ impl Store {
             range,
             persist: path.map(|path| Persister {
                 path,
+                fsync,
                 durable: Arc::new(tokio::sync::Mutex::new(0)),
                 writes: Arc::new(AtomicU64::new(0)),
             }),
         };
         if must_write && let Some(p) = &store.persist {
             // Create the file now: an unwritable location fails at start.
-            let bytes = store.snapshot().0;
-            write_atomic(&p.path, &bytes).map_err(|source| StateError::Write {
+            let bytes = encode(&store.snapshot().0);
+            write_atomic(&p.path, &bytes, p.fsync).map_err(|source| StateError::Write {
                 path: p.path.clone(),
                 source,
             })?;
@@ -351,15 +377,9 @@ impl Store {
             .map_or(0, |p| p.writes.load(Ordering::Relaxed))
     }
 
-    fn snapshot(&self) -> (Vec<u8>, u64) {
+    fn snapshot(&self) -> (Vec<Arc<LoadBalancer>>, u64) {
         let inner = self.inner.lock();
-        let file = StateFile {
-            format: FORMAT.to_owned(),
-            load_balancers: inner.lbs.values().cloned().collect(),
-        };
-        // Serializing plain data to memory cannot fail.
-        let bytes = serde_json::to_vec(&file).unwrap_or_default();
-        (bytes, inner.version)
+        (inner.lbs.values().cloned().collect(), inner.version)
     }
 
     /// Waits until the state at `version` (or later) is on disk.
@@ -371,13 +391,14 @@ impl Store {
         if *guard >= version {
             return Ok(());
         }
-        let (bytes, snap_version) = self.snapshot();
+        let (lbs, snap_version) = self.snapshot();
         let path = p.path.clone();
+        let fsync = p.fsync;
         let writes = p.writes.clone();
         // The guard moves into the blocking task, so that a caller that goes
         // away cannot let a second write start before this one ends.
         let res = tokio::task::spawn_blocking(move || {
-            let r = write_atomic(&path, &bytes);
+            let r = write_atomic(&path, &encode(&lbs), fsync);
             if r.is_ok() {
                 *guard = snap_version;
                 writes.fetch_add(1, Ordering::Relaxed);
@@ -395,12 +416,18 @@ impl Store {
     }
 
     pub fn get(&self, uid: &str) -> Option<LoadBalancer> {
-        self.inner.lock().lbs.get(uid).cloned()
+        self.inner.lock().lbs.get(uid).map(|lb| (**lb).clone())
     }
 
     /// All load balancers, oldest first.
     pub fn list(&self) -> Vec<LoadBalancer> {
-        let mut v: Vec<_> = self.inner.lock().lbs.values().cloned().collect();
+        let mut v: Vec<LoadBalancer> = self
+            .inner
+            .lock()
+            .lbs
+            .values()
+            .map(|lb| (**lb).clone())
+            .collect();
         v.sort_by(|a, b| (a.created_at, &a.uid).cmp(&(b.created_at, &b.uid)));
         v
     }
@@ -432,7 +459,7 @@ impl Store {
         let inner = &mut *guard;
         let now = Timestamp::now();
         let existing = inner.lbs.get(uid).cloned();
-        let current_ip = existing.as_ref().and_then(LoadBalancer::ip);
+        let current_ip = existing.as_ref().and_then(|lb| lb.ip());
         if let Some(lb) = &existing
             && (lb.service.namespace != req.service.namespace
                 || lb.service.name != req.service.name)
@@ -490,11 +517,12 @@ impl Store {
             {
                 Ok(Applied {
                     outcome: Outcome::Unchanged,
-                    lb: Some(lb),
+                    lb: Some((*lb).clone()),
                     version: inner.version,
                 })
             }
-            Some(mut lb) => {
+            Some(lb) => {
+                let mut lb = (*lb).clone();
                 if let Some(old) = current_ip
                     && old != ip
                 {
@@ -507,7 +535,7 @@ impl Store {
                 lb.status = status;
                 lb.updated_at = now;
                 lb.generation += 1;
-                inner.lbs.insert(uid.to_owned(), lb.clone());
+                inner.lbs.insert(uid.to_owned(), Arc::new(lb.clone()));
                 inner.version += 1;
                 Ok(Applied {
                     outcome: Outcome::Updated,
@@ -528,7 +556,7 @@ impl Store {
                     updated_at: now,
                     generation: 1,
                 };
-                inner.lbs.insert(uid.to_owned(), lb.clone());
+                inner.lbs.insert(uid.to_owned(), Arc::new(lb.clone()));
                 inner.version += 1;
                 Ok(Applied {
                     outcome: Outcome::Created,
@@ -550,10 +578,11 @@ impl Store {
         if lb.nodes == nodes {
             return Ok(Applied {
                 outcome: Outcome::Unchanged,
-                lb: Some(lb.clone()),
+                lb: Some((**lb).clone()),
                 version,
             });
         }
+        let lb = Arc::make_mut(lb);
         lb.nodes = nodes;
         lb.updated_at = Timestamp::now();
         lb.generation += 1;
@@ -572,6 +601,7 @@ impl Store {
         let Some(lb) = inner.lbs.remove(uid) else {
             return Err(ApiError::not_found(uid));
         };
+        let lb = Arc::unwrap_or_clone(lb);
         if let Some(ip) = lb.ip()
             && inner.ips.get(&ip).is_some_and(|holder| holder == uid)
         {

@@ -84,6 +84,7 @@ fn help_documents_every_flag() {
         "--port",
         "--bind",
         "--state-file",
+        "--no-fsync",
         "--ip-range",
         "--token-file",
         "--token",
@@ -127,11 +128,21 @@ async fn state_survives_sigkill_and_sigterm() {
 
     // SIGTERM: graceful, exit code 0, state kept.
     assert!(sigterm(&mut p).success());
+    // Without fsync the file is still replaced atomically: a killed process
+    // loses nothing it acknowledged.
+    let mut p = spawn(dir.path(), &["--no-fsync"]);
+    let api = Api::new(&p.url, Some("bin-token"));
+    assert_eq!(
+        api.put("uid-3", &ensure_body("ns", "c", "uid-3")).await.0,
+        201
+    );
+    p.child.kill().unwrap();
+    p.child.wait().unwrap();
     let p = spawn(dir.path(), &[]);
     let api = Api::new(&p.url, Some("bin-token"));
     let (status, inv) = api.list().await;
     assert_eq!(status, 200);
-    assert_eq!(inv["items"].as_array().unwrap().len(), 2);
+    assert_eq!(inv["items"].as_array().unwrap().len(), 3);
 }
 
 #[test]
