@@ -3,6 +3,13 @@
 //! Wiring placeholder: the controllers land with issue 4. The manager already
 //! calls [`descriptors`] with these [`Options`].
 
+pub mod index;
+pub mod pod;
+pub mod pv;
+pub mod pvc;
+#[cfg(test)]
+mod testutil;
+
 use protection_core::{ControllerDescriptor, FinalizerProfile};
 
 /// Flags of the storage protection controllers (flattened into
