@@ -380,7 +380,23 @@ async fn run(shared: Arc<Shared>, headers: HeaderMap, action: Action) -> Respons
     if let Some(g) = &d.garbage {
         return rec.finish(Outcome::InjectedGarbage, garbage(g));
     }
-    let (outcome, resp) = perform(&shared, action).await;
+    // In its own task: like a real cloud API, an operation that has started
+    // completes (and is persisted) even if the client goes away.
+    let task = tokio::spawn({
+        let shared = shared.clone();
+        async move { perform(&shared, action).await }
+    });
+    let (outcome, resp) = match task.await {
+        Ok(done) => done,
+        Err(e) => (
+            Outcome::InternalError,
+            error_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                codes::INTERNAL,
+                format!("the operation failed: {e}"),
+            ),
+        ),
+    };
     if let Some(h) = d.hang.as_ref().filter(|h| h.after_commit)
         && let Some((outcome, resp)) = hang(&shared, op, h, changed).await
     {

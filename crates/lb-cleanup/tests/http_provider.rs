@@ -696,3 +696,47 @@ async fn requests_carry_user_agent_bearer_token_and_json() {
     assert!(head.contains("authorization: bearer abc123"), "{head}");
     assert!(head.contains("accept: application/json"), "{head}");
 }
+
+#[tokio::test]
+async fn a_timeout_after_the_cloud_acted_is_recovered_by_the_retry() {
+    let e = env_with_timeout(Duration::from_millis(500)).await;
+    e.sim
+        .faults()
+        .set(FaultSet::for_operations(
+            1,
+            &[Operation::Put],
+            OpFaults {
+                hang: Some(HangFault {
+                    rate: 1.0,
+                    max_ms: None,
+                    after_commit: true,
+                }),
+                ..OpFaults::default()
+            },
+        ))
+        .unwrap();
+    let err = e
+        .provider
+        .ensure(&lb_ref(), &spec(), &[])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProviderError::Timeout { .. }), "{err}");
+    assert!(
+        err.to_string().contains("may or may not have taken effect"),
+        "{err}"
+    );
+    // The cloud created it although the client never heard back.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while e.sim.inventory().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the load balancer never appeared"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    e.sim.faults().clear();
+    let status = e.provider.ensure(&lb_ref(), &spec(), &[]).await.unwrap();
+    assert_eq!(status.ingress[0].ip, Some("198.51.100.1".parse().unwrap()));
+    assert_eq!(e.sim.inventory().len(), 1);
+    assert_eq!(e.sim.get(UID).unwrap().generation, 1);
+}
