@@ -290,3 +290,8 @@ impl Drop for CloudSim {
         }
     }
 }
+
+/// Compiles the README's Rust example as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
