@@ -35,7 +35,7 @@ impl Shared {
         let range = self.store.range();
         Stats {
             operations: self.counters.snapshot(),
-            load_balancers: self.store.list().len() as u64,
+            load_balancers: self.store.count(),
             addresses: AddressStats {
                 range: range.to_string(),
                 capacity: range.capacity(),

@@ -432,6 +432,10 @@ impl Store {
         v
     }
 
+    pub fn count(&self) -> u64 {
+        self.inner.lock().lbs.len() as u64
+    }
+
     pub fn allocated(&self) -> u64 {
         self.inner.lock().ips.len() as u64
     }
