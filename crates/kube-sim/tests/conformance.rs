@@ -1,0 +1,1072 @@
+//! Conformance suite: each test names the upstream behaviour it checks and
+//! runs against kube-sim, or against a real API server when
+//! `KUBE_SIM_CONFORMANCE_KUBECONFIG` names a kubeconfig (checks that need
+//! kube-sim's own controls then print a NOTE and stop).
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{Target, eventually, status, unique};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Service,
+};
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, WatchEvent,
+    WatchParams,
+};
+use kube::core::ObjectMeta;
+use serde_json::json;
+
+fn cm(name: &str, labels: &[(&str, &str)]) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("k".to_string(), "v".to_string())])),
+        ..Default::default()
+    }
+}
+
+fn pv(name: &str, finalizers: &[&str]) -> PersistentVolume {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "finalizers": finalizers},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/tmp/kube-sim"}}
+    }))
+    .unwrap_or_else(|e| panic!("pv literal: {e}"))
+}
+
+fn pod(name: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}
+    }))
+    .unwrap_or_else(|e| panic!("pod literal: {e}"))
+}
+
+fn rv_of(m: &ObjectMeta) -> u64 {
+    m.resource_version
+        .as_deref()
+        .unwrap_or("0")
+        .parse()
+        .unwrap_or(0)
+}
+
+/// rest.BeforeCreate + FillObjectMetaSystemFields: uid, creationTimestamp and
+/// resourceVersion are set by the server; one global, increasing RV.
+#[tokio::test]
+async fn create_fills_system_fields_and_global_resource_version_increases() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-create").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let a = api
+        .create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .unwrap();
+    let b = api
+        .create(&PostParams::default(), &cm("b", &[]))
+        .await
+        .unwrap();
+    assert!(a.metadata.uid.as_deref().is_some_and(|u| u.len() == 36));
+    assert!(a.metadata.creation_timestamp.is_some());
+    assert_eq!(a.metadata.namespace.as_deref(), Some(ns.as_str()));
+    assert!(
+        rv_of(&b.metadata) > rv_of(&a.metadata),
+        "RVs must increase across objects"
+    );
+    t.cleanup_namespace(&ns).await;
+}
+
+/// names.SimpleNameGenerator: generateName + 5 chars from "bcdfghjklmnpqrstvwxz2456789".
+#[tokio::test]
+async fn generate_name_appends_five_random_characters() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-gen").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let mut c = cm("", &[]);
+    c.metadata.name = None;
+    c.metadata.generate_name = Some("web-".into());
+    let a = api.create(&PostParams::default(), &c).await.unwrap();
+    let name = a.metadata.name.unwrap();
+    assert!(name.starts_with("web-") && name.len() == 9, "{name}");
+    assert!(
+        name[4..]
+            .chars()
+            .all(|ch| "bcdfghjklmnpqrstvwxz2456789".contains(ch)),
+        "{name}"
+    );
+    t.cleanup_namespace(&ns).await;
+}
+
+/// storage errors: create of an existing name is 409 AlreadyExists; a
+/// missing object is 404 NotFound with a Status body naming it.
+#[tokio::test]
+async fn already_exists_409_and_not_found_404_status_bodies() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-err").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    api.create(&PostParams::default(), &cm("dup", &[]))
+        .await
+        .unwrap();
+    let e = status(
+        api.create(&PostParams::default(), &cm("dup", &[]))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (409, "AlreadyExists"));
+    assert_eq!(e.message, "configmaps \"dup\" already exists");
+    let e = status(api.get("nope").await.unwrap_err());
+    assert_eq!((e.code, e.reason.as_str()), (404, "NotFound"));
+    assert_eq!(e.message, "configmaps \"nope\" not found");
+    let d = e.details.unwrap();
+    assert_eq!((d.name.as_str(), d.kind.as_str()), ("nope", "configmaps"));
+    let deps: Api<Deployment> = Api::namespaced(t.client.clone(), &ns);
+    let e = status(deps.get("nope").await.unwrap_err());
+    assert_eq!(e.message, "deployments.apps \"nope\" not found");
+    t.cleanup_namespace(&ns).await;
+}
+
+/// ValidateObjectMeta with NameIsDNSSubdomain: 422 with the real message.
+#[tokio::test]
+async fn invalid_name_is_422_with_rfc1123_message() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-name").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let e = status(
+        api.create(&PostParams::default(), &cm("Bad_Name", &[]))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        e.message,
+        "ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+    );
+    let cause = &e.details.unwrap().causes[0];
+    assert_eq!(
+        (cause.reason.as_str(), cause.field.as_str()),
+        ("FieldValueInvalid", "metadata.name")
+    );
+    // Services use DNS-1035 labels.
+    let svcs: Api<Service> = Api::namespaced(t.client.clone(), &ns);
+    let svc: Service = serde_json::from_value(
+        json!({"metadata": {"name": "1abc"}, "spec": {"ports": [{"port": 80}]}}),
+    )
+    .unwrap();
+    let e = status(svcs.create(&PostParams::default(), &svc).await.unwrap_err());
+    assert!(
+        e.message
+            .contains("a DNS-1035 label must consist of lower case alphanumeric characters"),
+        "{}",
+        e.message
+    );
+    t.cleanup_namespace(&ns).await;
+}
+
+/// NamespaceLifecycle admission: creating in a missing namespace is 404.
+#[tokio::test]
+async fn create_in_missing_namespace_is_404_namespace_not_found() {
+    let t = Target::new().await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), "no-such-namespace-kube-sim");
+    let e = status(
+        api.create(&PostParams::default(), &cm("a", &[]))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 404);
+    assert_eq!(
+        e.message,
+        "namespaces \"no-such-namespace-kube-sim\" not found"
+    );
+    let nss: Api<Namespace> = Api::all(t.client.clone());
+    for n in ["default", "kube-system"] {
+        nss.get(n)
+            .await
+            .unwrap_or_else(|e| panic!("namespace {n}: {e}"));
+    }
+}
+
+/// registry Store.Update: a stale metadata.resourceVersion is 409 Conflict
+/// with OptimisticLockErrorMsg; for PATCH too.
+#[tokio::test]
+async fn stale_resource_version_on_update_and_patch_is_409_conflict() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-stale").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let a = api
+        .create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .unwrap();
+    let mut b = a.clone();
+    b.data = Some(BTreeMap::from([("k".into(), "v2".into())]));
+    let b = api.replace("a", &PostParams::default(), &b).await.unwrap();
+    assert!(rv_of(&b.metadata) > rv_of(&a.metadata));
+    let e = status(
+        api.replace("a", &PostParams::default(), &a)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
+    assert_eq!(
+        e.message,
+        "Operation cannot be fulfilled on configmaps \"a\": the object has been modified; please apply your changes to the latest version and try again"
+    );
+    let p =
+        json!({"metadata": {"resourceVersion": a.metadata.resource_version}, "data": {"x": "y"}});
+    let e = status(
+        api.patch("a", &PatchParams::default(), &Patch::Merge(&p))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 409);
+    t.cleanup_namespace(&ns).await;
+}
+
+/// etcd3 GuaranteedUpdate: a write that changes nothing keeps the
+/// resourceVersion.
+#[tokio::test]
+async fn no_op_update_keeps_resource_version() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-noop").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let a = api
+        .create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .unwrap();
+    let p = json!({"data": {"k": "v"}});
+    let b = api
+        .patch("a", &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .unwrap();
+    assert_eq!(a.metadata.resource_version, b.metadata.resource_version);
+    t.cleanup_namespace(&ns).await;
+}
+
+/// deployment strategy: generation 1 on create, +1 on spec change, not on
+/// status; services have no generation.
+#[tokio::test]
+async fn generation_tracks_spec_changes_where_upstream_maintains_it() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-gen").await;
+    let api: Api<Deployment> = Api::namespaced(t.client.clone(), &ns);
+    let d: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}
+    })).unwrap();
+    let d = api.create(&PostParams::default(), &d).await.unwrap();
+    assert_eq!(d.metadata.generation, Some(1));
+    let d = api
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.metadata.generation, Some(2));
+    let d = api
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"observedGeneration": 2, "replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(d.metadata.generation, Some(2));
+    assert_eq!(d.status.and_then(|s| s.replicas), Some(3));
+    let svcs: Api<Service> = Api::namespaced(t.client.clone(), &ns);
+    let s: Service = serde_json::from_value(
+        json!({"metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}]}}),
+    )
+    .unwrap();
+    let s = svcs.create(&PostParams::default(), &s).await.unwrap();
+    assert_eq!(s.metadata.generation, None);
+    t.cleanup_namespace(&ns).await;
+}
+
+/// Status subresource split (service strategy.go): writes to the main
+/// resource do not change status; writes to /status keep spec but keep
+/// metadata changes (the service controller's finalizer via services/status).
+#[tokio::test]
+async fn status_subresource_split_and_metadata_via_status() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-status").await;
+    let api: Api<Service> = Api::namespaced(t.client.clone(), &ns);
+    let s: Service = serde_json::from_value(json!({"metadata": {"name": "lb"}, "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}})).unwrap();
+    api.create(&PostParams::default(), &s).await.unwrap();
+    // Main resource: status ignored.
+    let p = json!({"spec": {"ports": [{"port": 81}]}, "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}});
+    let s = api
+        .patch("lb", &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .unwrap();
+    assert!(
+        s.status
+            .and_then(|st| st.load_balancer)
+            .and_then(|lb| lb.ingress)
+            .is_none()
+    );
+    // Status: spec ignored, metadata kept.
+    let p = json!({"metadata": {"finalizers": ["service.kubernetes.io/load-balancer-cleanup"]}, "spec": {"ports": [{"port": 99}]}, "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}});
+    let s = api
+        .patch_status("lb", &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.metadata.finalizers,
+        Some(vec![
+            "service.kubernetes.io/load-balancer-cleanup".to_string()
+        ])
+    );
+    assert_eq!(
+        s.spec
+            .as_ref()
+            .and_then(|sp| sp.ports.as_ref())
+            .map(|p| p[0].port),
+        Some(81)
+    );
+    assert_eq!(
+        s.status
+            .and_then(|st| st.load_balancer)
+            .and_then(|lb| lb.ingress)
+            .map(|i| i.len()),
+        Some(1)
+    );
+    // Strategic merge patch to services/status removing the finalizer
+    // ($deleteFromPrimitiveList), as the upstream service controller does.
+    let p = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["service.kubernetes.io/load-balancer-cleanup"]}});
+    let s = api
+        .patch_status("lb", &PatchParams::default(), &Patch::Strategic(&p))
+        .await
+        .unwrap();
+    assert!(s.metadata.finalizers.unwrap_or_default().is_empty());
+    t.cleanup_namespace(&ns).await;
+}
+
+/// registry Store.Delete with finalizers: 200 with the object,
+/// deletionTimestamp and deletionGracePeriodSeconds 0 set, object kept;
+/// deletionTimestamp immutable; no new finalizers (422, exact message);
+/// removing the last finalizer deletes it (watchers see DELETED).
+#[tokio::test]
+async fn finalizers_and_deletion_exactly() {
+    let t = Target::new().await;
+    let api: Api<PersistentVolume> = Api::all(t.client.clone());
+    let name = unique("conf-pv");
+    let created = api
+        .create(&PostParams::default(), &pv(&name, &["example.com/hold"]))
+        .await
+        .unwrap();
+    let deleted = api.delete(&name, &DeleteParams::default()).await.unwrap();
+    let obj = deleted
+        .left()
+        .expect("DELETE of an object with finalizers answers with the object");
+    let ts = obj
+        .metadata
+        .deletion_timestamp
+        .clone()
+        .expect("deletionTimestamp set");
+    assert_eq!(obj.metadata.deletion_grace_period_seconds, Some(0));
+    assert_eq!(
+        obj.metadata.finalizers,
+        Some(vec!["example.com/hold".to_string()])
+    );
+    // Still there.
+    let got = api.get(&name).await.unwrap();
+    assert_eq!(got.metadata.deletion_timestamp, Some(ts.clone()));
+    // A second DELETE changes nothing.
+    let again = api
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap()
+        .left()
+        .unwrap();
+    assert_eq!(
+        again.metadata.resource_version,
+        got.metadata.resource_version
+    );
+    // deletionTimestamp cannot change: an update that tries keeps the original.
+    let p =
+        json!({"metadata": {"deletionTimestamp": "2001-01-01T00:00:00Z", "labels": {"a": "b"}}});
+    let upd = api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&p))
+        .await
+        .unwrap();
+    assert_eq!(upd.metadata.deletion_timestamp, Some(ts));
+    // No new finalizers while deleting.
+    let p = json!({"metadata": {"finalizers": ["example.com/hold", "x"]}});
+    let e = status(
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&p))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert!(
+        e.message.ends_with("metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"x\"}"),
+        "{}",
+        e.message
+    );
+    // Removing the last finalizer deletes the object; a watcher sees DELETED.
+    let lp = WatchParams::default().fields(&format!("metadata.name={name}"));
+    let mut w = api
+        .watch(&lp, &upd.metadata.resource_version.clone().unwrap())
+        .await
+        .unwrap()
+        .boxed();
+    let p = json!([{"op": "test", "path": "/metadata/finalizers/0", "value": "example.com/hold"}, {"op": "remove", "path": "/metadata/finalizers"}]);
+    api.patch(
+        &name,
+        &PatchParams::default(),
+        &Patch::<()>::Json(serde_json::from_value(p).unwrap()),
+    )
+    .await
+    .unwrap();
+    let ev = tokio::time::timeout(std::time::Duration::from_secs(30), w.try_next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(ev, Some(WatchEvent::Deleted(_))), "{ev:?}");
+    let e = status(api.get(&name).await.unwrap_err());
+    assert_eq!(e.code, 404);
+    assert!(created.metadata.uid.is_some());
+}
+
+/// Store.Delete without finalizers removes at once; pods (no kubelet here)
+/// too, but a pod with a finalizer stays Terminating.
+#[tokio::test]
+async fn delete_without_finalizers_is_immediate_and_pods_honour_finalizers() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-del").await;
+    let cms: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    cms.create(&PostParams::default(), &cm("gone", &[]))
+        .await
+        .unwrap();
+    let r = cms.delete("gone", &DeleteParams::default()).await.unwrap();
+    assert!(
+        r.is_right(),
+        "configmaps answer a Status on immediate deletion"
+    );
+    assert_eq!(status(cms.get("gone").await.unwrap_err()).code, 404);
+    let pods: Api<Pod> = Api::namespaced(t.client.clone(), &ns);
+    let mut p = pod("p");
+    p.metadata.finalizers = Some(vec!["example.com/keep".into()]);
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    let r = pods.delete("p", &DeleteParams::default()).await.unwrap();
+    let kept = r.left().expect("pod with finalizer is kept");
+    assert!(kept.metadata.deletion_timestamp.is_some());
+    pods.patch(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    eventually("pod to disappear", || async {
+        pods.get_opt("p").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    if t.sim.is_some() {
+        // No kubelet: an unscheduled pod goes at once.
+        pods.create(&PostParams::default(), &pod("q"))
+            .await
+            .unwrap();
+        pods.delete("q", &DeleteParams::default()).await.unwrap();
+        assert!(pods.get_opt("q").await.unwrap().is_none());
+    }
+    t.cleanup_namespace(&ns).await;
+}
+
+/// rest.BeforeDelete preconditions: mismatched uid or resourceVersion is 409.
+#[tokio::test]
+async fn delete_preconditions_uid_and_resource_version() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-precond").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let a = api
+        .create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .unwrap();
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: Some("00000000-0000-0000-0000-000000000000".into()),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    let e = status(api.delete("a", &dp).await.unwrap_err());
+    assert_eq!(e.code, 409);
+    assert!(e.message.contains("the UID in the precondition (00000000-0000-0000-0000-000000000000) does not match the UID in record"), "{}", e.message);
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: None,
+            resource_version: Some("1".into()),
+        }),
+        ..Default::default()
+    };
+    let e = status(api.delete("a", &dp).await.unwrap_err());
+    assert_eq!(e.code, 409);
+    assert!(e.message.contains("the ResourceVersion in the precondition (1) does not match the ResourceVersion in record"), "{}", e.message);
+    let dp = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: a.metadata.uid.clone(),
+            resource_version: a.metadata.resource_version.clone(),
+        }),
+        ..Default::default()
+    };
+    api.delete("a", &dp).await.unwrap();
+    t.cleanup_namespace(&ns).await;
+}
+
+/// handlers/patch.go: a JSON patch whose `test` fails is 422.
+#[tokio::test]
+async fn json_patch_failed_test_is_422() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-jp").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    api.create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .unwrap();
+    let p = json!([{"op": "test", "path": "/data/k", "value": "other"}, {"op": "replace", "path": "/data/k", "value": "z"}]);
+    let e = status(
+        api.patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::<()>::Json(serde_json::from_value(p).unwrap()),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert_eq!(api.get("a").await.unwrap().data.unwrap()["k"], "v");
+    t.cleanup_namespace(&ns).await;
+}
+
+/// Strategic merge patch of metadata.finalizers ($setElementOrder and
+/// $deleteFromPrimitiveList) and merge of containers by name.
+#[tokio::test]
+async fn strategic_merge_patch_finalizers_and_containers() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-smp").await;
+    let api: Api<Pod> = Api::namespaced(t.client.clone(), &ns);
+    let mut p = pod("p");
+    p.metadata.finalizers = Some(vec!["a/x".into(), "b/y".into()]);
+    api.create(&PostParams::default(), &p).await.unwrap();
+    let patch = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a/x"], "$setElementOrder/finalizers": ["b/y", "c/z"], "finalizers": ["c/z"]},
+                       "spec": {"containers": [{"name": "c", "image": "busybox:1.37"}]}});
+    let got = api
+        .patch("p", &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+        .unwrap();
+    assert_eq!(
+        got.metadata.finalizers,
+        Some(vec!["b/y".to_string(), "c/z".to_string()])
+    );
+    let cs = got.spec.unwrap().containers;
+    assert_eq!(cs.len(), 1);
+    assert_eq!(cs[0].image.as_deref(), Some("busybox:1.37"));
+    api.patch(
+        "p",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    t.cleanup_namespace(&ns).await;
+}
+
+/// Server-side apply creates, then updates, the object (kube-lease-manager's
+/// Lease pattern); a second manager conflicting is 409 unless forced.
+#[tokio::test]
+async fn server_side_apply_creates_updates_and_conflicts() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-ssa").await;
+    let api: Api<Lease> = Api::namespaced(t.client.clone(), &ns);
+    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "lock"}, "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}});
+    let l = api
+        .patch("lock", &PatchParams::apply("mgr-a"), &Patch::Apply(&lease))
+        .await
+        .unwrap();
+    assert_eq!(
+        l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()),
+        Some("a")
+    );
+    let lease_b = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "lock"}, "spec": {"holderIdentity": "b"}});
+    let e = status(
+        api.patch(
+            "lock",
+            &PatchParams::apply("mgr-b"),
+            &Patch::Apply(&lease_b),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
+    let l = api
+        .patch(
+            "lock",
+            &PatchParams::apply("mgr-b").force(),
+            &Patch::Apply(&lease_b),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        l.spec.as_ref().and_then(|s| s.holder_identity.as_deref()),
+        Some("b")
+    );
+    t.cleanup_namespace(&ns).await;
+}
+
+/// Label selectors (=, !=, in, notin, exists) and field selectors
+/// (metadata.name, pod spec.nodeName; unsupported field is 400).
+#[tokio::test]
+async fn label_and_field_selectors() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-sel").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    for (n, app) in [("a", "web"), ("b", "db"), ("c", "web")] {
+        api.create(&PostParams::default(), &cm(n, &[("app", app)]))
+            .await
+            .unwrap();
+    }
+    let names = |l: kube::core::ObjectList<ConfigMap>| {
+        l.items
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(
+            api.list(&ListParams::default().labels("app=web"))
+                .await
+                .unwrap()
+        ),
+        ["a", "c"]
+    );
+    assert_eq!(
+        names(
+            api.list(&ListParams::default().labels("app!=web"))
+                .await
+                .unwrap()
+        ),
+        ["b"]
+    );
+    assert_eq!(
+        names(
+            api.list(&ListParams::default().labels("app in (db,x)"))
+                .await
+                .unwrap()
+        ),
+        ["b"]
+    );
+    assert_eq!(
+        names(
+            api.list(&ListParams::default().labels("app notin (db)"))
+                .await
+                .unwrap()
+        ),
+        ["a", "c"]
+    );
+    assert_eq!(
+        names(
+            api.list(&ListParams::default().fields("metadata.name=b"))
+                .await
+                .unwrap()
+        ),
+        ["b"]
+    );
+    let pods: Api<Pod> = Api::namespaced(t.client.clone(), &ns);
+    let mut p = pod("on-n1");
+    p.spec.as_mut().unwrap().node_name = Some("n1".into());
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    pods.create(&PostParams::default(), &pod("unscheduled"))
+        .await
+        .unwrap();
+    let l = pods
+        .list(&ListParams::default().fields("spec.nodeName=n1"))
+        .await
+        .unwrap();
+    assert_eq!(l.items.len(), 1);
+    let l = pods
+        .list(&ListParams::default().fields("spec.nodeName="))
+        .await
+        .unwrap();
+    assert_eq!(l.items[0].metadata.name.as_deref(), Some("unscheduled"));
+    let e = status(
+        pods.list(&ListParams::default().fields("status.hostIP=1.2.3.4"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 400);
+    assert!(
+        e.message
+            .contains("field label not supported: status.hostIP"),
+        "{}",
+        e.message
+    );
+    t.cleanup_namespace(&ns).await;
+}
+
+/// limit/continue paging at a consistent snapshot; remainingItemCount.
+#[tokio::test]
+async fn limit_and_continue_paging() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-page").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    for i in 0..7 {
+        api.create(&PostParams::default(), &cm(&format!("c{i}"), &[]))
+            .await
+            .unwrap();
+    }
+    let first = api.list(&ListParams::default().limit(3)).await.unwrap();
+    assert_eq!(first.items.len(), 3);
+    assert_eq!(first.metadata.remaining_item_count, Some(4));
+    let token = first.metadata.continue_.clone().unwrap();
+    // A write between pages is not seen by the continuation (snapshot).
+    api.create(&PostParams::default(), &cm("c9", &[]))
+        .await
+        .unwrap();
+    let second = api
+        .list(&ListParams::default().limit(3).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(
+        second.metadata.resource_version,
+        first.metadata.resource_version
+    );
+    let third = api
+        .list(
+            &ListParams::default()
+                .limit(3)
+                .continue_token(second.metadata.continue_.as_deref().unwrap()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(third.items.len(), 1);
+    assert!(third.metadata.continue_.is_none());
+    let all: Vec<String> = first
+        .items
+        .iter()
+        .chain(&second.items)
+        .chain(&third.items)
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    assert_eq!(all, ["c0", "c1", "c2", "c3", "c4", "c5", "c6"]);
+    t.cleanup_namespace(&ns).await;
+}
+
+/// List resourceVersion semantics: Exact at an older RV returns that state;
+/// NotOlderThan newer than the server is 504 Too large resource version.
+#[tokio::test]
+async fn list_resource_version_exact_and_not_older_than() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-rv").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let a = api
+        .create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .unwrap();
+    let rv_a = a.metadata.resource_version.clone().unwrap();
+    api.create(&PostParams::default(), &cm("b", &[]))
+        .await
+        .unwrap();
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    let lp = ListParams::default()
+        .at(&rv_a)
+        .matching(kube::api::VersionMatch::Exact);
+    let old = api.list(&lp).await.unwrap();
+    assert_eq!(
+        old.items
+            .iter()
+            .filter_map(|c| c.metadata.name.clone())
+            .collect::<Vec<_>>(),
+        ["a"]
+    );
+    assert_eq!(
+        old.metadata.resource_version.as_deref(),
+        Some(rv_a.as_str())
+    );
+    let now = api.list(&ListParams::default().at("0")).await.unwrap();
+    assert_eq!(now.items.len(), 1);
+    if let Some(sim) = &t.sim {
+        // (raw request: kube-rs would retry the 504 for minutes.)
+        let far = rv_of(&a.metadata) + 1_000_000;
+        let (code, body) = common::raw(sim, "GET", &format!("/api/v1/namespaces/{ns}/configmaps?resourceVersion={far}&resourceVersionMatch=NotOlderThan"), "application/json", "").await;
+        assert_eq!(code, 504, "{body}");
+        assert!(body.contains("Too large resource version"), "{body}");
+    }
+    t.cleanup_namespace(&ns).await;
+}
+
+/// Watch from a resourceVersion: ADDED/MODIFIED/DELETED in order, label
+/// selector transitions become ADDED/DELETED (cache_watcher.go).
+#[tokio::test]
+async fn watch_events_and_selector_transitions() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-watch").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let list = api.list(&ListParams::default()).await.unwrap();
+    let rv = list.metadata.resource_version.unwrap();
+    let mut all = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let mut sel = api
+        .watch(&WatchParams::default().labels("app=web"), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    api.create(&PostParams::default(), &cm("a", &[("app", "db")]))
+        .await
+        .unwrap();
+    api.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "web"}}})),
+    )
+    .await
+    .unwrap();
+    api.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "db"}}})),
+    )
+    .await
+    .unwrap();
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    let mut kinds = Vec::new();
+    while kinds.len() < 4 {
+        let ev = tokio::time::timeout(std::time::Duration::from_secs(30), all.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        kinds.push(match ev {
+            WatchEvent::Added(_) => "ADDED",
+            WatchEvent::Modified(_) => "MODIFIED",
+            WatchEvent::Deleted(_) => "DELETED",
+            WatchEvent::Bookmark(_) => continue,
+            WatchEvent::Error(e) => panic!("{e:?}"),
+        });
+    }
+    assert_eq!(kinds, ["ADDED", "MODIFIED", "MODIFIED", "DELETED"]);
+    let mut kinds = Vec::new();
+    while kinds.len() < 2 {
+        let ev = tokio::time::timeout(std::time::Duration::from_secs(30), sel.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        kinds.push(match ev {
+            WatchEvent::Added(_) => "ADDED",
+            WatchEvent::Modified(_) => "MODIFIED",
+            WatchEvent::Deleted(_) => "DELETED",
+            WatchEvent::Bookmark(_) => continue,
+            WatchEvent::Error(e) => panic!("{e:?}"),
+        });
+    }
+    assert_eq!(kinds, ["ADDED", "DELETED"]);
+    t.cleanup_namespace(&ns).await;
+}
+
+/// watch-list (sendInitialEvents=true): ADDED for existing objects, then a
+/// BOOKMARK annotated k8s.io/initial-events-end.
+#[tokio::test]
+async fn watch_list_send_initial_events_ends_with_annotated_bookmark() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-wl").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    api.create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &cm("b", &[]))
+        .await
+        .unwrap();
+    let wp = WatchParams::default().initial_events();
+    let mut w = api.watch(&wp, "").await.unwrap().boxed();
+    let mut added = 0;
+    loop {
+        let ev = tokio::time::timeout(std::time::Duration::from_secs(30), w.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        match ev {
+            WatchEvent::Added(_) => added += 1,
+            WatchEvent::Bookmark(b) => {
+                assert_eq!(
+                    b.metadata
+                        .annotations
+                        .get("k8s.io/initial-events-end")
+                        .map(String::as_str),
+                    Some("true")
+                );
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(added, 2);
+    t.cleanup_namespace(&ns).await;
+}
+
+/// watch cache: a resourceVersion older than the retained window is answered
+/// with an ERROR event carrying 410 Expired; an Exact list too.
+#[tokio::test]
+async fn too_old_resource_version_is_410_gone() {
+    let cfg = kube_sim::SimConfig {
+        history_window: 5,
+        ..Default::default()
+    };
+    let t = Target::with(cfg).await;
+    let Some(_) = t.sim() else { return };
+    let ns = t.namespace("conf-410").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let a = api
+        .create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .unwrap();
+    let old = a.metadata.resource_version.clone().unwrap();
+    for i in 0..10 {
+        api.patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"i": i.to_string()}})),
+        )
+        .await
+        .unwrap();
+    }
+    let mut w = api
+        .watch(&WatchParams::default(), &old)
+        .await
+        .unwrap()
+        .boxed();
+    let ev = tokio::time::timeout(std::time::Duration::from_secs(30), w.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    match ev {
+        WatchEvent::Error(s) => {
+            assert_eq!((s.code, s.reason.as_str()), (410, "Expired"));
+            assert!(
+                s.message
+                    .starts_with(&format!("too old resource version: {old} (")),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("expected ERROR 410, got {other:?}"),
+    }
+    let e = status(
+        api.list(
+            &ListParams::default()
+                .at(&old)
+                .matching(kube::api::VersionMatch::Exact),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(e.code, 410);
+    assert_eq!(
+        e.message,
+        "The resourceVersion for the provided list is too old."
+    );
+}
+
+/// Watch bookmarks carry the current resourceVersion.
+#[tokio::test]
+async fn watch_bookmarks_are_sent_when_allowed() {
+    let cfg = kube_sim::SimConfig {
+        bookmark_interval: std::time::Duration::from_millis(300),
+        ..Default::default()
+    };
+    let t = Target::with(cfg).await;
+    let Some(_) = t.sim() else { return };
+    let ns = t.namespace("conf-bm").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let c = api
+        .create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .unwrap();
+    let mut w = api
+        .watch(
+            &WatchParams::default(),
+            &c.metadata.resource_version.clone().unwrap(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+    let ev = tokio::time::timeout(std::time::Duration::from_secs(30), w.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    match ev {
+        WatchEvent::Bookmark(b) => {
+            assert!(b.metadata.resource_version.parse::<u64>().unwrap() >= rv_of(&c.metadata))
+        }
+        other => panic!("expected BOOKMARK, got {other:?}"),
+    }
+}
+
+/// StorageObjectInUseProtection admission: adds the protection finalizers to
+/// new PVs/PVCs (switchable; off by default in kube-sim).
+#[tokio::test]
+async fn storage_object_in_use_protection_admission_switch() {
+    let t = Target::new().await;
+    let Some(sim) = t.sim() else { return };
+    let pvs: Api<PersistentVolume> = Api::all(t.client.clone());
+    let off = pvs
+        .create(&PostParams::default(), &pv(&unique("adm-off"), &[]))
+        .await
+        .unwrap();
+    assert!(off.metadata.finalizers.unwrap_or_default().is_empty());
+    sim.set_storage_protection_admission(true);
+    let on = pvs
+        .create(&PostParams::default(), &pv(&unique("adm-on"), &[]))
+        .await
+        .unwrap();
+    assert_eq!(
+        on.metadata.finalizers,
+        Some(vec!["kubernetes.io/pv-protection".to_string()])
+    );
+    let ns = t.namespace("conf-adm").await;
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(t.client.clone(), &ns);
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({"metadata": {"name": "c"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})).unwrap();
+    let c = pvcs.create(&PostParams::default(), &claim).await.unwrap();
+    assert_eq!(
+        c.metadata.finalizers,
+        Some(vec!["kubernetes.io/pvc-protection".to_string()])
+    );
+    assert_eq!(c.status.and_then(|s| s.phase).as_deref(), Some("Pending"));
+}
+
+/// Unsupported patch content type is 415 (handlers/patch.go).
+#[tokio::test]
+async fn unsupported_patch_content_type_is_415() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-415").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    api.create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .unwrap();
+    let req = http::Request::builder()
+        .method("PATCH")
+        .uri(format!("/api/v1/namespaces/{ns}/configmaps/a"))
+        .header("Content-Type", "application/xml")
+        .body(b"<x/>".to_vec())
+        .unwrap();
+    let e = status(t.client.request_text(req).await.unwrap_err());
+    assert_eq!((e.code, e.reason.as_str()), (415, "UnsupportedMediaType"));
+    t.cleanup_namespace(&ns).await;
+}
