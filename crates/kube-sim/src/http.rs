@@ -300,7 +300,9 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
             (Ok(None), _) => non_resource(&state, &req, &path).await,
             (Ok(Some(_)), Some(t)) => {
                 let manager = field_manager(&query, &ua);
-                match resource_request(&state, req, t, query, manager, &decision).await {
+                match resource_request(&state, req, t, query, manager, &decision, &mut rec.name)
+                    .await
+                {
                     Ok(r) => r,
                     Err(e) => error_response(&e),
                 }
@@ -584,6 +586,7 @@ async fn resource_request(
     q: Query,
     manager: String,
     decision: &Decision,
+    created_name: &mut String,
 ) -> Result<Response<RespBody>, ApiError> {
     let rid = t.rid.ok_or_else(not_found_path)?;
     let def = &RESOURCES[rid];
@@ -651,6 +654,8 @@ async fn resource_request(
             let (ct, body) = read_body(req).await?;
             let obj = decode_object(ct.as_deref(), &body)?;
             let s = store.create(rid, &ns, obj, &opts)?;
+            // Like the audit log's objectRef, name the created object.
+            *created_name = object::meta_str(&s.value, "name").to_string();
             Ok(stored_response(201, &s, &want, def, &q))
         }
         Method::PUT => {

@@ -8,6 +8,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod admin;
+pub mod controllers;
 pub mod discovery;
 pub mod error;
 pub mod faults;
@@ -181,6 +182,10 @@ impl KubeSim {
         let url = format!("http://{addr}");
         write_file(&kubeconfig, &kubeconfig_yaml(&url, "admin"))?;
         let server = tokio::spawn(serve(listener, state.clone()));
+        tokio::spawn(crate::controllers::run(
+            state.store.clone(),
+            state.shutdown.clone(),
+        ));
         tracing::info!(%url, kubeconfig = %kubeconfig.display(), "kube-sim listening");
         Ok(KubeSim {
             state,

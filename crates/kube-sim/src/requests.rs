@@ -26,6 +26,8 @@ pub struct RequestRecord {
     pub resource: String,
     pub subresource: String,
     pub namespace: String,
+    /// Object name from the URL; for create, the created object's name (as
+    /// the audit log's objectRef has it).
     pub name: String,
     /// Request path (useful for non-resource requests).
     pub path: String,

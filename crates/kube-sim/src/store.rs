@@ -171,6 +171,12 @@ pub struct Store {
     pub(crate) cfg: StoreConfig,
     alloc: Mutex<strategy::Allocator>,
     rng: Mutex<rand::rngs::StdRng>,
+    /// Latest resourceVersion, for in-process controllers that react to any
+    /// change.
+    global: tokio::sync::watch::Sender<u64>,
+    /// Objects being deleted with a garbage-collector finalizer (`orphan`,
+    /// `foregroundDeletion`) for the emulated garbage collector.
+    pub(crate) gc_pending: Mutex<std::collections::BTreeSet<(ResId, Key)>>,
 }
 
 const GENERATE_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -256,6 +262,8 @@ impl Store {
             inner: Mutex::new(Inner { rv: 0, res }),
             alloc: Mutex::new(strategy::Allocator::new(seed)),
             rng: Mutex::new(rand::rngs::StdRng::seed_from_u64(seed)),
+            global: tokio::sync::watch::Sender::new(0),
+            gc_pending: Mutex::new(Default::default()),
             cfg,
         }
     }
@@ -539,6 +547,12 @@ impl Store {
             st.evicted = true;
         }
         st.notify.send_replace(inner.rv);
+        self.global.send_replace(inner.rv);
+    }
+
+    /// A receiver that changes on every committed write.
+    pub fn subscribe_all(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.global.subscribe()
     }
 
     /// Commits a new object. Checks namespace lifecycle and name uniqueness
@@ -644,6 +658,13 @@ impl Store {
         let stored = Stored::new(new, rv)?;
         inner.rv = rv;
         inner.res[rid].objects.insert(key.clone(), stored.clone());
+        if object::meta(&stored.value).is_some_and(|m| m.contains_key("deletionTimestamp"))
+            && finalizers(&stored.value)
+                .iter()
+                .any(|f| f == "orphan" || f == "foregroundDeletion")
+        {
+            self.gc_pending.lock().insert((rid, key.clone()));
+        }
         self.push_event(
             &mut inner,
             rid,
@@ -1051,7 +1072,11 @@ impl Store {
             .and_then(|m| m.get("deletionGracePeriodSeconds"))
             .and_then(Value::as_i64)
             .is_none_or(|g| g == 0);
-        if deleting && grace_zero && finalizers(&new).is_empty() {
+        if deleting
+            && grace_zero
+            && finalizers(&new).is_empty()
+            && !namespace_spec_finalizers(def, &new)
+        {
             if opts.dry_run {
                 return Ok(Some(live.clone()));
             }
@@ -1127,6 +1152,9 @@ impl Store {
                 }
             }
             let deleting = lm.contains_key("deletionTimestamp");
+            // The namespace registry keeps a namespace while spec.finalizers
+            // is non-empty (pkg/registry/core/namespace/storage/storage.go).
+            let spec_fins = namespace_spec_finalizers(def, &live.value);
             let graceful_period = self.graceful_period(def, &live.value, opts);
             // Garbage-collector finalizers requested by the propagation policy
             // (deletionFinalizersForGarbageCollection); only before deletion
@@ -1159,7 +1187,7 @@ impl Store {
                 if cur_grace > 0
                     && let Some(g) = shorter
                 {
-                    if g == 0 && fins.is_empty() {
+                    if g == 0 && fins.is_empty() && !spec_fins {
                         return self.delete_now(rid, &live, opts);
                     }
                     let mut new = live.value.clone();
@@ -1176,12 +1204,12 @@ impl Store {
                         None => continue,
                     }
                 }
-                if fins.is_empty() && cur_grace == 0 {
+                if fins.is_empty() && cur_grace == 0 && !spec_fins {
                     return self.delete_now(rid, &live, opts);
                 }
                 return Ok(DeleteOutcome::Pending(live));
             }
-            if fins.is_empty() && graceful_period == 0 {
+            if fins.is_empty() && graceful_period == 0 && !spec_fins {
                 return self.delete_now(rid, &live, opts);
             }
             // Mark as deleting (markAsDeleting / BeforeDelete for graceful).
@@ -1319,6 +1347,17 @@ impl Store {
     pub fn set_storage_protection(&self, on: bool) {
         self.cfg.storage_protection.store(on, Ordering::Relaxed)
     }
+}
+
+/// Whether a namespace still has `spec.finalizers` (the namespace
+/// controller's "kubernetes" finalizer).
+fn namespace_spec_finalizers(def: &ResourceDef, obj: &Value) -> bool {
+    def.group.is_empty()
+        && def.resource == "namespaces"
+        && obj
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty())
 }
 
 fn namespaces_rid() -> ResId {

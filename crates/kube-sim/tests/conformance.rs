@@ -1070,3 +1070,122 @@ async fn unsupported_patch_content_type_is_415() {
     assert_eq!((e.code, e.reason.as_str()), (415, "UnsupportedMediaType"));
     t.cleanup_namespace(&ns).await;
 }
+
+/// Namespace deletion (namespace registry + namespace controller): the
+/// namespace turns Terminating, its content is deleted (objects with
+/// finalizers wait for them), then the namespace disappears; creating in a
+/// terminating namespace is 403 Forbidden.
+#[tokio::test]
+async fn namespace_deletion_terminates_then_removes_content_and_namespace() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-nsdel").await;
+    let cms: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    cms.create(&PostParams::default(), &cm("plain", &[]))
+        .await
+        .unwrap();
+    let mut held = cm("held", &[]);
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    cms.create(&PostParams::default(), &held).await.unwrap();
+    let nss: Api<Namespace> = Api::all(t.client.clone());
+    let d = nss.delete(&ns, &DeleteParams::default()).await.unwrap();
+    let n = d
+        .left()
+        .expect("namespace deletion answers with the namespace");
+    assert!(n.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        n.status.and_then(|s| s.phase).as_deref(),
+        Some("Terminating")
+    );
+    eventually("plain configmap deleted", || async {
+        cms.get_opt("plain").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let e = status(
+        cms.create(&PostParams::default(), &cm("late", &[]))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
+    assert!(
+        e.message.contains(&format!(
+            "unable to create new content in namespace {ns} because it is being terminated"
+        )),
+        "{}",
+        e.message
+    );
+    let h = cms.get("held").await.unwrap();
+    assert!(h.metadata.deletion_timestamp.is_some());
+    assert!(
+        nss.get_opt(&ns).await.unwrap().is_some(),
+        "namespace waits for its content"
+    );
+    cms.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    eventually("namespace gone", || async {
+        nss.get_opt(&ns).await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
+
+/// Foreground/orphan propagation: the garbage-collector finalizer is added
+/// and then handled (dependents deleted / orphaned) before the owner goes.
+#[tokio::test]
+async fn propagation_policies_foreground_and_orphan() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-gc").await;
+    let cms: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let owner = cms
+        .create(&PostParams::default(), &cm("owner", &[]))
+        .await
+        .unwrap();
+    let oref = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner.metadata.uid, "blockOwnerDeletion": true}]);
+    let mut dep = cm("dep", &[]);
+    dep.metadata.owner_references = serde_json::from_value(oref.clone()).unwrap();
+    cms.create(&PostParams::default(), &dep).await.unwrap();
+    let r = cms
+        .delete("owner", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    let o = r
+        .left()
+        .expect("foreground deletion keeps the owner for the GC");
+    assert!(
+        o.metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&"foregroundDeletion".to_string())
+    );
+    eventually("dependent deleted", || async {
+        cms.get_opt("dep").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    eventually("owner deleted", || async {
+        cms.get_opt("owner").await.unwrap().is_none().then_some(())
+    })
+    .await;
+
+    let owner = cms
+        .create(&PostParams::default(), &cm("owner2", &[]))
+        .await
+        .unwrap();
+    let oref = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner2", "uid": owner.metadata.uid}]);
+    let mut dep = cm("dep2", &[]);
+    dep.metadata.owner_references = serde_json::from_value(oref).unwrap();
+    cms.create(&PostParams::default(), &dep).await.unwrap();
+    cms.delete("owner2", &DeleteParams::orphan()).await.unwrap();
+    eventually("owner2 deleted", || async {
+        cms.get_opt("owner2").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let d = cms.get("dep2").await.unwrap();
+    assert!(
+        d.metadata.owner_references.unwrap_or_default().is_empty(),
+        "orphaned dependent loses its ownerReference"
+    );
+    t.cleanup_namespace(&ns).await;
+}

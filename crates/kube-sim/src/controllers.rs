@@ -1,0 +1,204 @@
+//! Emulated control-plane loops that a real cluster runs outside the API
+//! server, kept to what API clients observe:
+//!
+//! * the namespace controller (pkg/controller/namespace/deletion): a
+//!   Terminating namespace has its content deleted (objects with finalizers
+//!   stay Terminating until their finalizers are removed); once empty, the
+//!   `kubernetes` spec finalizer is removed through `namespaces/finalize`
+//!   and the namespace goes away;
+//! * the garbage collector's handling of the `orphan` and
+//!   `foregroundDeletion` finalizers (pkg/controller/garbagecollector):
+//!   dependents (by ownerReferences uid) are orphaned or deleted, then the
+//!   finalizer is removed. Background cascading deletion of dependents is
+//!   not emulated.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::object;
+use crate::resources::{self, RESOURCES, ResId};
+use crate::store::{DeleteOptions, Store, WriteOptions};
+
+const MANAGER: &str = "kube-sim-controllers";
+
+/// Runs the loops until `stop` fires.
+pub(crate) async fn run(store: Arc<Store>, stop: tokio_util::sync::CancellationToken) {
+    let mut changes = store.subscribe_all();
+    loop {
+        let busy = reconcile_namespaces(&store) | reconcile_gc(&store);
+        let wait = async {
+            if busy {
+                // Work remains (e.g. objects with finalizers): poll gently.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let _ = changes.changed().await;
+        };
+        tokio::select! {
+            _ = wait => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+fn ns_rid() -> ResId {
+    resources::find("", "v1", "namespaces").unwrap_or(0)
+}
+
+/// Returns whether some namespace is still terminating.
+fn reconcile_namespaces(store: &Store) -> bool {
+    let rid = ns_rid();
+    let (namespaces, _) = store.snapshot(rid, None);
+    let mut busy = false;
+    for ns in namespaces {
+        let deleting = object::meta(&ns.value).is_some_and(|m| m.contains_key("deletionTimestamp"));
+        let has_kube_fin = ns
+            .value
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(|f| f == "kubernetes"));
+        if !deleting || !has_kube_fin {
+            continue;
+        }
+        let name = object::meta_str(&ns.value, "name").to_string();
+        let mut remaining = 0usize;
+        for (i, def) in RESOURCES.iter().enumerate() {
+            if !def.namespaced {
+                continue;
+            }
+            let (items, _) = store.snapshot(i, Some(&name));
+            for it in items {
+                remaining += 1;
+                if object::meta(&it.value).is_some_and(|m| m.contains_key("deletionTimestamp")) {
+                    continue;
+                }
+                let n = object::meta_str(&it.value, "name").to_string();
+                if let Err(e) = store.delete(i, &name, &n, &DeleteOptions::default())
+                    && e.code != 404
+                {
+                    tracing::warn!(namespace = %name, resource = def.resource, object = %n, error = %e, "namespace controller: delete failed");
+                }
+            }
+        }
+        if remaining > 0 {
+            busy = true;
+            continue;
+        }
+        // Empty: remove the "kubernetes" finalizer via namespaces/finalize.
+        let mut body = ns.value.clone();
+        let fins: Vec<Value> = body
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter(|f| *f != "kubernetes").cloned().collect())
+            .unwrap_or_default();
+        body["spec"]["finalizers"] = json!(fins);
+        if let Err(e) = store.update(
+            rid,
+            "",
+            &name,
+            Some("finalize"),
+            body,
+            &WriteOptions::manager(MANAGER),
+        ) && e.code != 404
+        {
+            tracing::warn!(namespace = %name, error = %e, "namespace controller: finalize failed");
+            busy = true;
+        }
+    }
+    busy
+}
+
+/// Returns whether GC work remains.
+fn reconcile_gc(store: &Store) -> bool {
+    let pending: Vec<_> = store.gc_pending.lock().iter().cloned().collect();
+    let mut busy = false;
+    for (rid, (ns, name)) in pending {
+        let Ok(owner) = store.get(rid, &ns, &name) else {
+            store.gc_pending.lock().remove(&(rid, (ns, name)));
+            continue;
+        };
+        let uid = object::meta_str(&owner.value, "uid").to_string();
+        let fins = object::finalizers(&owner.value);
+        let orphan = fins.iter().any(|f| f == "orphan");
+        let foreground = fins.iter().any(|f| f == "foregroundDeletion");
+        let mut dependents_left = 0;
+        for (i, def) in RESOURCES.iter().enumerate() {
+            let (items, _) = store.snapshot(i, None);
+            for it in items {
+                let refs = it
+                    .value
+                    .pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                if !refs
+                    .iter()
+                    .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid.as_str()))
+                {
+                    continue;
+                }
+                let (dns, dname) = it.key();
+                if orphan {
+                    let kept: Vec<Value> = refs
+                        .into_iter()
+                        .filter(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()))
+                        .collect();
+                    let p = json!({"metadata": {"ownerReferences": if kept.is_empty() { Value::Null } else { json!(kept) }}});
+                    let _ = store.patch(
+                        i,
+                        &dns,
+                        &dname,
+                        None,
+                        crate::patch::PatchKind::Merge,
+                        p.to_string().as_bytes(),
+                        &WriteOptions::manager(MANAGER),
+                    );
+                } else if foreground {
+                    dependents_left += 1;
+                    if object::meta(&it.value).is_some_and(|m| m.contains_key("deletionTimestamp"))
+                    {
+                        continue;
+                    }
+                    let opts = DeleteOptions {
+                        propagation_policy: Some("Foreground".into()),
+                        ..Default::default()
+                    };
+                    if let Err(e) = store.delete(i, &dns, &dname, &opts)
+                        && e.code != 404
+                    {
+                        tracing::warn!(resource = def.resource, object = %dname, error = %e, "garbage collector: delete failed");
+                    }
+                }
+            }
+        }
+        if dependents_left > 0 {
+            busy = true;
+            continue;
+        }
+        // Remove the GC finalizers (orphan first, as upstream).
+        let keep: Vec<String> = fins
+            .into_iter()
+            .filter(|f| f != "orphan" && f != "foregroundDeletion")
+            .collect();
+        let p = json!({"metadata": {"finalizers": if keep.is_empty() { Value::Null } else { json!(keep) }}});
+        match store.patch(
+            rid,
+            &ns,
+            &name,
+            None,
+            crate::patch::PatchKind::Merge,
+            p.to_string().as_bytes(),
+            &WriteOptions::manager(MANAGER),
+        ) {
+            Ok(_) => {
+                store.gc_pending.lock().remove(&(rid, (ns, name)));
+            }
+            Err(e) if e.code == 404 => {
+                store.gc_pending.lock().remove(&(rid, (ns, name)));
+            }
+            Err(_) => busy = true,
+        }
+    }
+    busy
+}
