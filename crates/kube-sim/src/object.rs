@@ -89,10 +89,15 @@ pub fn canonicalize(obj: Value, kind: &str, api_version: &str) -> Value {
     let mut meta = meta;
     let mut om = Map::new();
     for k in META_ORDER {
+        if *k == "resourceVersion" && !meta.contains_key("resourceVersion") {
+            // Keep its slot: the store fills it in when committing.
+            om.insert("resourceVersion".into(), Value::Null);
+            continue;
+        }
         if let Some(v) = meta.remove(*k) {
             let empty = match &v {
-                Value::Null => true,
-                Value::String(s) => s.is_empty(),
+                Value::Null => *k != "resourceVersion",
+                Value::String(s) => s.is_empty() && *k != "resourceVersion",
                 Value::Array(a) => a.is_empty(),
                 Value::Object(o) => o.is_empty(),
                 Value::Number(n) => n.as_i64() == Some(0) && *k == "generation",

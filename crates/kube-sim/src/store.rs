@@ -38,7 +38,13 @@ pub struct Stored {
 }
 
 impl Stored {
-    fn new(value: Value, rv: u64) -> Result<Arc<Stored>, ApiError> {
+    fn new(mut value: Value, rv: u64) -> Result<Arc<Stored>, ApiError> {
+        if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut)
+            && m.get("resourceVersion")
+                .is_some_and(|v| v.is_null() || v.as_str() == Some(""))
+        {
+            m.shift_remove("resourceVersion");
+        }
         let bytes = serde_json::to_vec(&value).map_err(ApiError::internal)?;
         Ok(Arc::new(Stored {
             value,

@@ -1,0 +1,336 @@
+//! Real-client tests with both kubectls: the pinned one from PyPI
+//! (`KUBECTL_PINNED`, default .tools/bin/kubectl) and the machine's
+//! (`KUBECTL_SYSTEM`, default /usr/bin/kubectl).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{eventually, tool};
+use kube_sim::{KubeSim, SimConfig};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+fn kubectls() -> Vec<PathBuf> {
+    vec![
+        tool("KUBECTL_PINNED", ".tools/bin/kubectl"),
+        tool("KUBECTL_SYSTEM", "/usr/bin/kubectl"),
+    ]
+}
+
+async fn kubectl(
+    bin: &Path,
+    kubeconfig: &Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> (bool, String, String) {
+    use tokio::io::AsyncWriteExt;
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.arg("--kubeconfig").arg(kubeconfig).args(args);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()));
+    if let Some(mut si) = child.stdin.take() {
+        if let Some(text) = stdin {
+            si.write_all(text.as_bytes()).await.unwrap();
+        }
+        drop(si);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish in 60s"))
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+async fn ok(bin: &Path, kc: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    let (success, out, err) = kubectl(bin, kc, args, stdin).await;
+    assert!(
+        success,
+        "{} {args:?} failed:\nstdout: {out}\nstderr: {err}",
+        bin.display()
+    );
+    out
+}
+
+const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-config\n  labels:\n    app: web\ndata:\n  a: b\n";
+const PV: &str = "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: NAME\n  finalizers: [example.com/hold]\nspec:\n  capacity: {storage: 1Gi}\n  accessModes: [ReadWriteOnce]\n  hostPath: {path: /tmp/kube-sim}\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_raw_discovery_crud_patch_apply() {
+    for bin in kubectls() {
+        let sim = KubeSim::start(SimConfig::default()).await.unwrap();
+        let kc = sim.kubeconfig_path().to_path_buf();
+        let raw = ok(&bin, &kc, &["get", "--raw", "/api/v1"], None).await;
+        let v: serde_json::Value = serde_json::from_str(&raw).unwrap();
+        assert_eq!(v["kind"], "APIResourceList");
+        assert!(
+            v["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["name"] == "pods")
+        );
+        ok(&bin, &kc, &["api-resources"], None).await;
+        ok(&bin, &kc, &["create", "-f", "-"], Some(CM)).await;
+        let y = ok(
+            &bin,
+            &kc,
+            &["get", "configmap", "web-config", "-o", "yaml"],
+            None,
+        )
+        .await;
+        assert!(
+            y.contains("name: web-config") && y.contains("resourceVersion:"),
+            "{y}"
+        );
+        let l = ok(
+            &bin,
+            &kc,
+            &["get", "cm", "-l", "app=web", "-o", "name"],
+            None,
+        )
+        .await;
+        assert_eq!(l.trim(), "configmap/web-config");
+        let l = ok(
+            &bin,
+            &kc,
+            &["get", "cm", "-l", "app=db", "-o", "name"],
+            None,
+        )
+        .await;
+        assert_eq!(l.trim(), "");
+        ok(
+            &bin,
+            &kc,
+            &[
+                "patch",
+                "cm",
+                "web-config",
+                "--type=merge",
+                "-p",
+                r#"{"data":{"m":"1"}}"#,
+            ],
+            None,
+        )
+        .await;
+        ok(
+            &bin,
+            &kc,
+            &[
+                "patch",
+                "cm",
+                "web-config",
+                "--type=json",
+                "-p",
+                r#"[{"op":"add","path":"/data/j","value":"2"}]"#,
+            ],
+            None,
+        )
+        .await;
+        ok(
+            &bin,
+            &kc,
+            &[
+                "patch",
+                "cm",
+                "web-config",
+                "--type=strategic",
+                "-p",
+                r#"{"data":{"s":"3"}}"#,
+            ],
+            None,
+        )
+        .await;
+        let d = ok(
+            &bin,
+            &kc,
+            &["get", "cm", "web-config", "-o", "jsonpath={.data}"],
+            None,
+        )
+        .await;
+        for (k, v) in [("a", "b"), ("m", "1"), ("j", "2"), ("s", "3")] {
+            assert!(d.contains(&format!("\"{k}\":\"{v}\"")), "{d}");
+        }
+        let applied = CM.replace("a: b", "a: applied");
+        let out = ok(
+            &bin,
+            &kc,
+            &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+            Some(&applied),
+        )
+        .await;
+        assert!(out.contains("serverside-applied"), "{out}");
+        let d = ok(
+            &bin,
+            &kc,
+            &["get", "cm", "web-config", "-o", "jsonpath={.data.a}"],
+            None,
+        )
+        .await;
+        assert_eq!(d, "applied");
+        let mf = ok(
+            &bin,
+            &kc,
+            &[
+                "get",
+                "cm",
+                "web-config",
+                "-o",
+                "jsonpath={.metadata.managedFields[*].manager}",
+                "--show-managed-fields",
+            ],
+            None,
+        )
+        .await;
+        assert!(mf.contains("kubectl"), "managedFields managers: {mf}");
+        // A failing JSON-patch test is reported as the server's 422.
+        let (success, _, err) = kubectl(
+            &bin,
+            &kc,
+            &[
+                "patch",
+                "cm",
+                "web-config",
+                "--type=json",
+                "-p",
+                r#"[{"op":"test","path":"/data/a","value":"nope"}]"#,
+            ],
+            None,
+        )
+        .await;
+        assert!(!success, "failed test must fail");
+        // What kubectl prints for the real server's 422 with an
+        // UnexpectedServerResponse cause.
+        assert!(err.contains("The request is invalid"), "{err}");
+        sim.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_delete_wait_false_leaves_pv_terminating_until_finalizer_removed() {
+    for bin in kubectls() {
+        let sim = KubeSim::start(SimConfig::default()).await.unwrap();
+        let kc = sim.kubeconfig_path().to_path_buf();
+        let pv = PV.replace("NAME", "pv-kubectl");
+        ok(&bin, &kc, &["create", "-f", "-"], Some(&pv)).await;
+        ok(
+            &bin,
+            &kc,
+            &["delete", "pv", "pv-kubectl", "--wait=false"],
+            None,
+        )
+        .await;
+        let ts = ok(
+            &bin,
+            &kc,
+            &[
+                "get",
+                "pv",
+                "pv-kubectl",
+                "-o",
+                "jsonpath={.metadata.deletionTimestamp}",
+            ],
+            None,
+        )
+        .await;
+        assert!(!ts.is_empty(), "deletionTimestamp set");
+        let table = ok(&bin, &kc, &["get", "pv", "pv-kubectl"], None).await;
+        assert!(table.contains("Terminating"), "{table}");
+        ok(
+            &bin,
+            &kc,
+            &[
+                "patch",
+                "pv",
+                "pv-kubectl",
+                "--type=json",
+                "-p",
+                r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+            ],
+            None,
+        )
+        .await;
+        let (found, _, err) = kubectl(&bin, &kc, &["get", "pv", "pv-kubectl"], None).await;
+        assert!(!found && err.contains("NotFound"), "{err}");
+        sim.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_watch_sees_events() {
+    for bin in kubectls() {
+        let sim = KubeSim::start(SimConfig::default()).await.unwrap();
+        let kc = sim.kubeconfig_path().to_path_buf();
+        let mut child = tokio::process::Command::new(&bin)
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(["get", "cm", "-w", "--output-watch-events"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let lines = std::sync::Arc::new(parking_lot::Mutex::new(Vec::<String>::new()));
+        let l2 = lines.clone();
+        tokio::spawn(async move {
+            let mut r = BufReader::new(stdout).lines();
+            while let Ok(Some(l)) = r.next_line().await {
+                l2.lock().push(l);
+            }
+        });
+        // Wait until the watch is established (kubectl made its watch request).
+        let reqs = sim.requests();
+        eventually("kubectl's watch request", || async {
+            (reqs.count(
+                &kube_sim::RequestFilter::default()
+                    .verb("watch")
+                    .resource("configmaps"),
+            ) > 0)
+                .then_some(())
+        })
+        .await;
+        let cm = CM.replace("data:\n  a: b", "data:\n  v: one");
+        ok(&bin, &kc, &["create", "-f", "-"], Some(&cm)).await;
+        ok(
+            &bin,
+            &kc,
+            &[
+                "patch",
+                "cm",
+                "web-config",
+                "--type=merge",
+                "-p",
+                r#"{"data":{"v":"two"}}"#,
+            ],
+            None,
+        )
+        .await;
+        ok(&bin, &kc, &["delete", "cm", "web-config"], None).await;
+        let seen = eventually("ADDED, MODIFIED and DELETED lines", || async {
+            let l = lines.lock().clone();
+            let joined = l.join("\n");
+            (joined.contains("ADDED") && joined.contains("MODIFIED") && joined.contains("DELETED"))
+                .then_some(joined)
+        })
+        .await;
+        for ev in ["ADDED", "MODIFIED", "DELETED"] {
+            assert!(
+                seen.lines()
+                    .any(|l| l.starts_with(ev) && l.contains("web-config")),
+                "{ev} web-config in:\n{seen}"
+            );
+        }
+        let _ = child.kill().await;
+        sim.shutdown().await;
+    }
+}
