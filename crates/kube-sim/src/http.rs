@@ -482,6 +482,18 @@ fn decode_object(ct: Option<&str>, body: &[u8]) -> Result<Value, ApiError> {
         }),
         "application/yaml" => serde_yaml::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: {e}"))),
+        "application/vnd.kubernetes.protobuf" => {
+            crate::protobuf::decode_body(body).map_err(|e| match e {
+                crate::protobuf::ProtoError::UnsupportedKind(_) => ApiError::new(
+                    415,
+                    "UnsupportedMediaType",
+                    format!(
+                        "kube-sim cannot decode this protobuf body ({e}); send application/json"
+                    ),
+                ),
+                other => ApiError::bad_request(format!("decoding protobuf body: {other}")),
+            })
+        }
         other => Err(ApiError::new(
             415,
             "UnsupportedMediaType",
@@ -819,6 +831,11 @@ fn returns_deleted_object(def: &ResourceDef) -> bool {
 
 fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, ApiError> {
     let mut o = DeleteOptions::default();
+    if body.starts_with(b"k8s\x00") {
+        let v = crate::protobuf::decode_body(body)
+            .map_err(|e| ApiError::bad_request(format!("decoding protobuf DeleteOptions: {e}")))?;
+        return delete_options(q, v.to_string().as_bytes());
+    }
     if !body.iter().all(u8::is_ascii_whitespace) {
         let v: Value = serde_json::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))

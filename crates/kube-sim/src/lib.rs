@@ -17,6 +17,7 @@ pub mod negotiate;
 pub mod object;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod requests;
 pub mod resources;
 pub mod selector;
