@@ -89,7 +89,7 @@ enum T {
     Bool,
     Bytes,
     Time,
-    Msg(fn() -> &'static [(u64, &'static str, T, bool)]),
+    Msg(fn() -> Schema),
     MapStr,
     MapBytes,
 }
