@@ -472,7 +472,8 @@ mod tests {
     fn pod_uses_pvc_matches_upstream() {
         let owner = Some("uid1");
         // (case, pod, claim, controller uid, uses?)
-        let cases: Vec<(&str, P, &str, Option<&str>, Option<Via>)> = vec![
+        type Case<'a> = (&'a str, P, &'a str, Option<&'a str>, Option<Via>);
+        let cases: Vec<Case> = vec![
             (
                 "scheduled, claim volume",
                 pod().with_pvc("pvc1"),

@@ -1,22 +1,94 @@
-//! pv-protection and pvc-protection: in-use finalizer controllers.
+//! pv-protection and pvc-protection: in-use finalizer controllers, ported
+//! from kube-controller-manager (`pkg/controller/volume/pvprotection`,
+//! `pvcprotection`).
 //!
-//! Wiring placeholder: the controllers land with issue 4. The manager already
-//! calls [`descriptors`] with these [`Options`].
+//! * A PersistentVolume is in use iff `status.phase == Bound` ([`pv`]).
+//! * A PersistentVolumeClaim is in use iff a pod of its namespace with
+//!   `spec.nodeName` set references it, whatever the pod's phase, or
+//!   references it through a generic ephemeral volume it controls and is not
+//!   shut down ([`pvc`], [`index::PodEntry::uses`]).
+//! * Each controller adds its finalizer to objects that lack it and are not
+//!   being deleted when the `StorageObjectInUseProtection` gate is on at the
+//!   running (or emulated) version, and removes it from a deleting object once
+//!   not in use, whatever the gate says. One request per transition.
+//! * Before removing a PVC's finalizer the controller confirms with a live
+//!   pod LIST: one per namespace per batch ([`batch`]).
+//! * Finalizer names follow the [`FinalizerProfile`]:
+//!   `protection-manager.io/pv-protection` / `pvc-protection` by default (so
+//!   the manager can run beside kube-controller-manager), or upstream's
+//!   `kubernetes.io/pv-protection` / `pvc-protection` with the `upstream`
+//!   profile (for clusters that disabled the built-in controllers with
+//!   `--controllers=*,-pv-protection,-pvc-protection`).
+//!
+//! # What a controller cannot reproduce: the admission plugin
+//!
+//! Upstream, the `StorageObjectInUseProtection` admission plugin adds the
+//! finalizer in the API server on CREATE, so a PV or PVC carries it from its
+//! first write. The controllers' add path is only a back-fill. This project
+//! has no webhook, so the finalizer is added by the controller shortly after
+//! creation, and an object that is created and deleted before the controller
+//! has seen it (create-then-immediately-delete, typically within
+//! milliseconds) is deleted unprotected. With the `upstream` profile on a
+//! cluster whose API server still runs the admission plugin (it is on by
+//! default and only adds `kubernetes.io/...` names), the plugin closes that
+//! window; with the `project` profile the window exists by design.
+//!
+//! # Events
+//!
+//! Upstream emits none. We emit `Normal` events, at most once per object per
+//! change of reason: `FinalizerHeld` when a deletion is held because the
+//! object is in use (naming the pods and their nodes, or the bound claim) and
+//! `FinalizerReleased` when a held deletion is released.
 
+pub mod batch;
 pub mod index;
 pub mod pod;
 pub mod pv;
+pub mod pv_controller;
 pub mod pvc;
+pub mod pvc_controller;
+pub mod runtime;
 #[cfg(test)]
 mod testutil;
 
+use std::time::Duration;
+
+use protection_core::duration::{format_duration, parse_duration};
+use protection_core::finalizer::PROJECT_DOMAIN;
+use protection_core::finalizer::validate_finalizer_name;
+use protection_core::release::{CONTROLLERS_SINCE, STORAGE_OBJECT_IN_USE_PROTECTION};
 use protection_core::{ControllerDescriptor, FinalizerProfile};
+
+pub use runtime::Settings;
+
+/// Default of `--storage-protection-resync-period`.
+pub const DEFAULT_RESYNC_PERIOD: Duration = Duration::from_secs(300);
+
+fn duration_arg(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map_err(|e| e.to_string())
+}
 
 /// Flags of the storage protection controllers (flattened into
 /// `protection-manager run`).
-#[derive(Clone, Debug, Default, clap::Args)]
+#[derive(Clone, Debug, clap::Args)]
 #[group(id = "storage-protection")]
-pub struct Options {}
+pub struct Options {
+    /// How often pv-protection and pvc-protection re-check every object
+    /// being deleted with their finalizer (or lacking it), as upstream's
+    /// informer resync does. Re-checks read the caches: a kept object costs
+    /// no API request. `0` disables it (a pod deleted during a watch gap is
+    /// still caught: the pod re-list re-checks its claims).
+    #[arg(long = "storage-protection-resync-period", default_value = "5m", value_parser = duration_arg)]
+    pub resync_period: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            resync_period: DEFAULT_RESYNC_PERIOD,
+        }
+    }
+}
 
 /// Configuration errors.
 #[derive(Debug, thiserror::Error)]
@@ -25,10 +97,132 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// The controllers of this crate.
+/// The finalizer names of a profile: `(pv, pvc)`.
+pub fn finalizer_names(profile: FinalizerProfile) -> (String, String) {
+    match profile {
+        FinalizerProfile::Project => (
+            format!("{PROJECT_DOMAIN}/pv-protection"),
+            format!("{PROJECT_DOMAIN}/pvc-protection"),
+        ),
+        FinalizerProfile::Upstream => (
+            "kubernetes.io/pv-protection".to_string(),
+            "kubernetes.io/pvc-protection".to_string(),
+        ),
+    }
+}
+
+/// The gates both controllers read.
+pub const GATES: &[&str] = &[STORAGE_OBJECT_IN_USE_PROTECTION];
+
+/// The controllers of this crate: `pv-protection` and `pvc-protection`.
 pub fn descriptors(
-    _opts: &Options,
-    _profile: FinalizerProfile,
+    opts: &Options,
+    profile: FinalizerProfile,
 ) -> Result<Vec<ControllerDescriptor>, ConfigError> {
-    Ok(Vec::new())
+    let (pv_name, pvc_name) = finalizer_names(profile);
+    for n in [&pv_name, &pvc_name] {
+        validate_finalizer_name(n).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    }
+    tracing::debug!(
+        resync_period = %format_duration(opts.resync_period),
+        "storage protection settings"
+    );
+    let pv_settings = Settings {
+        finalizer: pv_name,
+        resync_period: opts.resync_period,
+    };
+    let pvc_settings = Settings {
+        finalizer: pvc_name,
+        resync_period: opts.resync_period,
+    };
+    Ok(vec![
+        ControllerDescriptor {
+            name: pv_controller::NAME,
+            aliases: &[pv_controller::ALIAS],
+            enabled_by_default: true,
+            since: CONTROLLERS_SINCE,
+            gates: GATES,
+            run: Box::new(move |ctx| Box::pin(pv_controller::run(ctx, pv_settings))),
+        },
+        ControllerDescriptor {
+            name: pvc_controller::NAME,
+            aliases: &[pvc_controller::ALIAS],
+            enabled_by_default: true,
+            since: CONTROLLERS_SINCE,
+            gates: GATES,
+            run: Box::new(move |ctx| Box::pin(pvc_controller::run(ctx, pvc_settings))),
+        },
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_name_the_finalizers() {
+        assert_eq!(
+            finalizer_names(FinalizerProfile::Project),
+            (
+                "protection-manager.io/pv-protection".to_string(),
+                "protection-manager.io/pvc-protection".to_string()
+            )
+        );
+        assert_eq!(
+            finalizer_names(FinalizerProfile::Upstream),
+            (
+                "kubernetes.io/pv-protection".to_string(),
+                "kubernetes.io/pvc-protection".to_string()
+            )
+        );
+    }
+
+    #[test]
+    fn descriptors_register_both_controllers_with_upstream_aliases() {
+        let d = descriptors(&Options::default(), FinalizerProfile::Project).unwrap();
+        let rows: Vec<_> = d
+            .iter()
+            .map(|d| (d.name, d.aliases, d.enabled_by_default, d.since, d.gates))
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                (
+                    "pv-protection",
+                    &["persistentvolume-protection-controller"][..],
+                    true,
+                    CONTROLLERS_SINCE,
+                    &["StorageObjectInUseProtection"][..]
+                ),
+                (
+                    "pvc-protection",
+                    &["persistentvolumeclaim-protection-controller"][..],
+                    true,
+                    CONTROLLERS_SINCE,
+                    &["StorageObjectInUseProtection"][..]
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn resync_flag_parses_go_durations() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            o: Options,
+        }
+        let c = Cli::try_parse_from(["x"]).unwrap();
+        assert_eq!(c.o.resync_period, DEFAULT_RESYNC_PERIOD);
+        let c = Cli::try_parse_from(["x", "--storage-protection-resync-period=1m30s"]).unwrap();
+        assert_eq!(c.o.resync_period, Duration::from_secs(90));
+        let c = Cli::try_parse_from(["x", "--storage-protection-resync-period=0"]).unwrap();
+        assert_eq!(c.o.resync_period, Duration::ZERO);
+        let e = Cli::try_parse_from(["x", "--storage-protection-resync-period=5"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("invalid duration \"5\""), "{e}");
+    }
 }

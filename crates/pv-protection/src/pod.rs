@@ -8,9 +8,9 @@
 //! managedFields are ever held in memory.
 //!
 //! Predicates, ported from kubernetes/kubernetes:
-//! * [`PodFacts::is_terminated`]: `pkg/volume/util.IsPodTerminated`;
-//! * [`PodFacts::is_shut_down`]: `pvcprotection.podIsShutDown`;
-//! * [`PodFacts::claims`]: `common.PodPVCIndexFunc` (regular claims and
+//! * [`PodFacts::is_terminated`] is `pkg/volume/util.IsPodTerminated`;
+//! * [`PodFacts::is_shut_down`] is `pvcprotection.podIsShutDown`;
+//! * [`PodFacts::claims`] is `common.PodPVCIndexFunc` (regular claims and
 //!   generic ephemeral volumes' derived claim names,
 //!   `ephemeral.VolumeClaimName` = `<pod>-<volume>`).
 //!
