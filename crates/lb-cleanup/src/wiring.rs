@@ -1,13 +1,120 @@
-//! Wiring placeholder: the service-lb-cleanup controller lands with issue 5.
-//! The manager already calls [`descriptors`] with these [`Options`].
+//! Flags and the controller descriptor the manager runs.
 
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use protection_core::duration::parse_duration;
+use protection_core::finalizer::{PROJECT_DOMAIN, validate_finalizer_name};
+use protection_core::release::{CONTROLLERS_SINCE, SERVICE_LOAD_BALANCER_FINALIZER};
 use protection_core::{ControllerDescriptor, FinalizerProfile};
+
+use crate::controller::{self, Settings};
+use crate::predicates::ClassSelector;
+use crate::provider::LoadBalancerProvider;
+use crate::provider::http::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT, HttpProvider, HttpProviderConfig,
+};
+
+/// The controller's name (`--controllers`).
+pub const CONTROLLER_NAME: &str = "service-lb-cleanup";
+/// cloud-controller-manager's name for the upstream controller.
+pub const CONTROLLER_ALIASES: &[&str] = &["service-lb-controller"];
+
+/// The load-balancer class the manager takes by default.
+pub const DEFAULT_CLASS: &str = "protection-manager.io/load-balancer";
+
+/// The finalizer under [`FinalizerProfile::Project`] (the default).
+///
+/// Why not the upstream name by default: upstream's `needsCleanup` ignores
+/// `loadBalancerClass`. A cloud-controller-manager running in the same
+/// cluster would see *our* Services carrying
+/// `service.kubernetes.io/load-balancer-cleanup` and, the moment one is
+/// deleted or changes type, take its cleanup branch: ask *its* cloud for a
+/// load balancer (none), remove the finalizer and let the Service go, while
+/// our load balancer is still there. With a name of our own nobody else
+/// touches it.
+pub const PROJECT_FINALIZER: &str = "protection-manager.io/load-balancer-cleanup";
+/// The finalizer under [`FinalizerProfile::Upstream`], for clusters where no
+/// cloud-controller-manager runs the service controller.
+pub const UPSTREAM_FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
+
+/// The finalizer name of a profile.
+pub fn finalizer_name(profile: FinalizerProfile) -> &'static str {
+    match profile {
+        FinalizerProfile::Project => PROJECT_FINALIZER,
+        FinalizerProfile::Upstream => UPSTREAM_FINALIZER,
+    }
+}
+
+fn duration_arg(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map_err(|e| e.to_string())
+}
 
 /// Flags of the service-lb-cleanup controller (flattened into
 /// `protection-manager run`).
-#[derive(Clone, Debug, Default, clap::Args)]
+#[derive(Clone, Debug, clap::Args)]
 #[group(id = "lb-cleanup")]
-pub struct Options {}
+pub struct Options {
+    /// The `spec.loadBalancerClass` of the Services this manager serves.
+    /// Services of other classes are left to their controllers.
+    #[arg(long = "lb-class", env = "PROTECTION_MANAGER_LB_CLASS", default_value = DEFAULT_CLASS)]
+    pub class: String,
+
+    /// Also serve `type: LoadBalancer` Services that have no
+    /// `spec.loadBalancerClass`. Only for clusters without a cloud provider's
+    /// load-balancer controller (kind, bare metal): elsewhere both would act
+    /// on the same Services.
+    #[arg(long = "lb-include-unclassed", env = "PROTECTION_MANAGER_LB_INCLUDE_UNCLASSED", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub include_unclassed: bool,
+
+    /// Base URL of the load-balancer API (the HTTP provider contract,
+    /// docs/lb-provider-http-contract.md). Without it the controller does not
+    /// run, as upstream's does not without a cloud load-balancer interface:
+    /// no finalizer is added or removed.
+    #[arg(
+        long = "lb-provider-endpoint",
+        env = "PROTECTION_MANAGER_LB_PROVIDER_ENDPOINT"
+    )]
+    pub provider_endpoint: Option<String>,
+
+    /// File holding the bearer token for the load-balancer API (e.g. a
+    /// mounted Secret key); re-read when it changes.
+    #[arg(
+        long = "lb-provider-token-file",
+        env = "PROTECTION_MANAGER_LB_PROVIDER_TOKEN_FILE"
+    )]
+    pub provider_token_file: Option<PathBuf>,
+
+    /// Time to establish a connection to the load-balancer API.
+    #[arg(long = "lb-provider-connect-timeout", default_value = "5s", value_parser = duration_arg)]
+    pub provider_connect_timeout: Duration,
+
+    /// Time for one load-balancer API call, reply included.
+    #[arg(long = "lb-provider-request-timeout", default_value = "30s", value_parser = duration_arg)]
+    pub provider_request_timeout: Duration,
+
+    /// How often Services still holding the finalizer while deleted or no
+    /// longer load balancers are synced again regardless of their backoff
+    /// (upstream's 30 s informer resync, which only re-drives cleanups).
+    /// 0 disables it.
+    #[arg(long = "lb-resync-period", default_value = "30s", value_parser = duration_arg)]
+    pub resync_period: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            class: DEFAULT_CLASS.into(),
+            include_unclassed: false,
+            provider_endpoint: None,
+            provider_token_file: None,
+            provider_connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            provider_request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            resync_period: Duration::from_secs(30),
+        }
+    }
+}
 
 /// Configuration errors.
 #[derive(Debug, thiserror::Error)]
@@ -16,7 +123,207 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// The controllers of this crate.
-pub fn descriptors(_opts: &Options, _profile: FinalizerProfile) -> Result<Vec<ControllerDescriptor>, ConfigError> {
-    Ok(Vec::new())
+/// Kubernetes' rule for `spec.loadBalancerClass`: a label-style key
+/// (`name` or `prefix/name`, prefix a DNS subdomain).
+fn validate_class(class: &str) -> Result<(), ConfigError> {
+    let bad = |why: &str| {
+        Err(ConfigError::Invalid(format!(
+            "invalid --lb-class {class:?}: {why}"
+        )))
+    };
+    if class.is_empty() {
+        return bad("must not be empty");
+    }
+    if class.len() > 316 {
+        return bad("must be at most 316 characters");
+    }
+    // validate_finalizer_name checks exactly `prefix/name` qualified names.
+    let qualified = if class.contains('/') {
+        class.to_owned()
+    } else {
+        format!("{PROJECT_DOMAIN}/{class}")
+    };
+    if let Err(e) = validate_finalizer_name(&qualified) {
+        let why = e.to_string();
+        let reason = why.rsplit_once(": ").map_or(why.as_str(), |(_, r)| r);
+        return bad(&format!(
+            "must be a label-style key such as \"example.com/internal-vip\" ({reason})"
+        ));
+    }
+    Ok(())
+}
+
+impl Options {
+    /// Checks the flags and builds the provider (reading the token file).
+    pub fn settings(&self, profile: FinalizerProfile) -> Result<Settings, ConfigError> {
+        validate_class(&self.class)?;
+        if self.provider_token_file.is_some() && self.provider_endpoint.is_none() {
+            return Err(ConfigError::Invalid(
+                "--lb-provider-token-file needs --lb-provider-endpoint".into(),
+            ));
+        }
+        for (flag, d) in [
+            (
+                "--lb-provider-connect-timeout",
+                self.provider_connect_timeout,
+            ),
+            (
+                "--lb-provider-request-timeout",
+                self.provider_request_timeout,
+            ),
+        ] {
+            if d.is_zero() {
+                return Err(ConfigError::Invalid(format!("{flag} must be more than 0")));
+            }
+        }
+        let provider: Option<Arc<dyn LoadBalancerProvider>> = match &self.provider_endpoint {
+            None => None,
+            Some(endpoint) => {
+                let mut cfg = HttpProviderConfig::new(endpoint.clone())
+                    .with_timeouts(self.provider_connect_timeout, self.provider_request_timeout);
+                if let Some(t) = &self.provider_token_file {
+                    cfg = cfg.with_token_file(t.clone());
+                }
+                let p = HttpProvider::new(cfg).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+                Some(Arc::new(p))
+            }
+        };
+        Ok(Settings {
+            classes: ClassSelector {
+                class: self.class.clone(),
+                include_unclassed: self.include_unclassed,
+            },
+            finalizer: finalizer_name(profile).to_owned(),
+            provider,
+            resync_period: (!self.resync_period.is_zero()).then_some(self.resync_period),
+        })
+    }
+}
+
+/// The controllers of this crate: `service-lb-cleanup`.
+pub fn descriptors(
+    opts: &Options,
+    profile: FinalizerProfile,
+) -> Result<Vec<ControllerDescriptor>, ConfigError> {
+    let settings = opts.settings(profile)?;
+    Ok(vec![ControllerDescriptor {
+        name: CONTROLLER_NAME,
+        aliases: CONTROLLER_ALIASES,
+        enabled_by_default: true,
+        since: CONTROLLERS_SINCE,
+        gates: &[SERVICE_LOAD_BALANCER_FINALIZER],
+        run: Box::new(move |ctx| Box::pin(controller::run(ctx, settings))),
+    }])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        lb: Options,
+    }
+
+    fn parse(args: &[&str]) -> Result<Options, clap::Error> {
+        Cli::try_parse_from(std::iter::once("t").chain(args.iter().copied())).map(|c| c.lb)
+    }
+
+    #[test]
+    fn defaults() {
+        let o = parse(&[]).unwrap();
+        assert_eq!(o.class, DEFAULT_CLASS);
+        assert!(!o.include_unclassed);
+        assert_eq!(o.provider_endpoint, None);
+        assert_eq!(o.provider_request_timeout, Duration::from_secs(30));
+        assert_eq!(o.resync_period, Duration::from_secs(30));
+        let s = o.settings(FinalizerProfile::Project).unwrap();
+        assert_eq!(s.finalizer, PROJECT_FINALIZER);
+        assert!(s.provider.is_none());
+        let s = o.settings(FinalizerProfile::Upstream).unwrap();
+        assert_eq!(s.finalizer, UPSTREAM_FINALIZER);
+        for f in [PROJECT_FINALIZER, UPSTREAM_FINALIZER] {
+            assert!(validate_finalizer_name(f).is_ok());
+        }
+    }
+
+    #[test]
+    fn flags_parse() {
+        let o = parse(&[
+            "--lb-class=example.com/vip",
+            "--lb-include-unclassed",
+            "--lb-provider-endpoint=http://127.0.0.1:9/api/",
+            "--lb-provider-request-timeout=1m30s",
+            "--lb-resync-period=0",
+        ])
+        .unwrap();
+        assert!(o.include_unclassed);
+        assert_eq!(o.provider_request_timeout, Duration::from_secs(90));
+        let s = o.settings(FinalizerProfile::Project).unwrap();
+        assert_eq!(s.classes.class, "example.com/vip");
+        assert!(s.provider.is_some());
+        assert_eq!(s.resync_period, None);
+        assert!(parse(&["--lb-include-unclassed=false"]).is_ok());
+        assert!(parse(&["--lb-provider-connect-timeout=5"]).is_err());
+    }
+
+    #[test]
+    fn bad_settings_name_the_flag() {
+        let cases: &[(&[&str], &str)] = &[
+            (
+                &["--lb-class="],
+                "invalid --lb-class \"\": must not be empty",
+            ),
+            (
+                &["--lb-class=Bad_Domain/x"],
+                "invalid --lb-class \"Bad_Domain/x\": must be a label-style key",
+            ),
+            (
+                &["--lb-provider-endpoint=ftp://x/"],
+                "must be an http:// or https:// URL",
+            ),
+            (
+                &["--lb-provider-token-file=/tmp/x"],
+                "--lb-provider-token-file needs --lb-provider-endpoint",
+            ),
+            (
+                &[
+                    "--lb-provider-endpoint=http://127.0.0.1:9/",
+                    "--lb-provider-token-file=/nonexistent/token",
+                ],
+                "/nonexistent/token",
+            ),
+            (
+                &[
+                    "--lb-provider-endpoint=http://127.0.0.1:9/",
+                    "--lb-provider-request-timeout=0",
+                ],
+                "--lb-provider-request-timeout must be more than 0",
+            ),
+        ];
+        for (args, want) in cases {
+            let e = parse(args)
+                .unwrap()
+                .settings(FinalizerProfile::Project)
+                .err()
+                .unwrap_or_else(|| panic!("{args:?} should fail"))
+                .to_string();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+        // Unprefixed classes are label-style keys too.
+        assert!(validate_class("internal-vip").is_ok());
+    }
+
+    #[test]
+    fn descriptor_matches_the_brief() {
+        let d = descriptors(&Options::default(), FinalizerProfile::Project).unwrap();
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0].name, "service-lb-cleanup");
+        assert_eq!(d[0].aliases, ["service-lb-controller"]);
+        assert!(d[0].enabled_by_default);
+        assert_eq!(d[0].since, CONTROLLERS_SINCE);
+        assert_eq!(d[0].gates, ["ServiceLoadBalancerFinalizer"]);
+    }
 }

@@ -1,0 +1,683 @@
+//! The kube-runtime wiring of `service-lb-cleanup`.
+//!
+//! * A Service watch feeds a reflector store. Each event passes a filter that
+//!   reproduces upstream's informer handlers ([`should_sync`]): the previous
+//!   version of a Service comes from our own last-seen map (kube-runtime gives
+//!   no old object), so our own finalizer/status writes and a re-list do not
+//!   re-trigger anything. Objects of a re-list are released only after the
+//!   store swapped them in, so none is dropped as "not found".
+//! * A kube-runtime [`Controller`] runs [`reconcile`] per Service (never two
+//!   at once for one Service, at most `--concurrency` in all), with upstream's
+//!   per-Service backoff (5 s doubling to 300 s, reset on success) and a
+//!   provider's `Retry-After` honoured exactly.
+//! * A Service that vanishes while cached (synced, cleanup not completed: no
+//!   finalizer) gets its load balancer deleted by a retrying task
+//!   (upstream's `processServiceDeletion`).
+//! * A Node watch drives the node sync: when a node is added, deleted, or
+//!   flips the exclusion label or providerID, every synced Service whose
+//!   stable node set changed gets `update_hosts`.
+//! * Every `--lb-resync-period`, Services that still need cleanup are synced
+//!   again (upstream's 30 s informer resync re-drives only those).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use parking_lot::Mutex;
+use protection_core::events::EventRecorder;
+use protection_core::finalizer::has_finalizer;
+use protection_core::release::SERVICE_LOAD_BALANCER_FINALIZER;
+use protection_core::{ControllerContext, ControllerError, ControllerMetrics, ControllerResult};
+use serde_json::Value;
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::{Backoff, MAX_RETRY_DELAY, MIN_RETRY_DELAY};
+use crate::decide::Policy;
+use crate::metrics::{Instrumented, ProviderMetrics};
+use crate::predicates::{ClassSelector, needs_cleanup, should_sync, wants_load_balancer};
+use crate::provider::{LoadBalancerProvider, lb_nodes, should_sync_updated_node};
+use crate::sync::{
+    EventSink, LbEvent, NodeSync, ServiceWriter, SyncError, Syncer, WriteError, key_of,
+};
+
+/// The field manager of our `services/status` patches.
+pub const FIELD_MANAGER: &str = "protection-manager";
+
+/// What the controller needs besides the host's context.
+#[derive(Clone)]
+pub struct Settings {
+    pub classes: ClassSelector,
+    pub finalizer: String,
+    /// `None`: no provider configured; the controller stays idle.
+    pub provider: Option<Arc<dyn LoadBalancerProvider>>,
+    /// Upstream's informer resync for pending cleanups; `None` disables it.
+    pub resync_period: Option<Duration>,
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("classes", &self.classes)
+            .field("finalizer", &self.finalizer)
+            .field(
+                "provider",
+                &self.provider.as_ref().map(|p| p.name().to_owned()),
+            )
+            .field("resync_period", &self.resync_period)
+            .finish()
+    }
+}
+
+/// `services/status` strategic merge patches through kube.
+struct KubeWriter {
+    client: kube::Client,
+    params: PatchParams,
+}
+
+#[async_trait]
+impl ServiceWriter for KubeWriter {
+    async fn patch_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        body: &Value,
+    ) -> Result<Option<Service>, WriteError> {
+        let api: Api<Service> = Api::namespaced(self.client.clone(), namespace);
+        match api
+            .patch_status(name, &self.params, &Patch::Strategic(body))
+            .await
+        {
+            Ok(s) => Ok(Some(s)),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 422 => {
+                Err(WriteError::Stale(s.message.clone()))
+            }
+            Err(e) => Err(WriteError::Api(e.to_string())),
+        }
+    }
+}
+
+/// Events through the host's recorder (events.k8s.io/v1, with series).
+struct RecorderSink(EventRecorder);
+
+#[async_trait]
+impl EventSink for RecorderSink {
+    async fn publish(&self, regarding: &ObjectReference, ev: LbEvent) {
+        if ev.warning {
+            self.0
+                .warning(regarding, ev.reason, ev.action, ev.note)
+                .await;
+        } else {
+            self.0
+                .normal(regarding, ev.reason, ev.action, ev.note)
+                .await;
+        }
+    }
+}
+
+/// Shared state of one controller run.
+struct State {
+    syncer: Arc<Syncer>,
+    nodes: Store<Node>,
+    backoff: Backoff,
+    metrics: ControllerMetrics,
+    /// Our last write per Service key: the store's resourceVersion it was
+    /// based on, and the object the API server answered. A reconcile that
+    /// still sees that resourceVersion (the watch has not delivered our write
+    /// yet) works from our answer instead, so it does not write again.
+    written: Mutex<HashMap<String, (String, Arc<Service>)>>,
+}
+
+impl State {
+    fn freshest(&self, key: &str, svc: Arc<Service>) -> Arc<Service> {
+        let mut w = self.written.lock();
+        match w.get(key) {
+            Some((rv, after)) if svc.metadata.resource_version.as_ref() == Some(rv) => {
+                after.clone()
+            }
+            Some(_) => {
+                w.remove(key);
+                svc
+            }
+            None => svc,
+        }
+    }
+}
+
+/// Why a reconcile failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Sync(#[from] SyncError),
+    #[error("the node cache stopped")]
+    NodesGone,
+}
+
+async fn reconcile(svc: Arc<Service>, st: Arc<State>) -> Result<Action, ReconcileError> {
+    let timer = st.metrics.reconcile_started();
+    if st.nodes.wait_until_ready().await.is_err() {
+        timer.finish(false);
+        return Err(ReconcileError::NodesGone);
+    }
+    let key = key_of(&svc);
+    let store_rv = svc.metadata.resource_version.clone().unwrap_or_default();
+    let svc = st.freshest(&key, svc);
+    let nodes = {
+        let all = st.nodes.state();
+        lb_nodes(all.iter().map(|n| n.as_ref()))
+    };
+    let res = st.syncer.process_service(&svc, nodes).await;
+    match res {
+        Ok(out) => {
+            st.backoff.forget(&key);
+            if out.finalizer_added {
+                st.metrics.finalizer_added();
+            }
+            if out.finalizer_removed {
+                st.metrics.finalizer_removed();
+                if let Some(ts) = &svc.metadata.deletion_timestamp {
+                    st.metrics.observe_cleanup_since(ts.0);
+                }
+            }
+            match out.latest {
+                Some(latest) if !out.gone => {
+                    st.written.lock().insert(key, (store_rv, Arc::new(latest)));
+                }
+                _ => {
+                    st.written.lock().remove(&key);
+                }
+            }
+            timer.finish(true);
+            Ok(Action::await_change())
+        }
+        Err(e) => {
+            timer.finish(false);
+            Err(e.into())
+        }
+    }
+}
+
+fn error_policy(svc: Arc<Service>, err: &ReconcileError, st: Arc<State>) -> Action {
+    let key = key_of(&svc);
+    let delay = match err {
+        // Upstream: a RetryError is re-added after exactly its delay, without
+        // counting as a rate-limited failure.
+        ReconcileError::Sync(e) if e.retry_after().is_some() => {
+            e.retry_after().unwrap_or(MIN_RETRY_DELAY)
+        }
+        _ => st.backoff.next_delay(&key),
+    };
+    tracing::warn!(service = %key, error = %err, retry_in = ?delay, "error processing service (will retry)");
+    Action::requeue(delay)
+}
+
+fn service_ref(key_ns: &str, name: &str) -> ObjectRef<Service> {
+    ObjectRef::new(name).within(key_ns)
+}
+
+/// The informer-handler filter over the Service watch.
+struct ServiceFilter {
+    classes: ClassSelector,
+    finalizer: String,
+    reader: Store<Service>,
+    /// Last seen version of every Service that wants a load balancer (the
+    /// "old" object of upstream's update handler; absent = did not want one).
+    last: HashMap<ObjectRef<Service>, Arc<Service>>,
+    /// During a re-list: objects to release at `InitDone`, and keys seen.
+    init_triggers: Vec<Service>,
+    init_seen: HashSet<ObjectRef<Service>>,
+    init_terminating: Vec<(String, jiff::Timestamp)>,
+    metrics: ControllerMetrics,
+    syncer: Arc<Syncer>,
+    deletions: mpsc::UnboundedSender<(String, String)>,
+}
+
+impl ServiceFilter {
+    fn decide(&mut self, svc: &Service) -> bool {
+        let r = ObjectRef::from_obj(svc);
+        let old = self.last.get(&r).cloned();
+        let sync = should_sync(old.as_deref(), svc, &self.classes, &self.finalizer);
+        if wants_load_balancer(svc, &self.classes) {
+            // Point at the store's copy when it has this version (no second
+            // copy of the object).
+            let arc = self
+                .reader
+                .get(&r)
+                .filter(|a| a.metadata.resource_version == svc.metadata.resource_version)
+                .unwrap_or_else(|| Arc::new(svc.clone()));
+            self.last.insert(r, arc);
+        } else {
+            self.last.remove(&r);
+        }
+        sync
+    }
+
+    fn terminating(&self, svc: &Service) -> Option<jiff::Timestamp> {
+        svc.metadata
+            .deletion_timestamp
+            .as_ref()
+            .filter(|_| has_finalizer(&svc.metadata, &self.finalizer))
+            .map(|t| t.0)
+    }
+
+    fn vanished(&self, key: String, uid: String) {
+        let _ = self.deletions.send((key, uid));
+    }
+
+    /// One watch event in, the Services to sync out.
+    fn handle(&mut self, ev: watcher::Event<Service>) -> Vec<Service> {
+        match ev {
+            watcher::Event::Apply(svc) => {
+                self.metrics
+                    .set_terminating(&key_of(&svc), self.terminating(&svc));
+                if self.decide(&svc) { vec![svc] } else { vec![] }
+            }
+            watcher::Event::Delete(svc) => {
+                let key = key_of(&svc);
+                self.metrics.set_terminating(&key, None);
+                self.last.remove(&ObjectRef::from_obj(&svc));
+                if let Some(uid) = svc.metadata.uid.clone() {
+                    self.vanished(key, uid);
+                }
+                vec![]
+            }
+            watcher::Event::Init => {
+                self.init_triggers.clear();
+                self.init_seen.clear();
+                self.init_terminating.clear();
+                vec![]
+            }
+            watcher::Event::InitApply(svc) => {
+                self.init_seen.insert(ObjectRef::from_obj(&svc));
+                if let Some(ts) = self.terminating(&svc) {
+                    self.init_terminating.push((key_of(&svc), ts));
+                }
+                if self.decide(&svc) {
+                    self.init_triggers.push(svc);
+                }
+                vec![]
+            }
+            watcher::Event::InitDone => {
+                // The store now holds the re-listed objects.
+                let seen = std::mem::take(&mut self.init_seen);
+                self.last.retain(|r, _| seen.contains(r));
+                for (r, arc) in self.last.iter_mut() {
+                    if let Some(s) = self.reader.get(r)
+                        && s.metadata.resource_version == arc.metadata.resource_version
+                    {
+                        *arc = s;
+                    }
+                }
+                self.metrics
+                    .reset_terminating(std::mem::take(&mut self.init_terminating));
+                // Deletions missed during a watch gap (kube-runtime does not
+                // synthesise them): cached Services whose UID is not listed.
+                let live: HashSet<String> = self
+                    .reader
+                    .state()
+                    .iter()
+                    .filter_map(|s| s.metadata.uid.clone())
+                    .collect();
+                for (key, cached) in self.syncer.cached_all() {
+                    if !live.contains(&cached.uid) {
+                        self.vanished(key, cached.uid);
+                    }
+                }
+                std::mem::take(&mut self.init_triggers)
+            }
+        }
+    }
+}
+
+/// Retries the load-balancer deletion of a vanished Service until it
+/// succeeds, the entry is handled elsewhere, or shutdown.
+async fn deletion_job(syncer: Arc<Syncer>, key: String, uid: String, stop: CancellationToken) {
+    let backoff = Backoff::new(MIN_RETRY_DELAY, MAX_RETRY_DELAY);
+    loop {
+        let delay = match syncer.process_service_deletion(&key, &uid).await {
+            Ok(_) => return,
+            Err(e) => {
+                let d = e.retry_after().unwrap_or_else(|| backoff.next_delay(&key));
+                tracing::warn!(service = %key, %uid, error = %e, retry_in = ?d, "error deleting the load balancer of a deleted service (will retry)");
+                d
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// Watches Nodes; wakes the node sync when the set of load-balancer targets
+/// may have changed (upstream's node handlers).
+async fn watch_nodes(
+    api: Api<Node>,
+    writer: reflector::store::Writer<Node>,
+    wake: Arc<Notify>,
+    stop: CancellationToken,
+) {
+    let mut last: HashMap<String, Node> = HashMap::new();
+    let mut seen: HashMap<String, Node> = HashMap::new();
+    let events = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer);
+    let mut events = std::pin::pin!(events);
+    loop {
+        let ev = tokio::select! {
+            _ = stop.cancelled() => return,
+            ev = events.next() => ev,
+        };
+        match ev {
+            None => return,
+            Some(Err(e)) => tracing::warn!(error = %e, "node watch failed; retrying"),
+            Some(Ok(ev)) => match ev {
+                watcher::Event::Apply(n) => {
+                    let name = n.metadata.name.clone().unwrap_or_default();
+                    let changed = last
+                        .get(&name)
+                        .is_none_or(|old| should_sync_updated_node(old, &n));
+                    last.insert(name, n);
+                    if changed {
+                        wake.notify_one();
+                    }
+                }
+                watcher::Event::Delete(n) => {
+                    last.remove(n.metadata.name.as_deref().unwrap_or(""));
+                    wake.notify_one();
+                }
+                watcher::Event::Init => seen.clear(),
+                watcher::Event::InitApply(n) => {
+                    seen.insert(n.metadata.name.clone().unwrap_or_default(), n);
+                }
+                watcher::Event::InitDone => {
+                    last = std::mem::take(&mut seen);
+                    // Nodes may have come and gone during the gap; the sync
+                    // compares sets, so waking it is cheap and safe.
+                    wake.notify_one();
+                }
+            },
+        }
+    }
+}
+
+/// Upstream's node worker: one pass over the synced Services per wake-up.
+async fn node_sync_loop(
+    syncer: Arc<Syncer>,
+    services: Store<Service>,
+    nodes: Store<Node>,
+    wake: Arc<Notify>,
+    retry: mpsc::UnboundedSender<ObjectRef<Service>>,
+    concurrency: usize,
+    stop: CancellationToken,
+) {
+    if services.wait_until_ready().await.is_err() || nodes.wait_until_ready().await.is_err() {
+        return;
+    }
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = wake.notified() => {}
+        }
+        let targets = {
+            let all = nodes.state();
+            lb_nodes(all.iter().map(|n| n.as_ref()))
+        };
+        let work: Vec<Arc<Service>> = syncer
+            .cached_all()
+            .into_iter()
+            .filter_map(|(key, cached)| {
+                let (ns, name) = key.split_once('/')?;
+                services
+                    .get(&service_ref(ns, name))
+                    .filter(|s| s.metadata.uid.as_deref() == Some(cached.uid.as_str()))
+            })
+            .collect();
+        let retries: Vec<ObjectRef<Service>> = stream::iter(work)
+            .map(|svc| {
+                let syncer = syncer.clone();
+                let targets = &targets;
+                async move {
+                    match syncer.node_sync_service(&svc, targets).await {
+                        NodeSync::Done => None,
+                        NodeSync::Retry => Some(ObjectRef::from_obj(svc.as_ref())),
+                    }
+                }
+            })
+            .buffer_unordered(concurrency.max(1))
+            .filter_map(futures::future::ready)
+            .collect()
+            .await;
+        if !retries.is_empty() {
+            tracing::info!(
+                count = retries.len(),
+                "node sync failed for some load balancers; resyncing them"
+            );
+        }
+        for r in retries {
+            let _ = retry.send(r);
+        }
+    }
+}
+
+/// Upstream's informer resync for pending cleanups.
+async fn resync_loop(
+    every: Duration,
+    services: Store<Service>,
+    finalizer: String,
+    retry: mpsc::UnboundedSender<ObjectRef<Service>>,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        for s in services.state() {
+            if needs_cleanup(&s, &finalizer) {
+                let _ = retry.send(ObjectRef::from_obj(s.as_ref()));
+            }
+        }
+    }
+}
+
+/// Runs the controller until `ctx.shutdown`.
+pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult {
+    let name = ctx.name;
+    let Some(provider) = settings.provider.clone() else {
+        tracing::warn!(
+            controller = name,
+            "no load-balancer provider configured (--lb-provider-endpoint): the controller does not run, so no load-balancer finalizer is added or removed"
+        );
+        ctx.ready.set(true);
+        ctx.shutdown.cancelled().await;
+        return Ok(());
+    };
+    let add_finalizer = ctx.gates.enabled(SERVICE_LOAD_BALANCER_FINALIZER);
+    let policy = Policy {
+        classes: settings.classes.clone(),
+        finalizer: settings.finalizer.clone(),
+        add_finalizer,
+    };
+    tracing::info!(
+        controller = name,
+        class = %policy.classes.class,
+        include_unclassed = policy.classes.include_unclassed,
+        finalizer = %policy.finalizer,
+        add_finalizer,
+        provider = provider.name(),
+        "starting service load-balancer controller"
+    );
+    let pm = ProviderMetrics::new(ctx.metrics.registry())
+        .map_err(|e| ControllerError::new(name, format!("registering provider metrics: {e}")))?;
+    let provider: Arc<dyn LoadBalancerProvider> = Arc::new(Instrumented::new(provider, pm));
+    let writer = Arc::new(KubeWriter {
+        client: ctx.client.clone(),
+        params: PatchParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..PatchParams::default()
+        },
+    });
+    let syncer = Arc::new(Syncer::new(
+        policy,
+        provider,
+        writer,
+        Arc::new(RecorderSink(ctx.events.clone())),
+    ));
+    // Our own child token: stopping our helper tasks must not stop the
+    // other controllers sharing the host's token.
+    let stop = ctx.shutdown.child_token();
+
+    // Nodes.
+    let (node_reader, node_writer) = reflector::store::<Node>();
+    let node_wake = Arc::new(Notify::new());
+    let node_watch = tokio::spawn(watch_nodes(
+        Api::all(ctx.client.clone()),
+        node_writer,
+        node_wake.clone(),
+        stop.clone(),
+    ));
+
+    // Services.
+    let (svc_reader, svc_writer) = reflector::store::<Service>();
+    let (retry_tx, retry_rx) = mpsc::unbounded_channel::<ObjectRef<Service>>();
+    let (del_tx, mut del_rx) = mpsc::unbounded_channel::<(String, String)>();
+    let mut filter = ServiceFilter {
+        classes: settings.classes.clone(),
+        finalizer: settings.finalizer.clone(),
+        reader: svc_reader.clone(),
+        last: HashMap::new(),
+        init_triggers: Vec::new(),
+        init_seen: HashSet::new(),
+        init_terminating: Vec::new(),
+        metrics: ctx.metrics.clone(),
+        syncer: syncer.clone(),
+        deletions: del_tx,
+    };
+    let triggers = watcher(
+        Api::<Service>::all(ctx.client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(svc_writer)
+    .flat_map(move |ev| {
+        let out: Vec<Result<Service, watcher::Error>> = match ev {
+            Ok(ev) => filter.handle(ev).into_iter().map(Ok).collect(),
+            Err(e) => vec![Err(e)],
+        };
+        stream::iter(out)
+    });
+
+    let deletions = {
+        let syncer = syncer.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut running: HashSet<(String, String)> = HashSet::new();
+            let mut jobs = tokio::task::JoinSet::new();
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    Some(done) = jobs.join_next(), if !jobs.is_empty() => {
+                        if let Ok(k) = done { running.remove(&k); }
+                    }
+                    msg = del_rx.recv() => match msg {
+                        None => break,
+                        Some(k) => {
+                            if syncer.cached(&k.0).is_some_and(|c| c.uid == k.1) && running.insert(k.clone()) {
+                                let (syncer, stop) = (syncer.clone(), stop.clone());
+                                jobs.spawn(async move {
+                                    deletion_job(syncer, k.0.clone(), k.1.clone(), stop).await;
+                                    k
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+            jobs.shutdown().await;
+        })
+    };
+
+    let node_sync = tokio::spawn(node_sync_loop(
+        syncer.clone(),
+        svc_reader.clone(),
+        node_reader.clone(),
+        node_wake,
+        retry_tx.clone(),
+        usize::from(ctx.concurrency),
+        stop.clone(),
+    ));
+    let resync = settings.resync_period.map(|every| {
+        tokio::spawn(resync_loop(
+            every,
+            svc_reader.clone(),
+            settings.finalizer.clone(),
+            retry_tx.clone(),
+            stop.clone(),
+        ))
+    });
+    drop(retry_tx);
+
+    let ready = {
+        let (s, n, r) = (svc_reader.clone(), node_reader.clone(), ctx.ready.clone());
+        tokio::spawn(async move {
+            if s.wait_until_ready().await.is_ok() && n.wait_until_ready().await.is_ok() {
+                tracing::info!(controller = name, "caches synced");
+                r.set(true);
+            }
+        })
+    };
+
+    let state = Arc::new(State {
+        syncer,
+        nodes: node_reader,
+        backoff: Backoff::default(),
+        metrics: ctx.metrics.clone(),
+        written: Mutex::new(HashMap::new()),
+    });
+    let retries = tokio_stream_from(retry_rx);
+    Controller::for_stream(triggers, svc_reader)
+        .reconcile_on(retries)
+        .with_config(ControllerConfig::default().concurrency(ctx.concurrency))
+        .graceful_shutdown_on(stop.clone().cancelled_owned())
+        .run(reconcile, error_policy, state)
+        .for_each(|res| async move {
+            match res {
+                Ok(_) => {}
+                Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {}
+                Err(kube::runtime::controller::Error::ObjectNotFound(r)) => {
+                    tracing::debug!(object = %r, "service gone before its sync");
+                }
+                Err(e) => tracing::warn!(error = %e, "service controller stream error"),
+            }
+        })
+        .await;
+    // The Controller only returns on shutdown.
+    stop.cancel();
+    ready.abort();
+    for t in [node_watch, node_sync, deletions].into_iter().chain(resync) {
+        let _ = t.await;
+    }
+    tracing::info!(
+        controller = name,
+        "service load-balancer controller stopped"
+    );
+    Ok(())
+}
+
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: mpsc::UnboundedReceiver<T>,
+) -> impl futures::Stream<Item = T> + Send + 'static {
+    stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
