@@ -178,6 +178,10 @@ leaderElection.enabled, or replicaCount > 1 when it is null.
 {{- if $le }}true{{ else }}false{{ end }}
 {{- end }}
 
+{{- define "protection-manager.releaseRecordName" -}}
+{{- default (printf "%s-release" (include "protection-manager.fullname" . | trunc 55 | trimSuffix "-")) .Values.releaseGuard.recordName }}
+{{- end }}
+
 {{- define "protection-manager.leaseName" -}}
 {{- default (include "protection-manager.fullname" .) .Values.leaderElection.resourceName }}
 {{- end }}
@@ -265,7 +269,12 @@ exactly one flag; `--flag=value` keeps each flag in one list item.
 {{- $args = append $args (printf "--leader-elect-renew-deadline=%s" $v.leaderElection.renewDeadline) }}
 {{- $args = append $args (printf "--leader-elect-retry-period=%s" $v.leaderElection.retryPeriod) }}
 {{- $args = append $args (printf "--leader-elect-resource-name=%s" (include "protection-manager.leaseName" .)) }}
+{{- end }}
+{{- /* The Lease's and the release record's namespace, even without leader election. */}}
 {{- $args = append $args (printf "--leader-elect-resource-namespace=%s" .Release.Namespace) }}
+{{- $args = append $args (printf "--release-record-name=%s" (include "protection-manager.releaseRecordName" .)) }}
+{{- if $v.releaseGuard.skipCheck }}
+{{- $args = append $args "--skip-release-check" }}
 {{- end }}
 {{- $args = append $args (printf "--shutdown-grace-period=%s" $v.shutdownGracePeriod) }}
 {{- if include "protection-manager.controllerEnabled" (dict "root" . "name" "service-lb-cleanup") }}
