@@ -73,7 +73,9 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
     });
 
     let (reader, writer) = reflector::store();
-    let observer = Mutex::new(Observer::new(&settings.finalizer, ctx.metrics.clone()));
+    let observer = Observer::new(&settings.finalizer, ctx.metrics.clone());
+    let mut listed = observer.listed();
+    let observer = Mutex::new(observer);
     let (exp, mem) = (shared.expectations.clone(), shared.memory.clone());
     let filter = finalizer.clone();
     let stream = watcher(api, watcher::Config::default())
@@ -85,12 +87,11 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         .try_filter(move |pv| std::future::ready(wanted(&filter, pv)));
 
     let ready = ctx.ready.clone();
-    let ready_store = reader.clone();
     let shutdown = ctx.shutdown.clone();
     tokio::spawn(async move {
         tokio::select! {
             _ = shutdown.cancelled() => {}
-            r = ready_store.wait_until_ready() => if r.is_ok() {
+            r = listed.wait_for(|l| *l) => if r.is_ok() {
                 tracing::info!(controller = NAME, "PV cache synced");
                 ready.set(true);
             }
@@ -144,15 +145,16 @@ async fn reconcile_inner(pv: &PersistentVolume, ctx: &Shared) -> Result<Action, 
             }
         }
         PvPlan::RemoveFinalizer => {
+            let uid = pv.metadata.uid.as_deref().unwrap_or_default();
+            let was_held = ctx.memory.is_held(uid);
             if ctx.finalizer.remove(&ctx.api, pv).await?.wrote() {
                 ctx.expectations.wrote(&key, &pv.metadata);
                 tracing::info!(
                     finalizer = ctx.finalizer.name(),
                     "removed finalizer from PV: not Bound"
                 );
-                if let Some(uid) = &pv.metadata.uid
-                    && ctx.memory.released(uid)
-                {
+                ctx.memory.forget(uid);
+                if was_held {
                     let note = released_note(&key, ctx.finalizer.name());
                     ctx.events
                         .normal(&pv.object_ref(&()), REASON_RELEASED, ACTION_RELEASED, note)

@@ -173,7 +173,9 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         tasks: TaskTracker::new(),
     });
 
-    let observer = Mutex::new(Observer::new(&settings.finalizer, ctx.metrics.clone()));
+    let observer = Observer::new(&settings.finalizer, ctx.metrics.clone());
+    let mut listed = observer.listed();
+    let observer = Mutex::new(observer);
     let (exp, mem) = (shared.expectations.clone(), shared.memory.clone());
     let filter = finalizer.clone();
     let stream = watcher(api, watcher::Config::default())
@@ -188,12 +190,11 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
     {
         let shared = shared.clone();
         let ready = ctx.ready.clone();
-        let store = reader.clone();
         shared.clone().tasks.spawn(async move {
             tokio::select! {
                 _ = shared.shutdown.cancelled() => {}
                 r = async {
-                    let r = store.wait_until_ready().await;
+                    let r = listed.wait_for(|l| *l).await.map(|_| ());
                     shared.wait_synced().await;
                     r
                 } => if r.is_ok() {
@@ -416,15 +417,16 @@ impl Shared {
                 }
             }
             PvcPlan::RemoveFinalizer => {
+                let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
+                let was_held = self.memory.is_held(uid);
                 if self.finalizer.remove(&api, pvc).await?.wrote() {
                     self.expectations.wrote(&key, &pvc.metadata);
                     tracing::info!(
                         finalizer = self.finalizer.name(),
                         "PVC is unused; removed finalizer"
                     );
-                    if let Some(uid) = &pvc.metadata.uid
-                        && self.memory.released(uid)
-                    {
+                    self.memory.forget(uid);
+                    if was_held {
                         let note = released_note(ns, &name, self.finalizer.name());
                         self.events
                             .normal(&pvc.object_ref(&()), REASON_RELEASED, ACTION_RELEASED, note)

@@ -193,6 +193,13 @@ impl EventMemory {
         true
     }
 
+    /// Whether a held event was reported for `uid`. Read before removing
+    /// the finalizer: the watch may deliver the object's deletion (which
+    /// forgets it) before the removal request returns.
+    pub fn is_held(&self, uid: &str) -> bool {
+        self.held.lock().contains_key(uid)
+    }
+
     /// Records a release of `uid`; true iff it had been reported held (emit).
     pub fn released(&self, uid: &str) -> bool {
         self.held.lock().remove(uid).is_some()
@@ -232,6 +239,7 @@ pub struct Observer {
     finalizer: String,
     metrics: ControllerMetrics,
     relist: Option<Relist>,
+    listed: tokio::sync::watch::Sender<bool>,
 }
 
 #[derive(Default)]
@@ -247,7 +255,16 @@ impl Observer {
             finalizer: finalizer.to_string(),
             metrics,
             relist: None,
+            listed: tokio::sync::watch::Sender::new(false),
         }
+    }
+
+    /// Becomes true once the first list is complete (the store is synced).
+    /// (Used instead of `Store::wait_until_ready`, whose single-waker
+    /// `DelayedInit` wakes only the last of several concurrent waiters, and
+    /// the Controller's runner is already one.)
+    pub fn listed(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.listed.subscribe()
     }
 
     fn terminating_since(&self, meta: &ObjectMeta) -> Option<Timestamp> {
@@ -298,6 +315,7 @@ impl Observer {
                 self.metrics.reset_terminating(r.terminating);
                 expectations.retain(&r.keys);
                 memory.retain(&r.uids);
+                self.listed.send_replace(true);
             }
         }
     }

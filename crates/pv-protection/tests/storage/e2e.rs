@@ -1,0 +1,144 @@
+//! test/e2e/storage/pvc_protection.go and pv_protection.go, ported.
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::ResourceExt;
+
+use crate::support::{Harness, Setup, Which, verifies};
+
+/// pvc_protection.go BeforeEach: a PVC and a running (scheduled) pod using
+/// it; the PVC gets the finalizer.
+async fn pvc_in_use(h: &Harness, ns: &str) {
+    h.namespace(ns).await;
+    h.create_pvc(ns, "pvc-protection", &[]).await;
+    h.create_pod(ns, "pod-1", "pvc-protection", Some("node-1"))
+        .await;
+    h.wait_pvc_finalizer(ns, "pvc-protection").await;
+}
+
+fn terminating(p: &Option<PersistentVolumeClaim>) -> bool {
+    p.as_ref()
+        .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+}
+
+#[tokio::test]
+async fn pvc_not_in_active_use_is_deleted_immediately() {
+    verifies("e2e 'Verify \"immediate\" deletion of a PVC that is not in active use by a pod'");
+    let h = Harness::new(Setup::default()).await;
+    let _c = h.start(Which::Pvc).await;
+    pvc_in_use(&h, "e2e").await;
+    h.delete_pod("e2e", "pod-1").await;
+    h.delete_pvc("e2e", "pvc-protection").await;
+    h.wait_pvc_gone("e2e", "pvc-protection").await;
+}
+
+#[tokio::test]
+async fn pvc_in_active_use_is_not_removed_until_the_pod_is_deleted() {
+    verifies("e2e 'Verify that PVC in active use by a pod is not removed immediately'");
+    let h = Harness::new(Setup::default()).await;
+    let _c = h.start(Which::Pvc).await;
+    pvc_in_use(&h, "e2e").await;
+    h.delete_pvc("e2e", "pvc-protection").await;
+    let note = h.wait_event("e2e", "pvc-protection", "FinalizerHeld").await;
+    assert_eq!(
+        note,
+        "PersistentVolumeClaim e2e/pvc-protection is in use by pod e2e/pod-1 (scheduled on node-1); deletion waits until no scheduled pod uses it"
+    );
+    let p = h.get_pvc("e2e", "pvc-protection").await;
+    assert!(
+        terminating(&p),
+        "the PVC is Terminating while the pod exists"
+    );
+    assert!(p.unwrap().finalizers().contains(&h.pvc_finalizer));
+    h.delete_pod("e2e", "pod-1").await;
+    h.wait_pvc_gone("e2e", "pvc-protection").await;
+    let note = h
+        .wait_event("e2e", "pvc-protection", "FinalizerReleased")
+        .await;
+    assert!(
+        note.contains("is no longer used by any scheduled pod"),
+        "{note}"
+    );
+}
+
+#[tokio::test]
+async fn unscheduled_pod_for_a_terminating_pvc_neither_blocks_nor_frees_it() {
+    verifies(
+        "e2e 'Verify that scheduling of a pod that uses PVC that is being deleted fails and the pod becomes Unschedulable': \
+         an unscheduled pod does not keep the PVC, and does not free it while the scheduled pod exists",
+    );
+    let h = Harness::new(Setup::default()).await;
+    let _c = h.start(Which::Pvc).await;
+    pvc_in_use(&h, "e2e").await;
+    h.delete_pvc("e2e", "pvc-protection").await;
+    h.wait_event("e2e", "pvc-protection", "FinalizerHeld").await;
+    // The second pod stays Pending/unscheduled (no scheduler in kube-sim, as
+    // the real scheduler refuses a pod whose PVC is being deleted). Its
+    // creation enqueues the PVC (upstream: unscheduled pods are enqueued).
+    let before = h.reconciles("pvc-protection");
+    h.create_pod("e2e", "pod-2", "pvc-protection", None).await;
+    h.wait_reconciles("pvc-protection", before, 1.0).await;
+    assert!(
+        terminating(&h.get_pvc("e2e", "pvc-protection").await),
+        "still Terminating: pod-1 uses it"
+    );
+    h.delete_pod("e2e", "pod-2").await;
+    let before = h.reconciles("pvc-protection");
+    h.create_pod("e2e", "pod-3", "pvc-protection", None).await;
+    h.wait_reconciles("pvc-protection", before, 1.0).await;
+    assert!(terminating(&h.get_pvc("e2e", "pvc-protection").await));
+    // The scheduled pod goes: the unscheduled pod-3 does not keep the PVC.
+    h.delete_pod("e2e", "pod-1").await;
+    h.wait_pvc_gone("e2e", "pvc-protection").await;
+    assert!(h.pods("e2e").get_opt("pod-3").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn pv_not_bound_is_deleted_immediately() {
+    verifies("e2e 'Verify \"immediate\" deletion of a PV that is not bound to a PVC'");
+    let h = Harness::new(Setup::default()).await;
+    let _c = h.start(Which::Pv).await;
+    h.create_pv("pv-e2e", &[]).await;
+    h.set_pv_phase("pv-e2e", "Available").await;
+    h.wait_pv_finalizer("pv-e2e").await;
+    h.delete_pv("pv-e2e").await;
+    h.wait_pv_gone("pv-e2e").await;
+}
+
+#[tokio::test]
+async fn bound_pv_is_not_removed_until_the_claim_is_deleted_and_it_leaves_bound() {
+    verifies("e2e 'Verify that PV bound to a PVC is not removed immediately'");
+    let h = Harness::new(Setup::default()).await;
+    let _pv = h.start(Which::Pv).await;
+    let _pvc = h.start(Which::Pvc).await;
+    h.namespace("e2e").await;
+    h.create_pv("pv-e2e", &[]).await;
+    h.set_pv_phase("pv-e2e", "Available").await;
+    h.wait_pv_finalizer("pv-e2e").await;
+    h.create_pvc("e2e", "pvc-e2e", &[]).await;
+    // The binder (emulated by the test): claimRef + Bound.
+    h.pvs()
+        .patch(
+            "pv-e2e",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(serde_json::json!({"spec": {"claimRef": {
+                "kind": "PersistentVolumeClaim", "namespace": "e2e", "name": "pvc-e2e"}}})),
+        )
+        .await
+        .unwrap();
+    h.set_pv_phase("pv-e2e", "Bound").await;
+    h.delete_pv("pv-e2e").await;
+    let note = h.wait_event("", "pv-e2e", "FinalizerHeld").await;
+    assert_eq!(
+        note,
+        "PersistentVolume pv-e2e is in use: it is Bound to claim e2e/pvc-e2e; deletion waits until the volume is no longer Bound"
+    );
+    let pv = h.get_pv("pv-e2e").await.expect("PV still there");
+    assert!(pv.metadata.deletion_timestamp.is_some(), "Terminating");
+    // Delete the claim; the binder then moves the PV to Released.
+    h.delete_pvc("e2e", "pvc-e2e").await;
+    h.wait_pvc_gone("e2e", "pvc-e2e").await;
+    assert!(h.get_pv("pv-e2e").await.is_some(), "still Bound: kept");
+    h.set_pv_phase("pv-e2e", "Released").await;
+    h.wait_pv_gone("pv-e2e").await;
+    h.wait_event("", "pv-e2e", "FinalizerReleased").await;
+}

@@ -1,0 +1,7 @@
+//! pv-protection and pvc-protection against kube-sim: the ported upstream
+//! storage e2e scenarios, gates, request accounting, live-LIST batching,
+//! watch gaps, events, retries and the upstream profile.
+
+mod support;
+
+mod e2e;
