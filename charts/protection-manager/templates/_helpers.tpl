@@ -162,9 +162,20 @@ controller newer than the emulated version does not exist.
 {{- $enabled | sortAlpha | toJson }}
 {{- end }}
 
-{{- define "protection-manager.controllerEnabled" -}}
-{{- $enabled := include "protection-manager.enabledControllers" .root | fromJsonArray }}
-{{- if has .name $enabled }}true{{ end }}
+{{/*
+The controllers that act, as a JSON list: the enabled ones, minus
+service-lb-cleanup without a provider endpoint (it then makes no API call,
+as upstream's service controller does not run without a cloud provider).
+RBAC is granted for these only.
+*/}}
+{{- define "protection-manager.activeControllers" -}}
+{{- $active := list }}
+{{- range $name := include "protection-manager.enabledControllers" . | fromJsonArray }}
+{{- if or (ne $name "service-lb-cleanup") $.Values.loadBalancer.provider.endpoint }}
+{{- $active = append $active $name }}
+{{- end }}
+{{- end }}
+{{- toJson $active }}
 {{- end }}
 
 {{/*
@@ -192,7 +203,7 @@ A Go duration ("1m30s", "500ms", "0") in seconds, as a float string.
 {{- define "protection-manager.durationSeconds" -}}
 {{- $total := 0.0 }}
 {{- $units := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "μs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 }}
-{{- range $part := regexFindAll "([0-9]*\\.?[0-9]+)(ns|us|µs|μs|ms|s|m|h)" . -1 }}
+{{- range $part := regexFindAll "([0-9]*\\.?[0-9]+)(ns|us|µs|μs|ms|s|m|h)" (toString .) -1 }}
 {{- $unit := regexReplaceAll "^[0-9.]+" $part "" }}
 {{- $number := regexReplaceAll "[^0-9.]+$" $part "" | float64 }}
 {{- $total = addf $total (mulf $number (get $units $unit)) }}
@@ -210,7 +221,7 @@ shutdown bound, or the shutdown bound rounded up plus 15 seconds.
 {{- if kindIs "invalid" $given }}
 {{- add $shutdown 15 }}
 {{- else if le (int $given) $shutdown }}
-{{- fail (printf "terminationGracePeriodSeconds (%d) must be greater than shutdownGracePeriod (%s, %d seconds rounded up): the kubelet would kill the manager before it finished its in-flight work" (int $given) .Values.shutdownGracePeriod $shutdown) }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must be greater than shutdownGracePeriod (%v, %d seconds rounded up): the kubelet would kill the manager before it finished its in-flight work" (int $given) .Values.shutdownGracePeriod $shutdown) }}
 {{- else }}
 {{- int $given }}
 {{- end }}
@@ -265,9 +276,9 @@ exactly one flag; `--flag=value` keeps each flag in one list item.
 {{- $le := include "protection-manager.leaderElect" . }}
 {{- $args = append $args (printf "--leader-elect=%s" $le) }}
 {{- if eq $le "true" }}
-{{- $args = append $args (printf "--leader-elect-lease-duration=%s" $v.leaderElection.leaseDuration) }}
-{{- $args = append $args (printf "--leader-elect-renew-deadline=%s" $v.leaderElection.renewDeadline) }}
-{{- $args = append $args (printf "--leader-elect-retry-period=%s" $v.leaderElection.retryPeriod) }}
+{{- $args = append $args (printf "--leader-elect-lease-duration=%v" $v.leaderElection.leaseDuration) }}
+{{- $args = append $args (printf "--leader-elect-renew-deadline=%v" $v.leaderElection.renewDeadline) }}
+{{- $args = append $args (printf "--leader-elect-retry-period=%v" $v.leaderElection.retryPeriod) }}
 {{- $args = append $args (printf "--leader-elect-resource-name=%s" (include "protection-manager.leaseName" .)) }}
 {{- end }}
 {{- /* The Lease's and the release record's namespace, even without leader election. */}}
@@ -276,18 +287,24 @@ exactly one flag; `--flag=value` keeps each flag in one list item.
 {{- if $v.releaseGuard.skipCheck }}
 {{- $args = append $args "--skip-release-check" }}
 {{- end }}
-{{- $args = append $args (printf "--shutdown-grace-period=%s" $v.shutdownGracePeriod) }}
-{{- if include "protection-manager.controllerEnabled" (dict "root" . "name" "service-lb-cleanup") }}
-{{- $lb := $v.loadBalancer }}
-{{- $args = append $args (printf "--load-balancer-class=%s" $lb.class) }}
-{{- $args = append $args (printf "--load-balancer-include-unclassed=%t" $lb.includeUnclassed) }}
-{{- $endpoint := required "loadBalancer.provider.endpoint is required while the service-lb-cleanup controller is on: set it, or turn the controller off with controllers: [\"*\", \"-service-lb-cleanup\"]" $lb.provider.endpoint }}
-{{- $args = append $args (printf "--lb-provider-endpoint=%s" $endpoint) }}
-{{- if $lb.provider.tokenSecret.name }}
-{{- $args = append $args (printf "--lb-provider-token-file=%s/token" (include "protection-manager.tokenDir" .)) }}
+{{- $args = append $args (printf "--shutdown-grace-period=%v" $v.shutdownGracePeriod) }}
+{{- $enabled := include "protection-manager.enabledControllers" . | fromJsonArray }}
+{{- if or (has "pv-protection" $enabled) (has "pvc-protection" $enabled) }}
+{{- $args = append $args (printf "--storage-protection-resync-period=%v" $v.storageProtection.resyncPeriod) }}
 {{- end }}
-{{- $args = append $args (printf "--lb-provider-connect-timeout=%s" $lb.provider.connectTimeout) }}
-{{- $args = append $args (printf "--lb-provider-request-timeout=%s" $lb.provider.requestTimeout) }}
+{{- if has "service-lb-cleanup" $enabled }}
+{{- $lb := $v.loadBalancer }}
+{{- $args = append $args (printf "--lb-class=%s" $lb.class) }}
+{{- $args = append $args (printf "--lb-include-unclassed=%t" $lb.includeUnclassed) }}
+{{- $args = append $args (printf "--lb-resync-period=%v" $lb.resyncPeriod) }}
+{{- with $lb.provider.endpoint }}
+{{- $args = append $args (printf "--lb-provider-endpoint=%s" .) }}
+{{- if $lb.provider.tokenSecret.name }}
+{{- $args = append $args (printf "--lb-provider-token-file=%s/token" (include "protection-manager.tokenDir" $)) }}
+{{- end }}
+{{- end }}
+{{- $args = append $args (printf "--lb-provider-connect-timeout=%v" $lb.provider.connectTimeout) }}
+{{- $args = append $args (printf "--lb-provider-request-timeout=%v" $lb.provider.requestTimeout) }}
 {{- end }}
 {{- $args = concat $args $v.extraArgs }}
 {{- toJson $args }}

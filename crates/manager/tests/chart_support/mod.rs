@@ -290,3 +290,66 @@ pub fn binary_run_flags() -> Vec<String> {
     flags.dedup();
     flags
 }
+
+/// A manager process started as a kubelet starts the chart's container: the
+/// container's args, only the container's env (plus what the pod gets from
+/// the cluster, passed by the caller), stderr kept in a file. Killed on drop.
+pub struct Process {
+    child: std::process::Child,
+    stderr_path: PathBuf,
+}
+
+impl Process {
+    pub fn spawn(args: &[String], env: &[(String, String)]) -> Process {
+        let dir = support::tempdir();
+        let stderr_path = dir.join("stderr.log");
+        let stderr = std::fs::File::create(&stderr_path).expect("stderr file");
+        let child = Command::new(support::BIN)
+            .args(args)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdout(std::process::Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn protection-manager");
+        Process { child, stderr_path }
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// The exit status, if the process has ended.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Sends SIGTERM and waits up to `grace` (the pod's
+    /// terminationGracePeriodSeconds: the kubelet's SIGKILL comes then).
+    pub fn terminate(&mut self, grace: std::time::Duration) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(st) = self.exited() {
+                return st;
+            }
+            if start.elapsed() > grace {
+                let _ = self.child.kill();
+                panic!(
+                    "the manager was still running {grace:?} after SIGTERM (the kubelet would SIGKILL it now); stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
