@@ -42,3 +42,21 @@ clippy:
 clean:
 	$(CARGO) clean
 	rm -rf $(TOOLS_DIR)
+
+# --- Container image and Helm chart -------------------------------------------
+# `make image` needs docker or podman (the development machines have neither:
+# the image is built where one exists, e.g. CI with a container engine).
+IMAGE ?= ghcr.io/protection-manager/protection-manager
+IMAGE_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
+CONTAINER_ENGINE ?= $(shell command -v docker 2>/dev/null || command -v podman 2>/dev/null)
+CHART := charts/protection-manager
+
+.PHONY: image chart-lint
+
+image:
+	@test -n "$(CONTAINER_ENGINE)" || { echo "make image: no container engine (docker or podman) on this machine; build the image where one exists" >&2; exit 1; }
+	DOCKER_BUILDKIT=1 $(CONTAINER_ENGINE) build --build-arg VERSION=$(IMAGE_VERSION) -t $(IMAGE):$(IMAGE_VERSION) .
+
+chart-lint: tools
+	$(HELM3) lint --strict $(CHART)
+	$(HELM4) lint --strict $(CHART)
