@@ -60,3 +60,8 @@ image:
 chart-lint: tools
 	$(HELM3) lint --strict $(CHART)
 	$(HELM4) lint --strict $(CHART)
+
+# kube-sim throughput and watch fan-out (release build; prints figures).
+.PHONY: bench-sim
+bench-sim:
+	$(CARGO) run --release -p kube-sim --bin kube-sim-bench

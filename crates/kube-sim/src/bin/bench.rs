@@ -1,1 +1,234 @@
-fn main() {}
+//! `make bench-sim`: sustained create and patch rates of kube-sim and the
+//! watch fan-out latency, driven by kube-rs clients in the same process.
+//!
+//! Usage: kube-sim-bench [--objects N] [--watchers W] [--clients 1,16]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube_sim::{KubeSim, SimConfig};
+use parking_lot::Mutex;
+use serde_json::json;
+
+struct Args {
+    objects: usize,
+    watchers: usize,
+    clients: Vec<usize>,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut a = Args {
+        objects: 10_000,
+        watchers: 10,
+        clients: vec![1, 16],
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let val = it.next().with_context(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--objects" => a.objects = val.parse().with_context(|| format!("--objects {val:?}"))?,
+            "--watchers" => {
+                a.watchers = val.parse().with_context(|| format!("--watchers {val:?}"))?
+            }
+            "--clients" => {
+                a.clients = val
+                    .split(',')
+                    .map(|c| {
+                        c.trim()
+                            .parse::<usize>()
+                            .with_context(|| format!("--clients {val:?}"))
+                    })
+                    .collect::<Result<_>>()?
+            }
+            other => bail!(
+                "unknown flag {other}; usage: kube-sim-bench [--objects N] [--watchers W] [--clients 1,16]"
+            ),
+        }
+    }
+    Ok(a)
+}
+
+type Starts = Arc<Mutex<HashMap<(bool, usize), Instant>>>;
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+async fn run(objects: usize, watchers: usize, clients: usize) -> Result<()> {
+    let sim = KubeSim::start(SimConfig {
+        history_window: objects * 2 + 100,
+        request_log_capacity: 1000,
+        ..Default::default()
+    })
+    .await?;
+    let admin = sim.try_client_as("bench").await?;
+    let api: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
+    let rv = api
+        .list(&ListParams::default().limit(1))
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let starts: Starts = Arc::new(Mutex::new(HashMap::with_capacity(objects * 2)));
+    let latencies = Arc::new(Mutex::new(Vec::<Duration>::with_capacity(
+        objects * 2 * watchers,
+    )));
+    let mut watch_tasks = Vec::new();
+    for w in 0..watchers {
+        let c = sim.try_client_as(&format!("watcher-{w}")).await?;
+        let api: Api<ConfigMap> = Api::namespaced(c, "default");
+        let stream = api.watch(&WatchParams::default().timeout(290), &rv).await?;
+        let starts = starts.clone();
+        let latencies = latencies.clone();
+        watch_tasks.push(tokio::spawn(async move {
+            let mut stream = stream.boxed();
+            let mut seen = 0usize;
+            let mut local = Vec::with_capacity(objects * 2);
+            while seen < objects * 2 {
+                let ev = match stream.try_next().await {
+                    Ok(Some(ev)) => ev,
+                    Ok(None) | Err(_) => break,
+                };
+                let now = Instant::now();
+                let (patch, obj) = match ev {
+                    WatchEvent::Added(o) => (false, o),
+                    WatchEvent::Modified(o) => (true, o),
+                    _ => continue,
+                };
+                seen += 1;
+                let idx = obj
+                    .metadata
+                    .name
+                    .as_deref()
+                    .and_then(|n| n.strip_prefix("cm-"))
+                    .and_then(|n| n.parse::<usize>().ok());
+                if let Some(i) = idx
+                    && let Some(t0) = starts.lock().get(&(patch, i))
+                {
+                    local.push(now.saturating_duration_since(*t0));
+                }
+            }
+            latencies.lock().extend(local);
+            seen
+        }));
+    }
+    let mut worker_clients = Vec::new();
+    for c in 0..clients {
+        worker_clients.push(sim.try_client_as(&format!("client-{c}")).await?);
+    }
+    // Creates.
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for (c, client) in worker_clients.iter().enumerate() {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        let starts = starts.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut i = c;
+            while i < objects {
+                let cm: ConfigMap = serde_json::from_value(json!({
+                    "metadata": {"name": format!("cm-{i}"), "labels": {"bench": "yes"}},
+                    "data": {"value": "0"}
+                }))?;
+                starts.lock().insert((false, i), Instant::now());
+                api.create(&PostParams::default(), &cm).await?;
+                i += clients;
+            }
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let create_secs = t.elapsed().as_secs_f64();
+    // Patches.
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for (c, client) in worker_clients.iter().enumerate() {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        let starts = starts.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut i = c;
+            while i < objects {
+                starts.lock().insert((true, i), Instant::now());
+                api.patch(
+                    &format!("cm-{i}"),
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"data": {"value": "1"}})),
+                )
+                .await?;
+                i += clients;
+            }
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let patch_secs = t.elapsed().as_secs_f64();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut delivered = 0;
+    for w in watch_tasks {
+        let left = deadline.saturating_duration_since(Instant::now());
+        delivered += tokio::time::timeout(left, w)
+            .await
+            .context("watchers did not receive every event within 120s")??;
+    }
+    let mut l = std::mem::take(&mut *latencies.lock());
+    l.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "{:>7} {:>8} {:>9} {:>12.0} {:>12.0} {:>11} {:>9.2} {:>9.2} {:>9.2}",
+        clients,
+        objects,
+        watchers,
+        objects as f64 / create_secs,
+        objects as f64 / patch_secs,
+        delivered,
+        ms(percentile(&l, 0.5)),
+        ms(percentile(&l, 0.99)),
+        ms(l.last().copied().unwrap_or_default()),
+    );
+    sim.shutdown().await;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = parse_args()?;
+    println!(
+        "kube-sim bench: {} objects, {} watchers, kube-rs clients in-process ({} cores)",
+        args.objects,
+        args.watchers,
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    );
+    println!(
+        "{:>7} {:>8} {:>9} {:>12} {:>12} {:>11} {:>9} {:>9} {:>9}",
+        "clients",
+        "objects",
+        "watchers",
+        "creates/s",
+        "patches/s",
+        "events",
+        "p50 ms",
+        "p99 ms",
+        "max ms"
+    );
+    for c in args.clients.clone() {
+        run(args.objects, args.watchers, c).await?;
+    }
+    println!(
+        "(events = watch events delivered across all watchers; latency = write request start -> watcher receipt)"
+    );
+    Ok(())
+}
