@@ -665,10 +665,14 @@ async fn resource_request(
             let opts = write_options(&q, manager)?;
             let (ct, body) = read_body(req).await?;
             let obj = decode_object(ct.as_deref(), &body)?;
+            let warnings = field_validation(def, &q, &obj)?;
             let s = store.create(rid, &ns, obj, &opts)?;
             // Like the audit log's objectRef, name the created object.
             *created_name = object::meta_str(&s.value, "name").to_string();
-            Ok(stored_response(201, &s, &want, def, &q))
+            Ok(with_warnings(
+                stored_response(201, &s, &want, def, &q),
+                &warnings,
+            ))
         }
         Method::PUT => {
             if name.is_empty() {
@@ -680,13 +684,11 @@ async fn resource_request(
             let opts = write_options(&q, manager)?;
             let (ct, body) = read_body(req).await?;
             let obj = decode_object(ct.as_deref(), &body)?;
+            let warnings = field_validation(def, &q, &obj)?;
             let (s, created) = store.update(rid, &ns, &name, sub, obj, &opts)?;
-            Ok(stored_response(
-                if created { 201 } else { 200 },
-                &s,
-                &want,
-                def,
-                &q,
+            Ok(with_warnings(
+                stored_response(if created { 201 } else { 200 }, &s, &want, def, &q),
+                &warnings,
             ))
         }
         Method::PATCH => {
@@ -811,6 +813,46 @@ async fn resource_request(
             "the server does not allow this method on the requested resource",
         )),
     }
+}
+
+/// `fieldValidation` for create/update: unknown fields are an error under
+/// `Strict` (kubectl's default), a `Warning` header under `Warn` (the server
+/// default), silent under `Ignore`; the store drops them in every case, as
+/// decoding into the typed object does.
+fn field_validation(def: &ResourceDef, q: &Query, obj: &Value) -> Result<Vec<String>, ApiError> {
+    let mode = q.get("fieldValidation").unwrap_or("Warn");
+    if !matches!(mode, "Strict" | "Warn" | "Ignore") {
+        return Err(ApiError::bad_request(format!(
+            "fieldValidation must be one of \"Ignore\", \"Warn\", or \"Strict\", got {mode:?}"
+        )));
+    }
+    if mode == "Ignore" {
+        return Ok(Vec::new());
+    }
+    let unknown = openapi::schema::unknown_fields(def.group, def.version, def.kind, obj);
+    if unknown.is_empty() {
+        return Ok(Vec::new());
+    }
+    if mode == "Strict" {
+        return Err(ApiError::bad_request(
+            openapi::schema::strict_create_update_message(def.kind, def.version, &unknown),
+        ));
+    }
+    Ok(unknown
+        .iter()
+        .map(|f| openapi::schema::unknown_field_warning(f))
+        .collect())
+}
+
+/// Adds `Warning: 299 - "..."` headers, as the apiserver's warning recorder.
+fn with_warnings(mut r: Response<RespBody>, warnings: &[String]) -> Response<RespBody> {
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::Value::String(w.clone()));
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            r.headers_mut().append(header::WARNING, v);
+        }
+    }
+    r
 }
 
 /// Registries with `ReturnDeletedObject: true`

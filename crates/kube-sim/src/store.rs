@@ -751,6 +751,7 @@ impl Store {
                 ));
             }
         }
+        prune(def, &mut obj);
         let now = object::now_string();
         self.before_create(rid, &mut obj, &now)?;
         patch::track_update(
@@ -862,6 +863,7 @@ impl Store {
                 return Err(ApiError::stale(&def.group_resource(), name));
             }
             let mut new = obj.clone();
+            prune(def, &mut new);
             object::meta_mut(&mut new).insert("resourceVersion".into(), json!(live.rv.to_string()));
             let now = object::now_string();
             patch::track_update(
@@ -952,7 +954,8 @@ impl Store {
                     Err(e) => Err(e),
                 };
             };
-            let new = patch::apply_patch(&req).map_err(|e| patch_error(def, name, e))?;
+            let mut new = patch::apply_patch(&req).map_err(|e| patch_error(def, name, e))?;
+            prune(def, &mut new);
             let new = check_body(def, new)?;
             if meta_str(&new, "name") != name {
                 return Err(ApiError::invalid(
@@ -1368,6 +1371,16 @@ fn namespace_spec_finalizers(def: &ResourceDef, obj: &Value) -> bool {
 
 fn namespaces_rid() -> ResId {
     resources::find("", "v1", "namespaces").unwrap_or(0)
+}
+
+/// Drops fields the kind's schema does not declare, as decoding into the
+/// typed object does on a real server.
+fn prune(def: &ResourceDef, obj: &mut Value) {
+    let dropped =
+        crate::openapi::schema::prune_unknown_fields(def.group, def.version, def.kind, obj);
+    if !dropped.is_empty() {
+        tracing::debug!(kind = def.kind, fields = ?dropped, "dropped unknown fields");
+    }
 }
 
 fn list_options_invalid(e: FieldError) -> ApiError {

@@ -1189,3 +1189,34 @@ async fn propagation_policies_foreground_and_orphan() {
     );
     t.cleanup_namespace(&ns).await;
 }
+
+/// fieldValidation (KEP-2885): unknown fields are dropped; `Strict` makes
+/// them a 400 with the strict decoding error.
+#[tokio::test]
+async fn field_validation_strict_rejects_and_default_drops_unknown_fields() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-fv").await;
+    let req = |fv: &str, name: &str| {
+        http::Request::builder()
+            .method("POST")
+            .uri(format!("/api/v1/namespaces/{ns}/configmaps?fieldValidation={fv}"))
+            .header("Content-Type", "application/json")
+            .body(serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "dataa": {"x": "y"}})).unwrap())
+            .unwrap()
+    };
+    let e = status(
+        t.client
+            .request_text(req("Strict", "strict"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (400, "BadRequest"));
+    assert_eq!(
+        e.message,
+        "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"dataa\""
+    );
+    let created: serde_json::Value =
+        serde_json::from_str(&t.client.request_text(req("Warn", "warn")).await.unwrap()).unwrap();
+    assert!(created.get("dataa").is_none(), "{created}");
+    t.cleanup_namespace(&ns).await;
+}
