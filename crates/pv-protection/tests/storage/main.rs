@@ -4,4 +4,10 @@
 
 mod support;
 
+mod accounting;
+mod batching;
 mod e2e;
+mod gates;
+mod profile;
+mod retries;
+mod watch_gap;
