@@ -1220,3 +1220,127 @@ async fn field_validation_strict_rejects_and_default_drops_unknown_fields() {
     assert!(created.get("dataa").is_none(), "{created}");
     t.cleanup_namespace(&ns).await;
 }
+
+/// Graceful pod deletion (podStrategy.CheckGracefulDelete), enabled in
+/// kube-sim for an emulated kubelet: a scheduled pod gets deletionTimestamp =
+/// now + terminationGracePeriodSeconds and stays until a grace-0 delete.
+#[tokio::test]
+async fn graceful_pod_deletion_for_scheduled_pods() {
+    let t = Target::with(kube_sim::SimConfig {
+        pod_graceful_deletion: true,
+        ..Default::default()
+    })
+    .await;
+    let Some(_) = t.sim() else { return };
+    let ns = t.namespace("conf-grace").await;
+    let api: Api<Pod> = Api::namespaced(t.client.clone(), &ns);
+    let mut p = pod("bound");
+    p.spec.as_mut().unwrap().node_name = Some("node-1".into());
+    api.create(&PostParams::default(), &p).await.unwrap();
+    let kept = api
+        .delete("bound", &DeleteParams::default())
+        .await
+        .unwrap()
+        .left()
+        .expect("pod kept");
+    assert_eq!(kept.metadata.deletion_grace_period_seconds, Some(30));
+    assert_eq!(
+        kept.metadata.generation,
+        Some(2),
+        "graceful deletion bumps generation"
+    );
+    // A shorter grace period; then 0 removes it.
+    let shorter = api
+        .delete(
+            "bound",
+            &DeleteParams {
+                grace_period_seconds: Some(5),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .left()
+        .unwrap();
+    assert_eq!(shorter.metadata.deletion_grace_period_seconds, Some(5));
+    let r = api
+        .delete(
+            "bound",
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(r.is_left(), "pods return the deleted object");
+    assert!(api.get_opt("bound").await.unwrap().is_none());
+    // Unscheduled pods go at once.
+    api.create(&PostParams::default(), &pod("free"))
+        .await
+        .unwrap();
+    api.delete("free", &DeleteParams::default()).await.unwrap();
+    assert!(api.get_opt("free").await.unwrap().is_none());
+}
+
+/// Watch timeoutSeconds ends the stream; deletecollection deletes matching
+/// objects; dryRun=All persists nothing; metadata-only (PartialObjectMetadata) reads.
+#[tokio::test]
+async fn watch_timeout_deletecollection_dry_run_and_metadata_only() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-misc").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let c = api
+        .create(&PostParams::default(), &cm("a", &[("app", "x")]))
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &cm("b", &[("app", "y")]))
+        .await
+        .unwrap();
+    let mut w = api
+        .watch(
+            &WatchParams::default().timeout(1),
+            &c.metadata.resource_version.clone().unwrap(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+    let started = std::time::Instant::now();
+    loop {
+        match tokio::time::timeout(std::time::Duration::from_secs(30), w.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            None => break,
+            Some(_) => continue,
+        }
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let d = api.create(&dry, &cm("dry", &[])).await.unwrap();
+    assert_eq!(d.metadata.name.as_deref(), Some("dry"));
+    assert!(api.get_opt("dry").await.unwrap().is_none());
+    let meta = api.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(meta.items.len(), 2);
+    assert_eq!(meta.items[0].metadata.name.as_deref(), Some("a"));
+    api.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels("app=x"),
+    )
+    .await
+    .unwrap();
+    let left: Vec<String> = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert_eq!(left, ["b"]);
+    t.cleanup_namespace(&ns).await;
+}
