@@ -36,7 +36,7 @@ use protection_core::finalizer::has_finalizer;
 use protection_core::release::SERVICE_LOAD_BALANCER_FINALIZER;
 use protection_core::{ControllerContext, ControllerError, ControllerMetrics, ControllerResult};
 use serde_json::Value;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::{Backoff, MAX_RETRY_DELAY, MIN_RETRY_DELAY};
@@ -127,6 +127,7 @@ impl EventSink for RecorderSink {
 struct State {
     syncer: Arc<Syncer>,
     nodes: Store<Node>,
+    nodes_synced: watch::Receiver<bool>,
     backoff: Backoff,
     metrics: ControllerMetrics,
     /// Our last write per Service key: the store's resourceVersion it was
@@ -163,7 +164,7 @@ pub enum ReconcileError {
 
 async fn reconcile(svc: Arc<Service>, st: Arc<State>) -> Result<Action, ReconcileError> {
     let timer = st.metrics.reconcile_started();
-    if st.nodes.wait_until_ready().await.is_err() {
+    if !synced(st.nodes_synced.clone()).await {
         timer.finish(false);
         return Err(ReconcileError::NodesGone);
     }
@@ -205,6 +206,15 @@ async fn reconcile(svc: Arc<Service>, st: Arc<State>) -> Result<Action, Reconcil
     }
 }
 
+/// Waits until a watch listed everything once; `false` if it stopped first.
+///
+/// Our own flag, not `Store::wait_until_ready`: kube-runtime's store
+/// readiness (`DelayedInit`) keeps one waker, so a second concurrent waiter
+/// (the Controller waits on the Service store) would never be woken.
+async fn synced(mut rx: watch::Receiver<bool>) -> bool {
+    rx.wait_for(|v| *v).await.is_ok()
+}
+
 fn error_policy(svc: Arc<Service>, err: &ReconcileError, st: Arc<State>) -> Action {
     let key = key_of(&svc);
     let delay = match err {
@@ -238,6 +248,7 @@ struct ServiceFilter {
     metrics: ControllerMetrics,
     syncer: Arc<Syncer>,
     deletions: mpsc::UnboundedSender<(String, String)>,
+    synced: watch::Sender<bool>,
 }
 
 impl ServiceFilter {
@@ -331,6 +342,7 @@ impl ServiceFilter {
                         self.vanished(key, cached.uid);
                     }
                 }
+                self.synced.send_replace(true);
                 std::mem::take(&mut self.init_triggers)
             }
         }
@@ -363,6 +375,7 @@ async fn watch_nodes(
     api: Api<Node>,
     writer: reflector::store::Writer<Node>,
     wake: Arc<Notify>,
+    synced: watch::Sender<bool>,
     stop: CancellationToken,
 ) {
     let mut last: HashMap<String, Node> = HashMap::new();
@@ -400,6 +413,7 @@ async fn watch_nodes(
                 }
                 watcher::Event::InitDone => {
                     last = std::mem::take(&mut seen);
+                    synced.send_replace(true);
                     // Nodes may have come and gone during the gap; the sync
                     // compares sets, so waking it is cheap and safe.
                     wake.notify_one();
@@ -410,60 +424,74 @@ async fn watch_nodes(
 }
 
 /// Upstream's node worker: one pass over the synced Services per wake-up.
-async fn node_sync_loop(
+struct NodeSyncLoop {
     syncer: Arc<Syncer>,
     services: Store<Service>,
     nodes: Store<Node>,
     wake: Arc<Notify>,
+    /// Service and Node watches listed once.
+    ready: (watch::Receiver<bool>, watch::Receiver<bool>),
     retry: mpsc::UnboundedSender<ObjectRef<Service>>,
     concurrency: usize,
-    stop: CancellationToken,
-) {
-    if services.wait_until_ready().await.is_err() || nodes.wait_until_ready().await.is_err() {
-        return;
-    }
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = wake.notified() => {}
+}
+
+impl NodeSyncLoop {
+    async fn run(self, stop: CancellationToken) {
+        let Self {
+            syncer,
+            services,
+            nodes,
+            wake,
+            ready,
+            retry,
+            concurrency,
+        } = self;
+        if !synced(ready.0).await || !synced(ready.1).await {
+            return;
         }
-        let targets = {
-            let all = nodes.state();
-            lb_nodes(all.iter().map(|n| n.as_ref()))
-        };
-        let work: Vec<Arc<Service>> = syncer
-            .cached_all()
-            .into_iter()
-            .filter_map(|(key, cached)| {
-                let (ns, name) = key.split_once('/')?;
-                services
-                    .get(&service_ref(ns, name))
-                    .filter(|s| s.metadata.uid.as_deref() == Some(cached.uid.as_str()))
-            })
-            .collect();
-        let retries: Vec<ObjectRef<Service>> = stream::iter(work)
-            .map(|svc| {
-                let syncer = syncer.clone();
-                let targets = &targets;
-                async move {
-                    match syncer.node_sync_service(&svc, targets).await {
-                        NodeSync::Done => None,
-                        NodeSync::Retry => Some(ObjectRef::from_obj(svc.as_ref())),
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = wake.notified() => {}
+            }
+            let targets = {
+                let all = nodes.state();
+                lb_nodes(all.iter().map(|n| n.as_ref()))
+            };
+            let work: Vec<Arc<Service>> = syncer
+                .cached_all()
+                .into_iter()
+                .filter_map(|(key, cached)| {
+                    let (ns, name) = key.split_once('/')?;
+                    services
+                        .get(&service_ref(ns, name))
+                        .filter(|s| s.metadata.uid.as_deref() == Some(cached.uid.as_str()))
+                })
+                .collect();
+            let retries: Vec<ObjectRef<Service>> = stream::iter(work)
+                .map(|svc| {
+                    let syncer = syncer.clone();
+                    let targets = &targets;
+                    async move {
+                        match syncer.node_sync_service(&svc, targets).await {
+                            NodeSync::Done => None,
+                            NodeSync::Retry => Some(ObjectRef::from_obj(svc.as_ref())),
+                        }
                     }
-                }
-            })
-            .buffer_unordered(concurrency.max(1))
-            .filter_map(futures::future::ready)
-            .collect()
-            .await;
-        if !retries.is_empty() {
-            tracing::info!(
-                count = retries.len(),
-                "node sync failed for some load balancers; resyncing them"
-            );
-        }
-        for r in retries {
-            let _ = retry.send(r);
+                })
+                .buffer_unordered(concurrency.max(1))
+                .filter_map(futures::future::ready)
+                .collect()
+                .await;
+            if !retries.is_empty() {
+                tracing::info!(
+                    count = retries.len(),
+                    "node sync failed for some load balancers; resyncing them"
+                );
+            }
+            for r in retries {
+                let _ = retry.send(r);
+            }
         }
     }
 }
@@ -542,10 +570,13 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
     // Nodes.
     let (node_reader, node_writer) = reflector::store::<Node>();
     let node_wake = Arc::new(Notify::new());
+    let (nodes_synced_tx, nodes_synced) = watch::channel(false);
+    let (svcs_synced_tx, svcs_synced) = watch::channel(false);
     let node_watch = tokio::spawn(watch_nodes(
         Api::all(ctx.client.clone()),
         node_writer,
         node_wake.clone(),
+        nodes_synced_tx,
         stop.clone(),
     ));
 
@@ -564,6 +595,7 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         metrics: ctx.metrics.clone(),
         syncer: syncer.clone(),
         deletions: del_tx,
+        synced: svcs_synced_tx,
     };
     let triggers = watcher(
         Api::<Service>::all(ctx.client.clone()),
@@ -609,15 +641,18 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         })
     };
 
-    let node_sync = tokio::spawn(node_sync_loop(
-        syncer.clone(),
-        svc_reader.clone(),
-        node_reader.clone(),
-        node_wake,
-        retry_tx.clone(),
-        usize::from(ctx.concurrency),
-        stop.clone(),
-    ));
+    let node_sync = tokio::spawn(
+        NodeSyncLoop {
+            syncer: syncer.clone(),
+            services: svc_reader.clone(),
+            nodes: node_reader.clone(),
+            wake: node_wake,
+            ready: (svcs_synced.clone(), nodes_synced.clone()),
+            retry: retry_tx.clone(),
+            concurrency: usize::from(ctx.concurrency),
+        }
+        .run(stop.clone()),
+    );
     let resync = settings.resync_period.map(|every| {
         tokio::spawn(resync_loop(
             every,
@@ -630,9 +665,9 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
     drop(retry_tx);
 
     let ready = {
-        let (s, n, r) = (svc_reader.clone(), node_reader.clone(), ctx.ready.clone());
+        let (s, n, r) = (svcs_synced, nodes_synced.clone(), ctx.ready.clone());
         tokio::spawn(async move {
-            if s.wait_until_ready().await.is_ok() && n.wait_until_ready().await.is_ok() {
+            if synced(s).await && synced(n).await {
                 tracing::info!(controller = name, "caches synced");
                 r.set(true);
             }
@@ -642,6 +677,7 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
     let state = Arc::new(State {
         syncer,
         nodes: node_reader,
+        nodes_synced,
         backoff: Backoff::default(),
         metrics: ctx.metrics.clone(),
         written: Mutex::new(HashMap::new()),
@@ -680,4 +716,111 @@ fn tokio_stream_from<T: Send + 'static>(
     mut rx: mpsc::UnboundedReceiver<T>,
 ) -> impl futures::Stream<Item = T> + Send + 'static {
     stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::ProviderError;
+    use crate::sync::tests::{FakeEvents, FakeProvider, FakeWriter, svc};
+    use crate::sync::{Cause, Step};
+    use protection_core::metrics::Metrics;
+
+    fn state() -> Arc<State> {
+        let syncer = Arc::new(Syncer::new(
+            Policy {
+                classes: ClassSelector {
+                    class: "c.io/x".into(),
+                    include_unclassed: false,
+                },
+                finalizer: "c.io/f".into(),
+                add_finalizer: true,
+            },
+            Arc::new(FakeProvider::default()),
+            Arc::new(FakeWriter::default()),
+            Arc::new(FakeEvents::default()),
+        ));
+        let metrics = Metrics::new().unwrap();
+        Arc::new(State {
+            syncer,
+            nodes: reflector::store::<Node>().0,
+            nodes_synced: watch::channel(true).1,
+            backoff: Backoff::default(),
+            metrics: metrics.controller("service-lb-cleanup"),
+            written: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn provider_err(e: ProviderError) -> ReconcileError {
+        ReconcileError::Sync(SyncError {
+            step: Step::EnsureLoadBalancer,
+            cause: Cause::Provider(e),
+        })
+    }
+
+    #[test]
+    fn error_policy_backs_off_per_service_and_honours_retry_after_exactly() {
+        let st = state();
+        let web = Arc::new(svc("web", "LoadBalancer", "TCP"));
+        let db = Arc::new(svc("db", "LoadBalancer", "TCP"));
+        let transient = || {
+            provider_err(ProviderError::Transient {
+                status: Some(500),
+                message: "x".into(),
+            })
+        };
+        let delays: Vec<Action> = (0..4)
+            .map(|_| error_policy(web.clone(), &transient(), st.clone()))
+            .collect();
+        assert_eq!(
+            delays,
+            [5, 10, 20, 40].map(|s| Action::requeue(Duration::from_secs(s)))
+        );
+        // Retry-After: exactly that delay, and the failure count is kept.
+        let ra = provider_err(ProviderError::RetryAfter {
+            after: Duration::from_secs(7),
+            message: "busy".into(),
+        });
+        assert_eq!(
+            error_policy(web.clone(), &ra, st.clone()),
+            Action::requeue(Duration::from_secs(7))
+        );
+        assert_eq!(
+            error_policy(web.clone(), &transient(), st.clone()),
+            Action::requeue(Duration::from_secs(80))
+        );
+        // Per Service.
+        assert_eq!(
+            error_policy(db, &transient(), st.clone()),
+            Action::requeue(Duration::from_secs(5))
+        );
+        // A success forgets.
+        st.backoff.forget("default/web");
+        assert_eq!(
+            error_policy(web, &transient(), st),
+            Action::requeue(Duration::from_secs(5))
+        );
+    }
+
+    #[test]
+    fn a_stale_store_is_replaced_by_our_last_write() {
+        let st = state();
+        let mut seen = svc("web", "LoadBalancer", "TCP");
+        seen.metadata.resource_version = Some("10".into());
+        let mut ours = seen.clone();
+        ours.metadata.resource_version = Some("11".into());
+        ours.metadata.finalizers = Some(vec!["c.io/f".into()]);
+        st.written
+            .lock()
+            .insert("default/web".into(), ("10".into(), Arc::new(ours.clone())));
+        // The store still has 10: use our answer.
+        let got = st.freshest("default/web", Arc::new(seen.clone()));
+        assert_eq!(got.metadata.resource_version.as_deref(), Some("11"));
+        // The store moved on: use it, forget ours.
+        let mut newer = seen.clone();
+        newer.metadata.resource_version = Some("12".into());
+        let got = st.freshest("default/web", Arc::new(newer));
+        assert_eq!(got.metadata.resource_version.as_deref(), Some("12"));
+        assert!(st.written.lock().is_empty());
+    }
 }

@@ -1,0 +1,349 @@
+//! Runs the service-lb-cleanup controller in-process against kube-sim and
+//! cloud-sim.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cloud_sim::{CloudSim, Config as CloudConfig};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube_sim::{KubeSim, RequestFilter, SimConfig};
+use lb_cleanup::Options;
+use protection_core::controllers::{ControllerContext, ReadySignal};
+use protection_core::events::EventRecorder;
+use protection_core::metrics::Metrics;
+use protection_core::release;
+use protection_core::version::Version;
+use protection_core::{ControllerResult, FinalizerProfile};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub const CLASS: &str = "protection-manager.io/load-balancer";
+pub const FINALIZER: &str = "protection-manager.io/load-balancer-cleanup";
+/// The user the controller's requests are attributed to in kube-sim.
+pub const USER: &str = "lb-controller";
+pub const NS: &str = "default";
+/// Generous: a loaded 2-core machine.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// How to start the controller.
+#[derive(Clone, Debug)]
+pub struct Ctl {
+    pub version: Version,
+    pub gates: String,
+    pub profile: FinalizerProfile,
+    pub resync: Duration,
+    pub concurrency: u16,
+    pub include_unclassed: bool,
+}
+
+impl Default for Ctl {
+    fn default() -> Self {
+        Self {
+            version: release::BINARY_VERSION,
+            gates: String::new(),
+            profile: FinalizerProfile::Project,
+            resync: Duration::from_secs(30),
+            concurrency: 4,
+            include_unclassed: false,
+        }
+    }
+}
+
+impl Ctl {
+    pub fn at(v: &str) -> Self {
+        Self {
+            version: v.parse().expect("version"),
+            ..Self::default()
+        }
+    }
+}
+
+struct Running {
+    stop: CancellationToken,
+    task: JoinHandle<ControllerResult>,
+    ready: ReadySignal,
+}
+
+/// kube-sim + cloud-sim + (optionally) a running controller.
+pub struct Env {
+    pub kube: KubeSim,
+    pub cloud: CloudSim,
+    pub admin: kube::Client,
+    pub metrics: Arc<Metrics>,
+    running: Option<Running>,
+}
+
+pub async fn wait_for<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < DEADLINE {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("timed out after {DEADLINE:?} waiting until {what}");
+}
+
+pub fn lb_service(name: &str, class: Option<&str>) -> Service {
+    let mut spec = json!({
+        "type": "LoadBalancer",
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
+        "selector": {"app": name},
+    });
+    if let Some(c) = class {
+        spec["loadBalancerClass"] = json!(c);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    }))
+    .expect("service")
+}
+
+pub fn node(name: &str) -> Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "spec": {"providerID": format!("sim://{name}")},
+        "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]},
+    }))
+    .expect("node")
+}
+
+pub fn finalizers(s: &Service) -> Vec<String> {
+    s.metadata.finalizers.clone().unwrap_or_default()
+}
+
+pub fn ingress_ips(s: &Service) -> Vec<String> {
+    s.status
+        .as_ref()
+        .and_then(|st| st.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .map(|i| i.iter().filter_map(|x| x.ip.clone()).collect())
+        .unwrap_or_default()
+}
+
+impl Env {
+    pub async fn new() -> Self {
+        Self::with_cloud(CloudConfig::default()).await
+    }
+
+    pub async fn with_cloud(cfg: CloudConfig) -> Self {
+        // RUST_LOG=lb_cleanup=debug shows the controller's decisions.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let kube = KubeSim::start(SimConfig::default())
+            .await
+            .expect("start kube-sim");
+        let cloud = CloudSim::start(cfg).await.expect("start cloud-sim");
+        let admin = kube.client().await;
+        Self {
+            kube,
+            cloud,
+            admin,
+            metrics: Metrics::new().expect("metrics"),
+            running: None,
+        }
+    }
+
+    pub fn services(&self) -> Api<Service> {
+        Api::namespaced(self.admin.clone(), NS)
+    }
+
+    pub async fn add_nodes(&self, names: &[&str]) {
+        let api: Api<Node> = Api::all(self.admin.clone());
+        for n in names {
+            api.create(&PostParams::default(), &node(n))
+                .await
+                .expect("create node");
+        }
+    }
+
+    pub async fn create(&self, svc: &Service) -> Service {
+        self.services()
+            .create(&PostParams::default(), svc)
+            .await
+            .expect("create service")
+    }
+
+    pub async fn get(&self, name: &str) -> Option<Service> {
+        self.services().get_opt(name).await.expect("get service")
+    }
+
+    pub async fn merge(&self, name: &str, patch: Value) -> Service {
+        self.services()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("patch service")
+    }
+
+    pub async fn delete(&self, name: &str) {
+        self.services()
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("delete service");
+    }
+
+    /// Starts the controller (stopping a running one first) and waits until
+    /// its caches synced.
+    pub async fn start(&mut self, ctl: Ctl) {
+        self.stop().await;
+        let mut gates = release::gates_at(ctl.version).expect("version");
+        gates.set_from_flag(&ctl.gates).expect("gates");
+        let client = self.kube.client_as(USER).await;
+        let opts = Options {
+            provider_endpoint: Some(self.cloud.url()),
+            include_unclassed: ctl.include_unclassed,
+            resync_period: ctl.resync,
+            ..Options::default()
+        };
+        let mut descriptors = lb_cleanup::descriptors(&opts, ctl.profile).expect("descriptors");
+        let d = descriptors.remove(0);
+        let cm = self.metrics.controller(d.name);
+        let stop = CancellationToken::new();
+        let ready = ReadySignal::new(Some(cm.clone()));
+        let ctx = ControllerContext {
+            name: d.name,
+            client: client.clone(),
+            gates: Arc::new(gates),
+            metrics: cm,
+            events: EventRecorder::new(client, d.name, Some("test".into())),
+            shutdown: stop.clone(),
+            ready: ready.clone(),
+            concurrency: ctl.concurrency,
+        };
+        let task = tokio::spawn((d.run)(ctx));
+        let r = ready.clone();
+        wait_for("the controller's caches synced", || {
+            let r = r.clone();
+            async move { r.is_ready() }
+        })
+        .await;
+        self.running = Some(Running { stop, task, ready });
+    }
+
+    /// Graceful stop (SIGTERM).
+    pub async fn stop(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.stop.cancel();
+            let res = tokio::time::timeout(DEADLINE, r.task)
+                .await
+                .expect("controller stops after shutdown");
+            res.expect("controller task").expect("controller result");
+        }
+    }
+
+    /// Abrupt stop: the task is dropped wherever it is (in-process SIGKILL).
+    pub async fn kill(&mut self) {
+        if let Some(r) = self.running.take() {
+            r.task.abort();
+            let _ = r.task.await;
+            r.stop.cancel();
+        }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.running.as_ref().is_some_and(|r| r.ready.is_ready())
+    }
+
+    /// Writes (create/update/patch/delete) by the controller on Services.
+    pub fn service_writes(&self, since: u64) -> Vec<kube_sim::RequestRecord> {
+        let f = RequestFilter::default()
+            .user(USER)
+            .resource("services")
+            .since(since);
+        self.kube
+            .requests()
+            .records(&f)
+            .into_iter()
+            .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
+            .collect()
+    }
+
+    /// Load balancers in cloud-sim whose Service no longer exists.
+    pub async fn orphans(&self) -> Vec<cloud_sim::LoadBalancer> {
+        let live: Vec<String> = self
+            .services()
+            .list(&Default::default())
+            .await
+            .expect("list")
+            .items
+            .into_iter()
+            .filter_map(|s| s.metadata.uid)
+            .collect();
+        self.cloud.orphans(live.iter().map(String::as_str))
+    }
+
+    /// Events (events.k8s.io) about the Service `name`: (type, reason, note).
+    pub async fn events(&self, name: &str) -> Vec<(String, String, String)> {
+        let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(self.admin.clone(), NS);
+        let mut out: Vec<_> = api
+            .list(&Default::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .map(|e| {
+                (
+                    e.event_time.as_ref().map(|t| t.0),
+                    e.type_.unwrap_or_default(),
+                    e.reason.unwrap_or_default(),
+                    e.note.unwrap_or_default(),
+                )
+            })
+            .collect();
+        out.sort_by_key(|e| e.0);
+        out.into_iter().map(|(_, t, r, n)| (t, r, n)).collect()
+    }
+
+    /// How many times `reason` was reported about `name` (events.k8s.io
+    /// series fold repeats into one Event with `series.count`).
+    pub async fn event_count(&self, name: &str, reason: &str) -> i32 {
+        let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(self.admin.clone(), NS);
+        api.list(&Default::default())
+            .await
+            .expect("list events")
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                    && e.reason.as_deref() == Some(reason)
+            })
+            .map(|e| e.series.map_or(1, |s| s.count))
+            .sum()
+    }
+
+    /// The Service once `f` holds for it (`None` = NotFound).
+    pub async fn wait_service(
+        &self,
+        name: &str,
+        what: &str,
+        mut f: impl FnMut(Option<&Service>) -> bool,
+    ) -> Option<Service> {
+        let start = Instant::now();
+        loop {
+            let s = self.get(name).await;
+            if f(s.as_ref()) {
+                return s;
+            }
+            if start.elapsed() > DEADLINE {
+                panic!("timed out waiting until {name} {what}; last seen: {s:#?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}

@@ -1,0 +1,641 @@
+//! The service-lb-cleanup controller against kube-sim and cloud-sim: the
+//! ported upstream e2e, the gate phases with back-fill, node sync, class
+//! selection, request accounting and recovery.
+
+mod common;
+
+use std::time::Duration;
+
+use cloud_sim::{ErrorFault, LatencyFault, OpFaults, Operation};
+use common::*;
+use kube::api::{Api, Patch, PatchParams};
+use kube_sim::{FaultRule, RequestFilter};
+use serde_json::json;
+
+/// Upstream e2e "should handle load balancer cleanup finalizer for service"
+/// (test/e2e/network/loadbalancer.go), step by step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn should_handle_load_balancer_cleanup_finalizer_for_service() {
+    let mut env = Env::new().await;
+    env.add_nodes(&["node-a", "node-b"]).await;
+    env.start(Ctl::default()).await;
+
+    // 1. Create a TCP Service of type LoadBalancer.
+    let created = env.create(&lb_service("lb-finalizer", Some(CLASS))).await;
+    let uid = created.metadata.uid.clone().expect("uid");
+
+    // 2. Wait for the load balancer's ingress; 3. the finalizer is present.
+    let s = env
+        .wait_service("lb-finalizer", "has an ingress and the finalizer", |s| {
+            s.is_some_and(|s| {
+                !ingress_ips(s).is_empty() && finalizers(s).contains(&FINALIZER.into())
+            })
+        })
+        .await
+        .expect("service");
+    let lb = env.cloud.get(&uid).expect("a load balancer in cloud-sim");
+    let lb_ip = lb.status.ingress[0].ip.clone().expect("ip");
+    assert_eq!(ingress_ips(&s), [lb_ip]);
+    let targets: Vec<&str> = lb.nodes.iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(targets, ["node-a", "node-b"]);
+
+    // 4. Change the type to ClusterIP (as the e2e jig does: type, class and
+    // node port); the load balancer goes, and so do the finalizer and ingress.
+    env.merge(
+        "lb-finalizer",
+        json!({"spec": {"type": "ClusterIP", "loadBalancerClass": null,
+                        "allocateLoadBalancerNodePorts": null, "externalTrafficPolicy": null,
+                        "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080, "nodePort": null}]}}),
+    )
+    .await;
+    env.wait_service("lb-finalizer", "lost its finalizer and ingress", |s| {
+        s.is_some_and(|s| !finalizers(s).contains(&FINALIZER.into()) && ingress_ips(s).is_empty())
+    })
+    .await;
+    assert!(
+        env.cloud.get(&uid).is_none(),
+        "load balancer deleted in cloud-sim"
+    );
+
+    // 5. Back to LoadBalancer: the finalizer is back (and a new ingress).
+    env.merge(
+        "lb-finalizer",
+        json!({"spec": {"type": "LoadBalancer", "loadBalancerClass": CLASS}}),
+    )
+    .await;
+    env.wait_service("lb-finalizer", "has the finalizer again", |s| {
+        s.is_some_and(|s| finalizers(s).contains(&FINALIZER.into()) && !ingress_ips(s).is_empty())
+    })
+    .await;
+    assert!(env.cloud.get(&uid).is_some());
+
+    // 6. Delete: the Service goes once its load balancer is gone.
+    env.delete("lb-finalizer").await;
+    env.wait_service("lb-finalizer", "is gone", |s| s.is_none())
+        .await;
+    assert!(env.cloud.get(&uid).is_none(), "no orphan");
+    assert!(env.orphans().await.is_empty());
+
+    let reasons: Vec<String> = env
+        .events("lb-finalizer")
+        .await
+        .into_iter()
+        .map(|(_, r, _)| r)
+        .collect();
+    for want in [
+        "EnsuringLoadBalancer",
+        "EnsuredLoadBalancer",
+        "DeletingLoadBalancer",
+        "DeletedLoadBalancer",
+    ] {
+        assert!(reasons.iter().any(|r| r == want), "{want} in {reasons:?}");
+    }
+    env.stop().await;
+}
+
+/// The KEP's rollout: at 0.1 (gate Alpha, off) no finalizer is added but a
+/// finalizer left by a newer release is still removed on delete; at 0.2 and
+/// 0.3 Services that exist without it are back-filled at start-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gate_phases_with_downgrade_and_backfill() {
+    let mut env = Env::new().await;
+    env.add_nodes(&["node-a"]).await;
+
+    // 0.3: a Service gets the finalizer.
+    env.start(Ctl::at("0.3")).await;
+    let kept = env.create(&lb_service("from-0-3", Some(CLASS))).await;
+    env.wait_service("from-0-3", "has the finalizer", |s| {
+        s.is_some_and(|s| finalizers(s).contains(&FINALIZER.into()) && !ingress_ips(s).is_empty())
+    })
+    .await;
+
+    // Downgrade to 0.1.
+    env.start(Ctl::at("0.1")).await;
+    let plain = env.create(&lb_service("from-0-1", Some(CLASS))).await;
+    let plain_uid = plain.metadata.uid.clone().expect("uid");
+    let s = env
+        .wait_service("from-0-1", "has an ingress", |s| {
+            s.is_some_and(|s| !ingress_ips(s).is_empty())
+        })
+        .await
+        .expect("service");
+    assert!(finalizers(&s).is_empty(), "0.1 adds no finalizer: {s:?}");
+    assert!(env.cloud.get(&plain_uid).is_some());
+
+    // The 0.3 finalizer is still removed on delete at 0.1 ...
+    env.delete("from-0-3").await;
+    env.wait_service("from-0-3", "is gone", |s| s.is_none())
+        .await;
+    assert!(
+        env.cloud
+            .get(kept.metadata.uid.as_deref().unwrap_or(""))
+            .is_none()
+    );
+
+    // ... and a Service without one still gets its load balancer deleted
+    // when it goes (upstream's non-finalizer path).
+    let doomed = env.create(&lb_service("doomed-0-1", Some(CLASS))).await;
+    let doomed_uid = doomed.metadata.uid.clone().expect("uid");
+    wait_for("cloud-sim has doomed-0-1's load balancer", || {
+        let has = env.cloud.get(&doomed_uid).is_some();
+        async move { has }
+    })
+    .await;
+    env.delete("doomed-0-1").await;
+    env.wait_service("doomed-0-1", "is gone at once", |s| s.is_none())
+        .await;
+    wait_for("doomed-0-1's load balancer is deleted", || {
+        let gone = env.cloud.get(&doomed_uid).is_none();
+        async move { gone }
+    })
+    .await;
+
+    // 0.2 with the gate forced off behaves as 0.1.
+    env.start(Ctl {
+        gates: "ServiceLoadBalancerFinalizer=false".into(),
+        ..Ctl::at("0.2")
+    })
+    .await;
+    env.create(&lb_service("gate-off-0-2", Some(CLASS))).await;
+    let s = env
+        .wait_service("gate-off-0-2", "has an ingress", |s| {
+            s.is_some_and(|s| !ingress_ips(s).is_empty())
+        })
+        .await
+        .expect("service");
+    assert!(finalizers(&s).is_empty());
+
+    // Upgrade to 0.2: every existing Service is back-filled at start-up.
+    env.start(Ctl::at("0.2")).await;
+    for name in ["from-0-1", "gate-off-0-2"] {
+        env.wait_service(name, "was back-filled", |s| {
+            s.is_some_and(|s| finalizers(s).contains(&FINALIZER.into()))
+        })
+        .await;
+    }
+    // And 0.3 keeps it; a new Service there also gets it, and deletion works.
+    env.start(Ctl::at("0.3")).await;
+    env.create(&lb_service("from-0-3-b", Some(CLASS))).await;
+    env.wait_service("from-0-3-b", "has the finalizer", |s| {
+        s.is_some_and(|s| finalizers(s).contains(&FINALIZER.into()))
+    })
+    .await;
+    for name in ["from-0-1", "gate-off-0-2", "from-0-3-b"] {
+        env.delete(name).await;
+    }
+    for name in ["from-0-1", "gate-off-0-2", "from-0-3-b"] {
+        env.wait_service(name, "is gone", |s| s.is_none()).await;
+    }
+    assert!(env.orphans().await.is_empty());
+    assert!(env.cloud.inventory().is_empty());
+    env.stop().await;
+}
+
+/// Only Services of our class are touched; Services with no class only
+/// with --lb-include-unclassed; another class never.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn class_selection() {
+    let mut env = Env::new().await;
+    env.add_nodes(&["node-a"]).await;
+    env.start(Ctl::default()).await;
+    env.create(&lb_service("foreign", Some("cloud.example.com/nlb")))
+        .await;
+    env.create(&lb_service("unclassed", None)).await;
+    env.create(&lb_service("ours", Some(CLASS))).await;
+    env.wait_service("ours", "has the finalizer", |s| {
+        s.is_some_and(|s| finalizers(s).contains(&FINALIZER.into()))
+    })
+    .await;
+    // "ours" was created last and the controller handles events in order, so
+    // it has seen the other two by now.
+    assert_eq!(env.cloud.inventory().len(), 1);
+    for name in ["foreign", "unclassed"] {
+        let s = env.get(name).await.expect("service");
+        assert!(
+            finalizers(&s).is_empty() && ingress_ips(&s).is_empty(),
+            "{name}"
+        );
+        assert!(env.events(name).await.is_empty(), "{name}: no events");
+    }
+
+    env.start(Ctl {
+        include_unclassed: true,
+        ..Ctl::default()
+    })
+    .await;
+    env.wait_service("unclassed", "has the finalizer", |s| {
+        s.is_some_and(|s| finalizers(s).contains(&FINALIZER.into()) && !ingress_ips(s).is_empty())
+    })
+    .await;
+    let s = env.get("foreign").await.expect("service");
+    assert!(finalizers(&s).is_empty());
+    assert_eq!(env.cloud.inventory().len(), 2);
+    env.stop().await;
+}
+
+/// Upstream node sync: hosts are updated when a node joins, leaves, or is
+/// excluded by label; not when something irrelevant changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_changes_update_load_balancer_hosts() {
+    let mut env = Env::new().await;
+    env.add_nodes(&["node-a", "node-b"]).await;
+    env.start(Ctl::default()).await;
+    let uid = env
+        .create(&lb_service("web", Some(CLASS)))
+        .await
+        .metadata
+        .uid
+        .expect("uid");
+    env.wait_service("web", "has an ingress", |s| {
+        s.is_some_and(|s| !ingress_ips(s).is_empty())
+    })
+    .await;
+    let names = |env: &Env| -> Vec<String> {
+        env.cloud
+            .get(&uid)
+            .map(|lb| lb.nodes.iter().map(|n| n.name.clone()).collect())
+            .unwrap_or_default()
+    };
+    let hosts_calls = |env: &Env| {
+        env.cloud
+            .stats()
+            .operations
+            .get(&Operation::Hosts)
+            .map_or(0, |o| o.total)
+    };
+    assert_eq!(names(&env), ["node-a", "node-b"]);
+
+    env.add_nodes(&["node-c"]).await;
+    wait_for("node-c is a target", || {
+        let n = names(&env);
+        async move { n == ["node-a", "node-b", "node-c"] }
+    })
+    .await;
+    assert_eq!(hosts_calls(&env), 1);
+
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(env.admin.clone());
+    // A label that does not matter: no update.
+    nodes
+        .patch(
+            "node-a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "blue"}}})),
+        )
+        .await
+        .expect("label");
+    // Excluded: update.
+    nodes
+        .patch(
+            "node-b",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {
+                "node.kubernetes.io/exclude-from-external-load-balancers": "true"}}})),
+        )
+        .await
+        .expect("exclude");
+    wait_for("node-b is excluded", || {
+        let n = names(&env);
+        async move { n == ["node-a", "node-c"] }
+    })
+    .await;
+    nodes
+        .delete("node-c", &Default::default())
+        .await
+        .expect("delete node");
+    wait_for("node-c is gone from the targets", || {
+        let n = names(&env);
+        async move { n == ["node-a"] }
+    })
+    .await;
+    assert_eq!(hosts_calls(&env), 3, "one update per real change");
+    // One event series (the recorder folds repeats): count 3.
+    let updated = env.event_count("web", "UpdatedLoadBalancer").await;
+    assert_eq!(updated, 3);
+    env.stop().await;
+}
+
+/// Request accounting: a Service's whole life costs exactly three writes by
+/// the controller (add finalizer; ingress; remove finalizer + clear status),
+/// all `patch services/status`; re-lists, resyncs and restarts cost none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_accounting_three_writes_per_lifecycle_and_none_on_resync() {
+    let mut env = Env::new().await;
+    env.add_nodes(&["node-a"]).await;
+    env.start(Ctl {
+        resync: Duration::from_secs(1),
+        ..Ctl::default()
+    })
+    .await;
+    let n = 10;
+    let since = env.kube.requests().last_seq();
+    for i in 0..n {
+        env.create(&lb_service(&format!("svc-{i}"), Some(CLASS)))
+            .await;
+    }
+    for i in 0..n {
+        env.wait_service(&format!("svc-{i}"), "is ready", |s| {
+            s.is_some_and(|s| {
+                finalizers(s).contains(&FINALIZER.into()) && !ingress_ips(s).is_empty()
+            })
+        })
+        .await;
+    }
+
+    // Steady state: re-list every watch, let resyncs pass, restart.
+    let steady = env.kube.requests().last_seq();
+    let puts_before = |env: &Env| {
+        env.cloud
+            .stats()
+            .operations
+            .get(&Operation::Put)
+            .map_or(0, |o| o.total)
+    };
+    let lists = |env: &Env, since: u64| {
+        env.kube.requests().count(
+            &RequestFilter::default()
+                .user(USER)
+                .resource("services")
+                .verb("list")
+                .since(since),
+        )
+    };
+    // Both watches (Services, Nodes) end and resume with 410 Gone: a re-list.
+    env.kube.faults().gone_next_watches(2);
+    env.kube.faults().cut_watches();
+    wait_for("the controller re-listed services", || {
+        let c = lists(&env, steady);
+        async move { c > 0 }
+    })
+    .await;
+    // A barrier: a change that needs a sync, made after the re-list; once
+    // the provider saw it, every earlier event was handled.
+    let p0 = puts_before(&env);
+    env.merge(
+        "svc-0",
+        json!({"metadata": {"annotations": {"barrier": "1"}}}),
+    )
+    .await;
+    wait_for("the barrier change was synced", || {
+        let p = puts_before(&env);
+        async move { p > p0 }
+    })
+    .await;
+    env.stop().await;
+    let p1 = puts_before(&env);
+    env.start(Ctl::default()).await;
+    wait_for("every Service was re-ensured after the restart", || {
+        let p = puts_before(&env);
+        async move { p >= p1 + n }
+    })
+    .await;
+    let writes = env.service_writes(steady);
+    assert!(
+        writes.is_empty(),
+        "no writes on resync/re-list/restart: {writes:#?}"
+    );
+
+    for i in 0..n {
+        env.delete(&format!("svc-{i}")).await;
+    }
+    for i in 0..n {
+        env.wait_service(&format!("svc-{i}"), "is gone", |s| s.is_none())
+            .await;
+    }
+    let writes = env.service_writes(since);
+    assert!(
+        writes
+            .iter()
+            .all(|w| w.verb == "patch" && w.subresource == "status"),
+        "only services/status patches: {writes:#?}"
+    );
+    for i in 0..n {
+        let name = format!("svc-{i}");
+        let per: Vec<_> = writes.iter().filter(|w| w.name == name).collect();
+        assert_eq!(per.len(), 3, "{name}: {per:#?}");
+    }
+    assert!(env.orphans().await.is_empty());
+    env.stop().await;
+}
+
+/// With cloud-sim failing half the calls and slow, deleting 200 Services
+/// leaves no orphaned load balancer and no Service stuck once faults stop;
+/// the failures are reported as Warning events with the provider's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn faults_leave_no_orphans_and_no_stuck_services() {
+    let mut env = Env::new().await;
+    env.add_nodes(&["node-a", "node-b"]).await;
+    env.start(Ctl {
+        resync: Duration::from_secs(5),
+        concurrency: 8,
+        ..Ctl::default()
+    })
+    .await;
+    let n = 200;
+    for i in 0..n {
+        env.create(&lb_service(&format!("f-{i}"), Some(CLASS)))
+            .await;
+    }
+    wait_for("every Service has its load balancer", || {
+        let c = env.cloud.inventory().len();
+        async move { c == n }
+    })
+    .await;
+    for i in 0..n {
+        env.wait_service(&format!("f-{i}"), "is ready", |s| {
+            s.is_some_and(|s| {
+                finalizers(s).contains(&FINALIZER.into()) && !ingress_ips(s).is_empty()
+            })
+        })
+        .await;
+    }
+
+    let flaky = OpFaults {
+        error: Some(ErrorFault {
+            rate: 0.5,
+            status: 503,
+            retry_after_seconds: None,
+            retry_after_format: Default::default(),
+            after_commit: false,
+            message: Some("injected: backend overloaded".into()),
+        }),
+        latency: Some(LatencyFault {
+            rate: 1.0,
+            min_ms: 5,
+            max_ms: Some(50),
+        }),
+        hang: None,
+        garbage: None,
+    };
+    for op in [Operation::Get, Operation::Delete, Operation::Put] {
+        env.cloud
+            .faults()
+            .set_operation(op, flaky.clone())
+            .expect("faults");
+    }
+    for i in 0..n {
+        env.delete(&format!("f-{i}")).await;
+    }
+    // Let failures happen under the faults.
+    wait_for("some deletions failed", || {
+        let failed = env
+            .cloud
+            .stats()
+            .operations
+            .values()
+            .map(|o| o.count(cloud_sim::Outcome::InjectedError))
+            .sum::<u64>();
+        async move { failed >= 20 }
+    })
+    .await;
+    env.cloud.faults().clear();
+
+    let svcs = env.services();
+    wait_for("every Service is gone", || {
+        let svcs = svcs.clone();
+        async move {
+            svcs.list(&Default::default())
+                .await
+                .map(|l| {
+                    l.items
+                        .iter()
+                        .all(|s| !s.metadata.name.as_deref().unwrap_or("").starts_with("f-"))
+                })
+                .unwrap_or(false)
+        }
+    })
+    .await;
+    assert!(env.orphans().await.is_empty(), "no orphaned load balancers");
+    assert!(env.cloud.inventory().is_empty());
+
+    // Failures were reported with the provider's text (the Services are gone,
+    // their events remain).
+    let ev_api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.admin.clone(), NS);
+    let warnings: Vec<String> = ev_api
+        .list(&Default::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("SyncLoadBalancerFailed"))
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(!warnings.is_empty());
+    assert!(
+        warnings
+            .iter()
+            .any(|n| n.contains("injected: backend overloaded") && n.contains("failing since")),
+        "{warnings:?}"
+    );
+    let text = env.metrics.encode().expect("metrics");
+    assert!(
+        text.contains("protection_manager_lb_provider_requests_total{op=\"ensure_deleted\",result=\"transient\"}"),
+        "{text}"
+    );
+    env.stop().await;
+}
+
+/// The controller dies between "load balancer deleted" and "finalizer
+/// removed" (the status patch keeps failing, then the task is dropped); a
+/// new instance finishes the cleanup idempotently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_between_lb_deleted_and_finalizer_removed_recovers() {
+    let mut env = Env::new().await;
+    env.add_nodes(&["node-a"]).await;
+    env.start(Ctl::default()).await;
+    let uid = env
+        .create(&lb_service("web", Some(CLASS)))
+        .await
+        .metadata
+        .uid
+        .expect("uid");
+    env.wait_service("web", "is ready", |s| {
+        s.is_some_and(|s| finalizers(s).contains(&FINALIZER.into()) && !ingress_ips(s).is_empty())
+    })
+    .await;
+    let rule = env.kube.faults().add(
+        FaultRule::error(500)
+            .user(USER)
+            .resource("services")
+            .subresource("status"),
+    );
+    env.delete("web").await;
+    wait_for("the load balancer is deleted", || {
+        let gone = env.cloud.get(&uid).is_none();
+        async move { gone }
+    })
+    .await;
+    let rejected = RequestFilter::default().user(USER).resource("services");
+    wait_for("the finalizer removal was attempted", || {
+        let n = env
+            .kube
+            .requests()
+            .records(&rejected)
+            .iter()
+            .filter(|r| r.code == 500)
+            .count();
+        async move { n > 0 }
+    })
+    .await;
+    env.kill().await;
+    let s = env.get("web").await.expect("still there");
+    assert!(
+        finalizers(&s).contains(&FINALIZER.into()),
+        "stuck on our finalizer"
+    );
+    env.kube.faults().remove(rule);
+
+    env.start(Ctl::default()).await;
+    env.wait_service("web", "is gone", |s| s.is_none()).await;
+    assert!(env.orphans().await.is_empty());
+    env.stop().await;
+}
+
+/// A provider's Retry-After is honoured and the Service converges.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_then_success() {
+    let mut env = Env::new().await;
+    env.add_nodes(&["node-a"]).await;
+    env.start(Ctl::default()).await;
+    env.cloud
+        .faults()
+        .set_operation(
+            Operation::Put,
+            OpFaults {
+                error: Some(ErrorFault {
+                    rate: 1.0,
+                    status: 429,
+                    retry_after_seconds: Some(1),
+                    retry_after_format: Default::default(),
+                    after_commit: false,
+                    message: Some("slow down".into()),
+                }),
+                ..OpFaults::default()
+            },
+        )
+        .expect("faults");
+    env.create(&lb_service("web", Some(CLASS))).await;
+    wait_for("the provider was asked twice", || {
+        let puts = env
+            .cloud
+            .stats()
+            .operations
+            .get(&Operation::Put)
+            .map_or(0, |o| o.total);
+        async move { puts >= 2 }
+    })
+    .await;
+    env.cloud.faults().clear();
+    env.wait_service("web", "has an ingress", |s| {
+        s.is_some_and(|s| !ingress_ips(s).is_empty())
+    })
+    .await;
+    let evs = env.events("web").await;
+    assert!(
+        evs.iter().any(|(t, r, n)| t == "Warning"
+            && r == "SyncLoadBalancerFailed"
+            && n.contains("failed to ensure load balancer")
+            && n.contains("slow down")),
+        "{evs:#?}"
+    );
+    env.stop().await;
+}
