@@ -34,6 +34,8 @@ pub(crate) async fn run(store: Arc<Store>, stop: tokio_util::sync::CancellationT
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             let _ = changes.changed().await;
+            // Batch bursts of writes into one pass.
+            tokio::time::sleep(Duration::from_millis(20)).await;
         };
         tokio::select! {
             _ = wait => {}

@@ -295,6 +295,7 @@ impl KubeSim {
 impl Drop for KubeSim {
     fn drop(&mut self) {
         self.state.shutdown.cancel();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -181,6 +181,25 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
         ("", "secrets") => {
             if let Some(m) = obj.as_object_mut() {
                 set_default(m, "type", json!("Opaque"));
+                // stringData is write-only: the v1 conversion merges it into
+                // data (pkg/apis/core/v1/conversion.go
+                // Convert_v1_Secret_To_core_Secret).
+                if let Some(Value::Object(sd)) = m.remove("stringData") {
+                    use base64::Engine;
+                    let data = m.entry("data").or_insert_with(|| json!({}));
+                    if !data.is_object() {
+                        *data = json!({});
+                    }
+                    if let Some(d) = data.as_object_mut() {
+                        for (k, v) in sd {
+                            let text = v.as_str().unwrap_or_default().to_string();
+                            d.insert(
+                                k,
+                                json!(base64::engine::general_purpose::STANDARD.encode(text)),
+                            );
+                        }
+                    }
+                }
             }
         }
         ("", "namespaces") => {

@@ -276,6 +276,10 @@ async fn run(
     let mut next_bookmark = bookmark_at(started);
     loop {
         notify.mark_unchanged();
+        // A paused server delivers nothing either.
+        if w.state.faults.is_paused() {
+            w.state.faults.wait_unpaused().await;
+        }
         let (events, latest) = match store.events_since(w.rid, cursor) {
             Ok(x) => x,
             // Fell out of the window: end the watch like a terminated slow

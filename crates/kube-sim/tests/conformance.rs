@@ -1344,3 +1344,156 @@ async fn watch_timeout_deletecollection_dry_run_and_metadata_only() {
     assert_eq!(left, ["b"]);
     t.cleanup_namespace(&ns).await;
 }
+
+/// Every served kind round-trips create/get/list/delete with its scope and
+/// name rules (RBAC names are path segments: ':' allowed).
+#[tokio::test]
+async fn every_served_kind_round_trips() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-kinds").await;
+    let cr_name = unique("system:kube-sim:role");
+    let crb_name = unique("system:kube-sim:binding");
+    let node_name = unique("node");
+    let objects = [
+        (
+            "",
+            "v1",
+            "endpoints",
+            true,
+            json!({"kind": "Endpoints", "metadata": {"name": "ep"}, "subsets": []}),
+        ),
+        (
+            "",
+            "v1",
+            "events",
+            true,
+            json!({"kind": "Event", "metadata": {"name": "ev"}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": ns}, "reason": "Test", "message": "m", "type": "Normal"}),
+        ),
+        (
+            "",
+            "v1",
+            "nodes",
+            false,
+            json!({"kind": "Node", "metadata": {"name": node_name}}),
+        ),
+        (
+            "",
+            "v1",
+            "secrets",
+            true,
+            json!({"kind": "Secret", "metadata": {"name": "s"}, "stringData": {"a": "b"}}),
+        ),
+        (
+            "",
+            "v1",
+            "serviceaccounts",
+            true,
+            json!({"kind": "ServiceAccount", "metadata": {"name": "sa"}}),
+        ),
+        (
+            "coordination.k8s.io",
+            "v1",
+            "leases",
+            true,
+            json!({"kind": "Lease", "metadata": {"name": "l"}, "spec": {"holderIdentity": "me"}}),
+        ),
+        (
+            "events.k8s.io",
+            "v1",
+            "events",
+            true,
+            json!({"kind": "Event", "metadata": {"name": "ev2"}, "eventTime": "2024-01-01T00:00:00.000000Z", "reportingController": "x/y", "reportingInstance": "i", "action": "A", "reason": "R", "type": "Normal", "regarding": {"kind": "Pod", "name": "p", "namespace": ns}}),
+        ),
+        (
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+            true,
+            json!({"kind": "PodDisruptionBudget", "metadata": {"name": "pdb"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"a": "b"}}}}),
+        ),
+        (
+            "rbac.authorization.k8s.io",
+            "v1",
+            "roles",
+            true,
+            json!({"kind": "Role", "metadata": {"name": "r"}, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]}),
+        ),
+        (
+            "rbac.authorization.k8s.io",
+            "v1",
+            "rolebindings",
+            true,
+            json!({"kind": "RoleBinding", "metadata": {"name": "rb"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"}, "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": ns}]}),
+        ),
+        (
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterroles",
+            false,
+            json!({"kind": "ClusterRole", "metadata": {"name": cr_name}, "rules": []}),
+        ),
+        (
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterrolebindings",
+            false,
+            json!({"kind": "ClusterRoleBinding", "metadata": {"name": crb_name}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cr_name}}),
+        ),
+    ];
+    for (group, version, plural, namespaced, mut body) in objects {
+        let kind = body["kind"].as_str().unwrap().to_string();
+        let ar = kube::api::ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: if group.is_empty() {
+                version.into()
+            } else {
+                format!("{group}/{version}")
+            },
+            kind: kind.clone(),
+            plural: plural.into(),
+        };
+        body["apiVersion"] = json!(ar.api_version);
+        let api: Api<kube::api::DynamicObject> = if namespaced {
+            Api::namespaced_with(t.client.clone(), &ns, &ar)
+        } else {
+            Api::all_with(t.client.clone(), &ar)
+        };
+        let obj: kube::api::DynamicObject = serde_json::from_value(body).unwrap();
+        let name = obj.metadata.name.clone().unwrap();
+        let created = api
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        assert_eq!(
+            created.metadata.namespace.is_some(),
+            namespaced,
+            "{kind} scope"
+        );
+        let got = api
+            .get(&name)
+            .await
+            .unwrap_or_else(|e| panic!("{kind} get: {e}"));
+        if kind == "Secret" {
+            assert_eq!(
+                got.data["data"],
+                json!({"a": "Yg=="}),
+                "stringData is merged into data"
+            );
+            assert!(got.data.get("stringData").is_none());
+        }
+        assert!(
+            !api.list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty(),
+            "{kind} list"
+        );
+        api.delete(&name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("{kind} delete: {e}"));
+        assert!(api.get_opt(&name).await.unwrap().is_none(), "{kind} gone");
+    }
+    t.cleanup_namespace(&ns).await;
+}
