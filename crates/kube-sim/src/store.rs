@@ -202,14 +202,16 @@ fn key_string(def: &ResourceDef, key: &Key) -> String {
     }
 }
 
-fn encode_continue(def: &ResourceDef, rv: u64, last: &Key) -> String {
+fn encode_continue(def: &ResourceDef, rv: i64, last: &Key) -> String {
     use base64::Engine;
     let start = format!("{}\u{0}", key_string(def, last));
     let token = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": start});
     base64::engine::general_purpose::URL_SAFE.encode(token.to_string())
 }
 
-fn decode_continue(def: &ResourceDef, token: &str) -> Result<(u64, Key), ApiError> {
+/// Decodes a continue token: (resourceVersion, or None for "-1" = serve from
+/// the latest state; last key returned).
+fn decode_continue(def: &ResourceDef, token: &str) -> Result<(Option<u64>, Key), ApiError> {
     use base64::Engine;
     let bad = |why: &str| ApiError::bad_request(format!("continue key is not valid: {why}"));
     let raw = base64::engine::general_purpose::URL_SAFE
@@ -224,8 +226,9 @@ fn decode_continue(def: &ResourceDef, token: &str) -> Result<(u64, Key), ApiErro
     }
     let rv = v
         .get("rv")
-        .and_then(Value::as_u64)
+        .and_then(Value::as_i64)
         .ok_or_else(|| bad("missing rv"))?;
+    let rv = if rv < 0 { None } else { Some(rv as u64) };
     let start = v
         .get("start")
         .and_then(Value::as_str)
@@ -352,7 +355,7 @@ impl Store {
                 )));
             }
             let (rv, key) = decode_continue(def, token)?;
-            snapshot_rv = Some(rv);
+            snapshot_rv = rv;
             start = Some(key);
         } else {
             match (
@@ -396,10 +399,14 @@ impl Store {
         if at < inner.rv
             && let Err(TooOld { .. }) = self.check_window(&inner, rid, at)
         {
-            if continuing {
-                return Err(ApiError::expired(
-                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
-                ));
+            if let (true, Some(k)) = (continuing, &start) {
+                // handleCompactedErrorForPaging (etcd3 store): a token with
+                // rv -1 lets the client finish the list inconsistently.
+                let mut e = ApiError::expired(
+                    "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.",
+                );
+                e.metadata = Some(json!({"continue": encode_continue(def, -1, k)}));
+                return Err(e);
             }
             return Err(ApiError::expired(
                 "The resourceVersion for the provided list is too old.",
@@ -478,7 +485,15 @@ impl Store {
             items.push(obj.clone());
         }
         let continue_token = match (more, &last_key) {
-            (true, Some(k)) => Some(encode_continue(def, at, k)),
+            (true, Some(k)) => Some(encode_continue(
+                def,
+                if snapshot_rv.is_none() && continuing {
+                    -1
+                } else {
+                    at as i64
+                },
+                k,
+            )),
             _ => None,
         };
         Ok(ListResult {

@@ -1497,3 +1497,63 @@ async fn every_served_kind_round_trips() {
     }
     t.cleanup_namespace(&ns).await;
 }
+
+/// etcd3 handleCompactedErrorForPaging: a continue token older than the
+/// retained history is 410 with a fresh token that finishes the list from
+/// the latest state.
+#[tokio::test]
+async fn expired_continue_token_is_410_with_inconsistent_continuation() {
+    let t = Target::with(kube_sim::SimConfig {
+        history_window: 3,
+        ..Default::default()
+    })
+    .await;
+    let Some(_) = t.sim() else { return };
+    let ns = t.namespace("conf-cont").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    for i in 0..4 {
+        api.create(&PostParams::default(), &cm(&format!("c{i}"), &[]))
+            .await
+            .unwrap();
+    }
+    let first = api.list(&ListParams::default().limit(2)).await.unwrap();
+    for i in 0..5 {
+        api.patch(
+            "c3",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"i": i.to_string()}})),
+        )
+        .await
+        .unwrap();
+    }
+    let e = status(
+        api.list(
+            &ListParams::default()
+                .limit(2)
+                .continue_token(first.metadata.continue_.as_deref().unwrap()),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (410, "Expired"));
+    assert!(
+        e.message
+            .starts_with("The provided continue parameter is too old"),
+        "{}",
+        e.message
+    );
+    let token = e
+        .metadata
+        .and_then(|m| m.continue_)
+        .expect("a fresh continue token");
+    let rest = api
+        .list(&ListParams::default().limit(2).continue_token(&token))
+        .await
+        .unwrap();
+    let names: Vec<String> = rest
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .collect();
+    assert_eq!(names, ["c2", "c3"]);
+}
