@@ -1105,10 +1105,7 @@ impl Store {
                 return Ok(Some(live.clone()));
             }
             return match self.commit_delete(rid, live)? {
-                Some(s) => {
-                    self.after_delete(rid, &s);
-                    Ok(Some(s))
-                }
+                Some(s) => Ok(Some(s)),
                 None => Ok(None),
             };
         }
@@ -1129,11 +1126,7 @@ impl Store {
         opts: &DeleteOptions,
     ) -> Result<DeleteOutcome, ApiError> {
         let def = &RESOURCES[rid];
-        if let Some(g) = opts.grace_period_seconds
-            && g < 0
-        {
-            // Negative values are treated as 1s on the delete path.
-        }
+        // (Negative grace periods count as 1 s: see graceful_period.)
         if let Some(p) = &opts.propagation_policy
             && !matches!(p.as_str(), "Orphan" | "Background" | "Foreground")
         {
@@ -1276,10 +1269,7 @@ impl Store {
             return Ok(DeleteOutcome::Deleted(live.clone()));
         }
         match self.commit_delete(rid, live)? {
-            Some(s) => {
-                self.after_delete(rid, &s);
-                Ok(DeleteOutcome::Deleted(s))
-            }
+            Some(s) => Ok(DeleteOutcome::Deleted(s)),
             None => {
                 // Changed meanwhile: start over.
                 let def = &RESOURCES[rid];
@@ -1322,10 +1312,6 @@ impl Store {
             None => spec,
         }
     }
-
-    /// Hook after an object is removed: namespace-scoped cleanup happens in
-    /// the controllers module, driven by watch events.
-    fn after_delete(&self, _rid: ResId, _last: &Arc<Stored>) {}
 
     /// DELETE on a collection: deletes each matching object with the normal
     /// per-object semantics; returns their states.
