@@ -78,6 +78,7 @@ impl HelmVersion {
 
 /// One helm binary with its own config/cache/data homes (so that tests never
 /// read or write the user's helm state) and an optional kubeconfig.
+#[derive(Debug, Clone)]
 pub struct Helm {
     pub version: HelmVersion,
     bin: PathBuf,
@@ -317,6 +318,10 @@ impl Process {
 
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    pub fn stderr_path(&self) -> &Path {
+        &self.stderr_path
     }
 
     /// The exit status, if the process has ended.
