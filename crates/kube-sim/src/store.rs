@@ -1451,6 +1451,23 @@ fn validate_meta_update(new: &Value, old: &Value) -> Vec<FieldError> {
             ));
         }
     }
+    // BeforeUpdate already carried over the old values where set; what is
+    // left is an attempt to set them on an object that is not being deleted.
+    for key in ["deletionTimestamp", "deletionGracePeriodSeconds"] {
+        let n = object::meta(new)
+            .and_then(|m| m.get(key))
+            .filter(|v| !v.is_null());
+        let o = object::meta(old)
+            .and_then(|m| m.get(key))
+            .filter(|v| !v.is_null());
+        if n != o {
+            errs.push(FieldError::invalid(
+                &format!("metadata.{key}"),
+                n.cloned().unwrap_or(Value::Null),
+                "field is immutable",
+            ));
+        }
+    }
     errs
 }
 

@@ -1557,3 +1557,30 @@ async fn expired_continue_token_is_410_with_inconsistent_continuation() {
         .collect();
     assert_eq!(names, ["c2", "c3"]);
 }
+
+/// ValidateObjectMetaAccessorUpdate: deletionTimestamp cannot be set by an
+/// update on an object that is not being deleted (field is immutable).
+#[tokio::test]
+async fn deletion_timestamp_cannot_be_set_by_update() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-dts").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    api.create(&PostParams::default(), &cm("a", &[]))
+        .await
+        .unwrap();
+    let p = json!({"metadata": {"deletionTimestamp": "2030-01-01T00:00:00Z"}});
+    let e = status(
+        api.patch("a", &PatchParams::default(), &Patch::Merge(&p))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert!(
+        e.message
+            .contains("metadata.deletionTimestamp: Invalid value"),
+        "{}",
+        e.message
+    );
+    assert!(e.message.ends_with("field is immutable"), "{}", e.message);
+    t.cleanup_namespace(&ns).await;
+}
