@@ -1426,9 +1426,12 @@ fn validate_meta_update(new: &Value, old: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if object::meta(old).is_some_and(|m| m.contains_key("deletionTimestamp")) {
         let old_f = finalizers(old);
+        // sets.NewString(new...).Difference(old).List(): sorted, unique.
         let added: Vec<String> = finalizers(new)
             .into_iter()
             .filter(|f| !old_f.contains(f))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
             .collect();
         if !added.is_empty() {
             let list: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
