@@ -285,3 +285,44 @@ async fn watches_end_after_n_events_are_cut_and_get_410_on_demand() {
         other => panic!("expected 410, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn watch_ends_after_seconds_and_admission_switch_via_admin_api() {
+    let (sim, c) = sim().await;
+    let api: Api<ConfigMap> = Api::namespaced(c, "default");
+    let rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    sim.faults()
+        .add(FaultRule::new(FaultAction::EndWatchAfterSeconds { seconds: 0.5 }).verb("watch"));
+    let mut w = api
+        .watch(&WatchParams::default(), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    let end = tokio::time::timeout(Duration::from_secs(30), w.try_next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(end.is_none(), "the watch ends on its own");
+    let (code, body) = raw(
+        &sim,
+        "POST",
+        "/_sim/admission/storage-protection",
+        "application/json",
+        r#"{"enabled":true}"#,
+    )
+    .await;
+    assert_eq!(code, 200, "{body}");
+    let (_, body) = raw(&sim, "GET", "/_sim/state", "application/json", "").await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["storageProtectionAdmission"], true);
+    let (code, body) = raw(&sim, "POST", "/api/v1/persistentvolumes", "application/json",
+        r#"{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"pv-adm"},"spec":{"capacity":{"storage":"1Gi"},"accessModes":["ReadWriteOnce"],"hostPath":{"path":"/x"}}}"#).await;
+    assert_eq!(code, 201, "{body}");
+    assert!(body.contains("kubernetes.io/pv-protection"), "{body}");
+}
