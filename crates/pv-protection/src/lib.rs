@@ -78,7 +78,12 @@ pub struct Options {
     /// informer resync does. Re-checks read the caches: a kept object costs
     /// no API request. `0` disables it (a pod deleted during a watch gap is
     /// still caught: the pod re-list re-checks its claims).
-    #[arg(long = "storage-protection-resync-period", default_value = "5m", value_parser = duration_arg)]
+    #[arg(
+        id = "storage_protection_resync_period",
+        long = "storage-protection-resync-period",
+        default_value = "5m",
+        value_parser = duration_arg
+    )]
     pub resync_period: Duration,
 }
 
