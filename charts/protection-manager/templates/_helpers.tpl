@@ -306,6 +306,14 @@ exactly one flag; `--flag=value` keeps each flag in one list item.
 {{- $args = append $args (printf "--lb-provider-connect-timeout=%v" $lb.provider.connectTimeout) }}
 {{- $args = append $args (printf "--lb-provider-request-timeout=%v" $lb.provider.requestTimeout) }}
 {{- end }}
+{{- range $extra := $v.extraArgs }}
+{{- $flag := regexReplaceAll "=.*$" $extra "" }}
+{{- range $arg := $args }}
+{{- if eq $flag (regexReplaceAll "=.*$" $arg "") }}
+{{- fail (printf "extraArgs: %s is already set from the chart's values (%s); set the value instead (the manager refuses a flag given twice)" $flag $arg) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- $args = concat $args $v.extraArgs }}
 {{- toJson $args }}
 {{- end }}

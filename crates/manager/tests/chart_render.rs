@@ -72,6 +72,8 @@ loadBalancer:
     tokenSecret: {name: lb-token, key: bearer}
 logging: {format: text, level: "info,kube=warn"}
 leaderElection: {resourceName: pm-leader}
+releaseGuard: {recordName: pm-record, skipCheck: true}
+storageProtection: {resyncPeriod: 10m}
 extraArgs: ["--ping-interval=10s"]
 extraEnv: [{name: RUST_BACKTRACE, value: "1"}]
 extraVolumes: [{name: ca, configMap: {name: lb-ca}}]
@@ -432,6 +434,18 @@ fn every_rendered_flag_is_a_flag_of_the_binary() {
     assert!(
         unknown.is_empty(),
         "the chart renders flags `protection-manager run` does not have: {unknown:?}\nknown: {known:?}"
+    );
+    // And the other way round: every flag of the binary has a value, but
+    // for those a pod gets from the cluster.
+    let rendered = flags(&args[..args.len() - 1]);
+    let not_values = ["kubeconfig", "context", "help"];
+    let unmapped: Vec<&String> = known
+        .iter()
+        .filter(|f| !rendered.contains_key(*f) && !not_values.contains(&f.as_str()))
+        .collect();
+    assert!(
+        unmapped.is_empty(),
+        "flags of `protection-manager run` with no chart value: {unmapped:?} (add them to values.yaml, the schema and the args helper)"
     );
     // The args parse: run them with a kubeconfig that does not exist; the
     // manager must get past flag parsing and fail on the kubeconfig.
@@ -862,6 +876,10 @@ fn the_chart_refuses_unsafe_combinations_with_a_clear_message() {
                 "metrics.service.enabled=false",
             ],
             "metrics.serviceMonitor.enabled needs metrics.service.enabled",
+        ),
+        (
+            &["extraArgs={--concurrency=3}"],
+            "extraArgs: --concurrency is already set from the chart's values (--concurrency=4)",
         ),
         (
             &["emulatedVersion=0.4"],
