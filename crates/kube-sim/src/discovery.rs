@@ -69,10 +69,22 @@ fn subresources(r: &ResourceDef) -> Vec<(&'static str, Vec<&'static str>)> {
     if r.group.is_empty() && r.resource == "namespaces" {
         out.push(("finalize", vec!["update"]));
     }
+    if r.group == "apps" && r.resource == "deployments" {
+        out.push(("scale", vec!["get", "patch", "update"]));
+    }
     if r.has_status {
         out.push(("status", vec!["get", "patch", "update"]));
     }
     out
+}
+
+/// (group, version, kind) a subresource answers with.
+fn sub_kind(r: &ResourceDef, sub: &str) -> (&'static str, &'static str, &'static str) {
+    if sub == "scale" {
+        ("autoscaling", "v1", "Scale")
+    } else {
+        (r.group, r.version, r.kind)
+    }
 }
 
 /// A short, stable hash standing in for upstream's storageVersionHash.
@@ -113,13 +125,19 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
         e["storageVersionHash"] = json!(storage_version_hash(r));
         out.push(e);
         for (sub, verbs) in subresources(r) {
-            out.push(json!({
+            let (g, v, k) = sub_kind(r, sub);
+            let mut e = json!({
                 "name": format!("{}/{}", r.resource, sub),
                 "singularName": "",
                 "namespaced": r.namespaced,
-                "kind": r.kind,
+                "kind": k,
                 "verbs": verbs,
-            }));
+            });
+            if (g, v) != (r.group, r.version) {
+                e["group"] = json!(g);
+                e["version"] = json!(v);
+            }
+            out.push(e);
         }
     }
     let gv = if group.is_empty() {
@@ -158,7 +176,10 @@ fn aggregated_version(group: &str, version: &str) -> Value {
         }
         let subs: Vec<Value> = subresources(r)
             .into_iter()
-            .map(|(s, verbs)| json!({"subresource": s, "responseKind": kind, "verbs": verbs}))
+            .map(|(s, verbs)| {
+                let (g, v, k) = sub_kind(r, s);
+                json!({"subresource": s, "responseKind": {"group": g, "version": v, "kind": k}, "verbs": verbs})
+            })
             .collect();
         if !subs.is_empty() {
             e["subresources"] = json!(subs);

@@ -157,6 +157,7 @@ fn route(path: &str) -> Result<Option<Target2>, ApiError> {
     match sub {
         "" => {}
         "status" if def.has_status => {}
+        "scale" if def.group == "apps" && def.resource == "deployments" => {}
         "finalize" if def.group.is_empty() && def.resource == "namespaces" => {}
         _ => return Err(not_found_path()),
     }
@@ -613,6 +614,13 @@ async fn resource_request(
         Some(t.subresource.as_str())
     };
     let watch = t.watch_path || q.flag("watch");
+    if sub == Some("scale") && !watch {
+        let opts = write_options(&q, manager)?;
+        let (ct, body) = read_body(req).await?;
+        let scale =
+            crate::scale::handle(store, rid, &ns, &name, &method, ct.as_deref(), &body, &opts)?;
+        return Ok(value_response(200, &scale));
+    }
     match method {
         Method::GET | Method::HEAD if watch => {
             let mut opts = list_options(&q, def)?;

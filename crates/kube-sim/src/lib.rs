@@ -20,6 +20,7 @@ pub mod patch;
 pub mod protobuf;
 pub mod requests;
 pub mod resources;
+pub mod scale;
 pub mod selector;
 pub mod store;
 pub mod strategy;

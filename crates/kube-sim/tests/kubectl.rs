@@ -62,6 +62,7 @@ async fn ok(bin: &Path, kc: &Path, args: &[&str], stdin: Option<&str>) -> String
 }
 
 const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-config\n  labels:\n    app: web\ndata:\n  a: b\n";
+const DEPLOY: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: c, image: nginx:1.27}]}\n";
 const PV: &str = "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: NAME\n  finalizers: [example.com/hold]\nspec:\n  capacity: {storage: 1Gi}\n  accessModes: [ReadWriteOnce]\n  hostPath: {path: /tmp/kube-sim}\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -192,6 +193,29 @@ async fn kubectl_raw_discovery_crud_patch_apply() {
         )
         .await;
         assert!(mf.contains("kubectl"), "managedFields managers: {mf}");
+        // deployments/scale.
+        ok(&bin, &kc, &["create", "-f", "-"], Some(DEPLOY)).await;
+        ok(
+            &bin,
+            &kc,
+            &["scale", "deployment", "web", "--replicas=3"],
+            None,
+        )
+        .await;
+        let r = ok(
+            &bin,
+            &kc,
+            &[
+                "get",
+                "deployment",
+                "web",
+                "-o",
+                "jsonpath={.spec.replicas}/{.metadata.generation}",
+            ],
+            None,
+        )
+        .await;
+        assert_eq!(r, "3/2");
         // A failing JSON-patch test is reported as the server's 422.
         let (success, _, err) = kubectl(
             &bin,
