@@ -1073,6 +1073,7 @@ fn the_pod_is_hardened() {
         assert_eq!(psc["runAsNonRoot"], true);
         assert!(psc["runAsUser"].as_i64().is_some_and(|u| u > 0), "{psc}");
         assert_eq!(psc["seccompProfile"]["type"], "RuntimeDefault");
+        assert_eq!(pod["enableServiceLinks"], false);
         let c = chart_support::manager_container(r.deployment());
         let sc = &c["securityContext"];
         assert_eq!(sc["allowPrivilegeEscalation"], false);
