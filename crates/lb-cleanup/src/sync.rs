@@ -643,6 +643,16 @@ impl Syncer {
             return Ok(());
         }
         let _guard = self.locks.lock(&cached.uid).await;
+        // Whoever held the lock before us may have finished the job (a
+        // cleanup that completed just as the Service vanished).
+        if self
+            .cache
+            .lock()
+            .get(key)
+            .is_none_or(|c| c.uid != cached.uid)
+        {
+            return Ok(());
+        }
         self.event(
             &cached.regarding,
             LbEvent::normal(
@@ -1556,6 +1566,38 @@ pub(crate) mod tests {
                 "DeletingLoadBalancer",
                 "DeletedLoadBalancer"
             ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_deletion_racing_a_completed_cleanup_does_nothing() {
+        let env = env_with(FakeProvider::default(), true);
+        let s = svc("web", "LoadBalancer", "TCP");
+        env.syncer
+            .process_service(&s, vec![node("a")])
+            .await
+            .unwrap();
+        let cached = env.syncer.cached("default/web").unwrap();
+        // The cleanup completes (and forgets the Service) ...
+        env.syncer
+            .process_service(&deleting(finalized(s)), vec![])
+            .await
+            .unwrap();
+        let calls = env.provider.calls().len();
+        // ... while a deletion job already holding the old entry runs.
+        env.syncer
+            .process_load_balancer_delete("default/web", &cached)
+            .await
+            .unwrap();
+        assert_eq!(env.provider.calls().len(), calls, "no second DELETE");
+        assert_eq!(env.events.reasons().last(), Some(&"DeletedLoadBalancer"));
+        assert_eq!(
+            env.events
+                .reasons()
+                .iter()
+                .filter(|r| **r == "DeletingLoadBalancer")
+                .count(),
+            1
         );
     }
 

@@ -59,14 +59,14 @@ pub struct Options {
     /// The `spec.loadBalancerClass` of the Services this manager serves.
     /// Services of other classes are left to their controllers.
     #[arg(long = "lb-class", env = "PROTECTION_MANAGER_LB_CLASS", default_value = DEFAULT_CLASS)]
-    pub class: String,
+    pub lb_class: String,
 
     /// Also serve `type: LoadBalancer` Services that have no
     /// `spec.loadBalancerClass`. Only for clusters without a cloud provider's
     /// load-balancer controller (kind, bare metal): elsewhere both would act
     /// on the same Services.
     #[arg(long = "lb-include-unclassed", env = "PROTECTION_MANAGER_LB_INCLUDE_UNCLASSED", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    pub include_unclassed: bool,
+    pub lb_include_unclassed: bool,
 
     /// Base URL of the load-balancer API (the HTTP provider contract,
     /// docs/lb-provider-http-contract.md). Without it the controller does not
@@ -76,7 +76,7 @@ pub struct Options {
         long = "lb-provider-endpoint",
         env = "PROTECTION_MANAGER_LB_PROVIDER_ENDPOINT"
     )]
-    pub provider_endpoint: Option<String>,
+    pub lb_provider_endpoint: Option<String>,
 
     /// File holding the bearer token for the load-balancer API (e.g. a
     /// mounted Secret key); re-read when it changes.
@@ -84,34 +84,34 @@ pub struct Options {
         long = "lb-provider-token-file",
         env = "PROTECTION_MANAGER_LB_PROVIDER_TOKEN_FILE"
     )]
-    pub provider_token_file: Option<PathBuf>,
+    pub lb_provider_token_file: Option<PathBuf>,
 
     /// Time to establish a connection to the load-balancer API.
     #[arg(long = "lb-provider-connect-timeout", default_value = "5s", value_parser = duration_arg)]
-    pub provider_connect_timeout: Duration,
+    pub lb_provider_connect_timeout: Duration,
 
     /// Time for one load-balancer API call, reply included.
     #[arg(long = "lb-provider-request-timeout", default_value = "30s", value_parser = duration_arg)]
-    pub provider_request_timeout: Duration,
+    pub lb_provider_request_timeout: Duration,
 
     /// How often Services still holding the finalizer while deleted or no
     /// longer load balancers are synced again regardless of their backoff
     /// (upstream's 30 s informer resync, which only re-drives cleanups).
     /// 0 disables it.
     #[arg(long = "lb-resync-period", default_value = "30s", value_parser = duration_arg)]
-    pub resync_period: Duration,
+    pub lb_resync_period: Duration,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Self {
-            class: DEFAULT_CLASS.into(),
-            include_unclassed: false,
-            provider_endpoint: None,
-            provider_token_file: None,
-            provider_connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            provider_request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            resync_period: Duration::from_secs(30),
+            lb_class: DEFAULT_CLASS.into(),
+            lb_include_unclassed: false,
+            lb_provider_endpoint: None,
+            lb_provider_token_file: None,
+            lb_provider_connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            lb_provider_request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            lb_resync_period: Duration::from_secs(30),
         }
     }
 }
@@ -156,8 +156,8 @@ fn validate_class(class: &str) -> Result<(), ConfigError> {
 impl Options {
     /// Checks the flags and builds the provider (reading the token file).
     pub fn settings(&self, profile: FinalizerProfile) -> Result<Settings, ConfigError> {
-        validate_class(&self.class)?;
-        if self.provider_token_file.is_some() && self.provider_endpoint.is_none() {
+        validate_class(&self.lb_class)?;
+        if self.lb_provider_token_file.is_some() && self.lb_provider_endpoint.is_none() {
             return Err(ConfigError::Invalid(
                 "--lb-provider-token-file needs --lb-provider-endpoint".into(),
             ));
@@ -165,23 +165,25 @@ impl Options {
         for (flag, d) in [
             (
                 "--lb-provider-connect-timeout",
-                self.provider_connect_timeout,
+                self.lb_provider_connect_timeout,
             ),
             (
                 "--lb-provider-request-timeout",
-                self.provider_request_timeout,
+                self.lb_provider_request_timeout,
             ),
         ] {
             if d.is_zero() {
                 return Err(ConfigError::Invalid(format!("{flag} must be more than 0")));
             }
         }
-        let provider: Option<Arc<dyn LoadBalancerProvider>> = match &self.provider_endpoint {
+        let provider: Option<Arc<dyn LoadBalancerProvider>> = match &self.lb_provider_endpoint {
             None => None,
             Some(endpoint) => {
-                let mut cfg = HttpProviderConfig::new(endpoint.clone())
-                    .with_timeouts(self.provider_connect_timeout, self.provider_request_timeout);
-                if let Some(t) = &self.provider_token_file {
+                let mut cfg = HttpProviderConfig::new(endpoint.clone()).with_timeouts(
+                    self.lb_provider_connect_timeout,
+                    self.lb_provider_request_timeout,
+                );
+                if let Some(t) = &self.lb_provider_token_file {
                     cfg = cfg.with_token_file(t.clone());
                 }
                 let p = HttpProvider::new(cfg).map_err(|e| ConfigError::Invalid(e.to_string()))?;
@@ -190,12 +192,12 @@ impl Options {
         };
         Ok(Settings {
             classes: ClassSelector {
-                class: self.class.clone(),
-                include_unclassed: self.include_unclassed,
+                class: self.lb_class.clone(),
+                include_unclassed: self.lb_include_unclassed,
             },
             finalizer: finalizer_name(profile).to_owned(),
             provider,
-            resync_period: (!self.resync_period.is_zero()).then_some(self.resync_period),
+            resync_period: (!self.lb_resync_period.is_zero()).then_some(self.lb_resync_period),
         })
     }
 }
@@ -227,6 +229,17 @@ mod tests {
         lb: Options,
     }
 
+    #[test]
+    fn argument_ids_are_prefixed_so_they_flatten_beside_other_controllers() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        for a in Cli::command().get_arguments() {
+            let id = a.get_id().as_str();
+            assert!(id.starts_with("lb_"), "{id}");
+            assert!(a.get_long().is_some_and(|l| l.starts_with("lb-")), "{id}");
+        }
+    }
+
     fn parse(args: &[&str]) -> Result<Options, clap::Error> {
         Cli::try_parse_from(std::iter::once("t").chain(args.iter().copied())).map(|c| c.lb)
     }
@@ -234,11 +247,11 @@ mod tests {
     #[test]
     fn defaults() {
         let o = parse(&[]).unwrap();
-        assert_eq!(o.class, DEFAULT_CLASS);
-        assert!(!o.include_unclassed);
-        assert_eq!(o.provider_endpoint, None);
-        assert_eq!(o.provider_request_timeout, Duration::from_secs(30));
-        assert_eq!(o.resync_period, Duration::from_secs(30));
+        assert_eq!(o.lb_class, DEFAULT_CLASS);
+        assert!(!o.lb_include_unclassed);
+        assert_eq!(o.lb_provider_endpoint, None);
+        assert_eq!(o.lb_provider_request_timeout, Duration::from_secs(30));
+        assert_eq!(o.lb_resync_period, Duration::from_secs(30));
         let s = o.settings(FinalizerProfile::Project).unwrap();
         assert_eq!(s.finalizer, PROJECT_FINALIZER);
         assert!(s.provider.is_none());
@@ -259,8 +272,8 @@ mod tests {
             "--lb-resync-period=0",
         ])
         .unwrap();
-        assert!(o.include_unclassed);
-        assert_eq!(o.provider_request_timeout, Duration::from_secs(90));
+        assert!(o.lb_include_unclassed);
+        assert_eq!(o.lb_provider_request_timeout, Duration::from_secs(90));
         let s = o.settings(FinalizerProfile::Project).unwrap();
         assert_eq!(s.classes.class, "example.com/vip");
         assert!(s.provider.is_some());

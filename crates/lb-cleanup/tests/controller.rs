@@ -76,20 +76,27 @@ async fn should_handle_load_balancer_cleanup_finalizer_for_service() {
     assert!(env.cloud.get(&uid).is_none(), "no orphan");
     assert!(env.orphans().await.is_empty());
 
-    let reasons: Vec<String> = env
-        .events("lb-finalizer")
-        .await
-        .into_iter()
-        .map(|(_, r, _)| r)
-        .collect();
-    for want in [
-        "EnsuringLoadBalancer",
-        "EnsuredLoadBalancer",
-        "DeletingLoadBalancer",
-        "DeletedLoadBalancer",
-    ] {
-        assert!(reasons.iter().any(|r| r == want), "{want} in {reasons:?}");
-    }
+    // The last event is published right after the final write.
+    wait_for("the lifecycle's events were reported", || {
+        let env = &env;
+        async move {
+            let reasons: Vec<String> = env
+                .events("lb-finalizer")
+                .await
+                .into_iter()
+                .map(|(_, r, _)| r)
+                .collect();
+            [
+                "EnsuringLoadBalancer",
+                "EnsuredLoadBalancer",
+                "DeletingLoadBalancer",
+                "DeletedLoadBalancer",
+            ]
+            .iter()
+            .all(|want| reasons.iter().any(|r| r == want))
+        }
+    })
+    .await;
     env.stop().await;
 }
 
@@ -308,9 +315,13 @@ async fn node_changes_update_load_balancer_hosts() {
     })
     .await;
     assert_eq!(hosts_calls(&env), 3, "one update per real change");
-    // One event series (the recorder folds repeats): count 3.
-    let updated = env.event_count("web", "UpdatedLoadBalancer").await;
-    assert_eq!(updated, 3);
+    // One event series (the recorder folds repeats) reaching count 3; the
+    // event is published right after the provider answered.
+    wait_for("UpdatedLoadBalancer was reported three times", || {
+        let env = &env;
+        async move { env.event_count("web", "UpdatedLoadBalancer").await == 3 }
+    })
+    .await;
     env.stop().await;
 }
 

@@ -205,9 +205,9 @@ impl Env {
         gates.set_from_flag(&ctl.gates).expect("gates");
         let client = self.kube.client_as(USER).await;
         let opts = Options {
-            provider_endpoint: Some(self.cloud.url()),
-            include_unclassed: ctl.include_unclassed,
-            resync_period: ctl.resync,
+            lb_provider_endpoint: Some(self.cloud.url()),
+            lb_include_unclassed: ctl.include_unclassed,
+            lb_resync_period: ctl.resync,
             ..Options::default()
         };
         let mut descriptors = lb_cleanup::descriptors(&opts, ctl.profile).expect("descriptors");
