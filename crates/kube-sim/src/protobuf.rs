@@ -1,7 +1,8 @@
 //! Decoding of `application/vnd.kubernetes.protobuf` request bodies for the
 //! kinds Go clients send with their typed clientsets (helm's release Secrets,
 //! `kubectl create configmap|secret|namespace|serviceaccount`, typed
-//! DeleteOptions). The envelope is `k8s\0` + runtime.Unknown
+//! DeleteOptions, `kubectl create role|clusterrole|rolebinding|clusterrolebinding`).
+//! Unknown field numbers are skipped. The envelope is `k8s\0` + runtime.Unknown
 //! (k8s.io/apimachinery/pkg/runtime/generated.proto); field numbers are those
 //! of k8s.io/api/core/v1/generated.proto and
 //! k8s.io/apimachinery/pkg/apis/meta/v1/generated.proto. kube-sim answers in
@@ -203,6 +204,44 @@ fn delete_options() -> Schema {
         (5, "dryRun", T::Str, true),
     ]
 }
+// k8s.io/api/rbac/v1/generated.proto
+fn policy_rule() -> Schema {
+    &[
+        (1, "verbs", T::Str, true),
+        (2, "apiGroups", T::Str, true),
+        (3, "resources", T::Str, true),
+        (4, "resourceNames", T::Str, true),
+        (5, "nonResourceURLs", T::Str, true),
+    ]
+}
+fn subject() -> Schema {
+    &[
+        (1, "kind", T::Str, false),
+        (2, "apiGroup", T::Str, false),
+        (3, "name", T::Str, false),
+        (4, "namespace", T::Str, false),
+    ]
+}
+fn role_ref() -> Schema {
+    &[
+        (1, "apiGroup", T::Str, false),
+        (2, "kind", T::Str, false),
+        (3, "name", T::Str, false),
+    ]
+}
+fn role() -> Schema {
+    &[
+        (1, "metadata", T::Msg(object_meta), false),
+        (2, "rules", T::Msg(policy_rule), true),
+    ]
+}
+fn role_binding() -> Schema {
+    &[
+        (1, "metadata", T::Msg(object_meta), false),
+        (2, "subjects", T::Msg(subject), true),
+        (3, "roleRef", T::Msg(role_ref), false),
+    ]
+}
 fn type_meta() -> Schema {
     &[(1, "apiVersion", T::Str, false), (2, "kind", T::Str, false)]
 }
@@ -340,6 +379,8 @@ pub fn decode_body(body: &[u8]) -> Result<Value, ProtoError> {
         ("v1", "Namespace") => namespace(),
         ("v1", "ServiceAccount") => service_account(),
         (_, "DeleteOptions") => delete_options(),
+        ("rbac.authorization.k8s.io/v1", "Role" | "ClusterRole") => role(),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => role_binding(),
         _ => return Err(ProtoError::UnsupportedKind(format!("{api_version}/{kind}"))),
     };
     let mut v = decode(raw, schema)?;

@@ -358,3 +358,144 @@ async fn kubectl_get_watch_sees_events() {
         sim.shutdown().await;
     }
 }
+
+/// kubectl's typed generators send protobuf bodies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_generators_send_protobuf() {
+    for bin in kubectls() {
+        let sim = KubeSim::start(SimConfig::default()).await.unwrap();
+        let kc = sim.kubeconfig_path().to_path_buf();
+        ok(&bin, &kc, &["create", "namespace", "gen"], None).await;
+        ok(
+            &bin,
+            &kc,
+            &[
+                "-n",
+                "gen",
+                "create",
+                "configmap",
+                "cm",
+                "--from-literal=a=b",
+            ],
+            None,
+        )
+        .await;
+        ok(
+            &bin,
+            &kc,
+            &[
+                "-n",
+                "gen",
+                "create",
+                "secret",
+                "generic",
+                "s",
+                "--from-literal=k=v",
+            ],
+            None,
+        )
+        .await;
+        ok(
+            &bin,
+            &kc,
+            &["-n", "gen", "create", "serviceaccount", "sa"],
+            None,
+        )
+        .await;
+        ok(
+            &bin,
+            &kc,
+            &[
+                "-n",
+                "gen",
+                "create",
+                "role",
+                "r",
+                "--verb=get,list",
+                "--resource=pods",
+            ],
+            None,
+        )
+        .await;
+        ok(
+            &bin,
+            &kc,
+            &[
+                "-n",
+                "gen",
+                "create",
+                "rolebinding",
+                "rb",
+                "--role=r",
+                "--serviceaccount=gen:sa",
+            ],
+            None,
+        )
+        .await;
+        let d = ok(
+            &bin,
+            &kc,
+            &["-n", "gen", "get", "cm", "cm", "-o", "jsonpath={.data.a}"],
+            None,
+        )
+        .await;
+        assert_eq!(d, "b");
+        let d = ok(
+            &bin,
+            &kc,
+            &[
+                "-n",
+                "gen",
+                "get",
+                "secret",
+                "s",
+                "-o",
+                "jsonpath={.data.k}",
+            ],
+            None,
+        )
+        .await;
+        assert_eq!(d, "dg==");
+        let r = ok(
+            &bin,
+            &kc,
+            &[
+                "-n",
+                "gen",
+                "get",
+                "role",
+                "r",
+                "-o",
+                "jsonpath={.rules[0].verbs}",
+            ],
+            None,
+        )
+        .await;
+        assert_eq!(r, r#"["get","list"]"#);
+        let rb = ok(
+            &bin,
+            &kc,
+            &[
+                "-n",
+                "gen",
+                "get",
+                "rolebinding",
+                "rb",
+                "-o",
+                "jsonpath={.roleRef.name}/{.subjects[0].name}",
+            ],
+            None,
+        )
+        .await;
+        assert_eq!(rb, "r/sa");
+        // Typed deletes send protobuf DeleteOptions.
+        ok(
+            &bin,
+            &kc,
+            &["delete", "namespace", "gen", "--wait=false"],
+            None,
+        )
+        .await;
+        sim.shutdown().await;
+    }
+}
