@@ -273,7 +273,29 @@ impl KubeSim {
 
     /// In-process access to the store with full API semantics (validation,
     /// finalizers, resourceVersion, watch events), for emulated controllers
-    /// such as a kubelet or scheduler.
+    /// such as a kubelet or scheduler. Writes made here are seen by watchers
+    /// exactly like API requests (but are not in the request log).
+    ///
+    /// ```no_run
+    /// # async fn f(sim: &kube_sim::KubeSim) -> Result<(), kube_sim::ApiError> {
+    /// use kube_sim::{patch::PatchKind, resources, WriteOptions};
+    /// let store = sim.store();
+    /// let pods = resources::find("", "v1", "pods").expect("pods are served");
+    /// // An emulated kubelet reports a pod running...
+    /// store.patch(pods, "default", "web", Some("status"), PatchKind::Merge,
+    ///     br#"{"status":{"phase":"Running"}}"#, &WriteOptions::manager("kubelet"))?;
+    /// // ...and follows changes from a resourceVersion.
+    /// let mut changed = store.subscribe(pods);
+    /// let mut cursor = store.current_rv();
+    /// loop {
+    ///     let _ = changed.changed().await;
+    ///     let Ok((events, _latest)) = store.events_since(pods, cursor) else { break };
+    ///     for ev in events {
+    ///         cursor = ev.rv; // ev.ty, ev.obj.value, ev.prev
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn store(&self) -> Arc<Store> {
         self.state.store.clone()
     }
