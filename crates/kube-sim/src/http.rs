@@ -539,6 +539,7 @@ fn write_options(q: &Query, manager: String) -> Result<WriteOptions, ApiError> {
         field_manager: manager,
         dry_run,
         force: q.flag("force"),
+        strict_fields: q.get("fieldValidation") == Some("Strict"),
     })
 }
 
@@ -746,13 +747,11 @@ async fn resource_request(
                 ));
             }
             opts.force = q.flag("force");
+            let warnings = patch_warnings(def, &q, kind, &body);
             let (s, created) = store.patch(rid, &ns, &name, sub, kind, &body, &opts)?;
-            Ok(stored_response(
-                if created { 201 } else { 200 },
-                &s,
-                &want,
-                def,
-                &q,
+            Ok(with_warnings(
+                stored_response(if created { 201 } else { 200 }, &s, &want, def, &q),
+                &warnings,
             ))
         }
         Method::DELETE => {
@@ -850,6 +849,25 @@ fn field_validation(def: &ResourceDef, q: &Query, obj: &Value) -> Result<Vec<Str
         .iter()
         .map(|f| openapi::schema::unknown_field_warning(f))
         .collect())
+}
+
+/// `fieldValidation=Warn` (the default) for merge and strategic patches:
+/// warn about fields of the patch the schema does not declare (patch
+/// directives such as `$patch` aside); the store drops them.
+fn patch_warnings(def: &ResourceDef, q: &Query, kind: PatchKind, body: &[u8]) -> Vec<String> {
+    if q.get("fieldValidation").unwrap_or("Warn") != "Warn"
+        || !matches!(kind, PatchKind::Merge | PatchKind::Strategic)
+    {
+        return Vec::new();
+    }
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return Vec::new();
+    };
+    openapi::schema::unknown_fields(def.group, def.version, def.kind, &v)
+        .into_iter()
+        .filter(|f| !f.contains('$'))
+        .map(|f| openapi::schema::unknown_field_warning(&f))
+        .collect()
 }
 
 /// Adds `Warning: 299 - "..."` headers, as the apiserver's warning recorder.

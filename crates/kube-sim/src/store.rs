@@ -110,6 +110,9 @@ pub struct WriteOptions {
     pub dry_run: bool,
     /// SSA `force`.
     pub force: bool,
+    /// `fieldValidation=Strict`: a non-apply patch whose result has fields
+    /// the schema does not declare is a 400 (otherwise they are dropped).
+    pub strict_fields: bool,
 }
 
 impl WriteOptions {
@@ -970,6 +973,16 @@ impl Store {
                 };
             };
             let mut new = patch::apply_patch(&req).map_err(|e| patch_error(def, name, e))?;
+            if opts.strict_fields && kind != PatchKind::Apply {
+                // handlers/patch.go: the patched object is decoded strictly.
+                let unknown =
+                    crate::openapi::schema::unknown_fields(def.group, def.version, def.kind, &new);
+                if !unknown.is_empty() {
+                    return Err(ApiError::bad_request(
+                        crate::openapi::schema::strict_decoding_error(&unknown),
+                    ));
+                }
+            }
             prune(def, &mut new);
             let new = check_body(def, new)?;
             if meta_str(&new, "name") != name {

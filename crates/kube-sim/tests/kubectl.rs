@@ -193,6 +193,34 @@ async fn kubectl_raw_discovery_crud_patch_apply() {
         )
         .await;
         assert!(mf.contains("kubectl"), "managedFields managers: {mf}");
+        // kubectl validates strictly on the server (fieldValidation=Strict):
+        // a typo fails create; a patch (server default Warn) warns.
+        let typo = CM
+            .replace("name: web-config", "name: typo")
+            .replace("data:", "dataa:");
+        let (success, _, err) = kubectl(&bin, &kc, &["create", "-f", "-"], Some(&typo)).await;
+        assert!(
+            !success && err.contains("strict decoding error: unknown field \"dataa\""),
+            "{err}"
+        );
+        let (success, _, err) = kubectl(
+            &bin,
+            &kc,
+            &[
+                "patch",
+                "cm",
+                "web-config",
+                "--type=merge",
+                "-p",
+                r#"{"dataa":{"x":"y"}}"#,
+            ],
+            None,
+        )
+        .await;
+        assert!(
+            success && err.contains("unknown field \"dataa\""),
+            "a warning: {err}"
+        );
         // deployments/scale.
         ok(&bin, &kc, &["create", "-f", "-"], Some(DEPLOY)).await;
         ok(
