@@ -1,0 +1,495 @@
+//! `make bench-pv`: pv-protection and pvc-protection at scale, with the
+//! manager as a separate release process against an in-process kube-sim.
+//!
+//! For 10,000 PVs, 10,000 PVCs and 20,000 pods that exist without
+//! finalizers before the manager starts, prints:
+//! * back-fill time (manager start → 20,000 finalizers added), and the
+//!   back-fill rate as a fraction of kube-sim's own patch throughput measured
+//!   in this run at the same concurrency;
+//! * delete-to-gone latency p50/p99 of unused PVCs deleted at 100/s;
+//! * requests per object (back-fill and deletion), by verb;
+//! * the manager's peak RSS (VmHWM).
+//!
+//! `cargo run --release -p pv-protection --example bench_pv -- [--scale F]`
+//! (F scales every count, default 1.0). The manager binary is
+//! `$PROTECTION_MANAGER_BIN`, else `protection-manager` next to this example's
+//! target directory (`make bench-pv` builds it). Figures only; nothing is
+//! asserted.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::{Client, ResourceExt};
+use kube_sim::{KubeSim, RequestFilter, SimConfig};
+use parking_lot::Mutex;
+use serde_json::json;
+
+const USER: &str = "protection-manager";
+const NAMESPACES: usize = 100;
+/// Concurrent reconciles per controller (`--concurrency`).
+const CONCURRENCY: usize = 4;
+/// Deletes per second in the latency phase.
+const DELETE_RATE: u64 = 100;
+
+struct Scale {
+    pvs: usize,
+    pvcs_per_ns: usize,
+    pods_per_ns: usize,
+    deletes: usize,
+}
+
+fn scale() -> Result<Scale> {
+    let mut f = 1.0f64;
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--scale") {
+        f = args
+            .get(i + 1)
+            .context("--scale needs a value")?
+            .parse()
+            .context("--scale must be a number")?;
+    }
+    if !f.is_finite() || f <= 0.0 {
+        bail!("--scale must be positive");
+    }
+    let n = |x: f64| ((x * f).round() as usize).max(2);
+    Ok(Scale {
+        pvs: n(10_000.0),
+        pvcs_per_ns: n(100.0),
+        pods_per_ns: n(200.0),
+        deletes: n(3_000.0),
+    })
+}
+
+fn manager_bin() -> Result<PathBuf> {
+    if let Ok(p) = std::env::var("PROTECTION_MANAGER_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    // target/<profile>/examples/bench_pv → target/<profile>/protection-manager
+    let exe = std::env::current_exe()?;
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .context("locating the target directory")?;
+    let p = dir.join("protection-manager");
+    if !p.exists() {
+        bail!(
+            "{} not found: build it with `cargo build --release -p protection-manager` (make bench-pv does) or set PROTECTION_MANAGER_BIN",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+fn ns(i: usize) -> String {
+    format!("bench-{i:03}")
+}
+
+/// Runs `n` futures from `f` with `c` in flight.
+async fn concurrently<F, Fut>(n: usize, c: usize, f: F) -> Result<()>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    stream::iter(0..n)
+        .map(f)
+        .buffer_unordered(c)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+async fn populate(client: &Client, s: &Scale) -> Result<()> {
+    let t = Instant::now();
+    concurrently(NAMESPACES, 16, |i| {
+        let api: Api<Namespace> = Api::all(client.clone());
+        async move {
+            api.create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns(i)}}))?,
+            )
+            .await?;
+            Ok(())
+        }
+    })
+    .await?;
+    concurrently(s.pvs, 32, |i| {
+        let api: Api<PersistentVolume> = Api::all(client.clone());
+        async move {
+            let pv: PersistentVolume = serde_json::from_value(json!({
+                "metadata": {"name": format!("pv-{i:05}")},
+                "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                         "hostPath": {"path": format!("/data/{i}")}}
+            }))?;
+            api.create(&PostParams::default(), &pv).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    concurrently(NAMESPACES * s.pvcs_per_ns, 32, |k| {
+        let (i, j) = (k / s.pvcs_per_ns, k % s.pvcs_per_ns);
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns(i));
+        async move {
+            let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+                "metadata": {"name": format!("data-{j:03}")},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+            }))?;
+            api.create(&PostParams::default(), &pvc).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    // Half of each namespace's pods mount the first half of its claims (two
+    // pods per claim); the other half mount nothing. So half the PVCs are
+    // in use and half are not.
+    let used = s.pvcs_per_ns / 2;
+    concurrently(NAMESPACES * s.pods_per_ns, 32, |k| {
+        let (i, j) = (k / s.pods_per_ns, k % s.pods_per_ns);
+        let api: Api<Pod> = Api::namespaced(client.clone(), &ns(i));
+        async move {
+            let mut pod = json!({
+                "metadata": {"name": format!("pod-{j:03}")},
+                "spec": {"nodeName": format!("node-{}", j % 20),
+                         "containers": [{"name": "app", "image": "busybox"}]}
+            });
+            if j < s.pods_per_ns / 2 && used > 0 {
+                pod["spec"]["volumes"] = json!([{"name": "data",
+                    "persistentVolumeClaim": {"claimName": format!("data-{:03}", j % used)}}]);
+            }
+            api.create(&PostParams::default(), &serde_json::from_value(pod)?)
+                .await?;
+            Ok(())
+        }
+    })
+    .await?;
+    println!(
+        "populated {} PVs, {} PVCs, {} pods in {} namespaces in {:.1}s",
+        s.pvs,
+        NAMESPACES * s.pvcs_per_ns,
+        NAMESPACES * s.pods_per_ns,
+        NAMESPACES,
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// kube-sim's own PVC patch throughput at `c` concurrent requests: a JSON
+/// patch (uid test + add, the shape of a finalizer add) of a label on every
+/// PVC.
+async fn calibrate(client: &Client, s: &Scale, c: usize) -> Result<f64> {
+    let per_ns = s.pvcs_per_ns;
+    let n = NAMESPACES * per_ns;
+    let t = Instant::now();
+    concurrently(n, c, |k| {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns(k / per_ns));
+        let name = format!("data-{:03}", k % per_ns);
+        async move {
+            let patch: json_patch::Patch = serde_json::from_value(json!([
+                {"op": "test", "path": "/metadata/name", "value": name},
+                {"op": "add", "path": "/metadata/labels", "value": {"calibrated": "yes"}}
+            ]))?;
+            api.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+                .await?;
+            Ok(())
+        }
+    })
+    .await?;
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+fn start_manager(
+    bin: &PathBuf,
+    kubeconfig: &std::path::Path,
+    admin: u16,
+    log: &std::path::Path,
+) -> Result<Child> {
+    let stderr = std::fs::File::create(log)?;
+    Command::new(bin)
+        .args([
+            "run",
+            &format!("--kubeconfig={}", kubeconfig.display()),
+            &format!("--admin-address=127.0.0.1:{admin}"),
+            "--leader-elect=false",
+            "--controllers=pv-protection,pvc-protection",
+            "--kube-api-qps=0",
+            &format!("--concurrency={CONCURRENCY}"),
+            "--log-level=warn",
+        ])
+        .env_remove("KUBECONFIG")
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))
+}
+
+async fn metrics(http: &reqwest::Client, admin: u16) -> Option<String> {
+    http.get(format!("http://127.0.0.1:{admin}/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()
+}
+
+fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series).and_then(|r| r.trim().parse().ok()))
+        .unwrap_or(0.0)
+}
+
+fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn requests_by_verb(sim: &KubeSim, since: u64) -> (usize, Vec<(String, usize)>) {
+    let records = sim
+        .requests()
+        .records(&RequestFilter::default().user(USER).since(since));
+    let mut by: HashMap<String, usize> = HashMap::new();
+    for r in &records {
+        let key = if r.resource.is_empty() {
+            r.verb.clone()
+        } else {
+            format!("{} {}", r.verb, r.resource)
+        };
+        *by.entry(key).or_default() += 1;
+    }
+    let mut v: Vec<_> = by.into_iter().collect();
+    v.sort_by_key(|x| std::cmp::Reverse(x.1));
+    (records.len(), v)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+fn main() -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run())
+}
+
+async fn run() -> Result<()> {
+    let s = scale()?;
+    let bin = manager_bin()?;
+    let objects = s.pvs + NAMESPACES * s.pvcs_per_ns;
+    let sim = KubeSim::start(SimConfig {
+        history_window: 4 * objects.max(10_000),
+        request_log_capacity: 8 * objects.max(10_000) + 100_000,
+        ..SimConfig::default()
+    })
+    .await?;
+    let client = sim.client().await;
+    populate(&client, &s).await?;
+
+    let calib_c = 2 * CONCURRENCY;
+    let throughput = calibrate(&client, &s, calib_c).await?;
+    println!(
+        "kube-sim PVC JSON-patch throughput at concurrency {calib_c}: {throughput:.0} patches/s"
+    );
+
+    let dir = std::env::temp_dir().join(format!("bench-pv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let log = dir.join("manager.log");
+    let kubeconfig = sim.kubeconfig_for(USER)?;
+    let admin = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let http = reqwest::Client::new();
+
+    // Phase 1: back-fill.
+    let since = sim.requests().last_seq();
+    let t0 = Instant::now();
+    let mut child = start_manager(&bin, &kubeconfig, admin, &log)?;
+    let pid = child.id();
+    let mut ready_at = None;
+    let added = loop {
+        if let Some(st) = child.try_wait()? {
+            bail!(
+                "manager exited ({st}); log: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        }
+        if t0.elapsed() > Duration::from_secs(600) {
+            bail!("back-fill did not finish within 10 minutes");
+        }
+        if let Some(text) = metrics(&http, admin).await {
+            if ready_at.is_none()
+                && sample(
+                    &text,
+                    "protection_manager_controller_ready{controller=\"pvc-protection\"}",
+                ) == 1.0
+                && sample(
+                    &text,
+                    "protection_manager_controller_ready{controller=\"pv-protection\"}",
+                ) == 1.0
+            {
+                ready_at = Some(t0.elapsed());
+            }
+            let added = sample(
+                &text,
+                "protection_manager_finalizers_added_total{controller=\"pv-protection\"}",
+            ) + sample(
+                &text,
+                "protection_manager_finalizers_added_total{controller=\"pvc-protection\"}",
+            );
+            if added as usize >= objects {
+                break added;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let backfill = t0.elapsed();
+    let synced = ready_at.unwrap_or_default();
+    let (backfill_requests, backfill_by) = requests_by_verb(&sim, since);
+    let after_sync = (backfill - synced).as_secs_f64();
+    let rate = objects as f64 / after_sync.max(1e-9);
+    println!();
+    println!("== back-fill of {objects} finalizers ({added} added) ==");
+    println!(
+        "  total (process start → last finalizer): {:.2}s",
+        backfill.as_secs_f64()
+    );
+    println!(
+        "  caches synced after:                     {:.2}s",
+        synced.as_secs_f64()
+    );
+    println!(
+        "  adding (synced → last finalizer):        {after_sync:.2}s = {rate:.0} finalizers/s"
+    );
+    println!(
+        "  vs kube-sim patch throughput ({throughput:.0}/s at concurrency {calib_c}): {:.2} of it (adding phase), {:.2} (whole back-fill)",
+        rate / throughput,
+        (objects as f64 / backfill.as_secs_f64()) / throughput
+    );
+    println!(
+        "  requests: {backfill_requests} = {:.3} per object",
+        backfill_requests as f64 / objects as f64
+    );
+    for (k, n) in &backfill_by {
+        println!("    {k:<40} {n}");
+    }
+
+    // Phase 2: delete unused PVCs at DELETE_RATE/s, measure delete → gone.
+    let pvcs: Api<PersistentVolumeClaim> = Api::all(client.clone());
+    let gone: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let watch_gone = gone.clone();
+    let rv = pvcs
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let mut watch = pvcs
+        .watch(&WatchParams::default().timeout(290), &rv)
+        .await?
+        .boxed();
+    let watcher = tokio::spawn(async move {
+        while let Some(ev) = watch.next().await {
+            if let Ok(WatchEvent::Deleted(p)) = ev {
+                let key = format!(
+                    "{}/{}",
+                    p.metadata.namespace.as_deref().unwrap_or_default(),
+                    p.name_any()
+                );
+                watch_gone.lock().insert(key, Instant::now());
+            }
+        }
+    });
+    // Unused claims: the second half of each namespace's claims.
+    let used = s.pvcs_per_ns / 2;
+    let unused: Vec<(String, String)> = (used..s.pvcs_per_ns)
+        .flat_map(|j| (0..NAMESPACES).map(move |i| (ns(i), format!("data-{j:03}"))))
+        .take(s.deletes)
+        .collect();
+    let since = sim.requests().last_seq();
+    let mut sent: HashMap<String, Instant> = HashMap::new();
+    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / DELETE_RATE));
+    let t_del = Instant::now();
+    let mut inflight = Vec::new();
+    for (n, name) in &unused {
+        tick.tick().await;
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), n);
+        sent.insert(format!("{n}/{name}"), Instant::now());
+        let name = name.clone();
+        inflight.push(tokio::spawn(async move {
+            api.delete(&name, &DeleteParams::default())
+                .await
+                .map(|_| ())
+        }));
+    }
+    for h in inflight {
+        h.await??;
+    }
+    let send_time = t_del.elapsed();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while gone.lock().len() < unused.len() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    watcher.abort();
+    let g = gone.lock().clone();
+    let mut lat: Vec<f64> = sent
+        .iter()
+        .filter_map(|(k, t)| {
+            g.get(k)
+                .map(|done| done.duration_since(*t).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    let (del_requests, del_by) = requests_by_verb(&sim, since);
+    println!();
+    println!(
+        "== delete-to-gone of {} unused PVCs at {DELETE_RATE}/s (sent over {:.1}s) ==",
+        unused.len(),
+        send_time.as_secs_f64()
+    );
+    println!("  gone: {}/{}", lat.len(), unused.len());
+    println!(
+        "  latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
+        percentile(&lat, 50.0),
+        percentile(&lat, 99.0),
+        lat.last().copied().unwrap_or(f64::NAN)
+    );
+    println!(
+        "  requests: {del_requests} = {:.3} per deleted PVC",
+        del_requests as f64 / unused.len() as f64
+    );
+    for (k, n) in &del_by {
+        println!("    {k:<40} {n}");
+    }
+
+    let hwm = vm_hwm_kib(pid);
+    println!();
+    match hwm {
+        Some(kib) => println!(
+            "== manager peak RSS (VmHWM): {:.1} MiB ==",
+            kib as f64 / 1024.0
+        ),
+        None => println!("== manager peak RSS: /proc/{pid}/status not readable =="),
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+    sim.shutdown().await;
+    Ok(())
+}
