@@ -145,3 +145,47 @@ async fn reflector_over_1000_pods_survives_cuts_and_410() {
     task.abort();
     sim.shutdown().await;
 }
+
+/// The same with kube-rs' streaming lists (watch-list: sendInitialEvents).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_list_reflector_converges_and_survives_a_cut() {
+    let sim = KubeSim::start(SimConfig::default()).await.unwrap();
+    let client = sim.client().await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    create_many(&api, (0..200).map(|i| format!("s{i:03}"))).await;
+    let (reader, writer) = reflector::store::<Pod>();
+    let watched: Api<Pod> = Api::namespaced(sim.client_as("reflector").await, "default");
+    let stream = reflector(
+        writer,
+        watcher(watched, watcher::Config::default().streaming_lists()),
+    )
+    .default_backoff()
+    .touched_objects();
+    let task = tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while stream.next().await.is_some() {}
+    });
+    tokio::time::timeout(Duration::from_secs(60), reader.wait_until_ready())
+        .await
+        .unwrap()
+        .unwrap();
+    converge(&reader, &api, "streaming initial list").await;
+    assert_eq!(reader.len(), 200);
+    let by_reflector = RequestFilter::default().user("reflector").resource("pods");
+    assert_eq!(
+        sim.requests().count(&by_reflector.clone().verb("list")),
+        0,
+        "watch-list makes no list requests"
+    );
+    assert!(sim.requests().count(&by_reflector.verb("watch")) >= 1);
+    sim.faults().cut_watches();
+    for i in 0..20 {
+        api.delete(&format!("s{i:03}"), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    converge(&reader, &api, "after a cut").await;
+    assert_eq!(reader.len(), 180);
+    task.abort();
+    sim.shutdown().await;
+}
