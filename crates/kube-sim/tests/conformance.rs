@@ -12,7 +12,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{
-    ConfigMap, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Service,
+    ConfigMap, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service,
 };
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, WatchEvent,
@@ -34,6 +34,25 @@ fn cm(name: &str, labels: &[(&str, &str)]) -> ConfigMap {
             ..Default::default()
         },
         data: Some(BTreeMap::from([("k".to_string(), "v".to_string())])),
+        ..Default::default()
+    }
+}
+
+/// Secrets for list-shape checks: unlike ConfigMaps (kube-root-ca.crt), no
+/// controller of a real cluster adds Secrets to a new namespace.
+fn secret(name: &str, labels: &[(&str, &str)]) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([("k".to_string(), "v".to_string())])),
         ..Default::default()
     }
 }
@@ -376,9 +395,13 @@ async fn finalizers_and_deletion_exactly() {
         .clone()
         .expect("deletionTimestamp set");
     assert_eq!(obj.metadata.deletion_grace_period_seconds, Some(0));
-    assert_eq!(
-        obj.metadata.finalizers,
-        Some(vec!["example.com/hold".to_string()])
+    // (A real cluster's admission may append kubernetes.io/pv-protection.)
+    assert!(
+        obj.metadata
+            .finalizers
+            .clone()
+            .unwrap_or_default()
+            .contains(&"example.com/hold".to_string())
     );
     // Still there.
     let got = api.get(&name).await.unwrap();
@@ -720,9 +743,9 @@ async fn label_and_field_selectors() {
 async fn limit_and_continue_paging() {
     let t = Target::new().await;
     let ns = t.namespace("conf-page").await;
-    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let api: Api<Secret> = Api::namespaced(t.client.clone(), &ns);
     for i in 0..7 {
-        api.create(&PostParams::default(), &cm(&format!("c{i}"), &[]))
+        api.create(&PostParams::default(), &secret(&format!("c{i}"), &[]))
             .await
             .unwrap();
     }
@@ -731,7 +754,7 @@ async fn limit_and_continue_paging() {
     assert_eq!(first.metadata.remaining_item_count, Some(4));
     let token = first.metadata.continue_.clone().unwrap();
     // A write between pages is not seen by the continuation (snapshot).
-    api.create(&PostParams::default(), &cm("c9", &[]))
+    api.create(&PostParams::default(), &secret("c9", &[]))
         .await
         .unwrap();
     let second = api
@@ -769,13 +792,13 @@ async fn limit_and_continue_paging() {
 async fn list_resource_version_exact_and_not_older_than() {
     let t = Target::new().await;
     let ns = t.namespace("conf-rv").await;
-    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let api: Api<Secret> = Api::namespaced(t.client.clone(), &ns);
     let a = api
-        .create(&PostParams::default(), &cm("a", &[]))
+        .create(&PostParams::default(), &secret("a", &[]))
         .await
         .unwrap();
     let rv_a = a.metadata.resource_version.clone().unwrap();
-    api.create(&PostParams::default(), &cm("b", &[]))
+    api.create(&PostParams::default(), &secret("b", &[]))
         .await
         .unwrap();
     api.delete("a", &DeleteParams::default()).await.unwrap();
@@ -812,7 +835,7 @@ async fn list_resource_version_exact_and_not_older_than() {
 async fn watch_events_and_selector_transitions() {
     let t = Target::new().await;
     let ns = t.namespace("conf-watch").await;
-    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let api: Api<Secret> = Api::namespaced(t.client.clone(), &ns);
     let list = api.list(&ListParams::default()).await.unwrap();
     let rv = list.metadata.resource_version.unwrap();
     let mut all = api
@@ -825,7 +848,7 @@ async fn watch_events_and_selector_transitions() {
         .await
         .unwrap()
         .boxed();
-    api.create(&PostParams::default(), &cm("a", &[("app", "db")]))
+    api.create(&PostParams::default(), &secret("a", &[("app", "db")]))
         .await
         .unwrap();
     api.patch(
@@ -884,11 +907,11 @@ async fn watch_events_and_selector_transitions() {
 async fn watch_list_send_initial_events_ends_with_annotated_bookmark() {
     let t = Target::new().await;
     let ns = t.namespace("conf-wl").await;
-    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
-    api.create(&PostParams::default(), &cm("a", &[]))
+    let api: Api<Secret> = Api::namespaced(t.client.clone(), &ns);
+    api.create(&PostParams::default(), &secret("a", &[]))
         .await
         .unwrap();
-    api.create(&PostParams::default(), &cm("b", &[]))
+    api.create(&PostParams::default(), &secret("b", &[]))
         .await
         .unwrap();
     let wp = WatchParams::default().initial_events();
@@ -1289,12 +1312,12 @@ async fn graceful_pod_deletion_for_scheduled_pods() {
 async fn watch_timeout_deletecollection_dry_run_and_metadata_only() {
     let t = Target::new().await;
     let ns = t.namespace("conf-misc").await;
-    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let api: Api<Secret> = Api::namespaced(t.client.clone(), &ns);
     let c = api
-        .create(&PostParams::default(), &cm("a", &[("app", "x")]))
+        .create(&PostParams::default(), &secret("a", &[("app", "x")]))
         .await
         .unwrap();
-    api.create(&PostParams::default(), &cm("b", &[("app", "y")]))
+    api.create(&PostParams::default(), &secret("b", &[("app", "y")]))
         .await
         .unwrap();
     let mut w = api
@@ -1321,7 +1344,7 @@ async fn watch_timeout_deletecollection_dry_run_and_metadata_only() {
         dry_run: true,
         ..Default::default()
     };
-    let d = api.create(&dry, &cm("dry", &[])).await.unwrap();
+    let d = api.create(&dry, &secret("dry", &[])).await.unwrap();
     assert_eq!(d.metadata.name.as_deref(), Some("dry"));
     assert!(api.get_opt("dry").await.unwrap().is_none());
     let meta = api.list_metadata(&ListParams::default()).await.unwrap();
