@@ -22,6 +22,7 @@ pub mod requests;
 pub mod resources;
 pub mod scale;
 pub mod selector;
+pub mod spec_validation;
 pub mod store;
 pub mod strategy;
 pub mod table;

@@ -72,6 +72,54 @@ fn check_value(v: &str) -> Result<(), ApiError> {
 }
 
 impl LabelSelector {
+    /// A `metav1.LabelSelector` object (matchLabels, matchExpressions) as a
+    /// selector (`LabelSelectorAsSelector`).
+    pub fn from_label_selector(v: &Value) -> LabelSelector {
+        let mut reqs = Vec::new();
+        if let Some(m) = v.get("matchLabels").and_then(Value::as_object) {
+            for (k, val) in m {
+                reqs.push(Requirement {
+                    key: k.clone(),
+                    op: Op::Equals(val.as_str().unwrap_or_default().to_string()),
+                });
+            }
+        }
+        for e in v
+            .get("matchExpressions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let key = e
+                .get("key")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let values: Vec<String> = e
+                .get("values")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|x| x.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let op = match e
+                .get("operator")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+            {
+                "In" => Op::In(values),
+                "NotIn" => Op::NotIn(values),
+                "Exists" => Op::Exists,
+                "DoesNotExist" => Op::DoesNotExist,
+                _ => continue,
+            };
+            reqs.push(Requirement { key, op });
+        }
+        LabelSelector { reqs }
+    }
+
     pub fn parse(s: &str) -> Result<LabelSelector, ApiError> {
         let mut reqs = Vec::new();
         if s.trim().is_empty() {

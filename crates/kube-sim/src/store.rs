@@ -828,11 +828,12 @@ impl Store {
                 }
             }
         }
-        let errs = crate::validation::validate_object_meta(
+        let mut errs = crate::validation::validate_object_meta(
             obj.get("metadata").unwrap_or(&Value::Null),
             def.name_rule,
             def.namespaced,
         );
+        errs.extend(crate::spec_validation::validate_create(def, obj));
         if !errs.is_empty() {
             let name = meta_str(obj, "name").to_string();
             return Err(ApiError::invalid(def.group, def.kind, &name, &errs));
