@@ -1240,7 +1240,10 @@ impl Store {
                 }
                 return Ok(DeleteOutcome::Pending(live));
             }
-            if fins.is_empty() && graceful_period == 0 && !spec_fins {
+            // The namespace registry always turns a namespace Terminating on
+            // the first DELETE (pkg/registry/core/namespace/storage/storage.go).
+            let is_namespace = def.group.is_empty() && def.resource == "namespaces";
+            if fins.is_empty() && graceful_period == 0 && !spec_fins && !is_namespace {
                 return self.delete_now(rid, &live, opts);
             }
             // Mark as deleting (markAsDeleting / BeforeDelete for graceful).
@@ -1249,7 +1252,10 @@ impl Store {
                 let m = object::meta_mut(&mut new);
                 let ts = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(graceful_period);
                 m.insert("deletionTimestamp".into(), json!(object::format_time(ts)));
-                m.insert("deletionGracePeriodSeconds".into(), json!(graceful_period));
+                if !is_namespace {
+                    // (the namespace registry sets no grace period)
+                    m.insert("deletionGracePeriodSeconds".into(), json!(graceful_period));
+                }
                 if let Some(g) = m.get("generation").and_then(Value::as_i64)
                     && g > 0
                 {
