@@ -1116,6 +1116,10 @@ async fn namespace_deletion_terminates_then_removes_content_and_namespace() {
         .expect("namespace deletion answers with the namespace");
     assert!(n.metadata.deletion_timestamp.is_some());
     assert_eq!(
+        n.metadata.deletion_grace_period_seconds, None,
+        "the namespace registry sets no grace period"
+    );
+    assert_eq!(
         n.status.and_then(|s| s.phase).as_deref(),
         Some("Terminating")
     );
