@@ -1054,6 +1054,10 @@ impl Store {
         }
         strategy::apply_defaults(def, &mut new);
         strategy::prepare_for_update(def, &mut new, old, subresource, now);
+        if def.group.is_empty() && def.resource == "services" && subresource.is_none() {
+            // A type change may need a cluster IP or node ports.
+            self.alloc.lock().allocate_service(&mut new);
+        }
         {
             let old_meta = object::meta(old).cloned().unwrap_or_default();
             let m = object::meta_mut(&mut new);

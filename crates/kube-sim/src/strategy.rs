@@ -361,15 +361,7 @@ pub fn prepare_for_update(
                 }
             }
             if def.resource == "services" && def.group.is_empty() {
-                // patchAllocatedValues: an omitted clusterIP/nodePort keeps
-                // the allocated one.
-                for key in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
-                    if new.pointer(&format!("/spec/{key}")).is_none()
-                        && let Some(v) = old.pointer(&format!("/spec/{key}"))
-                    {
-                        new["spec"][key] = v.clone();
-                    }
-                }
+                service_update(new, old);
             }
         }
     }
@@ -394,6 +386,185 @@ pub fn prepare_for_update(
                 .unwrap_or(0);
             new["metadata"]["generation"] = json!(g + 1);
         }
+    }
+}
+
+fn svc_type(svc: &Value) -> &str {
+    svc.pointer("/spec/type")
+        .and_then(Value::as_str)
+        .unwrap_or("ClusterIP")
+}
+
+/// `needsClusterIP` (pkg/registry/core/service/storage/alloc.go).
+fn needs_cluster_ip(svc: &Value) -> bool {
+    svc_type(svc) != "ExternalName"
+}
+
+/// `needsNodePort`.
+fn needs_node_port(svc: &Value) -> bool {
+    match svc_type(svc) {
+        "NodePort" => true,
+        "LoadBalancer" => svc
+            .pointer("/spec/allocateLoadBalancerNodePorts")
+            .and_then(Value::as_bool)
+            .unwrap_or(true),
+        _ => false,
+    }
+}
+
+/// `needsHCNodePort`: LoadBalancer with externalTrafficPolicy Local.
+fn needs_hc_node_port(svc: &Value) -> bool {
+    svc_type(svc) == "LoadBalancer"
+        && svc
+            .pointer("/spec/externalTrafficPolicy")
+            .and_then(Value::as_str)
+            == Some("Local")
+}
+
+fn externally_accessible(svc: &Value) -> bool {
+    matches!(svc_type(svc), "NodePort" | "LoadBalancer")
+        || svc
+            .pointer("/spec/externalIPs")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty())
+}
+
+fn node_ports(svc: &Value) -> Vec<Value> {
+    svc.pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .map(|ps| {
+            ps.iter()
+                .map(|p| p.get("nodePort").cloned().unwrap_or(Value::Null))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn remove_spec(svc: &mut Value, key: &str) {
+    if let Some(spec) = svc.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove(key);
+    }
+}
+
+/// Service updates: `patchAllocatedValues` (an omitted clusterIP or nodePort
+/// keeps the allocated one) and `dropTypeDependentFields`
+/// (pkg/registry/core/service/strategy.go: a type change clears the fields
+/// the new type does not use, when the client left them unchanged, and the
+/// load-balancer status of a Service that is no longer a LoadBalancer).
+fn service_update(new: &mut Value, old: &Value) {
+    let same = |new: &Value, key: &str| {
+        new.pointer(&format!("/spec/{key}")) == old.pointer(&format!("/spec/{key}"))
+    };
+    // patchAllocatedValues
+    if needs_cluster_ip(old) && needs_cluster_ip(new) {
+        for key in ["clusterIP", "clusterIPs"] {
+            let missing = new.pointer(&format!("/spec/{key}")).is_none_or(|v| {
+                v.is_null() || v.as_str() == Some("") || v.as_array().is_some_and(Vec::is_empty)
+            });
+            if missing && let Some(v) = old.pointer(&format!("/spec/{key}")) {
+                new["spec"][key] = v.clone();
+            }
+        }
+        for key in ["ipFamilies", "ipFamilyPolicy"] {
+            if new.pointer(&format!("/spec/{key}")).is_none()
+                && let Some(v) = old.pointer(&format!("/spec/{key}"))
+            {
+                new["spec"][key] = v.clone();
+            }
+        }
+    }
+    if needs_node_port(old) && needs_node_port(new) {
+        let old_ports: Vec<(String, Value)> = old
+            .pointer("/spec/ports")
+            .and_then(Value::as_array)
+            .map(|ps| {
+                ps.iter()
+                    .map(|p| {
+                        (
+                            p.get("name")
+                                .and_then(Value::as_str)
+                                .unwrap_or_default()
+                                .to_string(),
+                            p.get("nodePort").cloned().unwrap_or(Value::Null),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let used: Vec<Value> = node_ports(new)
+            .into_iter()
+            .filter(|v| !v.is_null())
+            .collect();
+        if let Some(Value::Array(ps)) = new.pointer_mut("/spec/ports") {
+            for p in ps.iter_mut() {
+                if p.get("nodePort")
+                    .is_none_or(|v| v.is_null() || v.as_i64() == Some(0))
+                {
+                    let name = p.get("name").and_then(Value::as_str).unwrap_or_default();
+                    if let Some((_, np)) = old_ports.iter().find(|(n, _)| n == name)
+                        && !np.is_null()
+                        && !used.contains(np)
+                    {
+                        p["nodePort"] = np.clone();
+                    }
+                }
+            }
+        }
+    }
+    if needs_hc_node_port(old)
+        && needs_hc_node_port(new)
+        && new.pointer("/spec/healthCheckNodePort").is_none()
+        && let Some(v) = old.pointer("/spec/healthCheckNodePort")
+    {
+        new["spec"]["healthCheckNodePort"] = v.clone();
+    }
+    // dropTypeDependentFields
+    if needs_cluster_ip(old) && !needs_cluster_ip(new) {
+        if same(new, "clusterIP") && same(new, "clusterIPs") {
+            remove_spec(new, "clusterIP");
+            remove_spec(new, "clusterIPs");
+        }
+        if same(new, "ipFamilies") {
+            remove_spec(new, "ipFamilies");
+        }
+        if same(new, "ipFamilyPolicy") {
+            remove_spec(new, "ipFamilyPolicy");
+        }
+    }
+    if needs_node_port(old)
+        && !needs_node_port(new)
+        && node_ports(new) == node_ports(old)
+        && let Some(Value::Array(ps)) = new.pointer_mut("/spec/ports")
+    {
+        for p in ps.iter_mut() {
+            if let Some(m) = p.as_object_mut() {
+                m.remove("nodePort");
+            }
+        }
+    }
+    if needs_hc_node_port(old) && !needs_hc_node_port(new) && same(new, "healthCheckNodePort") {
+        remove_spec(new, "healthCheckNodePort");
+    }
+    if svc_type(old) == "LoadBalancer"
+        && svc_type(new) != "LoadBalancer"
+        && same(new, "allocateLoadBalancerNodePorts")
+    {
+        remove_spec(new, "allocateLoadBalancerNodePorts");
+    }
+    if svc_type(old) == "LoadBalancer"
+        && svc_type(new) != "LoadBalancer"
+        && same(new, "loadBalancerClass")
+    {
+        remove_spec(new, "loadBalancerClass");
+    }
+    if externally_accessible(old)
+        && !externally_accessible(new)
+        && same(new, "externalTrafficPolicy")
+    {
+        remove_spec(new, "externalTrafficPolicy");
+    }
+    if svc_type(new) != "LoadBalancer" {
+        new["status"] = json!({"loadBalancer": {}});
     }
 }
 

@@ -1611,3 +1611,61 @@ async fn deletion_timestamp_cannot_be_set_by_update() {
     assert!(e.message.ends_with("field is immutable"), "{}", e.message);
     t.cleanup_namespace(&ns).await;
 }
+
+/// Service strategy (dropTypeDependentFields, patchAllocatedValues): a
+/// LoadBalancer changed to ClusterIP loses its node ports, its
+/// externalTrafficPolicy and its load-balancer status; the cluster IP stays;
+/// ClusterIP to NodePort allocates node ports.
+#[tokio::test]
+async fn service_type_change_drops_type_dependent_fields() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-svc").await;
+    let api: Api<Service> = Api::namespaced(t.client.clone(), &ns);
+    let s: Service = serde_json::from_value(json!({"metadata": {"name": "lb"}, "spec": {"type": "LoadBalancer", "ports": [{"name": "http", "port": 80}]}})).unwrap();
+    let created = api.create(&PostParams::default(), &s).await.unwrap();
+    let spec = created.spec.clone().unwrap();
+    let ip = spec.cluster_ip.clone().unwrap();
+    assert!(
+        spec.ports.as_ref().unwrap()[0].node_port.is_some(),
+        "LoadBalancer gets a node port"
+    );
+    api.patch_status(
+        "lb",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.1"}]}}})),
+    )
+    .await
+    .unwrap();
+    let s = api
+        .patch(
+            "lb",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"type": "ClusterIP"}})),
+        )
+        .await
+        .unwrap();
+    let spec = s.spec.clone().unwrap();
+    assert_eq!(spec.cluster_ip.as_deref(), Some(ip.as_str()));
+    assert_eq!(spec.ports.as_ref().unwrap()[0].node_port, None);
+    assert_eq!(spec.external_traffic_policy, None);
+    assert!(
+        s.status
+            .and_then(|st| st.load_balancer)
+            .and_then(|lb| lb.ingress)
+            .is_none(),
+        "load-balancer status cleared"
+    );
+    let s = api
+        .patch(
+            "lb",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"type": "NodePort"}})),
+        )
+        .await
+        .unwrap();
+    assert!(
+        s.spec.unwrap().ports.unwrap()[0].node_port.is_some(),
+        "NodePort allocates a node port"
+    );
+    t.cleanup_namespace(&ns).await;
+}
