@@ -9,8 +9,10 @@
 //! * the garbage collector's handling of the `orphan` and
 //!   `foregroundDeletion` finalizers (pkg/controller/garbagecollector):
 //!   dependents (by ownerReferences uid) are orphaned or deleted, then the
-//!   finalizer is removed. Background cascading deletion of dependents is
-//!   not emulated.
+//!   finalizer is removed;
+//! * background cascading deletion: when an owner is deleted, dependents
+//!   whose every owner is gone are deleted, and dangling ownerReferences of
+//!   dependents that keep another owner are removed (attemptToDeleteItem).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +29,8 @@ const MANAGER: &str = "kube-sim-controllers";
 pub(crate) async fn run(store: Arc<Store>, stop: tokio_util::sync::CancellationToken) {
     let mut changes = store.subscribe_all();
     loop {
-        let busy = reconcile_namespaces(&store) | reconcile_gc(&store);
+        let busy =
+            reconcile_namespaces(&store) | reconcile_gc(&store) | reconcile_dependents(&store);
         let wait = async {
             if busy {
                 // Work remains (e.g. objects with finalizers): poll gently.
@@ -203,4 +206,85 @@ fn reconcile_gc(store: &Store) -> bool {
         }
     }
     busy
+}
+
+/// Whether the owner an ownerReference names still exists (same uid).
+fn owner_exists(store: &Store, dependent_ns: &str, r: &Value) -> bool {
+    let api_version = r
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
+    let kind = r.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let name = r.get("name").and_then(Value::as_str).unwrap_or_default();
+    let uid = r.get("uid").and_then(Value::as_str).unwrap_or_default();
+    let Some(rid) = resources::find_kind(group, kind) else {
+        // An owner kind kube-sim does not serve: leave the reference alone.
+        return true;
+    };
+    let ns = if RESOURCES[rid].namespaced {
+        dependent_ns
+    } else {
+        ""
+    };
+    store
+        .get(rid, ns, name)
+        .is_ok_and(|o| object::meta_str(&o.value, "uid") == uid)
+}
+
+/// Background cascading deletion after owners went away. Returns whether
+/// work remains.
+fn reconcile_dependents(store: &Store) -> bool {
+    let deleted: Vec<String> = std::mem::take(&mut *store.deleted_uids.lock());
+    if deleted.is_empty() || store.owned.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+        return false;
+    }
+    let deleted: std::collections::HashSet<String> = deleted.into_iter().collect();
+    for (i, _) in RESOURCES.iter().enumerate() {
+        let (items, _) = store.snapshot(i, None);
+        for it in items {
+            let refs = it
+                .value
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let touched = refs.iter().any(|r| {
+                r.get("uid")
+                    .and_then(Value::as_str)
+                    .is_some_and(|u| deleted.contains(u))
+            });
+            if !touched {
+                continue;
+            }
+            let (ns, name) = it.key();
+            let alive: Vec<Value> = refs
+                .iter()
+                .filter(|r| owner_exists(store, &ns, r))
+                .cloned()
+                .collect();
+            if alive.is_empty() {
+                if object::meta(&it.value).is_some_and(|m| m.contains_key("deletionTimestamp")) {
+                    continue;
+                }
+                if let Err(e) = store.delete(i, &ns, &name, &DeleteOptions::default())
+                    && e.code != 404
+                {
+                    tracing::warn!(object = %name, error = %e, "garbage collector: delete failed");
+                }
+            } else if alive.len() != refs.len() {
+                let p = json!({"metadata": {"ownerReferences": alive}});
+                let _ = store.patch(
+                    i,
+                    &ns,
+                    &name,
+                    None,
+                    crate::patch::PatchKind::Merge,
+                    p.to_string().as_bytes(),
+                    &WriteOptions::manager(MANAGER),
+                );
+            }
+        }
+    }
+    false
 }

@@ -186,6 +186,10 @@ pub struct Store {
     /// Objects being deleted with a garbage-collector finalizer (`orphan`,
     /// `foregroundDeletion`) for the emulated garbage collector.
     pub(crate) gc_pending: Mutex<std::collections::BTreeSet<(ResId, Key)>>,
+    /// How many stored objects carry ownerReferences, and the uids of objects
+    /// deleted while there were any: the emulated garbage collector's work.
+    pub(crate) owned: std::sync::atomic::AtomicUsize,
+    pub(crate) deleted_uids: Mutex<Vec<String>>,
 }
 
 const GENERATE_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -276,6 +280,8 @@ impl Store {
             rng: Mutex::new(rand::rngs::StdRng::seed_from_u64(seed)),
             global: tokio::sync::watch::Sender::new(0),
             gc_pending: Mutex::new(Default::default()),
+            owned: std::sync::atomic::AtomicUsize::new(0),
+            deleted_uids: Mutex::new(Vec::new()),
             cfg,
         }
     }
@@ -563,6 +569,27 @@ impl Store {
     // --------------------------------------------------------------- commit
 
     fn push_event(&self, inner: &mut Inner, rid: ResId, ev: Event) {
+        let has_owners = |v: &Value| {
+            v.pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(|a| !a.is_empty())
+        };
+        let before = ev.prev.as_ref().is_some_and(|p| has_owners(&p.value));
+        let after = ev.ty != EventType::Deleted && has_owners(&ev.obj.value);
+        match (before, after) {
+            (false, true) => {
+                self.owned.fetch_add(1, Ordering::Relaxed);
+            }
+            (true, false) => {
+                self.owned.fetch_sub(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+        if ev.ty == EventType::Deleted && self.owned.load(Ordering::Relaxed) > 0 {
+            self.deleted_uids
+                .lock()
+                .push(meta_str(&ev.obj.value, "uid").to_string());
+        }
         let window = self.cfg.history_window.max(1);
         let st = &mut inner.res[rid];
         st.history.push_back(Arc::new(ev));

@@ -1669,3 +1669,41 @@ async fn service_type_change_drops_type_dependent_fields() {
     );
     t.cleanup_namespace(&ns).await;
 }
+
+/// Garbage collector, background propagation (the default): deleting the
+/// owner deletes dependents whose owners are all gone; a dependent with
+/// another live owner only loses the dangling reference.
+#[tokio::test]
+async fn background_cascading_deletion_of_dependents() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-bg").await;
+    let cms: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let a = cms
+        .create(&PostParams::default(), &cm("owner-a", &[]))
+        .await
+        .unwrap();
+    let b = cms
+        .create(&PostParams::default(), &cm("owner-b", &[]))
+        .await
+        .unwrap();
+    let oref = |o: &ConfigMap| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": o.metadata.name, "uid": o.metadata.uid});
+    let mut only_a = cm("only-a", &[]);
+    only_a.metadata.owner_references = serde_json::from_value(json!([oref(&a)])).unwrap();
+    cms.create(&PostParams::default(), &only_a).await.unwrap();
+    let mut both = cm("both", &[]);
+    both.metadata.owner_references = serde_json::from_value(json!([oref(&a), oref(&b)])).unwrap();
+    cms.create(&PostParams::default(), &both).await.unwrap();
+    cms.delete("owner-a", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("only-a deleted", || async {
+        cms.get_opt("only-a").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    eventually("dangling reference removed", || async {
+        let d = cms.get("both").await.unwrap();
+        (d.metadata.owner_references.unwrap_or_default().len() == 1).then_some(())
+    })
+    .await;
+    t.cleanup_namespace(&ns).await;
+}
