@@ -33,6 +33,47 @@ pub enum Command {
     FeatureGates(FeatureGatesArgs),
     /// Print the binary's version and the releases it can emulate.
     Version,
+    /// Check the release guard: may this release run in the cluster? (Exit 0
+    /// if so; 1 with the reason if not.) The chart runs it before an upgrade
+    /// or a rollback.
+    ReleaseCheck(ReleaseCheckArgs),
+}
+
+/// How to reach the cluster.
+#[derive(Debug, Clone, Args)]
+pub struct ClientArgs {
+    /// Path to a kubeconfig. Default: KUBECONFIG, ~/.kube/config, or the
+    /// in-cluster service account.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig context to use.
+    #[arg(long)]
+    pub context: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReleaseCheckArgs {
+    /// The release that is about to run.
+    #[arg(long, env = "PROTECTION_MANAGER_EMULATED_VERSION", value_parser = version_arg, default_value_t = BINARY_VERSION)]
+    pub emulated_version: Version,
+
+    /// Namespace of the release record (the manager's namespace). Default:
+    /// $POD_NAMESPACE, else the in-cluster service account's namespace, else
+    /// `default`.
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+
+    /// Name of the release record ConfigMap.
+    #[arg(long, default_value = protection_core::release_guard::DEFAULT_RECORD_NAME)]
+    pub release_record_name: String,
+
+    /// Report a skip but succeed anyway.
+    #[arg(long, default_value_t = false)]
+    pub skip_release_check: bool,
+
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 fn version_arg(s: &str) -> Result<Version, String> {
@@ -105,14 +146,8 @@ pub struct RunArgs {
     )]
     pub finalizer_profile: protection_core::FinalizerProfile,
 
-    /// Path to a kubeconfig. Default: KUBECONFIG, ~/.kube/config, or the
-    /// in-cluster service account.
-    #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
-
-    /// The kubeconfig context to use.
-    #[arg(long)]
-    pub context: Option<String>,
+    #[command(flatten)]
+    pub client: ClientArgs,
 
     /// Client-side request rate limit (requests per second); 0 disables it.
     #[arg(long, default_value_t = 50.0)]

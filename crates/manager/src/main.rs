@@ -4,6 +4,7 @@
 
 mod cli;
 mod logging;
+mod release_check;
 mod run;
 
 use std::process::ExitCode;
@@ -24,6 +25,22 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(&e),
         },
+        cli::Command::ReleaseCheck(args) => {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => return fail(&anyhow::anyhow!("starting the async runtime: {e}")),
+            };
+            match rt.block_on(release_check::release_check(&args)) {
+                Ok(line) => {
+                    println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            }
+        }
         cli::Command::Run(args) => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -56,8 +56,8 @@ pub async fn run(args: RunArgs) -> Result<()> {
     };
 
     let opts = ClientOptions {
-        kubeconfig: args.kubeconfig.clone(),
-        context: args.context.clone(),
+        kubeconfig: args.client.kubeconfig.clone(),
+        context: args.client.context.clone(),
         qps: args.kube_api_qps,
         burst: args.kube_api_burst,
         user_agent: format!("protection-manager/{}", env!("CARGO_PKG_VERSION")),
@@ -156,8 +156,13 @@ fn identity() -> String {
 }
 
 fn lease_namespace(args: &RunArgs) -> String {
-    args.leader_elect_resource_namespace
-        .clone()
+    manager_namespace(args.leader_elect_resource_namespace.clone())
+}
+
+/// An explicit namespace, else $POD_NAMESPACE, else the in-cluster service
+/// account's namespace, else `default`.
+pub fn manager_namespace(explicit: Option<String>) -> String {
+    explicit
         .or_else(|| std::env::var("POD_NAMESPACE").ok())
         .or_else(|| {
             std::fs::read_to_string(IN_CLUSTER_NAMESPACE)

@@ -223,6 +223,37 @@ async fn a_start_two_releases_away_is_refused_unless_overridden() {
         stderr.lines().last().unwrap_or_default()
     );
 
+    // The one-shot command the chart's hooks run says the same.
+    let kubeconfig = sim.kubeconfig_for(SA_USER).expect("kubeconfig");
+    let check = |v: &str| {
+        let out = std::process::Command::new(support::BIN)
+            .args([
+                "release-check",
+                "-n",
+                "default",
+                &format!("--emulated-version={v}"),
+            ])
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .output()
+            .expect("run release-check");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, text) = tokio::task::block_in_place(|| check("0.0"));
+    assert!(
+        !ok && text.contains("refusing to run as release 0.0"),
+        "{text}"
+    );
+    let (ok, text) = tokio::task::block_in_place(|| check("0.1"));
+    assert!(
+        ok && text.contains("release check passed: this cluster last ran release 0.2"),
+        "{text}"
+    );
+    println!("verified: release-check refuses 0.0 and passes 0.1 after 0.2");
+
     // The override starts, and records the new release.
     let admin = free_port();
     let mut m = start(&manager_args(

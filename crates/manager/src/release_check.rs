@@ -1,0 +1,51 @@
+//! `protection-manager release-check`: the release guard as a one-shot
+//! command (the chart runs it in a pre-upgrade / pre-rollback hook).
+
+use anyhow::{Context, Result};
+use protection_core::client::{ClientOptions, build_client, load_config};
+use protection_core::release_guard::{self, RecordLocation};
+
+use crate::cli::{ClientArgs, ReleaseCheckArgs};
+use crate::run::manager_namespace;
+
+/// A client for one-shot commands (no rate limit needed).
+pub async fn client(args: &ClientArgs) -> Result<kube::Client> {
+    let opts = ClientOptions {
+        kubeconfig: args.kubeconfig.clone(),
+        context: args.context.clone(),
+        qps: 0.0,
+        burst: 1,
+        user_agent: format!("protection-manager/{}", env!("CARGO_PKG_VERSION")),
+    };
+    let config = load_config(&opts)
+        .await
+        .context("loading the Kubernetes client configuration")?;
+    Ok(build_client(config, &opts)?)
+}
+
+/// Returns the line to print on success; an error carries the guard's reason.
+pub async fn release_check(args: &ReleaseCheckArgs) -> Result<String> {
+    let client = client(&args.client).await?;
+    let location = RecordLocation {
+        namespace: manager_namespace(args.namespace.clone()),
+        name: args.release_record_name.clone(),
+    };
+    let running = args.emulated_version;
+    let recorded = release_guard::read(&client, &location).await?;
+    match release_guard::check(recorded.as_ref(), running, &location) {
+        Ok(()) => Ok(match recorded {
+            None => format!(
+                "release check passed: no release recorded in ConfigMap {}/{} yet; {running} may run",
+                location.namespace, location.name
+            ),
+            Some(r) => format!(
+                "release check passed: this cluster last ran release {}; {running} is at most one release away",
+                r.release
+            ),
+        }),
+        Err(e) if args.skip_release_check => {
+            Ok(format!("release check skipped (--skip-release-check): {e}"))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
