@@ -37,6 +37,26 @@ pub enum Command {
     /// if so; 1 with the reason if not.) The chart runs it before an upgrade
     /// or a rollback.
     ReleaseCheck(ReleaseCheckArgs),
+    /// Explain why an object is Terminating (or what would hold it):
+    /// `explain pvc/data -n demo`, `explain pv/pv-1`, `explain svc/web -n demo`.
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ExplainArgs {
+    /// `<kind>/<name>`; kinds: pvc, pv, svc.
+    pub target: String,
+
+    /// Namespace of a PVC or Service (default `default`).
+    #[arg(long, short = 'n')]
+    pub namespace: Option<String>,
+
+    /// Name of the manager's leader Lease (looked up in every namespace).
+    #[arg(long, default_value = "protection-manager")]
+    pub lease_name: String,
+
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// How to reach the cluster.

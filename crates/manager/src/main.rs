@@ -3,6 +3,7 @@
 //! controller crates' descriptors.
 
 mod cli;
+mod explain;
 mod logging;
 mod release_check;
 mod run;
@@ -25,6 +26,22 @@ fn main() -> ExitCode {
             }
             Err(e) => fail(&e),
         },
+        cli::Command::Explain(args) => {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => return fail(&anyhow::anyhow!("starting the async runtime: {e}")),
+            };
+            match rt.block_on(explain::explain(&args)) {
+                Ok(report) => {
+                    print!("{}", report.render(k8s_openapi::jiff::Timestamp::now()));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            }
+        }
         cli::Command::ReleaseCheck(args) => {
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
