@@ -42,6 +42,7 @@
 
 pub mod batch;
 pub mod index;
+pub mod objects;
 pub mod pod;
 pub mod pv;
 pub mod pv_controller;

@@ -17,11 +17,11 @@
 //! `podUsesPVC` itself lives in [`crate::index::PodEntry::uses`], which is
 //! the same rule applied to the compact per-pod record the index keeps.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::Resource;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer};
-use std::borrow::Cow;
+
+use crate::objects::lite_meta;
 
 /// A Pod reduced to what the protection rules read.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
@@ -180,65 +180,6 @@ fn not_running(statuses: &[ContainerStatusFacts]) -> bool {
             .as_ref()
             .is_some_and(|st| st.terminated || st.waiting)
     })
-}
-
-impl Resource for PodFacts {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("Pod")
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("")
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-    fn api_version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("pods")
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
-/// Only the metadata fields the rules (and the watcher's resume) need.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct LiteMeta {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    namespace: Option<String>,
-    #[serde(default)]
-    uid: Option<String>,
-    #[serde(default)]
-    resource_version: Option<String>,
-    #[serde(default)]
-    deletion_timestamp: Option<Time>,
-    #[serde(default)]
-    deletion_grace_period_seconds: Option<i64>,
-}
-
-fn lite_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
-    let m: Option<LiteMeta> = Option::deserialize(d)?;
-    Ok(m.map(|m| ObjectMeta {
-        name: m.name,
-        namespace: m.namespace,
-        uid: m.uid,
-        resource_version: m.resource_version,
-        deletion_timestamp: m.deletion_timestamp,
-        deletion_grace_period_seconds: m.deletion_grace_period_seconds,
-        ..ObjectMeta::default()
-    })
-    .unwrap_or_default())
 }
 
 /// `true` iff the field is present and not null; its content is skipped.

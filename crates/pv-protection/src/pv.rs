@@ -10,8 +10,9 @@
 //!    emulated version) is on. Removal is never gated.
 //! 3. Otherwise nothing.
 
-use k8s_openapi::api::core::v1::PersistentVolume;
 use protection_core::finalizer::{has_finalizer, is_deleting};
+
+use crate::objects::PvFacts;
 
 /// What the controller does with one PersistentVolume.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,13 +35,13 @@ pub struct PvInUse {
 }
 
 /// upstream's "in use" for a PV: `status.phase == Bound`.
-pub fn is_bound(pv: &PersistentVolume) -> bool {
-    pv.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+pub fn is_bound(pv: &PvFacts) -> bool {
+    pv.status.phase.as_deref() == Some("Bound")
 }
 
 /// The pv-protection decision for `pv`, with `finalizer` as our finalizer
 /// name and `add_enabled` the add phase's gate.
-pub fn decide(pv: &PersistentVolume, finalizer: &str, add_enabled: bool) -> PvPlan {
+pub fn decide(pv: &PvFacts, finalizer: &str, add_enabled: bool) -> PvPlan {
     let meta = &pv.metadata;
     let present = has_finalizer(meta, finalizer);
     if is_deleting(meta) {
@@ -50,17 +51,13 @@ pub fn decide(pv: &PersistentVolume, finalizer: &str, add_enabled: bool) -> PvPl
         if !is_bound(pv) {
             return PvPlan::RemoveFinalizer;
         }
-        let claim = pv
-            .spec
-            .as_ref()
-            .and_then(|s| s.claim_ref.as_ref())
-            .and_then(|c| {
-                let name = c.name.as_deref()?;
-                Some(match c.namespace.as_deref() {
-                    Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
-                    _ => name.to_string(),
-                })
-            });
+        let claim = pv.spec.claim_ref.as_ref().and_then(|c| {
+            let name = c.name.as_deref()?;
+            Some(match c.namespace.as_deref() {
+                Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+                _ => name.to_string(),
+            })
+        });
         return PvPlan::Keep(PvInUse { claim });
     }
     if !present && add_enabled {
@@ -92,7 +89,7 @@ pub fn released_note(pv_name: &str, finalizer: &str) -> String {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{
-        ObjectReference, PersistentVolumeSpec, PersistentVolumeStatus,
+        ObjectReference, PersistentVolume, PersistentVolumeSpec, PersistentVolumeStatus,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
@@ -281,7 +278,7 @@ mod tests {
             ),
         ];
         for (row, pv, gate, want) in rows {
-            assert_eq!(decide(&pv, F, gate), want, "{row}");
+            assert_eq!(decide(&PvFacts::from(&pv), F, gate), want, "{row}");
         }
     }
 

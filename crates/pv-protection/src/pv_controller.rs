@@ -11,7 +11,6 @@
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::reflector;
@@ -22,10 +21,11 @@ use protection_core::finalizer::{PatchStyle, PhasedFinalizer};
 use protection_core::release::STORAGE_OBJECT_IN_USE_PROTECTION;
 use protection_core::{ControllerContext, ControllerError, ControllerMetrics, ControllerResult};
 
+use crate::objects::PvFacts;
 use crate::pv::{PvPlan, decide, held_note, released_note};
 use crate::runtime::{
-    ACTION_HELD, ACTION_RELEASED, Backoff, Error, EventMemory, Expectations, Observer, REASON_HELD,
-    REASON_RELEASED, Settings, resync_stream, slim,
+    ACTION_HELD, ACTION_RELEASED, Error, Observer, PerObject, REASON_HELD, REASON_RELEASED,
+    Settings, resync_stream,
 };
 
 /// Registered controller name.
@@ -34,17 +34,15 @@ pub const NAME: &str = "pv-protection";
 pub const ALIAS: &str = "persistentvolume-protection-controller";
 
 struct Shared {
-    api: Api<PersistentVolume>,
+    api: Api<PvFacts>,
     finalizer: PhasedFinalizer,
     metrics: ControllerMetrics,
     events: protection_core::events::EventRecorder,
-    backoff: Backoff,
-    expectations: Arc<Expectations>,
-    memory: Arc<EventMemory>,
+    state: Arc<PerObject>,
 }
 
 /// upstream `pvAddedUpdated`'s filter.
-fn wanted(f: &PhasedFinalizer, pv: &PersistentVolume) -> bool {
+fn wanted(f: &PhasedFinalizer, pv: &PvFacts) -> bool {
     f.needs_add(&pv.metadata) || f.is_deletion_candidate(&pv.metadata)
 }
 
@@ -61,28 +59,25 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         add_enabled,
         "starting PV protection controller"
     );
-    let api: Api<PersistentVolume> = Api::all(ctx.client.clone());
+    let api: Api<PvFacts> = Api::all(ctx.client.clone());
     let shared = Arc::new(Shared {
         api: api.clone(),
         finalizer: finalizer.clone(),
         metrics: ctx.metrics.clone(),
         events: ctx.events.clone(),
-        backoff: Backoff::default(),
-        expectations: Arc::new(Expectations::default()),
-        memory: Arc::new(EventMemory::default()),
+        state: Arc::new(PerObject::default()),
     });
 
     let (reader, writer) = reflector::store();
     let observer = Observer::new(&settings.finalizer, ctx.metrics.clone());
     let mut listed = observer.listed();
     let observer = Mutex::new(observer);
-    let (exp, mem) = (shared.expectations.clone(), shared.memory.clone());
+    let state = shared.state.clone();
     let filter = finalizer.clone();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(slim)
         .reflect(writer)
-        .inspect_ok(move |ev| observer.lock().observe(ev, &exp, &mem))
+        .inspect_ok(move |ev| observer.lock().observe(ev, &state))
         .applied_objects()
         .try_filter(move |pv| std::future::ready(wanted(&filter, pv)));
 
@@ -121,7 +116,7 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
     Ok(())
 }
 
-async fn reconcile(pv: Arc<PersistentVolume>, ctx: Arc<Shared>) -> Result<Action, Error> {
+async fn reconcile(pv: Arc<PvFacts>, ctx: Arc<Shared>) -> Result<Action, Error> {
     let timer = ctx.metrics.reconcile_started();
     let res = reconcile_inner(&pv, &ctx).await;
     timer.finish(res.is_ok());
@@ -129,9 +124,9 @@ async fn reconcile(pv: Arc<PersistentVolume>, ctx: Arc<Shared>) -> Result<Action
 }
 
 #[tracing::instrument(skip_all, fields(kind = "PersistentVolume", name = %pv.name_any()))]
-async fn reconcile_inner(pv: &PersistentVolume, ctx: &Shared) -> Result<Action, Error> {
+async fn reconcile_inner(pv: &PvFacts, ctx: &Shared) -> Result<Action, Error> {
     let key = pv.name_any();
-    if ctx.expectations.is_stale(&key, &pv.metadata) {
+    if ctx.state.expectations.is_stale(&key, &pv.metadata) {
         tracing::debug!("cache has not caught up with our last write yet; waiting for it");
         return Ok(Action::await_change());
     }
@@ -140,20 +135,20 @@ async fn reconcile_inner(pv: &PersistentVolume, ctx: &Shared) -> Result<Action, 
     match plan {
         PvPlan::AddFinalizer => {
             if ctx.finalizer.add(&ctx.api, pv).await?.wrote() {
-                ctx.expectations.wrote(&key, &pv.metadata);
+                ctx.state.expectations.wrote(&key, &pv.metadata);
                 tracing::info!(finalizer = ctx.finalizer.name(), "added finalizer to PV");
             }
         }
         PvPlan::RemoveFinalizer => {
             let uid = pv.metadata.uid.as_deref().unwrap_or_default();
-            let was_held = ctx.memory.is_held(uid);
+            let was_held = ctx.state.events.is_held(uid);
             if ctx.finalizer.remove(&ctx.api, pv).await?.wrote() {
-                ctx.expectations.wrote(&key, &pv.metadata);
+                ctx.state.expectations.wrote(&key, &pv.metadata);
                 tracing::info!(
                     finalizer = ctx.finalizer.name(),
                     "removed finalizer from PV: not Bound"
                 );
-                ctx.memory.forget(uid);
+                ctx.state.events.forget(uid);
                 if was_held {
                     let note = released_note(&key, ctx.finalizer.name());
                     ctx.events
@@ -166,7 +161,7 @@ async fn reconcile_inner(pv: &PersistentVolume, ctx: &Shared) -> Result<Action, 
             tracing::debug!(claim = ?why.claim, "keeping PV because it is being used");
             let note = held_note(&key, &why);
             if let Some(uid) = &pv.metadata.uid
-                && ctx.memory.held(uid, &note)
+                && ctx.state.events.held(uid, &note)
             {
                 ctx.events
                     .normal(&pv.object_ref(&()), REASON_HELD, ACTION_HELD, note)
@@ -175,13 +170,13 @@ async fn reconcile_inner(pv: &PersistentVolume, ctx: &Shared) -> Result<Action, 
         }
         PvPlan::Nothing => {}
     }
-    ctx.backoff.forget(&key);
+    ctx.state.backoff.forget(&key);
     Ok(Action::await_change())
 }
 
-fn error_policy(pv: Arc<PersistentVolume>, err: &Error, ctx: Arc<Shared>) -> Action {
+fn error_policy(pv: Arc<PvFacts>, err: &Error, ctx: Arc<Shared>) -> Action {
     let key = pv.name_any();
-    let delay = ctx.backoff.next(&key);
+    let delay = ctx.state.backoff.next(&key);
     tracing::warn!(
         controller = NAME,
         pv = %key,

@@ -13,10 +13,10 @@
 //!    when the add phase is on. Removal is never gated.
 //! 3. Otherwise nothing. The PVC's phase is never consulted.
 
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use protection_core::finalizer::{has_finalizer, is_deleting};
 
 use crate::index::{PodUse, Via};
+use crate::objects::PvcFacts;
 
 /// What the controller does with one PersistentVolumeClaim.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,7 +37,7 @@ pub enum PvcPlan {
 
 /// UID of the claim's controller ownerReference (upstream
 /// `metav1.GetControllerOfNoCopy`), used for `ephemeral.VolumeIsForPod`.
-pub fn controller_uid(pvc: &PersistentVolumeClaim) -> Option<&str> {
+pub fn controller_uid(pvc: &PvcFacts) -> Option<&str> {
     pvc.metadata
         .owner_references
         .as_deref()?
@@ -51,7 +51,7 @@ pub fn controller_uid(pvc: &PersistentVolumeClaim) -> Option<&str> {
 /// `cached` are the users the pod index knows; `live` the users found in a
 /// live pod LIST of the namespace, once one was made for this decision.
 pub fn decide(
-    pvc: &PersistentVolumeClaim,
+    pvc: &PvcFacts,
     finalizer: &str,
     add_enabled: bool,
     cached: &[PodUse],
@@ -115,6 +115,7 @@ mod tests {
     use super::*;
     use crate::index::{PodIndex, live_users};
     use crate::testutil::{P, pod};
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 
     const F: &str = "kubernetes.io/pvc-protection";
@@ -213,7 +214,8 @@ mod tests {
         }
         let ns = r.pvc.metadata.namespace.as_deref().unwrap();
         let name = r.pvc.metadata.name.as_deref().unwrap();
-        let owner = controller_uid(&r.pvc);
+        let facts_pvc = PvcFacts::from(&r.pvc);
+        let owner = controller_uid(&facts_pvc);
         let facts: Vec<_> = r.pods.iter().map(P::f).collect();
         let mut ix = PodIndex::new();
         if !r.informers_are_late {
@@ -223,11 +225,11 @@ mod tests {
         }
         let cached = ix.users(ns, name, owner);
         let mut acts = Vec::new();
-        let mut plan = decide(&r.pvc, F, r.gate, &cached, None);
+        let mut plan = decide(&facts_pvc, F, r.gate, &cached, None);
         if plan == PvcPlan::ConfirmLive {
             acts.push(Act::ListPods);
             let live = live_users(&facts, ns, name, owner);
-            plan = decide(&r.pvc, F, r.gate, &cached, Some(&live));
+            plan = decide(&facts_pvc, F, r.gate, &cached, Some(&live));
             assert_ne!(
                 plan,
                 PvcPlan::ConfirmLive,
@@ -506,7 +508,7 @@ mod tests {
             node: "n".into(),
             via: Via::Claim,
         };
-        let d = deleted(with_finalizer(pvc()));
+        let d = PvcFacts::from(&deleted(with_finalizer(pvc())));
         assert_eq!(
             decide(&d, F, true, &[u("a")], None),
             PvcPlan::Keep(vec![u("a")])
@@ -524,9 +526,12 @@ mod tests {
 
     #[test]
     fn controller_uid_takes_the_controller_reference() {
-        assert_eq!(controller_uid(&pvc()), None);
-        assert_eq!(controller_uid(&owned_by(pvc(), "u", true)), Some("u"));
-        assert_eq!(controller_uid(&owned_by(pvc(), "u", false)), None);
+        assert_eq!(controller_uid(&(&pvc()).into()), None);
+        assert_eq!(
+            controller_uid(&(&owned_by(pvc(), "u", true)).into()),
+            Some("u")
+        );
+        assert_eq!(controller_uid(&(&owned_by(pvc(), "u", false)).into()), None);
     }
 
     #[test]

@@ -19,7 +19,7 @@
 //!   decides again for each member with both the index and the list (a user
 //!   in either keeps it). Up to `--concurrency` namespaces are confirmed at
 //!   once, one worker per namespace (upstream's namespace workers).
-//! * Errors retry per PVC with exponential backoff ([`Backoff`]).
+//! * Errors retry per PVC with exponential backoff ([`crate::runtime::Backoff`]).
 //!
 //! Kept PVCs (kubernetes #120041). A kept PVC waits for a pod event, as
 //! upstream. The gap upstream has — a pod deleted while the watch was down
@@ -39,7 +39,6 @@ use std::sync::Arc;
 
 use futures::channel::mpsc;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::api::{Api, ListParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -57,11 +56,12 @@ use tokio_util::task::TaskTracker;
 
 use crate::batch::{Batcher, Pushed};
 use crate::index::{ClaimKey, PodIndex, live_users};
+use crate::objects::PvcFacts;
 use crate::pod::PodFacts;
 use crate::pvc::{PvcPlan, controller_uid, decide, held_note, released_note};
 use crate::runtime::{
-    ACTION_HELD, ACTION_RELEASED, Backoff, Error, EventMemory, Expectations, Observer, REASON_HELD,
-    REASON_RELEASED, Settings, object_key, resync_stream, slim,
+    ACTION_HELD, ACTION_RELEASED, Error, Observer, PerObject, REASON_HELD, REASON_RELEASED,
+    Settings, object_key, resync_stream,
 };
 
 /// Registered controller name.
@@ -69,7 +69,7 @@ pub const NAME: &str = "pvc-protection";
 /// kube-controller-manager's name for it.
 pub const ALIAS: &str = "persistentvolumeclaim-protection-controller";
 
-type Pvc = PersistentVolumeClaim;
+type Pvc = PvcFacts;
 
 struct LiveMetrics {
     lists: IntCounter,
@@ -120,9 +120,7 @@ struct Shared {
     synced: tokio::sync::watch::Sender<bool>,
     batcher: Batcher<Option<ReconcileTimer>>,
     permits: Semaphore,
-    backoff: Backoff,
-    expectations: Arc<Expectations>,
-    memory: Arc<EventMemory>,
+    state: Arc<PerObject>,
     trigger: mpsc::UnboundedSender<ObjectRef<Pvc>>,
     live: LiveMetrics,
     shutdown: CancellationToken,
@@ -164,9 +162,7 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         synced: tokio::sync::watch::Sender::new(false),
         batcher: Batcher::new(),
         permits: Semaphore::new(usize::from(ctx.concurrency.max(1))),
-        backoff: Backoff::default(),
-        expectations: Arc::new(Expectations::default()),
-        memory: Arc::new(EventMemory::default()),
+        state: Arc::new(PerObject::default()),
         trigger: trigger_tx,
         live: LiveMetrics::new(&ctx.metrics),
         shutdown: ctx.shutdown.clone(),
@@ -176,13 +172,12 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
     let observer = Observer::new(&settings.finalizer, ctx.metrics.clone());
     let mut listed = observer.listed();
     let observer = Mutex::new(observer);
-    let (exp, mem) = (shared.expectations.clone(), shared.memory.clone());
+    let state = shared.state.clone();
     let filter = finalizer.clone();
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(slim)
         .reflect(writer)
-        .inspect_ok(move |ev| observer.lock().observe(ev, &exp, &mem))
+        .inspect_ok(move |ev| observer.lock().observe(ev, &state))
         .applied_objects()
         .try_filter(move |pvc| std::future::ready(wanted(&filter, pvc)));
 
@@ -375,7 +370,7 @@ impl Shared {
                 Some(pvc) => self.confirm(&pvc, &pods).await,
             };
             match &res {
-                Ok(()) => self.backoff.forget(&key),
+                Ok(()) => self.state.backoff.forget(&key),
                 Err(e) => self.retry_later(namespace, &name, e),
             }
             if let Some(t) = timer {
@@ -386,7 +381,11 @@ impl Shared {
 
     #[tracing::instrument(skip_all, fields(kind = "PersistentVolumeClaim", namespace = pvc.metadata.namespace.as_deref().unwrap_or_default(), name = %pvc.name_any()))]
     async fn confirm(&self, pvc: &Pvc, pods: &[PodFacts]) -> Result<(), Error> {
-        if self.expectations.is_stale(&object_key(pvc), &pvc.metadata) {
+        if self
+            .state
+            .expectations
+            .is_stale(&object_key(pvc), &pvc.metadata)
+        {
             return Ok(());
         }
         let ns = pvc.metadata.namespace.as_deref().unwrap_or_default();
@@ -412,20 +411,20 @@ impl Shared {
         match plan {
             PvcPlan::AddFinalizer => {
                 if self.finalizer.add(&api, pvc).await?.wrote() {
-                    self.expectations.wrote(&key, &pvc.metadata);
+                    self.state.expectations.wrote(&key, &pvc.metadata);
                     tracing::info!(finalizer = self.finalizer.name(), "added finalizer to PVC");
                 }
             }
             PvcPlan::RemoveFinalizer => {
                 let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
-                let was_held = self.memory.is_held(uid);
+                let was_held = self.state.events.is_held(uid);
                 if self.finalizer.remove(&api, pvc).await?.wrote() {
-                    self.expectations.wrote(&key, &pvc.metadata);
+                    self.state.expectations.wrote(&key, &pvc.metadata);
                     tracing::info!(
                         finalizer = self.finalizer.name(),
                         "PVC is unused; removed finalizer"
                     );
-                    self.memory.forget(uid);
+                    self.state.events.forget(uid);
                     if was_held {
                         let note = released_note(ns, &name, self.finalizer.name());
                         self.events
@@ -438,7 +437,7 @@ impl Shared {
                 tracing::debug!(users = users.len(), "keeping PVC because it is being used");
                 let note = held_note(ns, &name, &users);
                 if let Some(uid) = &pvc.metadata.uid
-                    && self.memory.held(uid, &note)
+                    && self.state.events.held(uid, &note)
                 {
                     self.events
                         .normal(&pvc.object_ref(&()), REASON_HELD, ACTION_HELD, note)
@@ -455,7 +454,7 @@ impl Shared {
 
     /// Schedules another reconcile of a PVC after its backoff.
     fn retry_later(&self, namespace: &str, name: &str, err: &Error) {
-        let delay = self.backoff.next(&format!("{namespace}/{name}"));
+        let delay = self.state.backoff.next(&format!("{namespace}/{name}"));
         tracing::warn!(
             controller = NAME,
             pvc = %format!("{namespace}/{name}"),
@@ -485,7 +484,7 @@ async fn reconcile(pvc: Arc<Pvc>, ctx: Arc<Shared>) -> Result<Action, Error> {
         _ = ctx.wait_synced() => {}
     }
     let key = object_key(&*pvc);
-    if ctx.expectations.is_stale(&key, &pvc.metadata) {
+    if ctx.state.expectations.is_stale(&key, &pvc.metadata) {
         tracing::debug!(pvc = %key, "cache has not caught up with our last write yet; waiting for it");
         timer.finish(true);
         return Ok(Action::await_change());
@@ -506,7 +505,7 @@ async fn reconcile(pvc: Arc<Pvc>, ctx: Arc<Shared>) -> Result<Action, Error> {
     }
     let res = ctx.execute(&pvc, plan).await;
     if res.is_ok() {
-        ctx.backoff.forget(&key);
+        ctx.state.backoff.forget(&key);
     }
     timer.finish(res.is_ok());
     res.map(|()| Action::await_change())
@@ -514,7 +513,7 @@ async fn reconcile(pvc: Arc<Pvc>, ctx: Arc<Shared>) -> Result<Action, Error> {
 
 fn error_policy(pvc: Arc<Pvc>, err: &Error, ctx: Arc<Shared>) -> Action {
     let key = object_key(&*pvc);
-    let delay = ctx.backoff.next(&key);
+    let delay = ctx.state.backoff.next(&key);
     tracing::warn!(
         controller = NAME,
         pvc = %key,

@@ -223,6 +223,15 @@ impl EventMemory {
     }
 }
 
+/// Per-object memory of a controller: backoff, write expectations and the
+/// held-event memory, all dropped when the watch shows the object gone.
+#[derive(Debug, Default)]
+pub struct PerObject {
+    pub backoff: Backoff,
+    pub expectations: Expectations,
+    pub events: EventMemory,
+}
+
 /// The store key of an object: `name` (cluster-scoped) or `namespace/name`.
 pub fn object_key<K: Resource>(obj: &K) -> String {
     match obj.meta().namespace.as_deref() {
@@ -275,12 +284,8 @@ impl Observer {
         }
     }
 
-    pub fn observe<K: Resource>(
-        &mut self,
-        ev: &watcher::Event<K>,
-        expectations: &Expectations,
-        memory: &EventMemory,
-    ) {
+    pub fn observe<K: Resource>(&mut self, ev: &watcher::Event<K>, state: &PerObject) {
+        let (expectations, memory) = (&state.expectations, &state.events);
         match ev {
             watcher::Event::Apply(o) => {
                 let key = object_key(o);
@@ -292,6 +297,7 @@ impl Observer {
                 let key = object_key(o);
                 self.metrics.set_terminating(&key, None);
                 expectations.forget(&key);
+                state.backoff.forget(&key);
                 if let Some(uid) = &o.meta().uid {
                     memory.forget(uid);
                 }
@@ -318,15 +324,6 @@ impl Observer {
                 self.listed.send_replace(true);
             }
         }
-    }
-}
-
-/// Drops what no rule reads from a cached PV/PVC (managedFields and the
-/// last-applied annotation), to keep the store small.
-pub fn slim<K: Resource>(obj: &mut K) {
-    obj.meta_mut().managed_fields = None;
-    if let Some(a) = obj.meta_mut().annotations.as_mut() {
-        a.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
 }
 
@@ -441,63 +438,35 @@ mod tests {
         const F: &str = "x.io/pvc";
         let metrics = Metrics::new().unwrap().controller("pvc-protection");
         let mut o = Observer::new(F, metrics.clone());
-        let (e, mem) = (Expectations::default(), EventMemory::default());
-        o.observe(&watcher::Event::Apply(pvc("a", "ua", true, &[F])), &e, &mem);
-        o.observe(&watcher::Event::Apply(pvc("b", "ub", true, &[F])), &e, &mem);
+        let state = PerObject::default();
+        let (e, mem) = (&state.expectations, &state.events);
+        o.observe(&watcher::Event::Apply(pvc("a", "ua", true, &[F])), &state);
+        o.observe(&watcher::Event::Apply(pvc("b", "ub", true, &[F])), &state);
         o.observe(
             &watcher::Event::Apply(pvc("c", "uc", true, &["other.io/x"])),
-            &e,
-            &mem,
+            &state,
         );
-        o.observe(
-            &watcher::Event::Apply(pvc("d", "ud", false, &[F])),
-            &e,
-            &mem,
-        );
+        o.observe(&watcher::Event::Apply(pvc("d", "ud", false, &[F])), &state);
         assert_eq!(
             metrics.terminating_snapshot().0,
             2,
             "only deleting with ours"
         );
-        o.observe(
-            &watcher::Event::Delete(pvc("a", "ua", true, &[F])),
-            &e,
-            &mem,
-        );
+        o.observe(&watcher::Event::Delete(pvc("a", "ua", true, &[F])), &state);
         assert_eq!(metrics.terminating_snapshot().0, 1);
         mem.held("ub", "note");
         mem.held("gone", "note");
         e.wrote("ns/gone", &meta("gone", "1"));
         // Re-list: b was deleted during the gap, e appeared.
-        o.observe(&watcher::Event::<PersistentVolumeClaim>::Init, &e, &mem);
+        o.observe(&watcher::Event::<PersistentVolumeClaim>::Init, &state);
         o.observe(
             &watcher::Event::InitApply(pvc("e", "ue", true, &[F])),
-            &e,
-            &mem,
+            &state,
         );
         assert_eq!(metrics.terminating_snapshot().0, 1, "unchanged until done");
-        o.observe(&watcher::Event::<PersistentVolumeClaim>::InitDone, &e, &mem);
+        o.observe(&watcher::Event::<PersistentVolumeClaim>::InitDone, &state);
         assert_eq!(metrics.terminating_snapshot().0, 1);
         assert_eq!(mem.len(), 0, "held memory of vanished objects dropped");
         assert!(e.is_empty());
-    }
-
-    #[test]
-    fn slim_drops_managed_fields_and_last_applied() {
-        let mut p = pvc("a", "u", false, &[]);
-        p.metadata.managed_fields = Some(vec![Default::default()]);
-        p.metadata.annotations = Some(
-            [
-                (
-                    "kubectl.kubernetes.io/last-applied-configuration".to_string(),
-                    "{}".to_string(),
-                ),
-                ("keep".to_string(), "me".to_string()),
-            ]
-            .into(),
-        );
-        slim(&mut p);
-        assert!(p.metadata.managed_fields.is_none());
-        assert_eq!(p.metadata.annotations.unwrap().len(), 1);
     }
 }
