@@ -73,5 +73,5 @@ bench-sim:
 bench: bench-pv
 
 bench-pv:
-	$(CARGO) build --release -p protection-manager -p pv-protection --example bench_pv
+	$(CARGO) build --release -p protection-manager --bin protection-manager
 	$(CARGO) run --release -p pv-protection --example bench_pv
