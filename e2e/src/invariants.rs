@@ -1,0 +1,1085 @@
+//! The invariants, checked on the merged event order of the
+//! [`observer`](crate::observer):
+//!
+//! 1. **No claim or volume disappears while in use.** At every PVC
+//!    `DELETED` event, no scheduled pod (`spec.nodeName` set) referenced the
+//!    claim just before that resourceVersion, whatever the pod's phase or
+//!    deletion state (upstream's `podUsesPVC`); at every PV `DELETED` event,
+//!    the volume was not `Bound` (upstream's pv-protection `isBeingUsed`).
+//! 2. **No load balancer is orphaned.** When a Service is gone, cloud-sim
+//!    has no load balancer for its UID: checked after every Service
+//!    `DELETED` event, on every inventory sweep (which also catches a load
+//!    balancer created late by a stale in-flight ensure), and at the end
+//!    against the live Services.
+//! 3. **Finalizers converge.** Once faults have stopped ("calm"), every
+//!    object whose deletion was requested and which is no longer in use is
+//!    gone within [`CONVERGENCE_BOUND`], measured from the later of calm and
+//!    the moment it stopped being in use.
+//! 4. **Leadership moves within the lease duration.** After the leader is
+//!    killed, the next holder's `acquireTime` is at most the lease duration
+//!    plus a tolerance after the dead leader's last `renewTime` (see
+//!    [`Checker::tolerance`]).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use cloud_sim::LoadBalancer;
+use jiff::Timestamp;
+
+use crate::observer::{
+    Change, Kind, LeaseSummary, Observed, PodSummary, PvSummary, PvcSummary, ServiceSummary,
+    Summary,
+};
+
+/// How long after calm a releasable object may keep its finalizers.
+pub const CONVERGENCE_BOUND: Duration = Duration::from_secs(30);
+
+/// Which invariant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Invariant {
+    ClaimDeletedWhileInUse,
+    VolumeDeletedWhileBound,
+    OrphanedLoadBalancer,
+    FinalizerNotRemoved,
+    LeadershipDidNotMove,
+}
+
+impl fmt::Display for Invariant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Invariant::ClaimDeletedWhileInUse => "a PVC disappeared while a scheduled pod used it",
+            Invariant::VolumeDeletedWhileBound => "a PV disappeared while Bound",
+            Invariant::OrphanedLoadBalancer => "a load balancer outlived its Service",
+            Invariant::FinalizerNotRemoved => {
+                "a finalizer was not removed in time after faults stopped"
+            }
+            Invariant::LeadershipDidNotMove => "leadership did not move within the lease duration",
+        })
+    }
+}
+
+/// One violation with its evidence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub invariant: Invariant,
+    /// `Kind namespace/name`.
+    pub object: String,
+    /// The resourceVersion of the event that broke it, when there is one.
+    pub rv: Option<u64>,
+    pub evidence: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.invariant, self.object)?;
+        if let Some(rv) = self.rv {
+            write!(f, " at resourceVersion {rv}")?;
+        }
+        write!(f, ": {}", self.evidence)
+    }
+}
+
+/// What was checked (printed by the chaos runs).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Counts {
+    pub events: u64,
+    /// Events at or before the sync point (applied without checks).
+    pub unchecked_before_sync: u64,
+    /// Objects that vanished during a watch gap (deleted unchecked).
+    pub vanished_in_gap: u64,
+    pub pvc_deletions_checked: u64,
+    pub pv_deletions_checked: u64,
+    /// PVCs seen Terminating while a scheduled pod used them (the protection
+    /// at work).
+    pub pvcs_held_while_in_use: u64,
+    /// PVs seen Terminating while Bound.
+    pub pvs_held_while_bound: u64,
+    pub service_deletions_checked: u64,
+    /// Services deleted while they had a load balancer (ingress).
+    pub services_deleted_with_lb: u64,
+    pub cloud_sweeps: u64,
+    pub load_balancers_checked: u64,
+    pub leader_kills: u64,
+    pub leadership_moves_checked: u64,
+    pub leadership_transitions: u64,
+    /// Longest last-renew-to-acquire interval after a kill.
+    pub max_failover: Option<Duration>,
+    pub converged_after_calm: u64,
+    pub max_convergence: Option<Duration>,
+}
+
+impl Counts {
+    /// One `name value` line per count.
+    pub fn lines(&self) -> Vec<String> {
+        let secs =
+            |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{:.2}s", d.as_secs_f64()));
+        vec![
+            format!(
+                "events observed (merged by resourceVersion)   {}",
+                self.events
+            ),
+            format!(
+                "  applied before the sync point (unchecked)   {}",
+                self.unchecked_before_sync
+            ),
+            format!(
+                "  objects vanished in a watch gap (unchecked) {}",
+                self.vanished_in_gap
+            ),
+            format!(
+                "PVC deletions checked (no scheduled user)     {}",
+                self.pvc_deletions_checked
+            ),
+            format!(
+                "  PVCs held Terminating while in use          {}",
+                self.pvcs_held_while_in_use
+            ),
+            format!(
+                "PV deletions checked (not Bound)              {}",
+                self.pv_deletions_checked
+            ),
+            format!(
+                "  PVs held Terminating while Bound            {}",
+                self.pvs_held_while_bound
+            ),
+            format!(
+                "Service deletions checked (no LB left)        {}",
+                self.service_deletions_checked
+            ),
+            format!(
+                "  of which had a load balancer                {}",
+                self.services_deleted_with_lb
+            ),
+            format!(
+                "cloud inventory sweeps                        {}",
+                self.cloud_sweeps
+            ),
+            format!(
+                "  load balancers checked in sweeps            {}",
+                self.load_balancers_checked
+            ),
+            format!(
+                "leader kills (SIGKILL)                        {}",
+                self.leader_kills
+            ),
+            format!(
+                "  leadership moves checked                    {}",
+                self.leadership_moves_checked
+            ),
+            format!(
+                "  longest last-renew -> new acquire           {}",
+                secs(self.max_failover)
+            ),
+            format!(
+                "leadership transitions seen                   {}",
+                self.leadership_transitions
+            ),
+            format!(
+                "objects released after calm (finalizers gone) {}",
+                self.converged_after_calm
+            ),
+            format!(
+                "  longest calm/free -> gone                   {}",
+                secs(self.max_convergence)
+            ),
+        ]
+    }
+}
+
+/// A SIGKILL of the leader, as recorded by the chaos driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kill {
+    pub pod: String,
+    /// The Lease holder identity at the time of the kill.
+    pub identity: String,
+    pub at: Timestamp,
+}
+
+/// A measured leadership move.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Move {
+    pub killed: String,
+    pub new_holder: String,
+    pub last_renew: Timestamp,
+    pub acquired: Timestamp,
+    pub failover: Duration,
+}
+
+/// Settings of the checks.
+#[derive(Debug, Clone)]
+pub struct CheckerConfig {
+    /// The Lease's `leaseDurationSeconds` as configured.
+    pub lease_duration: Duration,
+    /// The leader election retry period as configured.
+    pub retry_period: Duration,
+    /// Namespaces whose load balancers are this run's (cloud-sim may be
+    /// shared in cluster mode).
+    pub namespaces: HashSet<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Pending {
+    kind: Kind,
+    key: String,
+    /// When it stopped being in use (None: still in use).
+    free_since: Option<Instant>,
+    finalizers: Vec<String>,
+    rv: u64,
+    reported: bool,
+}
+
+/// The state the invariants are checked against.
+#[derive(Debug, Default)]
+struct World {
+    pods: HashMap<String, PodSummary>,
+    pvcs: HashMap<String, PvcSummary>,
+    pvs: HashMap<String, PvSummary>,
+    services: HashMap<String, ServiceSummary>,
+}
+
+impl World {
+    /// Scheduled pods referencing the claim.
+    fn users(&self, ns: &str, claim: &str) -> Vec<&PodSummary> {
+        let mut v: Vec<&PodSummary> = self
+            .pods
+            .values()
+            .filter(|p| {
+                p.namespace == ns && !p.node_name.is_empty() && p.claims.iter().any(|c| c == claim)
+            })
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+}
+
+/// Checks the invariants on the merged event stream.
+#[derive(Debug)]
+pub struct Checker {
+    cfg: CheckerConfig,
+    world: World,
+    counts: Counts,
+    violations: Vec<Violation>,
+    /// Deleted Services by UID: (key, rv of the DELETED event).
+    deleted_services: HashMap<String, (String, u64)>,
+    /// UIDs deleted since the last sweep.
+    unswept: HashSet<String>,
+    orphans_reported: HashSet<String>,
+    pending: BTreeMap<(Kind, String), Pending>,
+    calm: Option<Instant>,
+    lease_history: Vec<LeaseSummary>,
+    kills: Vec<(Kill, bool)>,
+    moves: Vec<Move>,
+    held_pvcs: HashSet<String>,
+    held_pvs: HashSet<String>,
+}
+
+fn pod_key(p: &PodSummary) -> String {
+    format!("{}/{}", p.namespace, p.name)
+}
+
+fn ns_key(ns: &str, name: &str) -> String {
+    format!("{ns}/{name}")
+}
+
+impl Checker {
+    pub fn new(cfg: CheckerConfig) -> Checker {
+        Checker {
+            cfg,
+            world: World::default(),
+            counts: Counts::default(),
+            violations: Vec::new(),
+            deleted_services: HashMap::new(),
+            unswept: HashSet::new(),
+            orphans_reported: HashSet::new(),
+            pending: BTreeMap::new(),
+            calm: None,
+            lease_history: Vec::new(),
+            kills: Vec::new(),
+            moves: Vec::new(),
+            held_pvcs: HashSet::new(),
+            held_pvs: HashSet::new(),
+        }
+    }
+
+    /// The slack allowed beyond the lease duration for a leadership move:
+    /// one retry period (the API round trips of the standby's read, its
+    /// forced release of the expired Lease and its lock, on a loaded
+    /// machine) plus 1 s (kube-lease-manager sleeps a random 0-1 s after
+    /// releasing an expired Lease before taking it, to avoid collisions).
+    pub fn tolerance(&self) -> Duration {
+        self.cfg.retry_period + Duration::from_secs(1)
+    }
+
+    pub fn counts(&self) -> &Counts {
+        &self.counts
+    }
+
+    pub fn violations(&self) -> &[Violation] {
+        &self.violations
+    }
+
+    pub fn moves(&self) -> &[Move] {
+        &self.moves
+    }
+
+    /// The latest Lease state.
+    pub fn lease(&self) -> Option<&LeaseSummary> {
+        self.lease_history.last()
+    }
+
+    /// Faults have stopped: start the convergence clock.
+    pub fn set_calm(&mut self, at: Instant) {
+        self.calm = Some(at);
+    }
+
+    pub fn record_kill(&mut self, kill: Kill) {
+        self.counts.leader_kills += 1;
+        self.kills.push((kill, false));
+    }
+
+    fn violate(&mut self, invariant: Invariant, object: String, rv: Option<u64>, evidence: String) {
+        tracing::error!(%invariant, %object, ?rv, %evidence, "invariant violated");
+        self.violations.push(Violation {
+            invariant,
+            object,
+            rv,
+            evidence,
+        });
+    }
+
+    /// Applies one event (in resourceVersion order). `sync_rv`: events at or
+    /// before it only update the state.
+    pub fn apply(&mut self, ev: &Observed, sync_rv: u64) {
+        self.counts.events += 1;
+        let checked = ev.rv > sync_rv && ev.change != Change::Listed;
+        if !checked && ev.change != Change::Listed {
+            self.counts.unchecked_before_sync += 1;
+        }
+        let deleted = matches!(ev.change, Change::Deleted | Change::VanishedInGap);
+        if ev.change == Change::VanishedInGap {
+            self.counts.vanished_in_gap += 1;
+        }
+        let checked = checked && ev.change != Change::VanishedInGap;
+        match &ev.obj {
+            Summary::Pod(p) => self.apply_pod(p, deleted, ev.seen),
+            Summary::Pvc(c) => self.apply_pvc(c, deleted, checked, ev),
+            Summary::Pv(v) => self.apply_pv(v, deleted, checked, ev),
+            Summary::Service(s) => self.apply_service(s, deleted, checked, ev),
+            Summary::Lease(l) => {
+                if let Some(prev) = self.lease_history.last()
+                    && !l.holder.is_empty()
+                    && prev.holder != l.holder
+                {
+                    self.counts.leadership_transitions += 1;
+                }
+                if !deleted {
+                    self.lease_history.push(l.clone());
+                }
+            }
+        }
+    }
+
+    fn apply_pod(&mut self, p: &PodSummary, deleted: bool, seen: Instant) {
+        let key = pod_key(p);
+        let old = if deleted {
+            self.world.pods.remove(&key)
+        } else {
+            self.world.pods.insert(key, p.clone())
+        };
+        // Claims whose "in use" may have changed.
+        let mut claims: Vec<String> = p.claims.clone();
+        if let Some(o) = &old {
+            claims.extend(o.claims.iter().cloned());
+        }
+        claims.sort();
+        claims.dedup();
+        for c in claims {
+            let k = ns_key(&p.namespace, &c);
+            if self.pending.contains_key(&(Kind::Pvc, k.clone())) {
+                self.refresh_pvc(&p.namespace, &c, seen);
+            }
+        }
+    }
+
+    fn refresh_pvc(&mut self, ns: &str, name: &str, seen: Instant) {
+        let in_use = !self.world.users(ns, name).is_empty();
+        if let Some(p) = self.pending.get_mut(&(Kind::Pvc, ns_key(ns, name))) {
+            if in_use {
+                p.free_since = None;
+            } else if p.free_since.is_none() {
+                p.free_since = Some(seen);
+            }
+        }
+    }
+
+    fn apply_pvc(&mut self, c: &PvcSummary, deleted: bool, checked: bool, ev: &Observed) {
+        let key = ns_key(&c.namespace, &c.name);
+        if deleted {
+            if checked {
+                self.counts.pvc_deletions_checked += 1;
+                let users = self.world.users(&c.namespace, &c.name);
+                if !users.is_empty() {
+                    let evidence = users
+                        .iter()
+                        .map(|u| {
+                            format!(
+                                "pod {}/{} (uid {}, node {:?}, phase {:?}, deleting {}, last seen at rv {}) references it",
+                                u.namespace, u.name, u.uid, u.node_name, u.phase, u.deleting, u.rv
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                    self.violate(
+                        Invariant::ClaimDeletedWhileInUse,
+                        format!("PersistentVolumeClaim {key} (uid {})", c.uid),
+                        Some(ev.rv),
+                        format!(
+                            "DELETED with finalizers {:?} while {evidence}",
+                            c.finalizers
+                        ),
+                    );
+                }
+            }
+            self.world.pvcs.remove(&key);
+            self.converged(Kind::Pvc, &key, ev.seen);
+            return;
+        }
+        self.world.pvcs.insert(key.clone(), c.clone());
+        if c.deleting {
+            let in_use = !self.world.users(&c.namespace, &c.name).is_empty();
+            if in_use && self.held_pvcs.insert(c.uid.clone()) {
+                self.counts.pvcs_held_while_in_use += 1;
+            }
+            let entry = self
+                .pending
+                .entry((Kind::Pvc, key.clone()))
+                .or_insert_with(|| Pending {
+                    kind: Kind::Pvc,
+                    key: key.clone(),
+                    free_since: None,
+                    finalizers: vec![],
+                    rv: 0,
+                    reported: false,
+                });
+            entry.finalizers = c.finalizers.clone();
+            entry.rv = c.rv;
+            self.refresh_pvc(&c.namespace, &c.name, ev.seen);
+        }
+    }
+
+    fn apply_pv(&mut self, v: &PvSummary, deleted: bool, checked: bool, ev: &Observed) {
+        let key = v.name.clone();
+        if deleted {
+            if checked {
+                self.counts.pv_deletions_checked += 1;
+                if v.phase == "Bound" {
+                    self.violate(
+                        Invariant::VolumeDeletedWhileBound,
+                        format!("PersistentVolume {key} (uid {})", v.uid),
+                        Some(ev.rv),
+                        format!(
+                            "DELETED in phase Bound (claim {:?}, finalizers {:?})",
+                            v.claim, v.finalizers
+                        ),
+                    );
+                }
+            }
+            self.world.pvs.remove(&key);
+            self.converged(Kind::Pv, &key, ev.seen);
+            return;
+        }
+        self.world.pvs.insert(key.clone(), v.clone());
+        if v.deleting {
+            let bound = v.phase == "Bound";
+            if bound && self.held_pvs.insert(v.uid.clone()) {
+                self.counts.pvs_held_while_bound += 1;
+            }
+            let p = self
+                .pending
+                .entry((Kind::Pv, key.clone()))
+                .or_insert_with(|| Pending {
+                    kind: Kind::Pv,
+                    key: key.clone(),
+                    free_since: None,
+                    finalizers: vec![],
+                    rv: 0,
+                    reported: false,
+                });
+            p.finalizers = v.finalizers.clone();
+            p.rv = v.rv;
+            if bound {
+                p.free_since = None;
+            } else if p.free_since.is_none() {
+                p.free_since = Some(ev.seen);
+            }
+        }
+    }
+
+    fn apply_service(&mut self, s: &ServiceSummary, deleted: bool, checked: bool, ev: &Observed) {
+        let key = ns_key(&s.namespace, &s.name);
+        if deleted {
+            if checked && !s.ingress.is_empty() {
+                self.counts.services_deleted_with_lb += 1;
+            }
+            self.deleted_services
+                .insert(s.uid.clone(), (key.clone(), ev.rv));
+            if checked {
+                self.unswept.insert(s.uid.clone());
+            }
+            self.world.services.remove(&key);
+            self.converged(Kind::Service, &key, ev.seen);
+            return;
+        }
+        self.world.services.insert(key.clone(), s.clone());
+        if s.deleting {
+            let p = self
+                .pending
+                .entry((Kind::Service, key.clone()))
+                .or_insert_with(|| Pending {
+                    kind: Kind::Service,
+                    key: key.clone(),
+                    free_since: Some(ev.seen),
+                    finalizers: vec![],
+                    rv: 0,
+                    reported: false,
+                });
+            p.finalizers = s.finalizers.clone();
+            p.rv = s.rv;
+        }
+    }
+
+    fn converged(&mut self, kind: Kind, key: &str, seen: Instant) {
+        let Some(p) = self.pending.remove(&(kind, key.to_string())) else {
+            return;
+        };
+        if let (Some(calm), Some(free)) = (self.calm, p.free_since)
+            && seen >= calm
+        {
+            let start = free.max(calm);
+            let took = seen.saturating_duration_since(start);
+            self.counts.converged_after_calm += 1;
+            self.counts.max_convergence =
+                Some(self.counts.max_convergence.map_or(took, |m| m.max(took)));
+        }
+    }
+
+    /// Services deleted since the last sweep (the caller then sweeps).
+    pub fn wants_sweep(&self) -> bool {
+        !self.unswept.is_empty()
+    }
+
+    /// Checks cloud-sim's inventory: no load balancer may belong to a
+    /// Service that was deleted.
+    pub fn sweep_cloud(&mut self, lbs: &[LoadBalancer]) {
+        self.counts.cloud_sweeps += 1;
+        self.counts.service_deletions_checked += self.unswept.len() as u64;
+        self.unswept.clear();
+        for lb in lbs {
+            if !self.cfg.namespaces.contains(&lb.service.namespace) {
+                continue;
+            }
+            self.counts.load_balancers_checked += 1;
+            if let Some((key, rv)) = self.deleted_services.get(&lb.service.uid).cloned()
+                && self.orphans_reported.insert(lb.service.uid.clone())
+            {
+                self.violate(
+                    Invariant::OrphanedLoadBalancer,
+                    format!("Service {key} (uid {})", lb.service.uid),
+                    Some(rv),
+                    format!(
+                        "the Service was DELETED at resourceVersion {rv} but cloud-sim still has load balancer {} ({:?}) created {} updated {}{}",
+                        lb.name,
+                        lb.status.ingress.iter().filter_map(|i| i.ip.clone()).collect::<Vec<_>>(),
+                        lb.created_at,
+                        lb.updated_at,
+                        ""
+                    ),
+                );
+            }
+        }
+    }
+
+    /// The end of a run: every load balancer of the run's namespaces must
+    /// belong to a live Service.
+    pub fn final_cloud_check(&mut self, lbs: &[LoadBalancer], live_service_uids: &HashSet<String>) {
+        self.sweep_cloud(lbs);
+        for lb in lbs {
+            if !self.cfg.namespaces.contains(&lb.service.namespace)
+                || live_service_uids.contains(&lb.service.uid)
+                || self.orphans_reported.contains(&lb.service.uid)
+            {
+                continue;
+            }
+            self.orphans_reported.insert(lb.service.uid.clone());
+            self.violate(
+                Invariant::OrphanedLoadBalancer,
+                format!(
+                    "Service {}/{} (uid {})",
+                    lb.service.namespace, lb.service.name, lb.service.uid
+                ),
+                None,
+                format!(
+                    "no live Service has this UID but cloud-sim has load balancer {} created {} updated {}",
+                    lb.name, lb.created_at, lb.updated_at
+                ),
+            );
+        }
+    }
+
+    /// Time-based checks: finalizers overdue after calm, leadership moves.
+    /// `final_` at the end of a run (unresolved kills past the bound fail).
+    pub fn check_time(&mut self, now: Instant, now_wall: Timestamp) {
+        if let Some(calm) = self.calm {
+            let mut overdue = Vec::new();
+            for p in self.pending.values_mut() {
+                if p.reported {
+                    continue;
+                }
+                if let Some(free) = p.free_since {
+                    let start = free.max(calm);
+                    let waited = now.saturating_duration_since(start);
+                    if waited > CONVERGENCE_BOUND {
+                        p.reported = true;
+                        overdue.push((p.kind, p.key.clone(), p.rv, p.finalizers.clone(), waited));
+                    }
+                }
+            }
+            for (kind, key, rv, fins, waited) in overdue {
+                self.violate(
+                    Invariant::FinalizerNotRemoved,
+                    format!("{kind} {key}"),
+                    Some(rv),
+                    format!(
+                        "deletion requested and not in use, still present {:.1}s after calm (bound {}s) with finalizers {fins:?}",
+                        waited.as_secs_f64(),
+                        CONVERGENCE_BOUND.as_secs()
+                    ),
+                );
+            }
+        }
+        self.check_leadership(now_wall, false);
+    }
+
+    /// Evaluates recorded kills against the Lease history.
+    pub fn check_leadership(&mut self, now: Timestamp, final_: bool) {
+        let bound = self.cfg.lease_duration + self.tolerance();
+        let mut results = Vec::new();
+        for (i, (kill, done)) in self.kills.iter().enumerate() {
+            if *done {
+                continue;
+            }
+            let Some(last) = self
+                .lease_history
+                .iter()
+                .rposition(|l| l.holder == kill.identity)
+            else {
+                results.push((i, Err(format!(
+                    "the Lease history never names {} as holder (was the leader's identity read right?)",
+                    kill.identity
+                ))));
+                continue;
+            };
+            let last_renew = self.lease_history[last]
+                .renew_time
+                .or(self.lease_history[last].acquire_time);
+            let Some(last_renew) = last_renew else {
+                results.push((
+                    i,
+                    Err("the dead leader's Lease state has no renewTime".into()),
+                ));
+                continue;
+            };
+            let next = self.lease_history[last + 1..]
+                .iter()
+                .find(|l| !l.holder.is_empty() && l.holder != kill.identity);
+            match next {
+                Some(n) => {
+                    let acquired = n.acquire_time.or(n.renew_time).unwrap_or(last_renew);
+                    let failover = acquired.duration_since(last_renew);
+                    let failover = Duration::from_secs_f64(failover.as_secs_f64().max(0.0));
+                    results.push((
+                        i,
+                        Ok(Move {
+                            killed: kill.identity.clone(),
+                            new_holder: n.holder.clone(),
+                            last_renew,
+                            acquired,
+                            failover,
+                        }),
+                    ));
+                }
+                None => {
+                    let waited = now.duration_since(last_renew).as_secs_f64().max(0.0);
+                    // The observer lags a little behind the API server.
+                    if final_ || waited > bound.as_secs_f64() + 5.0 {
+                        if waited > bound.as_secs_f64() {
+                            results.push((
+                                i,
+                                Err(format!(
+                                    "no other holder took the Lease {waited:.1}s after the dead leader's last renewTime {last_renew} (bound {:.1}s)",
+                                    bound.as_secs_f64()
+                                )),
+                            ));
+                        } else if final_ {
+                            // The run ended before the lease could expire:
+                            // not a move to check.
+                            results.push((i, Err(String::new())));
+                        }
+                    }
+                }
+            }
+        }
+        for (i, r) in results {
+            let kill = self.kills[i].0.clone();
+            self.kills[i].1 = true;
+            match r {
+                Ok(m) => {
+                    self.counts.leadership_moves_checked += 1;
+                    self.counts.max_failover = Some(
+                        self.counts
+                            .max_failover
+                            .map_or(m.failover, |x| x.max(m.failover)),
+                    );
+                    if m.failover > bound {
+                        self.violate(
+                            Invariant::LeadershipDidNotMove,
+                            format!("Lease holder {}", kill.identity),
+                            None,
+                            format!(
+                                "killed at {} (pod {}); last renewTime {}, {} acquired at {}: {:.2}s > lease duration {:.0}s + tolerance {:.0}s",
+                                kill.at,
+                                kill.pod,
+                                m.last_renew,
+                                m.new_holder,
+                                m.acquired,
+                                m.failover.as_secs_f64(),
+                                self.cfg.lease_duration.as_secs_f64(),
+                                self.tolerance().as_secs_f64()
+                            ),
+                        );
+                    }
+                    self.moves.push(m);
+                }
+                Err(e) if e.is_empty() => {}
+                Err(e) => self.violate(
+                    Invariant::LeadershipDidNotMove,
+                    format!("Lease holder {}", kill.identity),
+                    None,
+                    format!("killed at {} (pod {}): {e}", kill.at, kill.pod),
+                ),
+            }
+        }
+    }
+
+    /// Objects whose deletion was requested and that are still present:
+    /// `(kind, key, in use, finalizers)`, for diagnostics.
+    pub fn pending(&self) -> Vec<(Kind, String, bool, Vec<String>)> {
+        self.pending
+            .values()
+            .map(|p| {
+                (
+                    p.kind,
+                    p.key.clone(),
+                    p.free_since.is_none(),
+                    p.finalizers.clone(),
+                )
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> CheckerConfig {
+        CheckerConfig {
+            lease_duration: Duration::from_secs(15),
+            retry_period: Duration::from_secs(2),
+            namespaces: ["ns".to_string()].into_iter().collect(),
+        }
+    }
+
+    fn at(rv: u64, change: Change, obj: Summary) -> Observed {
+        Observed {
+            rv,
+            change,
+            obj,
+            seen: Instant::now(),
+            seen_wall: Timestamp::now(),
+        }
+    }
+
+    fn pod(name: &str, node: &str, claims: &[&str], rv: u64) -> Summary {
+        Summary::Pod(PodSummary {
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            rv,
+            node_name: node.into(),
+            claims: claims.iter().map(|s| s.to_string()).collect(),
+            deleting: false,
+            phase: "Running".into(),
+        })
+    }
+
+    fn pvc(name: &str, deleting: bool, rv: u64) -> Summary {
+        Summary::Pvc(PvcSummary {
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            rv,
+            finalizers: vec!["protection-manager.io/pvc-protection".into()],
+            deleting,
+            phase: "Bound".into(),
+            volume_name: String::new(),
+        })
+    }
+
+    fn pv(name: &str, phase: &str, deleting: bool, rv: u64) -> Summary {
+        Summary::Pv(PvSummary {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            rv,
+            finalizers: vec!["protection-manager.io/pv-protection".into()],
+            deleting,
+            phase: phase.into(),
+            claim: "ns/c".into(),
+        })
+    }
+
+    fn svc(name: &str, deleting: bool, rv: u64) -> Summary {
+        Summary::Service(ServiceSummary {
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            rv,
+            finalizers: vec!["protection-manager.io/load-balancer-cleanup".into()],
+            deleting,
+            type_: "LoadBalancer".into(),
+            class: String::new(),
+            ingress: vec!["203.0.113.1".into()],
+        })
+    }
+
+    fn lease(holder: &str, acquire: i64, renew: i64, rv: u64) -> Summary {
+        Summary::Lease(LeaseSummary {
+            namespace: "pm".into(),
+            name: "pm".into(),
+            rv,
+            holder: holder.into(),
+            acquire_time: Some(Timestamp::from_second(acquire).expect("ts")),
+            renew_time: Some(Timestamp::from_second(renew).expect("ts")),
+            lease_duration_seconds: Some(15),
+            transitions: 0,
+        })
+    }
+
+    #[test]
+    fn a_claim_deleted_while_a_scheduled_pod_uses_it_is_a_violation() {
+        let mut c = Checker::new(cfg());
+        c.apply(&at(2, Change::Added, pvc("c", false, 2)), 1);
+        c.apply(&at(3, Change::Added, pod("p", "node-1", &["c"], 3)), 1);
+        c.apply(&at(4, Change::Modified, pvc("c", true, 4)), 1);
+        assert_eq!(c.counts().pvcs_held_while_in_use, 1);
+        c.apply(&at(5, Change::Deleted, pvc("c", true, 5)), 1);
+        assert_eq!(c.violations().len(), 1);
+        let v = &c.violations()[0];
+        assert_eq!(v.invariant, Invariant::ClaimDeletedWhileInUse);
+        assert_eq!(v.rv, Some(5));
+        assert!(v.to_string().contains("pod ns/p"), "{v}");
+        assert!(v.to_string().contains("last seen at rv 3"), "{v}");
+    }
+
+    #[test]
+    fn unscheduled_or_deleted_pods_do_not_hold_a_claim() {
+        let mut c = Checker::new(cfg());
+        c.apply(&at(2, Change::Added, pvc("c", false, 2)), 1);
+        // Scheduled, then deleted before the claim goes.
+        c.apply(&at(3, Change::Added, pod("p", "node-1", &["c"], 3)), 1);
+        c.apply(&at(4, Change::Deleted, pod("p", "node-1", &["c"], 4)), 1);
+        // Never scheduled (Unschedulable on a Terminating claim).
+        c.apply(&at(5, Change::Added, pod("q", "", &["c"], 5)), 1);
+        // Another claim's user.
+        c.apply(&at(6, Change::Added, pod("r", "node-1", &["other"], 6)), 1);
+        c.apply(&at(7, Change::Deleted, pvc("c", true, 7)), 1);
+        assert!(c.violations().is_empty(), "{:?}", c.violations());
+        assert_eq!(c.counts().pvc_deletions_checked, 1);
+    }
+
+    #[test]
+    fn a_terminating_pod_still_holds_its_claim() {
+        let mut c = Checker::new(cfg());
+        let mut p = pod("p", "node-1", &["c"], 3);
+        if let Summary::Pod(x) = &mut p {
+            x.deleting = true;
+            x.phase = "Succeeded".into();
+        }
+        c.apply(&at(3, Change::Added, p), 1);
+        c.apply(&at(4, Change::Deleted, pvc("c", true, 4)), 1);
+        assert_eq!(c.violations().len(), 1);
+    }
+
+    #[test]
+    fn events_before_the_sync_point_are_not_checked() {
+        let mut c = Checker::new(cfg());
+        c.apply(&at(3, Change::Listed, pod("p", "node-1", &["c"], 3)), 10);
+        c.apply(&at(5, Change::Deleted, pvc("c", true, 5)), 10);
+        assert!(c.violations().is_empty());
+        assert_eq!(c.counts().unchecked_before_sync, 1);
+        assert_eq!(c.counts().pvc_deletions_checked, 0);
+    }
+
+    #[test]
+    fn a_volume_deleted_while_bound_is_a_violation() {
+        let mut c = Checker::new(cfg());
+        c.apply(&at(2, Change::Modified, pv("v", "Bound", true, 2)), 1);
+        assert_eq!(c.counts().pvs_held_while_bound, 1);
+        c.apply(&at(3, Change::Deleted, pv("v", "Released", true, 3)), 1);
+        assert!(c.violations().is_empty());
+        c.apply(&at(4, Change::Deleted, pv("w", "Bound", true, 4)), 1);
+        assert_eq!(c.violations().len(), 1);
+        assert_eq!(
+            c.violations()[0].invariant,
+            Invariant::VolumeDeletedWhileBound
+        );
+        assert_eq!(c.counts().pv_deletions_checked, 2);
+    }
+
+    fn lb(uid: &str, ns: &str) -> LoadBalancer {
+        serde_json::from_value(serde_json::json!({
+            "uid": uid, "name": format!("lb-{uid}"),
+            "service": {"namespace": ns, "name": "s", "uid": uid},
+            "spec": {"ports": [{"port": 80}]},
+            "nodes": [], "status": {"ingress": [{"ip": "203.0.113.1"}]},
+            "createdAt": "2026-01-01T00:00:00Z", "updatedAt": "2026-01-01T00:00:00Z",
+            "generation": 1
+        }))
+        .expect("lb json")
+    }
+
+    #[test]
+    fn a_load_balancer_of_a_deleted_service_is_an_orphan() {
+        let mut c = Checker::new(cfg());
+        c.apply(&at(2, Change::Added, svc("s", false, 2)), 1);
+        c.sweep_cloud(&[lb("uid-s", "ns")]);
+        assert!(c.violations().is_empty());
+        c.apply(&at(3, Change::Deleted, svc("s", true, 3)), 1);
+        assert!(c.wants_sweep());
+        c.sweep_cloud(&[]);
+        assert!(c.violations().is_empty());
+        assert_eq!(c.counts().service_deletions_checked, 1);
+        assert_eq!(c.counts().services_deleted_with_lb, 1);
+        // Created late by a stale ensure: still caught, once.
+        c.sweep_cloud(&[lb("uid-s", "ns")]);
+        c.sweep_cloud(&[lb("uid-s", "ns")]);
+        assert_eq!(c.violations().len(), 1);
+        assert_eq!(c.violations()[0].invariant, Invariant::OrphanedLoadBalancer);
+        // Other namespaces' load balancers are not this run's.
+        let mut c = Checker::new(cfg());
+        c.apply(&at(3, Change::Deleted, svc("s", true, 3)), 1);
+        c.sweep_cloud(&[lb("uid-s", "elsewhere")]);
+        assert!(c.violations().is_empty());
+    }
+
+    #[test]
+    fn the_final_check_wants_a_live_service_for_every_load_balancer() {
+        let mut c = Checker::new(cfg());
+        let live: HashSet<String> = ["uid-live".to_string()].into_iter().collect();
+        c.final_cloud_check(&[lb("uid-live", "ns"), lb("uid-ghost", "ns")], &live);
+        assert_eq!(c.violations().len(), 1);
+        assert!(c.violations()[0].object.contains("uid-ghost"));
+    }
+
+    #[test]
+    fn finalizers_must_go_within_the_bound_after_calm() {
+        let mut c = Checker::new(cfg());
+        let t0 = Instant::now();
+        c.apply(&at(2, Change::Added, pod("p", "node-1", &["c"], 2)), 1);
+        c.apply(&at(3, Change::Modified, pvc("c", true, 3)), 1);
+        c.apply(&at(4, Change::Modified, svc("s", true, 4)), 1);
+        c.set_calm(t0);
+        // In use: never overdue.
+        c.check_time(t0 + Duration::from_secs(120), Timestamp::now());
+        let overdue: Vec<_> = c.violations().iter().map(|v| v.object.clone()).collect();
+        assert_eq!(overdue, vec!["Service ns/s".to_string()]);
+        assert_eq!(c.pending().len(), 2);
+        // The pod goes: the claim is free from then on.
+        c.apply(&at(5, Change::Deleted, pod("p", "node-1", &["c"], 5)), 1);
+        let pending = c.pending();
+        assert!(
+            pending
+                .iter()
+                .any(|(k, key, in_use, _)| *k == Kind::Pvc && key == "ns/c" && !in_use)
+        );
+        c.apply(&at(6, Change::Deleted, pvc("c", true, 6)), 1);
+        assert_eq!(c.counts().converged_after_calm, 1);
+        assert!(c.counts().max_convergence.is_some());
+        assert_eq!(c.violations().len(), 1, "reported once");
+    }
+
+    #[test]
+    fn a_leadership_move_is_measured_from_the_last_renewal() {
+        let mut c = Checker::new(cfg());
+        c.apply(&at(2, Change::Added, lease("a_1", 100, 100, 2)), 1);
+        c.apply(&at(3, Change::Modified, lease("a_1", 100, 110, 3)), 1);
+        c.record_kill(Kill {
+            pod: "a".into(),
+            identity: "a_1".into(),
+            at: Timestamp::from_second(111).expect("ts"),
+        });
+        // Forced release, then the standby locks 16 s after the last renewal.
+        c.apply(&at(4, Change::Modified, lease("", 100, 110, 4)), 1);
+        c.apply(&at(5, Change::Modified, lease("b_1", 126, 126, 5)), 1);
+        c.check_leadership(Timestamp::from_second(130).expect("ts"), false);
+        assert!(c.violations().is_empty(), "{:?}", c.violations());
+        assert_eq!(c.counts().leadership_moves_checked, 1);
+        assert_eq!(c.counts().max_failover, Some(Duration::from_secs(16)));
+        assert_eq!(c.counts().leadership_transitions, 1);
+        // A slow move: 19 s > 15 s + 3 s.
+        c.apply(&at(6, Change::Modified, lease("b_1", 126, 130, 6)), 1);
+        c.record_kill(Kill {
+            pod: "b".into(),
+            identity: "b_1".into(),
+            at: Timestamp::from_second(131).expect("ts"),
+        });
+        c.apply(&at(7, Change::Modified, lease("c_1", 149, 149, 7)), 1);
+        c.check_leadership(Timestamp::from_second(150).expect("ts"), false);
+        assert_eq!(c.violations().len(), 1);
+        assert_eq!(c.violations()[0].invariant, Invariant::LeadershipDidNotMove);
+        assert!(
+            c.violations()[0].evidence.contains("19.00s"),
+            "{}",
+            c.violations()[0]
+        );
+    }
+
+    #[test]
+    fn no_new_holder_at_all_is_a_violation_once_past_the_bound() {
+        let mut c = Checker::new(cfg());
+        c.apply(&at(2, Change::Added, lease("a_1", 100, 100, 2)), 1);
+        c.record_kill(Kill {
+            pod: "a".into(),
+            identity: "a_1".into(),
+            at: Timestamp::from_second(101).expect("ts"),
+        });
+        c.check_leadership(Timestamp::from_second(110).expect("ts"), false);
+        assert!(c.violations().is_empty());
+        c.check_leadership(Timestamp::from_second(112).expect("ts"), true);
+        assert!(
+            c.violations().is_empty(),
+            "the run ended before the bound: nothing to judge"
+        );
+        let mut c = Checker::new(cfg());
+        c.apply(&at(2, Change::Added, lease("a_1", 100, 100, 2)), 1);
+        c.record_kill(Kill {
+            pod: "a".into(),
+            identity: "a_1".into(),
+            at: Timestamp::from_second(101).expect("ts"),
+        });
+        c.check_leadership(Timestamp::from_second(140).expect("ts"), false);
+        assert_eq!(c.violations().len(), 1);
+        assert!(c.violations()[0].evidence.contains("no other holder"));
+    }
+}
