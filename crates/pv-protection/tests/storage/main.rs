@@ -11,3 +11,4 @@ mod gates;
 mod profile;
 mod retries;
 mod watch_gap;
+mod lifecycle;
