@@ -28,7 +28,10 @@ async fn pvc_protection_is_ready_only_once_the_pod_index_has_synced() {
     };
     wait_until("the PVC list was answered", || async { pvc_listed() }).await;
     let pods_listed = h.sim.requests().count(
-        &RequestFilter::default().user(USER).verb("list").resource("pods"),
+        &RequestFilter::default()
+            .user(USER)
+            .verb("list")
+            .resource("pods"),
     );
     assert_eq!(pods_listed, 0, "the pod LIST is still held back");
     assert!(!c.ready.is_ready(), "not ready before the pod index synced");

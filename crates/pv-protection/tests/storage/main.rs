@@ -8,7 +8,7 @@ mod accounting;
 mod batching;
 mod e2e;
 mod gates;
+mod lifecycle;
 mod profile;
 mod retries;
 mod watch_gap;
-mod lifecycle;
