@@ -142,3 +142,55 @@ async fn bound_pv_is_not_removed_until_the_claim_is_deleted_and_it_leaves_bound(
     h.wait_pv_gone("pv-e2e").await;
     h.wait_event("", "pv-e2e", "FinalizerReleased").await;
 }
+
+#[tokio::test]
+async fn a_terminating_pod_keeps_its_claim_until_it_is_gone() {
+    verifies(
+        "with graceful pod deletion, a pod that is Terminating (deletionTimestamp set, grace \
+         period running) still keeps its PVC; the PVC goes once the kubelet's final delete \
+         removes the pod",
+    );
+    let h = Harness::new(Setup {
+        pod_graceful_deletion: true,
+        ..Setup::default()
+    })
+    .await;
+    let _c = h.start(Which::Pvc).await;
+    h.namespace("grace").await;
+    h.create_pvc("grace", "data", &[]).await;
+    let mut p = crate::support::pod("grace", "web-0", "data", Some("node-1"));
+    p.spec.as_mut().unwrap().termination_grace_period_seconds = Some(2);
+    h.pods("grace")
+        .create(&Default::default(), &p)
+        .await
+        .expect("create pod");
+    h.wait_pvc_finalizer("grace", "data").await;
+    h.delete_pvc("grace", "data").await;
+    h.wait_event("grace", "data", "FinalizerHeld").await;
+    let before = h.reconciles("pvc-protection");
+    h.delete_pod("grace", "web-0").await;
+    let pod = h
+        .pods("grace")
+        .get_opt("web-0")
+        .await
+        .unwrap()
+        .expect("pod kept");
+    assert!(
+        pod.metadata.deletion_timestamp.is_some(),
+        "pod is Terminating"
+    );
+    // The pod's Terminating update re-checks the claim (no container runs,
+    // so upstream's IsPodTerminated holds): still in use.
+    h.wait_reconciles("pvc-protection", before, 1.0).await;
+    assert!(
+        h.get_pvc("grace", "data").await.is_some(),
+        "the PVC outlives its Terminating pod"
+    );
+    // The kubelet (emulated) finishes: DELETE with gracePeriodSeconds=0.
+    h.pods("grace")
+        .delete("web-0", &kube::api::DeleteParams::default().grace_period(0))
+        .await
+        .expect("final delete");
+    h.wait_pvc_gone("grace", "data").await;
+    assert!(h.pods("grace").get_opt("web-0").await.unwrap().is_none());
+}

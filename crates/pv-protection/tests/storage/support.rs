@@ -42,6 +42,8 @@ pub struct Setup {
     pub resync: Duration,
     pub concurrency: u16,
     pub admission: bool,
+    /// kube-sim keeps scheduled pods Terminating for their grace period.
+    pub pod_graceful_deletion: bool,
 }
 
 impl Default for Setup {
@@ -53,6 +55,7 @@ impl Default for Setup {
             resync: Duration::ZERO,
             concurrency: 4,
             admission: false,
+            pod_graceful_deletion: false,
         }
     }
 }
@@ -107,6 +110,7 @@ impl Harness {
             .try_init();
         let sim = KubeSim::start(SimConfig {
             storage_protection_admission: setup.admission,
+            pod_graceful_deletion: setup.pod_graceful_deletion,
             ..SimConfig::default()
         })
         .await
