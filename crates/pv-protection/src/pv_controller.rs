@@ -107,7 +107,9 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
                 Err(kube::runtime::controller::Error::ObjectNotFound(r)) => {
                     tracing::debug!(controller = NAME, object = %r, "object gone before its reconcile")
                 }
-                Err(e) => tracing::warn!(controller = NAME, error = %e, "reconcile failed"),
+                // Reconcile errors were logged by the error policy.
+                Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {}
+                Err(e) => tracing::warn!(controller = NAME, error = %e, "controller stream error"),
             }
         })
         .await;

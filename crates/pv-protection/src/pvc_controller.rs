@@ -215,7 +215,9 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
                 Err(kube::runtime::controller::Error::ObjectNotFound(r)) => {
                     tracing::debug!(controller = NAME, object = %r, "object gone before its reconcile")
                 }
-                Err(e) => tracing::warn!(controller = NAME, error = %e, "reconcile failed"),
+                // Reconcile errors were logged by the error policy.
+                Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {}
+                Err(e) => tracing::warn!(controller = NAME, error = %e, "controller stream error"),
             }
         })
         .await;
@@ -474,6 +476,7 @@ impl Shared {
     }
 }
 
+#[tracing::instrument(skip_all, fields(kind = "PersistentVolumeClaim", namespace = pvc.metadata.namespace.as_deref().unwrap_or_default(), name = %pvc.name_any()))]
 async fn reconcile(pvc: Arc<Pvc>, ctx: Arc<Shared>) -> Result<Action, Error> {
     let timer = ctx.metrics.reconcile_started();
     tokio::select! {
