@@ -345,6 +345,8 @@ impl Host {
         let mut failure: Option<HostError> = None;
         let mut finished: Option<usize> = None;
         tokio::select! {
+            // A stop request wins over a controller that ended because of it.
+            biased;
             _ = token.cancelled() => {}
             reason = lost => {
                 tracing::error!(error = %reason, "leadership lost; stopping controllers");
@@ -353,11 +355,13 @@ impl Host {
             }
             (res, idx) = first_to_finish(&mut handles) => {
                 let name = names[idx];
-                failure = Some(match res {
-                    Ok(Ok(())) => HostError::ControllerExited(name.to_string()),
-                    Ok(Err(e)) => e.into(),
-                    Err(join) => HostError::ControllerExited(format!("{name} ({join})")),
-                });
+                failure = match res {
+                    // Stopped because shutdown began meanwhile: clean.
+                    Ok(Ok(())) if token.is_cancelled() => None,
+                    Ok(Ok(())) => Some(HostError::ControllerExited(name.to_string())),
+                    Ok(Err(e)) => Some(e.into()),
+                    Err(join) => Some(HostError::ControllerExited(format!("{name} ({join})"))),
+                };
                 finished = Some(idx);
             }
         }
