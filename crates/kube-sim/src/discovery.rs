@@ -69,7 +69,11 @@ fn subresources(r: &ResourceDef) -> Vec<(&'static str, Vec<&'static str>)> {
     if r.group.is_empty() && r.resource == "namespaces" {
         out.push(("finalize", vec!["update"]));
     }
-    if r.group == "apps" && r.resource == "deployments" {
+    if r.group.is_empty() && r.resource == "pods" {
+        out.push(("binding", vec!["create"]));
+        out.push(("log", vec!["get"]));
+    }
+    if r.group == "apps" && matches!(r.resource, "deployments" | "replicasets") {
         out.push(("scale", vec!["get", "patch", "update"]));
     }
     if r.has_status {
@@ -82,6 +86,8 @@ fn subresources(r: &ResourceDef) -> Vec<(&'static str, Vec<&'static str>)> {
 fn sub_kind(r: &ResourceDef, sub: &str) -> (&'static str, &'static str, &'static str) {
     if sub == "scale" {
         ("autoscaling", "v1", "Scale")
+    } else if sub == "binding" {
+        ("", "v1", "Binding")
     } else {
         (r.group, r.version, r.kind)
     }

@@ -56,6 +56,8 @@ pub(crate) struct State {
     pub server_address: parking_lot::Mutex<String>,
     pub bookmark_interval: Duration,
     pub shutdown: CancellationToken,
+    /// What the emulated kubelets run (`pods/log`, `/_sim/pods`).
+    pub runtimes: Arc<crate::cluster::PodRuntimes>,
 }
 
 const JSON: &str = "application/json";
@@ -157,7 +159,9 @@ fn route(path: &str) -> Result<Option<Target2>, ApiError> {
     match sub {
         "" => {}
         "status" if def.has_status => {}
-        "scale" if def.group == "apps" && def.resource == "deployments" => {}
+        "scale" if def.group == "apps" && matches!(def.resource, "deployments" | "replicasets") => {
+        }
+        "binding" | "log" if def.group.is_empty() && def.resource == "pods" => {}
         "finalize" if def.group.is_empty() && def.resource == "namespaces" => {}
         _ => return Err(not_found_path()),
     }
@@ -622,6 +626,12 @@ async fn resource_request(
             crate::scale::handle(store, rid, &ns, &name, &method, ct.as_deref(), &body, &opts)?;
         return Ok(value_response(200, &scale));
     }
+    if sub == Some("binding") {
+        return bind_pod(store, &method, req, &ns, &name, &q).await;
+    }
+    if sub == Some("log") {
+        return crate::cluster::logs::serve(state, &method, &ns, &name, &q).await;
+    }
     match method {
         Method::GET | Method::HEAD if watch => {
             let mut opts = list_options(&q, def)?;
@@ -820,6 +830,75 @@ async fn resource_request(
             "the server does not allow this method on the requested resource",
         )),
     }
+}
+
+/// POST `pods/<name>/binding` (BindingREST.Create): answers `201` with a
+/// Success `Status`.
+async fn bind_pod(
+    store: &Store,
+    method: &Method,
+    req: Request<Incoming>,
+    ns: &str,
+    name: &str,
+    q: &Query,
+) -> Result<Response<RespBody>, ApiError> {
+    let gr = crate::error::GroupResource::new("", "pods/binding");
+    if *method != Method::POST {
+        return Err(ApiError::method_not_supported(
+            &gr,
+            &method.as_str().to_ascii_lowercase(),
+        ));
+    }
+    let (ct, body) = read_body(req).await?;
+    let binding = decode_object(ct.as_deref(), &body)?;
+    if let Some(k) = binding.get("kind").and_then(Value::as_str)
+        && !k.is_empty()
+        && k != "Binding"
+    {
+        return Err(ApiError::bad_request(format!(
+            "the object provided is unrecognized (must be of type Binding): {k}"
+        )));
+    }
+    let body_name = object::meta_str(&binding, "name");
+    if !body_name.is_empty() && body_name != name {
+        return Err(ApiError::bad_request(
+            "name in URL does not match name in Binding object",
+        ));
+    }
+    // ValidatePodBinding.
+    let target = binding.get("target").cloned().unwrap_or(Value::Null);
+    let target_name = target.get("name").and_then(Value::as_str).unwrap_or("");
+    let target_kind = target.get("kind").and_then(Value::as_str).unwrap_or("");
+    let mut errs = Vec::new();
+    if target_name.is_empty() {
+        errs.push(FieldError::required("target.name", ""));
+    }
+    if !target_kind.is_empty() && target_kind != "Node" {
+        errs.push(FieldError::not_supported(
+            "target.kind",
+            json!(target_kind),
+            &["Node", "<empty>"],
+        ));
+    }
+    if !errs.is_empty() {
+        return Err(ApiError::invalid("", "Binding", name, &errs));
+    }
+    let annotations = object::meta(&binding)
+        .and_then(|m| m.get("annotations"))
+        .and_then(Value::as_object);
+    let uid = object::meta_str(&binding, "uid");
+    store.bind_pod(
+        ns,
+        name,
+        target_name,
+        annotations,
+        Some(uid),
+        q.get("dryRun") == Some("All"),
+    )?;
+    Ok(value_response(
+        201,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
 }
 
 /// `fieldValidation` for create/update: unknown fields are an error under

@@ -8,6 +8,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod admin;
+pub mod cluster;
 pub mod controllers;
 pub mod discovery;
 pub mod error;
@@ -38,6 +39,9 @@ use std::time::Duration;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::cluster::{
+    ClusterConfig, ImageMapping, KubeletConfig, PodProcess, PodRuntimes, Signal, SignalError,
+};
 pub use crate::error::ApiError;
 pub use crate::faults::{FaultAction, FaultRule, Faults};
 pub use crate::requests::{Counter, RequestFilter, RequestRecord, Requests};
@@ -64,6 +68,8 @@ pub enum SimError {
         "invalid user name {0:?}: must be non-empty and contain only printable ASCII without spaces"
     )]
     User(String),
+    #[error("cluster emulation: {0}")]
+    Cluster(String),
 }
 
 /// How to run the simulator.
@@ -90,8 +96,11 @@ pub struct SimConfig {
     pub bookmark_interval: Duration,
     /// Pods bound to a node get graceful deletion (deletionTimestamp in the
     /// future, object kept) as with a kubelet; default false: pods go at once
-    /// (finalizers still honoured).
+    /// (finalizers still honoured). Always on when the kubelet is emulated.
     pub pod_graceful_deletion: bool,
+    /// Emulated cluster components (scheduler, controllers, kubelets, PV
+    /// binder); all off by default.
+    pub cluster: ClusterConfig,
 }
 
 impl Default for SimConfig {
@@ -106,6 +115,7 @@ impl Default for SimConfig {
             request_log_capacity: 100_000,
             bookmark_interval: Duration::from_secs(60),
             pod_graceful_deletion: false,
+            cluster: ClusterConfig::default(),
         }
     }
 }
@@ -119,7 +129,7 @@ pub struct KubeSim {
     server: Option<tokio::task::JoinHandle<()>>,
 }
 
-fn kubeconfig_yaml(url: &str, user: &str) -> String {
+pub(crate) fn kubeconfig_yaml(url: &str, user: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sim\n  cluster:\n    server: {url}\nusers:\n- name: {user}\n  user:\n    token: {user}\ncontexts:\n- name: kube-sim\n  context:\n    cluster: kube-sim\n    user: {user}\n    namespace: default\ncurrent-context: kube-sim\n"
     )
@@ -149,9 +159,12 @@ impl KubeSim {
         let store = Arc::new(Store::new(crate::store::StoreConfig {
             history_window: cfg.history_window,
             storage_protection: AtomicBool::new(cfg.storage_protection_admission),
-            pod_graceful_deletion: cfg.pod_graceful_deletion,
+            pod_graceful_deletion: cfg.pod_graceful_deletion || cfg.cluster.kubelet,
             seed: cfg.seed,
         }));
+        cfg.cluster
+            .validate()
+            .map_err(|e| SimError::Cluster(e.to_string()))?;
         seed_objects(&store).map_err(SimError::Seed)?;
         let addr = SocketAddr::new(cfg.bind, cfg.port);
         let listener = tokio::net::TcpListener::bind(addr)
@@ -167,6 +180,7 @@ impl KubeSim {
             server_address: parking_lot::Mutex::new(addr.to_string()),
             bookmark_interval: cfg.bookmark_interval,
             shutdown: CancellationToken::new(),
+            runtimes: Arc::new(PodRuntimes::default()),
         });
         let dir = std::env::temp_dir().join(format!(
             "kube-sim-{}-{}-{}",
@@ -189,6 +203,30 @@ impl KubeSim {
             state.store.clone(),
             state.shutdown.clone(),
         ));
+        if cfg.cluster.any() {
+            let root = cfg
+                .cluster
+                .kubelet_config
+                .root_dir
+                .clone()
+                .unwrap_or_else(|| dir.join("kubelet"));
+            let clients = crate::cluster::Clients {
+                url: url.clone(),
+                dir: dir.clone(),
+            };
+            if let Err(e) = crate::cluster::start(
+                &cfg.cluster,
+                clients,
+                state.runtimes.clone(),
+                root,
+                state.shutdown.clone(),
+            )
+            .await
+            {
+                state.shutdown.cancel();
+                return Err(SimError::Cluster(e));
+            }
+        }
         tracing::info!(%url, kubeconfig = %kubeconfig.display(), "kube-sim listening");
         Ok(KubeSim {
             state,
@@ -305,12 +343,46 @@ impl KubeSim {
         self.state.store.set_storage_protection(on)
     }
 
-    /// Stops serving and ends every open connection and watch.
+    /// What the emulated kubelets run (empty without kubelet emulation).
+    pub fn runtimes(&self) -> Arc<PodRuntimes> {
+        self.state.runtimes.clone()
+    }
+
+    /// Every pod the emulated kubelets run, with container pids, restart
+    /// counts, host ports and log paths (also `GET /_sim/pods`).
+    pub fn pod_processes(&self) -> Vec<PodProcess> {
+        self.state.runtimes.list()
+    }
+
+    /// The pod `ns/name` as its kubelet runs it.
+    pub fn pod_process(&self, ns: &str, name: &str) -> Option<PodProcess> {
+        self.state.runtimes.get(ns, name)
+    }
+
+    /// The chaos hook: sends `sig` to the process of `container` (all
+    /// containers when None) of pod `ns/name`; returns the pids signalled
+    /// (also `POST /_sim/pods/{ns}/{name}/signal?sig=KILL&container=c`).
+    pub fn signal_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        container: Option<&str>,
+        sig: Signal,
+    ) -> Result<Vec<u32>, SignalError> {
+        self.state.runtimes.signal(ns, name, container, sig)
+    }
+
+    /// Stops serving and ends every open connection and watch; emulated
+    /// kubelets kill their processes.
     pub async fn shutdown(mut self) {
         self.state.shutdown.cancel();
         self.state.faults.resume();
         if let Some(s) = self.server.take() {
             let _ = s.await;
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !self.state.runtimes.list().is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }

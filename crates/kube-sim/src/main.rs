@@ -30,9 +30,37 @@ struct Args {
     /// Seconds between watch bookmarks.
     #[arg(long, default_value_t = 60)]
     bookmark_interval_seconds: u64,
-    /// Keep scheduled pods Terminating for their grace period (as with a kubelet).
+    /// Keep scheduled pods Terminating for their grace period (as with a
+    /// kubelet); implied by --emulate kubelet.
     #[arg(long)]
     pod_graceful_deletion: bool,
+    /// Cluster components to emulate, comma-separated: scheduler, pv-binder,
+    /// deployments (Deployment and ReplicaSet controllers), jobs (Job and
+    /// ttl-after-finished controllers), kubelet, provisioner (a default
+    /// StorageClass `standard` with a hostPath provisioner), or all / none.
+    #[arg(long, value_name = "LIST", default_value = "none")]
+    emulate: String,
+    /// Node names (comma-separated) registered when the scheduler or the
+    /// kubelet is emulated; default one node `kube-sim-node`.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',')]
+    nodes: Vec<String>,
+    /// Run pods whose image matches IMAGE as the local binary PATH
+    /// (repeatable). IMAGE is a repository (`protection-manager` matches
+    /// `ghcr.io/x/protection-manager:0.3.0`) or repository:tag (wins over an
+    /// untagged mapping).
+    #[arg(long, value_name = "IMAGE=PATH")]
+    run_image: Vec<kube_sim::ImageMapping>,
+    /// Where the kubelets keep pod directories (volumes, logs, kubeconfigs);
+    /// default a directory under the simulator's temp dir.
+    #[arg(long, value_name = "DIR")]
+    kubelet_dir: Option<PathBuf>,
+    /// First CrashLoopBackOff delay in seconds (upstream 10), doubled up to
+    /// --crash-loop-max-seconds (upstream 300).
+    #[arg(long, default_value_t = 10.0)]
+    crash_loop_initial_seconds: f64,
+    /// Longest CrashLoopBackOff delay in seconds.
+    #[arg(long, default_value_t = 300.0)]
+    crash_loop_max_seconds: f64,
 }
 
 #[tokio::main]
@@ -45,6 +73,31 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    let mut cluster = kube_sim::ClusterConfig::parse_emulate(&args.emulate)
+        .with_context(|| format!("--emulate {:?}", args.emulate))?;
+    cluster.nodes = args
+        .nodes
+        .iter()
+        .filter(|n| !n.is_empty())
+        .cloned()
+        .collect();
+    cluster.kubelet_config.images = args.run_image.clone();
+    cluster.kubelet_config.root_dir = args.kubelet_dir.clone();
+    cluster.kubelet_config.crash_loop_initial =
+        std::time::Duration::try_from_secs_f64(args.crash_loop_initial_seconds)
+            .context("--crash-loop-initial-seconds must be a non-negative number")?;
+    cluster.kubelet_config.crash_loop_max =
+        std::time::Duration::try_from_secs_f64(args.crash_loop_max_seconds)
+            .context("--crash-loop-max-seconds must be a non-negative number")?;
+    for m in &args.run_image {
+        if !m.binary.is_file() {
+            anyhow::bail!(
+                "--run-image {}={}: no such file",
+                m.image,
+                m.binary.display()
+            );
+        }
+    }
     let cfg = kube_sim::SimConfig {
         port: args.port,
         bind: args.bind,
@@ -54,6 +107,7 @@ async fn main() -> anyhow::Result<()> {
         kubeconfig_out: args.kubeconfig_out.clone(),
         bookmark_interval: std::time::Duration::from_secs(args.bookmark_interval_seconds.max(1)),
         pod_graceful_deletion: args.pod_graceful_deletion,
+        cluster,
         ..Default::default()
     };
     let sim = kube_sim::KubeSim::start(cfg)

@@ -388,6 +388,8 @@ pub fn field_value(obj: &Value, field: &str) -> String {
             None => {
                 return match field {
                     "spec.hostNetwork" | "spec.unschedulable" => "false".into(),
+                    // int32 status fields select as their decimal value.
+                    "status.replicas" | "status.successful" => "0".into(),
                     _ => String::new(),
                 };
             }

@@ -144,41 +144,61 @@ pub fn validate_create(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
                 errs.push(required("spec.ports", ""));
             }
         }
-        ("apps", "deployments") => {
-            let sel = spec.and_then(|s| s.get("selector"));
-            if is_empty(sel) {
-                errs.push(required("spec.selector", ""));
-            } else {
-                let labels = spec.and_then(|s| s.pointer("/template/metadata/labels"));
-                let sel = crate::selector::LabelSelector::from_label_selector(
-                    sel.unwrap_or(&Value::Null),
-                );
-                if !sel.matches(labels.and_then(Value::as_object)) {
-                    errs.push(FieldError {
-                        kind: FieldErrorType::Invalid,
-                        field: "spec.template.metadata.labels".into(),
-                        value: Some(Value::String(String::new())),
-                        detail: String::new(),
-                    });
-                    // Rendered below with the map value upstream prints.
-                    if let Some(e) = errs.last_mut() {
-                        e.value = None;
-                        e.detail = format!(
-                            "{}: `selector` does not match template `labels`",
-                            go_string_map(labels)
-                        );
-                    }
-                }
+        ("batch", "jobs") => {
+            // ValidateJobSpec / validateJobTemplate: only these restart policies.
+            let policy = spec
+                .and_then(|s| s.pointer("/template/spec/restartPolicy"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if policy != "OnFailure" && policy != "Never" {
+                errs.push(FieldError::not_supported(
+                    "spec.template.spec.restartPolicy",
+                    json!(policy),
+                    &["OnFailure", "Never"],
+                ));
             }
-            containers(
-                spec.and_then(|s| s.pointer("/template/spec")),
-                "spec.template.spec",
-                &mut errs,
-            );
+            selector_and_template(spec, &mut errs);
+        }
+        ("apps", "deployments" | "replicasets") => {
+            selector_and_template(spec, &mut errs);
         }
         _ => {}
     }
     errs
+}
+
+/// The selector must be set and match the template's labels; the template
+/// needs containers (ValidateDeploymentSpec, ValidateReplicaSetSpec,
+/// ValidateJobSpec).
+fn selector_and_template(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
+    let sel = spec.and_then(|s| s.get("selector"));
+    if is_empty(sel) {
+        errs.push(required("spec.selector", ""));
+    } else {
+        let labels = spec.and_then(|s| s.pointer("/template/metadata/labels"));
+        let sel = crate::selector::LabelSelector::from_label_selector(sel.unwrap_or(&Value::Null));
+        if !sel.matches(labels.and_then(Value::as_object)) {
+            errs.push(FieldError {
+                kind: FieldErrorType::Invalid,
+                field: "spec.template.metadata.labels".into(),
+                value: Some(Value::String(String::new())),
+                detail: String::new(),
+            });
+            // Rendered below with the map value upstream prints.
+            if let Some(e) = errs.last_mut() {
+                e.value = None;
+                e.detail = format!(
+                    "{}: `selector` does not match template `labels`",
+                    go_string_map(labels)
+                );
+            }
+        }
+    }
+    containers(
+        spec.and_then(|s| s.pointer("/template/spec")),
+        "spec.template.spec",
+        errs,
+    );
 }
 
 #[cfg(test)]

@@ -855,6 +855,9 @@ impl Store {
                 }
             }
         }
+        if def.group.is_empty() && def.resource == "persistentvolumeclaims" {
+            self.default_storage_class(obj);
+        }
         let mut errs = crate::validation::validate_object_meta(
             obj.get("metadata").unwrap_or(&Value::Null),
             def.name_rule,
@@ -866,6 +869,36 @@ impl Store {
             return Err(ApiError::invalid(def.group, def.kind, &name, &errs));
         }
         Ok(())
+    }
+
+    /// The DefaultStorageClass admission plugin
+    /// (plugin/pkg/admission/storage/storageclass/setdefault): a new PVC
+    /// without `spec.storageClassName` (absent, not "") gets the default
+    /// StorageClass, the newest one if several are marked default.
+    fn default_storage_class(&self, pvc: &mut Value) {
+        if pvc
+            .pointer("/spec/storageClassName")
+            .is_some_and(|v| !v.is_null())
+        {
+            return;
+        }
+        let Some(sc_rid) = resources::find("storage.k8s.io", "v1", "storageclasses") else {
+            return;
+        };
+        let (classes, _) = self.snapshot(sc_rid, None);
+        let default = classes
+            .iter()
+            .filter(|c| crate::table::is_default_storage_class(&c.value))
+            .max_by(|a, b| {
+                meta_str(&a.value, "creationTimestamp")
+                    .cmp(meta_str(&b.value, "creationTimestamp"))
+                    .then_with(|| meta_str(&b.value, "name").cmp(meta_str(&a.value, "name")))
+            });
+        if let Some(c) = default
+            && let Some(spec) = pvc.get_mut("spec").and_then(Value::as_object_mut)
+        {
+            spec.insert("storageClassName".into(), json!(meta_str(&c.value, "name")));
+        }
     }
 
     // --------------------------------------------------------------- update
@@ -1249,9 +1282,6 @@ impl Store {
                 if cur_grace > 0
                     && let Some(g) = shorter
                 {
-                    if g == 0 && fins.is_empty() && !spec_fins {
-                        return self.delete_now(rid, &live, opts);
-                    }
                     let mut new = live.value.clone();
                     let m = object::meta_mut(&mut new);
                     let ts = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(g);
@@ -1261,7 +1291,13 @@ impl Store {
                     if opts.dry_run {
                         return Ok(DeleteOutcome::Pending(live.clone()));
                     }
+                    // updateForGracefulDeletionAndFinalizers writes the
+                    // shorter period first; at zero without finalizers the
+                    // object is then deleted (watchers see MODIFIED, DELETED).
                     match self.commit_update(rid, &live, new)? {
+                        Some(s) if g == 0 && fins.is_empty() && !spec_fins => {
+                            return self.delete_now(rid, &s, opts);
+                        }
                         Some(s) => return Ok(DeleteOutcome::Pending(s)),
                         None => continue,
                     }
@@ -1361,6 +1397,128 @@ impl Store {
             Some(g) if g < 0 => 1,
             Some(g) => g,
             None => spec,
+        }
+    }
+
+    /// `pods/binding` (pkg/registry/core/pod/storage/storage.go BindingREST
+    /// → assignPod → setPodHostAndAnnotations): sets `spec.nodeName`, the
+    /// binding's annotations and the `PodScheduled=True` condition in one
+    /// write that bypasses the spec/status split and the field manager.
+    pub fn bind_pod(
+        &self,
+        ns: &str,
+        name: &str,
+        node: &str,
+        annotations: Option<&serde_json::Map<String, Value>>,
+        precondition_uid: Option<&str>,
+        dry_run: bool,
+    ) -> Result<Arc<Stored>, ApiError> {
+        let rid = resources::find("", "v1", "pods").unwrap_or(0);
+        let def = &RESOURCES[rid];
+        let binding_gr = GroupResource::new("", "pods/binding");
+        loop {
+            let live = self.get(rid, ns, name)?;
+            if let Some(uid) = precondition_uid.filter(|u| !u.is_empty())
+                && meta_str(&live.value, "uid") != uid
+            {
+                return Err(ApiError::conflict(
+                    &binding_gr,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        meta_str(&live.value, "uid")
+                    ),
+                ));
+            }
+            if object::meta(&live.value).is_some_and(|m| m.contains_key("deletionTimestamp")) {
+                return Err(ApiError::conflict(
+                    &binding_gr,
+                    name,
+                    &format!("pod {name} is being deleted, cannot be assigned to a host"),
+                ));
+            }
+            let current = live
+                .value
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if !current.is_empty() {
+                return Err(ApiError::conflict(
+                    &binding_gr,
+                    name,
+                    &format!("pod {name} is already assigned to node {current:?}"),
+                ));
+            }
+            if live
+                .value
+                .pointer("/spec/schedulingGates")
+                .and_then(Value::as_array)
+                .is_some_and(|g| !g.is_empty())
+            {
+                return Err(ApiError::conflict(
+                    &binding_gr,
+                    name,
+                    &format!("pod {name} has non-empty .spec.schedulingGates"),
+                ));
+            }
+            let mut new = live.value.clone();
+            new["spec"]["nodeName"] = json!(node);
+            if let Some(a) = annotations.filter(|a| !a.is_empty()) {
+                let m = object::meta_mut(&mut new);
+                let ann = m.entry("annotations").or_insert_with(|| json!({}));
+                if !ann.is_object() {
+                    *ann = json!({});
+                }
+                if let Some(am) = ann.as_object_mut() {
+                    for (k, v) in a {
+                        am.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            // podutil.UpdatePodCondition: a changed status gets a new
+            // lastTransitionTime.
+            let now = object::now_string();
+            let status = new
+                .as_object_mut()
+                .map(|m| m.entry("status").or_insert_with(|| json!({})));
+            if let Some(status) = status {
+                if !status.is_object() {
+                    *status = json!({});
+                }
+                let conds = status
+                    .as_object_mut()
+                    .map(|m| m.entry("conditions").or_insert_with(|| json!([])));
+                if let Some(Value::Array(cs)) = conds {
+                    match cs
+                        .iter_mut()
+                        .find(|c| c.get("type").and_then(Value::as_str) == Some("PodScheduled"))
+                    {
+                        Some(c) => {
+                            if c.get("status").and_then(Value::as_str) != Some("True") {
+                                c["lastTransitionTime"] = json!(now);
+                            }
+                            c["status"] = json!("True");
+                            if let Some(m) = c.as_object_mut() {
+                                m.remove("reason");
+                                m.remove("message");
+                            }
+                        }
+                        None => cs.push(json!({
+                            "type": "PodScheduled",
+                            "status": "True",
+                            "lastProbeTime": null,
+                            "lastTransitionTime": now,
+                        })),
+                    }
+                }
+            }
+            let new = canonicalize(new, def.kind, &def.api_version());
+            if dry_run {
+                return Stored::new(new, live.rv);
+            }
+            if let Some(s) = self.commit_update(rid, &live, new)? {
+                return Ok(s);
+            }
         }
     }
 

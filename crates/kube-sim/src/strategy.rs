@@ -4,7 +4,8 @@
 //!
 //! Upstream: pkg/registry/core/{pod,service,persistentvolume,
 //! persistentvolumeclaim,namespace,node}/strategy.go,
-//! pkg/registry/apps/deployment/strategy.go,
+//! pkg/registry/apps/{deployment,replicaset}/strategy.go,
+//! pkg/registry/batch/job/strategy.go, pkg/registry/storage/storageclass,
 //! pkg/registry/policy/poddisruptionbudget/strategy.go and the defaulters in
 //! pkg/apis/<group>/<version>/defaults.go.
 
@@ -138,6 +139,36 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
                 default_pod_spec(ps);
             }
         }
+        ("apps", "replicasets") => {
+            let spec = obj_mut(obj, "spec");
+            set_default(spec, "replicas", json!(1));
+            if let Some(ps) = spec.get_mut("template").and_then(|t| t.get_mut("spec")) {
+                default_pod_spec(ps);
+            }
+        }
+        ("batch", "jobs") => {
+            // SetDefaults_Job (pkg/apis/batch/v1/defaults.go).
+            let spec = obj_mut(obj, "spec");
+            if spec.get("completions").is_none_or(Value::is_null)
+                && spec.get("parallelism").is_none_or(Value::is_null)
+            {
+                spec.insert("completions".into(), json!(1));
+            }
+            set_default(spec, "parallelism", json!(1));
+            set_default(spec, "backoffLimit", json!(6));
+            set_default(spec, "completionMode", json!("NonIndexed"));
+            set_default(spec, "suspend", json!(false));
+            set_default(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
+            if let Some(ps) = spec.get_mut("template").and_then(|t| t.get_mut("spec")) {
+                default_pod_spec(ps);
+            }
+        }
+        ("storage.k8s.io", "storageclasses") => {
+            if let Some(m) = obj.as_object_mut() {
+                set_default(m, "reclaimPolicy", json!("Delete"));
+                set_default(m, "volumeBindingMode", json!("Immediate"));
+            }
+        }
         ("", "services") => {
             let spec = obj_mut(obj, "spec");
             set_default(spec, "type", json!("ClusterIP"));
@@ -263,6 +294,14 @@ pub fn prepare_for_create(def: &ResourceDef, obj: &mut Value, now: &str) {
         ("apps", "deployments") => {
             obj["status"] = json!({});
         }
+        ("apps", "replicasets") => {
+            // ReplicaSetStatus.replicas has no omitempty.
+            obj["status"] = json!({"replicas": 0});
+        }
+        ("batch", "jobs") => {
+            obj["status"] = json!({});
+            generate_job_selector(obj);
+        }
         ("policy", "poddisruptionbudgets") => {
             obj["status"] = json!({"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0});
         }
@@ -283,6 +322,49 @@ pub fn prepare_for_create(def: &ResourceDef, obj: &mut Value, now: &str) {
     } else if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("generation");
     }
+}
+
+/// `generateSelector` (pkg/registry/batch/job/strategy.go): unless
+/// `spec.manualSelector` is true, the selector is the job's uid label and the
+/// template gets the uid and job-name labels (new and legacy forms).
+fn generate_job_selector(obj: &mut Value) {
+    if obj.pointer("/spec/manualSelector").and_then(Value::as_bool) == Some(true) {
+        return;
+    }
+    let uid = obj
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let spec = obj_mut(obj, "spec");
+    let template = spec.entry("template").or_insert_with(|| json!({}));
+    if !template.is_object() {
+        *template = json!({});
+    }
+    let tmeta = obj_mut(template, "metadata");
+    let labels = tmeta.entry("labels").or_insert_with(|| json!({}));
+    if !labels.is_object() {
+        *labels = json!({});
+    }
+    if let Some(l) = labels.as_object_mut() {
+        for (k, v) in [
+            ("batch.kubernetes.io/controller-uid", &uid),
+            ("batch.kubernetes.io/job-name", &name),
+            ("controller-uid", &uid),
+            ("job-name", &name),
+        ] {
+            l.entry(k).or_insert_with(|| json!(v));
+        }
+    }
+    spec.insert(
+        "selector".into(),
+        json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}),
+    );
 }
 
 /// `PrepareForUpdate` of the main resource or of `/status`.

@@ -84,6 +84,16 @@ pub const SERVED_RESOURCES: &[ServedResource] = &[
     r("events.k8s.io", "v1", "Event", "events", true, false),
     r("coordination.k8s.io", "v1", "Lease", "leases", true, false),
     r("apps", "v1", "Deployment", "deployments", true, true),
+    r("apps", "v1", "ReplicaSet", "replicasets", true, true),
+    r("batch", "v1", "Job", "jobs", true, true),
+    r(
+        "storage.k8s.io",
+        "v1",
+        "StorageClass",
+        "storageclasses",
+        false,
+        false,
+    ),
     r(
         "rbac.authorization.k8s.io",
         "v1",
@@ -815,10 +825,12 @@ mod tests {
             vec![
                 "api/v1",
                 "apis/apps/v1",
+                "apis/batch/v1",
                 "apis/coordination.k8s.io/v1",
                 "apis/events.k8s.io/v1",
                 "apis/policy/v1",
                 "apis/rbac.authorization.k8s.io/v1",
+                "apis/storage.k8s.io/v1",
             ]
         );
         let url = paths["apis/apps/v1"]["serverRelativeURL"]
@@ -830,7 +842,7 @@ mod tests {
             "/openapi/v3/api/v1"
         );
         assert!(v3_document(url).is_some(), "the index URL resolves");
-        assert!(v3_document("apis/batch/v1").is_none());
+        assert!(v3_document("apis/networking.k8s.io/v1").is_none());
     }
 
     /// client-go's queryParamVerifierV3: a PATCH operation carrying the

@@ -101,6 +101,9 @@ fn printer_for(resource: &str, group: &str) -> Printer {
         ("", "serviceaccounts") => p(serviceaccount_columns, serviceaccount_row),
         ("", "endpoints") => p(endpoints_columns, endpoints_row),
         ("apps", "deployments") => p(deployment_columns, deployment_row),
+        ("apps", "replicasets") => p(replicaset_columns, replicaset_row),
+        ("batch", "jobs") => p(job_columns, job_row),
+        ("storage.k8s.io", "storageclasses") => p(storageclass_columns, storageclass_row),
         ("coordination.k8s.io", "leases") => p(lease_columns, lease_row),
         ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
             p(binding_columns, binding_row)
@@ -1077,6 +1080,215 @@ fn deployment_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>
             json!(names.join(",")),
             json!(images.join(",")),
             json!(label_selector_string(o.pointer("/spec/selector"))),
+        ],
+        None,
+    )
+}
+
+fn int_col(name: &'static str, description: String) -> Column {
+    Column {
+        name,
+        ty: "integer",
+        format: "",
+        description,
+        priority: 0,
+    }
+}
+
+/// `layoutContainerCells`: container names and images, comma-joined.
+fn container_cells(o: &Value) -> (Value, Value) {
+    let containers: Vec<&Value> = o
+        .pointer("/spec/template/spec/containers")
+        .and_then(Value::as_array)
+        .map(|c| c.iter().collect())
+        .unwrap_or_default();
+    let names: Vec<&str> = containers.iter().map(|c| s(c, "/name")).collect();
+    let images: Vec<&str> = containers.iter().map(|c| s(c, "/image")).collect();
+    (json!(names.join(",")), json!(images.join(",")))
+}
+
+fn replicaset_columns() -> Vec<Column> {
+    vec![
+        name_col(),
+        int_col(
+            "Desired",
+            doc("io.k8s.api.apps.v1.ReplicaSetSpec", "replicas"),
+        ),
+        int_col(
+            "Current",
+            doc("io.k8s.api.apps.v1.ReplicaSetStatus", "replicas"),
+        ),
+        int_col(
+            "Ready",
+            doc("io.k8s.api.apps.v1.ReplicaSetStatus", "readyReplicas"),
+        ),
+        age_col(),
+        wide(
+            "Containers",
+            "Names of each container in the template.".into(),
+        ),
+        wide(
+            "Images",
+            "Images referenced by each container in the template.".into(),
+        ),
+        wide(
+            "Selector",
+            doc("io.k8s.api.apps.v1.ReplicaSetSpec", "selector"),
+        ),
+    ]
+}
+fn replicaset_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
+    let desired = o
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
+    let (names, images) = container_cells(o);
+    (
+        vec![
+            name(o),
+            json!(desired),
+            json!(i(o, "/status/replicas")),
+            json!(i(o, "/status/readyReplicas")),
+            age(o, now),
+            names,
+            images,
+            json!(label_selector_string(o.pointer("/spec/selector"))),
+        ],
+        None,
+    )
+}
+
+fn job_columns() -> Vec<Column> {
+    vec![
+        name_col(),
+        col("Status", "Status of the job.".into()),
+        col(
+            "Completions",
+            doc("io.k8s.api.batch.v1.JobStatus", "succeeded"),
+        ),
+        col("Duration", "Time required to complete the job.".into()),
+        age_col(),
+        wide(
+            "Containers",
+            "Names of each container in the template.".into(),
+        ),
+        wide(
+            "Images",
+            "Images referenced by each container in the template.".into(),
+        ),
+        wide("Selector", doc("io.k8s.api.batch.v1.JobSpec", "selector")),
+    ]
+}
+fn has_job_condition(o: &Value, ty: &str) -> bool {
+    o.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| s(c, "/type") == ty && s(c, "/status") == "True")
+        })
+}
+/// `printJob` (pkg/printers/internalversion/printers.go).
+fn job_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
+    let succeeded = i(o, "/status/succeeded");
+    let completions = match o.pointer("/spec/completions").and_then(Value::as_i64) {
+        Some(c) => format!("{succeeded}/{c}"),
+        None => {
+            let parallelism = i(o, "/spec/parallelism");
+            if parallelism > 1 {
+                format!("{succeeded}/1 of {parallelism}")
+            } else {
+                format!("{succeeded}/1")
+            }
+        }
+    };
+    let start = s(o, "/status/startTime").parse::<jiff::Timestamp>().ok();
+    let end = s(o, "/status/completionTime")
+        .parse::<jiff::Timestamp>()
+        .ok();
+    let duration = match (start, end) {
+        (None, _) => String::new(),
+        (Some(st), None) => human_duration(now.as_second() - st.as_second()),
+        (Some(st), Some(e)) => human_duration(e.as_second() - st.as_second()),
+    };
+    let status = if has_job_condition(o, "Complete") {
+        "Complete"
+    } else if has_job_condition(o, "Failed") {
+        "Failed"
+    } else if deleting(o) {
+        "Terminating"
+    } else if has_job_condition(o, "Suspended") {
+        "Suspended"
+    } else if has_job_condition(o, "FailureTarget") {
+        "FailureTarget"
+    } else {
+        "Running"
+    };
+    let (names, images) = container_cells(o);
+    (
+        vec![
+            name(o),
+            json!(status),
+            json!(completions),
+            json!(duration),
+            age(o, now),
+            names,
+            images,
+            json!(label_selector_string(o.pointer("/spec/selector"))),
+        ],
+        None,
+    )
+}
+
+fn storageclass_columns() -> Vec<Column> {
+    let d = |f| doc("io.k8s.api.storage.v1.StorageClass", f);
+    vec![
+        name_col(),
+        col("Provisioner", d("provisioner")),
+        col("ReclaimPolicy", d("reclaimPolicy")),
+        col("VolumeBindingMode", d("volumeBindingMode")),
+        col("AllowVolumeExpansion", d("allowVolumeExpansion")),
+        age_col(),
+    ]
+}
+/// Whether a StorageClass is marked default (`storageutil.IsDefaultAnnotation`).
+pub fn is_default_storage_class(o: &Value) -> bool {
+    [
+        "storageclass.kubernetes.io/is-default-class",
+        "storageclass.beta.kubernetes.io/is-default-class",
+    ]
+    .iter()
+    .any(|a| {
+        o.pointer("/metadata/annotations")
+            .and_then(|m| m.get(*a))
+            .and_then(Value::as_str)
+            == Some("true")
+    })
+}
+fn storageclass_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
+    let mut n = s(o, "/metadata/name").to_string();
+    if is_default_storage_class(o) {
+        n.push_str(" (default)");
+    }
+    let reclaim = o
+        .get("reclaimPolicy")
+        .and_then(Value::as_str)
+        .unwrap_or("Delete");
+    let mode = o
+        .get("volumeBindingMode")
+        .and_then(Value::as_str)
+        .unwrap_or("Immediate");
+    let expand = o
+        .get("allowVolumeExpansion")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    (
+        vec![
+            json!(n),
+            json!(s(o, "/provisioner")),
+            json!(reclaim),
+            json!(mode),
+            json!(expand),
+            age(o, now),
         ],
         None,
     )

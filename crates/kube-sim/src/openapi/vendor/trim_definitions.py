@@ -34,10 +34,14 @@ ROOTS = [
     "io.k8s.api.core.v1.Endpoints", "io.k8s.api.core.v1.EndpointsList",
     "io.k8s.api.core.v1.Event", "io.k8s.api.core.v1.EventList",
     "io.k8s.api.core.v1.Node", "io.k8s.api.core.v1.NodeList",
-    # events.k8s.io/v1, coordination.k8s.io/v1, apps/v1, policy/v1, rbac/v1
+    # events.k8s.io/v1, coordination.k8s.io/v1, apps/v1, batch/v1, storage/v1, policy/v1, rbac/v1
     "io.k8s.api.events.v1.Event", "io.k8s.api.events.v1.EventList",
     "io.k8s.api.coordination.v1.Lease", "io.k8s.api.coordination.v1.LeaseList",
     "io.k8s.api.apps.v1.Deployment", "io.k8s.api.apps.v1.DeploymentList",
+    "io.k8s.api.apps.v1.ReplicaSet", "io.k8s.api.apps.v1.ReplicaSetList",
+    "io.k8s.api.batch.v1.Job", "io.k8s.api.batch.v1.JobList",
+    "io.k8s.api.storage.v1.StorageClass", "io.k8s.api.storage.v1.StorageClassList",
+    "io.k8s.api.core.v1.Binding",
     "io.k8s.api.policy.v1.PodDisruptionBudget", "io.k8s.api.policy.v1.PodDisruptionBudgetList",
     "io.k8s.api.rbac.v1.Role", "io.k8s.api.rbac.v1.RoleList",
     "io.k8s.api.rbac.v1.RoleBinding", "io.k8s.api.rbac.v1.RoleBindingList",
