@@ -32,6 +32,14 @@ use crate::observer::{
     Summary,
 };
 
+/// The Service cleanup finalizer's name ends so in both profiles
+/// (`protection-manager.io/...` and `service.kubernetes.io/...`).
+pub const LB_FINALIZER_SUFFIX: &str = "load-balancer-cleanup";
+
+/// The storage protection finalizers end so in both profiles.
+pub const PVC_FINALIZER_SUFFIX: &str = "pvc-protection";
+pub const PV_FINALIZER_SUFFIX: &str = "pv-protection";
+
 /// How long after calm a releasable object may keep its finalizers.
 pub const CONVERGENCE_BOUND: Duration = Duration::from_secs(30);
 
@@ -89,7 +97,13 @@ pub struct Counts {
     /// Objects that vanished during a watch gap (deleted unchecked).
     pub vanished_in_gap: u64,
     pub pvc_deletions_checked: u64,
+    /// PVCs deleted while in use that never carried a protection finalizer
+    /// (created and deleted before the manager added one; not a violation
+    /// unless strict).
+    pub unprotected_pvcs_deleted_in_use: u64,
     pub pv_deletions_checked: u64,
+    /// PVs deleted while Bound that never carried a protection finalizer.
+    pub unprotected_pvs_deleted_bound: u64,
     /// PVCs seen Terminating while a scheduled pod used them (the protection
     /// at work).
     pub pvcs_held_while_in_use: u64,
@@ -136,12 +150,20 @@ impl Counts {
                 self.pvcs_held_while_in_use
             ),
             format!(
+                "  deleted in use before any finalizer (window) {}",
+                self.unprotected_pvcs_deleted_in_use
+            ),
+            format!(
                 "PV deletions checked (not Bound)              {}",
                 self.pv_deletions_checked
             ),
             format!(
                 "  PVs held Terminating while Bound            {}",
                 self.pvs_held_while_bound
+            ),
+            format!(
+                "  deleted Bound before any finalizer (window) {}",
+                self.unprotected_pvs_deleted_bound
             ),
             format!(
                 "Service deletions checked (no LB left)        {}",
@@ -213,9 +235,18 @@ pub struct CheckerConfig {
     pub lease_duration: Duration,
     /// The leader election retry period as configured.
     pub retry_period: Duration,
-    /// Namespaces whose load balancers are this run's (cloud-sim may be
-    /// shared in cluster mode).
+    /// Namespaces whose objects and load balancers are this run's
+    /// (cloud-sim and the cluster may be shared in cluster mode).
     pub namespaces: HashSet<String>,
+    /// The run label's value (PVs are the run's by this label or by their
+    /// claim's namespace).
+    pub run: String,
+    /// Every PVC and PV carries a protection finalizer from its creation (an
+    /// admission plugin adds it): invariant 1 then holds for all of them.
+    /// Otherwise (the project profile, finalizers added by the manager after
+    /// creation) it holds for those that ever carried one, and the others
+    /// deleted in use are counted as the documented creation window.
+    pub strict: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -264,6 +295,10 @@ pub struct Checker {
     deleted_services: HashMap<String, (String, u64)>,
     /// UIDs deleted since the last sweep.
     unswept: HashSet<String>,
+    /// Services seen with the cleanup finalizer.
+    guarded_services: HashSet<String>,
+    /// PVCs and PVs seen with a protection finalizer.
+    protected: HashSet<String>,
     orphans_reported: HashSet<String>,
     pending: BTreeMap<(Kind, String), Pending>,
     calm: Option<Instant>,
@@ -291,6 +326,8 @@ impl Checker {
             violations: Vec::new(),
             deleted_services: HashMap::new(),
             unswept: HashSet::new(),
+            guarded_services: HashSet::new(),
+            protected: HashSet::new(),
             orphans_reported: HashSet::new(),
             pending: BTreeMap::new(),
             calm: None,
@@ -419,7 +456,17 @@ impl Checker {
             if checked {
                 self.counts.pvc_deletions_checked += 1;
                 let users = self.world.users(&c.namespace, &c.name);
-                if !users.is_empty() {
+                let protected = self.cfg.strict
+                    || self.protected.contains(&c.uid)
+                    || c.finalizers
+                        .iter()
+                        .any(|f| f.ends_with(PVC_FINALIZER_SUFFIX));
+                if !users.is_empty() && !protected {
+                    // Never carried a protection finalizer: deleted in the
+                    // window before the manager added one (no admission
+                    // plugin adds it at creation with the project profile).
+                    self.counts.unprotected_pvcs_deleted_in_use += 1;
+                } else if !users.is_empty() {
                     let evidence = users
                         .iter()
                         .map(|u| {
@@ -444,6 +491,12 @@ impl Checker {
             self.world.pvcs.remove(&key);
             self.converged(Kind::Pvc, &key, ev.seen);
             return;
+        }
+        if c.finalizers
+            .iter()
+            .any(|f| f.ends_with(PVC_FINALIZER_SUFFIX))
+        {
+            self.protected.insert(c.uid.clone());
         }
         self.world.pvcs.insert(key.clone(), c.clone());
         if c.deleting {
@@ -470,10 +523,28 @@ impl Checker {
 
     fn apply_pv(&mut self, v: &PvSummary, deleted: bool, checked: bool, ev: &Observed) {
         let key = v.name.clone();
+        let claim_ns = v
+            .claim
+            .split_once('/')
+            .map(|(ns, _)| ns)
+            .unwrap_or_default();
+        let ours = (!v.run.is_empty() && v.run == self.cfg.run)
+            || self.cfg.namespaces.contains(claim_ns)
+            || self.world.pvs.contains_key(&key);
+        if !ours {
+            return;
+        }
         if deleted {
             if checked {
                 self.counts.pv_deletions_checked += 1;
-                if v.phase == "Bound" {
+                let protected = self.cfg.strict
+                    || self.protected.contains(&v.uid)
+                    || v.finalizers
+                        .iter()
+                        .any(|f| f.ends_with(PV_FINALIZER_SUFFIX));
+                if v.phase == "Bound" && !protected {
+                    self.counts.unprotected_pvs_deleted_bound += 1;
+                } else if v.phase == "Bound" {
                     self.violate(
                         Invariant::VolumeDeletedWhileBound,
                         format!("PersistentVolume {key} (uid {})", v.uid),
@@ -488,6 +559,12 @@ impl Checker {
             self.world.pvs.remove(&key);
             self.converged(Kind::Pv, &key, ev.seen);
             return;
+        }
+        if v.finalizers
+            .iter()
+            .any(|f| f.ends_with(PV_FINALIZER_SUFFIX))
+        {
+            self.protected.insert(v.uid.clone());
         }
         self.world.pvs.insert(key.clone(), v.clone());
         if v.deleting {
@@ -518,14 +595,26 @@ impl Checker {
 
     fn apply_service(&mut self, s: &ServiceSummary, deleted: bool, checked: bool, ev: &Observed) {
         let key = ns_key(&s.namespace, &s.name);
+        if s.finalizers
+            .iter()
+            .any(|f| f.ends_with(LB_FINALIZER_SUFFIX))
+        {
+            self.guarded_services.insert(s.uid.clone());
+        }
         if deleted {
-            if checked && !s.ingress.is_empty() {
-                self.counts.services_deleted_with_lb += 1;
-            }
-            self.deleted_services
-                .insert(s.uid.clone(), (key.clone(), ev.rv));
-            if checked {
-                self.unswept.insert(s.uid.clone());
+            // Only a Service that carried the cleanup finalizer is promised
+            // to outlive its load balancer (without it, as at release 0.1,
+            // the load balancer is deleted after the Service, upstream's
+            // non-finalizer path; the final check still finds leftovers).
+            if self.guarded_services.contains(&s.uid) {
+                if checked && !s.ingress.is_empty() {
+                    self.counts.services_deleted_with_lb += 1;
+                }
+                self.deleted_services
+                    .insert(s.uid.clone(), (key.clone(), ev.rv));
+                if checked {
+                    self.unswept.insert(s.uid.clone());
+                }
             }
             self.world.services.remove(&key);
             self.converged(Kind::Service, &key, ev.seen);
@@ -798,6 +887,8 @@ mod tests {
             lease_duration: Duration::from_secs(15),
             retry_period: Duration::from_secs(2),
             namespaces: ["ns".to_string()].into_iter().collect(),
+            run: "run".into(),
+            strict: false,
         }
     }
 
@@ -846,6 +937,7 @@ mod tests {
             deleting,
             phase: phase.into(),
             claim: "ns/c".into(),
+            run: String::new(),
         })
     }
 
@@ -890,6 +982,34 @@ mod tests {
         assert_eq!(v.rv, Some(5));
         assert!(v.to_string().contains("pod ns/p"), "{v}");
         assert!(v.to_string().contains("last seen at rv 3"), "{v}");
+    }
+
+    #[test]
+    fn a_claim_that_never_had_the_finalizer_is_the_creation_window_unless_strict() {
+        let unprotected = |rv| {
+            let mut c = pvc("c", true, rv);
+            if let Summary::Pvc(x) = &mut c {
+                x.finalizers.clear();
+            }
+            c
+        };
+        let mut c = Checker::new(cfg());
+        c.apply(&at(2, Change::Added, pod("p", "node-1", &["c"], 2)), 1);
+        c.apply(&at(3, Change::Added, unprotected(3)), 1);
+        c.apply(&at(4, Change::Deleted, unprotected(4)), 1);
+        assert!(c.violations().is_empty());
+        assert_eq!(c.counts().unprotected_pvcs_deleted_in_use, 1);
+        // Once seen with the finalizer, a deletion in use is a violation
+        // even if the DELETED object no longer lists it.
+        c.apply(&at(5, Change::Added, pvc("c", false, 5)), 1);
+        c.apply(&at(6, Change::Deleted, unprotected(6)), 1);
+        assert_eq!(c.violations().len(), 1);
+        let mut strict = cfg();
+        strict.strict = true;
+        let mut c = Checker::new(strict);
+        c.apply(&at(2, Change::Added, pod("p", "node-1", &["c"], 2)), 1);
+        c.apply(&at(4, Change::Deleted, unprotected(4)), 1);
+        assert_eq!(c.violations().len(), 1);
     }
 
     #[test]
@@ -981,6 +1101,42 @@ mod tests {
         c.apply(&at(3, Change::Deleted, svc("s", true, 3)), 1);
         c.sweep_cloud(&[lb("uid-s", "elsewhere")]);
         assert!(c.violations().is_empty());
+    }
+
+    #[test]
+    fn a_service_without_the_cleanup_finalizer_is_only_checked_at_the_end() {
+        let mut c = Checker::new(cfg());
+        let mut s = svc("s", true, 3);
+        if let Summary::Service(x) = &mut s {
+            x.finalizers.clear();
+        }
+        c.apply(&at(3, Change::Deleted, s), 1);
+        c.sweep_cloud(&[lb("uid-s", "ns")]);
+        assert!(
+            c.violations().is_empty(),
+            "deleted after the Service, as at 0.1"
+        );
+        c.final_cloud_check(&[lb("uid-s", "ns")], &HashSet::new());
+        assert_eq!(c.violations().len(), 1, "but not left behind");
+    }
+
+    #[test]
+    fn volumes_of_other_runs_are_ignored() {
+        let mut c = Checker::new(cfg());
+        let mut v = pv("theirs", "Bound", true, 2);
+        if let Summary::Pv(x) = &mut v {
+            x.claim = "kube-system/data".into();
+        }
+        c.apply(&at(2, Change::Deleted, v), 1);
+        assert!(c.violations().is_empty());
+        assert_eq!(c.counts().pv_deletions_checked, 0);
+        let mut v = pv("labelled", "Bound", true, 3);
+        if let Summary::Pv(x) = &mut v {
+            x.claim = String::new();
+            x.run = "run".into();
+        }
+        c.apply(&at(3, Change::Deleted, v), 1);
+        assert_eq!(c.violations().len(), 1);
     }
 
     #[test]

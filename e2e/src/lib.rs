@@ -10,11 +10,18 @@
 //! order reconstructed by [`observer`].
 
 pub mod binaries;
+pub mod chaos;
 pub mod cloud;
 pub mod error;
+pub mod harness;
 pub mod invariants;
 pub mod mode;
+pub mod monitor;
+pub mod objects;
 pub mod observer;
+pub mod release;
+pub mod scenarios;
 pub mod tools;
+pub mod wait;
 
 pub use error::{Error, Result};

@@ -93,6 +93,8 @@ pub struct PvSummary {
     pub phase: String,
     /// `namespace/name` of `spec.claimRef`.
     pub claim: String,
+    /// The value of the run label (empty when absent).
+    pub run: String,
 }
 
 /// What the invariants need of a Service.
@@ -291,6 +293,11 @@ impl Summarize for PersistentVolume {
                 .and_then(|s| s.phase.clone())
                 .unwrap_or_default(),
             claim,
+            run: self
+                .labels()
+                .get(crate::objects::RUN_LABEL)
+                .cloned()
+                .unwrap_or_default(),
         })
     }
 }
@@ -483,8 +490,10 @@ impl Timeline {
 /// What to watch.
 #[derive(Debug, Clone)]
 pub struct ObserverConfig {
-    /// Label selector for pods, PVCs, PVs and Services (the scenario's own
-    /// objects); empty: everything.
+    /// Label selector for pods, PVCs and Services (the scenario's own
+    /// objects); empty: everything. PVs are watched unfiltered (dynamically
+    /// provisioned ones carry no label); the checker picks the run's by
+    /// label or claim namespace.
     pub selector: String,
     /// The leader Lease, `(namespace, name)`.
     pub lease: Option<(String, String)>,
@@ -532,8 +541,8 @@ impl Observer {
         )));
         tasks.push(tokio::spawn(watch_kind(
             Api::<PersistentVolume>::all(client.clone()),
-            lp(&cfg.selector),
-            wp(&cfg.selector),
+            lp(""),
+            wp(""),
             tx.clone(),
             stop.clone(),
         )));

@@ -1,0 +1,882 @@
+//! Chaos: two manager replicas with leader election, a churn of claims,
+//! volumes, pods and load-balancer Services, kube-sim faults (5xx, 409,
+//! watch cuts, forced 410 on the manager's watches), cloud-sim faults, and
+//! SIGKILL of the leader at random points; the [`invariants`] are checked
+//! continuously and at the end.
+//!
+//! Seeded: the churn's choices, the kill times and every fault decision
+//! come from `seed` (kube-sim's and cloud-sim's fault generators are seeded
+//! from it too). The interleaving with the manager's own timing is not
+//! reproducible bit for bit, but a failing seed re-run is the same workload
+//! under the same faults.
+//!
+//! [`invariants`]: crate::invariants
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Service};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+
+use crate::error::{Error, KubeContext, Result};
+use crate::harness::Harness;
+use crate::invariants::{CONVERGENCE_BOUND, Kill};
+use crate::monitor::{Monitor, MonitorReport, MonitorSettings};
+use crate::objects;
+use crate::release::{CONTAINER, LB_CLASS, ManagerRelease};
+
+/// Which finalizer names, and who adds them first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    /// The chart's default `project` names, added by the manager after
+    /// creation: a claim created and deleted before the manager added its
+    /// finalizer (e.g. while no leader runs) is unprotected by design
+    /// (crates/pv-protection/README.md); such deletions are counted, and
+    /// invariant 1 holds for every object that carried a finalizer.
+    Project,
+    /// `finalizerProfile=upstream` with kube-sim's StorageObjectInUseProtection
+    /// admission emulation on, as a cluster whose built-in controllers are
+    /// off: every claim and volume carries its finalizer from creation, and
+    /// invariant 1 must hold for all of them (sim only).
+    UpstreamWithAdmission,
+}
+
+impl std::fmt::Display for Profile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Profile::Project => "project finalizers (added by the manager)",
+            Profile::UpstreamWithAdmission => {
+                "upstream finalizers added at creation by the admission plugin"
+            }
+        })
+    }
+}
+
+/// How a chaos run is shaped.
+#[derive(Debug, Clone)]
+pub struct ChaosConfig {
+    pub seed: u64,
+    pub profile: Profile,
+    /// How long the churn runs under faults.
+    pub duration: Duration,
+    /// The chart's leaderElection values.
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+    /// A kill happens at a random point in this window after the previous
+    /// leadership move completed.
+    pub kill_after: (Duration, Duration),
+    /// Pause between churn operations (random in this range).
+    pub op_interval: (Duration, Duration),
+    /// At most this many live objects of each kind.
+    pub max_live: usize,
+    /// Fraction of the manager's requests answered 500/503 (sim).
+    pub error_fraction: f64,
+    /// Fraction of the manager's patches answered 409 (sim).
+    pub conflict_fraction: f64,
+    /// Fraction of cloud-sim calls that fail.
+    pub cloud_error_rate: f64,
+}
+
+impl ChaosConfig {
+    /// The short run of `make test` (about 1.5 minutes in all): a shorter
+    /// lease so that several leadership moves fit.
+    pub fn short(seed: u64) -> ChaosConfig {
+        ChaosConfig {
+            seed,
+            profile: Profile::Project,
+            duration: Duration::from_secs(60),
+            lease_duration: Duration::from_secs(6),
+            renew_deadline: Duration::from_secs(4),
+            retry_period: Duration::from_secs(1),
+            kill_after: (Duration::from_secs(4), Duration::from_secs(10)),
+            op_interval: (Duration::from_millis(50), Duration::from_millis(250)),
+            max_live: 12,
+            error_fraction: 0.05,
+            conflict_fraction: 0.05,
+            cloud_error_rate: 0.1,
+        }
+    }
+
+    /// The long run of `make chaos`: the chart's default lease timings.
+    pub fn long(seed: u64, duration: Duration) -> ChaosConfig {
+        ChaosConfig {
+            seed,
+            profile: Profile::Project,
+            duration,
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+            kill_after: (Duration::from_secs(5), Duration::from_secs(25)),
+            op_interval: (Duration::from_millis(50), Duration::from_millis(300)),
+            max_live: 25,
+            error_fraction: 0.05,
+            conflict_fraction: 0.05,
+            cloud_error_rate: 0.1,
+        }
+    }
+
+    /// The chart values: two replicas, the leader election timings, the
+    /// finalizer profile.
+    pub fn values(&self) -> Vec<String> {
+        let profile = match self.profile {
+            Profile::Project => "project",
+            Profile::UpstreamWithAdmission => "upstream",
+        };
+        vec![
+            "replicaCount=2".to_string(),
+            format!("finalizerProfile={profile}"),
+            format!(
+                "leaderElection.leaseDuration={}s",
+                self.lease_duration.as_secs()
+            ),
+            format!(
+                "leaderElection.renewDeadline={}s",
+                self.renew_deadline.as_secs()
+            ),
+            format!(
+                "leaderElection.retryPeriod={}s",
+                self.retry_period.as_secs()
+            ),
+        ]
+    }
+}
+
+/// What a chaos run did and checked.
+#[derive(Debug, Clone)]
+pub struct ChaosReport {
+    pub seed: u64,
+    pub profile: Profile,
+    pub fault_phase: Duration,
+    pub total: Duration,
+    /// Churn operations by name (successful / failed).
+    pub ops: BTreeMap<String, (u64, u64)>,
+    pub kube_faults: BTreeMap<String, u64>,
+    pub watch_cuts: u64,
+    pub forced_gone: u64,
+    pub cloud_stats: Value,
+    pub kills: Vec<Kill>,
+    pub monitor: MonitorReport,
+    pub cleanup: Duration,
+}
+
+impl ChaosReport {
+    /// The printable report.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = vec![
+            format!(
+                "chaos seed {} (re-run with the same seed for the same workload and faults)",
+                self.seed
+            ),
+            format!("finalizers: {}", self.profile),
+            format!(
+                "fault phase {:.0}s, cleanup {:.1}s, total {:.0}s",
+                self.fault_phase.as_secs_f64(),
+                self.cleanup.as_secs_f64(),
+                self.total.as_secs_f64()
+            ),
+        ];
+        let ops: Vec<String> = self
+            .ops
+            .iter()
+            .map(|(k, (ok, err))| {
+                if *err > 0 {
+                    format!("{k} {ok} (+{err} refused)")
+                } else {
+                    format!("{k} {ok}")
+                }
+            })
+            .collect();
+        out.push(format!("churn: {}", ops.join(", ")));
+        if !self.kube_faults.is_empty() || self.watch_cuts > 0 {
+            let f: Vec<String> = self
+                .kube_faults
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect();
+            out.push(format!(
+                "kube-sim faults injected: {}; watch cuts {}; forced 410 on the manager's watches {}",
+                f.join(", "),
+                self.watch_cuts,
+                self.forced_gone
+            ));
+        }
+        out.push(format!("cloud-sim: {}", self.cloud_stats));
+        out.push(format!(
+            "leader kills {} (tolerance beyond the lease duration: {:.0}s)",
+            self.kills.len(),
+            self.monitor.tolerance.as_secs_f64()
+        ));
+        for m in &self.monitor.moves {
+            out.push(format!(
+                "  {} -> {}: last renew {} acquired {} ({:.2}s)",
+                m.killed,
+                m.new_holder,
+                m.last_renew,
+                m.acquired,
+                m.failover.as_secs_f64()
+            ));
+        }
+        out.push(format!(
+            "observer watch gaps (410 re-lists): {}",
+            self.monitor.gaps
+        ));
+        out.push("invariant counts:".into());
+        out.extend(
+            self.monitor
+                .counts
+                .lines()
+                .into_iter()
+                .map(|l| format!("  {l}")),
+        );
+        out.push(format!("violations: {}", self.monitor.violations.len()));
+        for v in &self.monitor.violations {
+            out.push(format!("  - {v}"));
+        }
+        out
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Claim {
+    name: String,
+    deleted: bool,
+}
+
+#[derive(Debug, Clone)]
+struct PodRec {
+    name: String,
+    deleted: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Svc {
+    name: String,
+    deleted: bool,
+    lb: bool,
+}
+
+/// What the churn has created (its own view; the invariants use the API's).
+#[derive(Debug, Default)]
+struct Model {
+    claims: Vec<Claim>,
+    pods: Vec<PodRec>,
+    pvs: Vec<(String, bool)>,
+    services: Vec<Svc>,
+    next: u64,
+}
+
+impl Model {
+    fn live_claims(&self) -> Vec<usize> {
+        (0..self.claims.len())
+            .filter(|&i| !self.claims[i].deleted)
+            .collect()
+    }
+    fn live_pods(&self) -> Vec<usize> {
+        (0..self.pods.len())
+            .filter(|&i| !self.pods[i].deleted)
+            .collect()
+    }
+    fn live_services(&self) -> Vec<usize> {
+        (0..self.services.len())
+            .filter(|&i| !self.services[i].deleted)
+            .collect()
+    }
+    fn live_pvs(&self) -> Vec<usize> {
+        (0..self.pvs.len()).filter(|&i| !self.pvs[i].1).collect()
+    }
+    fn name(&mut self, prefix: &str) -> String {
+        self.next += 1;
+        format!("{prefix}-{}", self.next)
+    }
+}
+
+struct Churn<'a> {
+    h: &'a Harness,
+    ns: String,
+    client: Client,
+    rng: StdRng,
+    model: Model,
+    ops: BTreeMap<String, (u64, u64)>,
+    max_live: usize,
+}
+
+fn obj<K: serde::de::DeserializeOwned>(v: Value) -> Result<K> {
+    serde_json::from_value(v).map_err(|e| Error::Check(format!("object json: {e}")))
+}
+
+impl<'a> Churn<'a> {
+    fn count(&mut self, op: &str, r: std::result::Result<(), kube::Error>) -> Result<bool> {
+        let e = self.ops.entry(op.to_string()).or_insert((0, 0));
+        match r {
+            Ok(()) => {
+                e.0 += 1;
+                Ok(true)
+            }
+            // The churn's own client is never faulted; conflicts and
+            // not-found answers come from racing the cluster (a pod the
+            // kubelet already removed), which a user sees too.
+            Err(kube::Error::Api(s)) if matches!(s.code, 404 | 409 | 422) => {
+                e.1 += 1;
+                Ok(false)
+            }
+            Err(err) => Err(Error::Kube {
+                context: format!("churn {op}"),
+                source: Box::new(err),
+            }),
+        }
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+    fn pvcs(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+    fn pvs(&self) -> Api<PersistentVolume> {
+        Api::all(self.client.clone())
+    }
+    fn services(&self) -> Api<Service> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    async fn create_pod(&mut self, claims: Vec<String>) -> Result<()> {
+        let name = self.model.name("pod");
+        let refs: Vec<&str> = claims.iter().map(String::as_str).collect();
+        let p: Pod = obj(objects::pod_with_claims(
+            &self.h.run,
+            &name,
+            &self.h.pod_image,
+            &refs,
+        ))?;
+        let r = self
+            .pods()
+            .create(&PostParams::default(), &p)
+            .await
+            .map(|_| ());
+        if self.count("create pod", r)? {
+            self.model.pods.push(PodRec {
+                name,
+                deleted: false,
+            });
+        }
+        Ok(())
+    }
+
+    async fn step(&mut self) -> Result<()> {
+        let m = &self.model;
+        let (claims, pods, svcs, pvs) = (
+            m.live_claims(),
+            m.live_pods(),
+            m.live_services(),
+            m.live_pvs(),
+        );
+        let full = |n: usize| n >= self.max_live;
+        let choice = self.rng.random_range(0..100u32);
+        match choice {
+            // A claim and a pod that uses it.
+            0..=17 if !full(claims.len()) && !full(pods.len()) => {
+                let name = self.model.name("claim");
+                let c: PersistentVolumeClaim = obj(objects::dynamic_pvc(&self.h.run, &name))?;
+                let r = self
+                    .pvcs()
+                    .create(&PostParams::default(), &c)
+                    .await
+                    .map(|_| ());
+                if self.count("create claim", r)? {
+                    self.model.claims.push(Claim {
+                        name: name.clone(),
+                        deleted: false,
+                    });
+                    self.create_pod(vec![name]).await?;
+                }
+            }
+            // A static PV, a claim selecting it and a pod using it.
+            18..=24 if !full(pvs.len()) && !full(claims.len()) => {
+                let pv = format!("{}-{}", self.h.run, self.model.name("pv"));
+                let claim = self.model.name("claim");
+                let v: PersistentVolume = obj(objects::host_path_pv(&self.h.run, &pv))?;
+                let r = self
+                    .pvs()
+                    .create(&PostParams::default(), &v)
+                    .await
+                    .map(|_| ());
+                if self.count("create volume", r)? {
+                    self.model.pvs.push((pv.clone(), false));
+                    let c: PersistentVolumeClaim =
+                        obj(objects::pvc_for_pv(&self.h.run, &claim, &pv))?;
+                    let r = self
+                        .pvcs()
+                        .create(&PostParams::default(), &c)
+                        .await
+                        .map(|_| ());
+                    if self.count("create claim", r)? {
+                        self.model.claims.push(Claim {
+                            name: claim.clone(),
+                            deleted: false,
+                        });
+                        if self.rng.random_bool(0.7) {
+                            self.create_pod(vec![claim]).await?;
+                        }
+                    }
+                }
+            }
+            // Another pod on one or two live claims.
+            25..=34 if !claims.is_empty() && !full(pods.len()) => {
+                let a = claims[self.rng.random_range(0..claims.len())];
+                let mut use_claims = vec![self.model.claims[a].name.clone()];
+                if claims.len() > 1 && self.rng.random_bool(0.3) {
+                    let b = claims[self.rng.random_range(0..claims.len())];
+                    if b != a {
+                        use_claims.push(self.model.claims[b].name.clone());
+                    }
+                }
+                self.create_pod(use_claims).await?;
+            }
+            35..=52 if !pods.is_empty() => {
+                let i = pods[self.rng.random_range(0..pods.len())];
+                let name = self.model.pods[i].name.clone();
+                let r = self
+                    .pods()
+                    .delete(&name, &DeleteParams::default())
+                    .await
+                    .map(|_| ());
+                self.count("delete pod", r)?;
+                self.model.pods[i].deleted = true;
+            }
+            53..=66 if !claims.is_empty() => {
+                let i = claims[self.rng.random_range(0..claims.len())];
+                let name = self.model.claims[i].name.clone();
+                let r = self
+                    .pvcs()
+                    .delete(&name, &DeleteParams::default())
+                    .await
+                    .map(|_| ());
+                self.count("delete claim", r)?;
+                self.model.claims[i].deleted = true;
+            }
+            67..=70 if !pvs.is_empty() => {
+                let i = pvs[self.rng.random_range(0..pvs.len())];
+                let name = self.model.pvs[i].0.clone();
+                let r = self
+                    .pvs()
+                    .delete(&name, &DeleteParams::default())
+                    .await
+                    .map(|_| ());
+                self.count("delete volume", r)?;
+                self.model.pvs[i].1 = true;
+            }
+            71..=84 if !full(svcs.len()) => {
+                let name = self.model.name("svc");
+                let s: Service = obj(objects::lb_service(&self.h.run, &name, LB_CLASS))?;
+                let r = self
+                    .services()
+                    .create(&PostParams::default(), &s)
+                    .await
+                    .map(|_| ());
+                if self.count("create LB service", r)? {
+                    self.model.services.push(Svc {
+                        name,
+                        deleted: false,
+                        lb: true,
+                    });
+                }
+            }
+            85..=94 if !svcs.is_empty() => {
+                let i = svcs[self.rng.random_range(0..svcs.len())];
+                let name = self.model.services[i].name.clone();
+                let r = self
+                    .services()
+                    .delete(&name, &DeleteParams::default())
+                    .await
+                    .map(|_| ());
+                self.count("delete service", r)?;
+                self.model.services[i].deleted = true;
+            }
+            95..=99 if !svcs.is_empty() => {
+                let i = svcs[self.rng.random_range(0..svcs.len())];
+                let name = self.model.services[i].name.clone();
+                let to_lb = !self.model.services[i].lb;
+                let patch = if to_lb {
+                    json!({"spec": {"type": "LoadBalancer", "loadBalancerClass": LB_CLASS}})
+                } else {
+                    json!({"spec": {"type": "ClusterIP"}})
+                };
+                let r = self
+                    .services()
+                    .patch(&name, &PatchParams::default(), &Patch::Strategic(&patch))
+                    .await
+                    .map(|_| ());
+                let op = if to_lb {
+                    "service to LoadBalancer"
+                } else {
+                    "service to ClusterIP"
+                };
+                if self.count(op, r)? {
+                    self.model.services[i].lb = to_lb;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Deletes everything the churn left: pods first (so the claims are
+    /// free), then Services, claims and volumes.
+    async fn delete_all(&mut self) -> Result<()> {
+        for i in self.model.live_pods() {
+            let name = self.model.pods[i].name.clone();
+            let r = self
+                .pods()
+                .delete(&name, &DeleteParams::default())
+                .await
+                .map(|_| ());
+            self.count("cleanup: delete pod", r)?;
+            self.model.pods[i].deleted = true;
+        }
+        for i in self.model.live_services() {
+            let name = self.model.services[i].name.clone();
+            let r = self
+                .services()
+                .delete(&name, &DeleteParams::default())
+                .await
+                .map(|_| ());
+            self.count("cleanup: delete service", r)?;
+            self.model.services[i].deleted = true;
+        }
+        for i in self.model.live_claims() {
+            let name = self.model.claims[i].name.clone();
+            let r = self
+                .pvcs()
+                .delete(&name, &DeleteParams::default())
+                .await
+                .map(|_| ());
+            self.count("cleanup: delete claim", r)?;
+            self.model.claims[i].deleted = true;
+        }
+        for i in self.model.live_pvs() {
+            let name = self.model.pvs[i].0.clone();
+            let r = self
+                .pvs()
+                .delete(&name, &DeleteParams::default())
+                .await
+                .map(|_| ());
+            self.count("cleanup: delete volume", r)?;
+            self.model.pvs[i].1 = true;
+        }
+        Ok(())
+    }
+}
+
+/// Faults on kube-sim aimed at the manager's user only (the churn, the
+/// observer and the emulated cluster components are never faulted), on the
+/// resources the controllers read and write (not the Lease: a failing
+/// Lease write changes leadership for reasons the leadership invariant does
+/// not measure).
+fn kube_fault_rules(user: &str, cfg: &ChaosConfig) -> Vec<kube_sim::FaultRule> {
+    let mut rules = Vec::new();
+    for resource in [
+        "persistentvolumeclaims",
+        "persistentvolumes",
+        "pods",
+        "services",
+        "nodes",
+    ] {
+        for (code, verb) in [(500, None), (503, None), (409, Some("patch"))] {
+            let fraction = if code == 409 {
+                cfg.conflict_fraction
+            } else {
+                cfg.error_fraction / 2.0
+            };
+            let mut r = kube_sim::FaultRule::error(code)
+                .user(user)
+                .resource(resource)
+                .fraction(fraction);
+            if let Some(v) = verb {
+                r = r.verb(v);
+            }
+            rules.push(r);
+        }
+    }
+    rules
+}
+
+fn cloud_faults(cfg: &ChaosConfig) -> cloud_sim::FaultSet {
+    use cloud_sim::{ErrorFault, HangFault, LatencyFault, OpFaults, Operation};
+    let err = |status| ErrorFault {
+        rate: cfg.cloud_error_rate,
+        status,
+        retry_after_seconds: None,
+        retry_after_format: Default::default(),
+        after_commit: false,
+        message: None,
+    };
+    let mut set = cloud_sim::FaultSet {
+        seed: cfg.seed,
+        operations: Default::default(),
+    };
+    set.operations.insert(
+        Operation::Put,
+        OpFaults {
+            error: Some(err(503)),
+            latency: Some(LatencyFault {
+                rate: 0.5,
+                min_ms: 5,
+                max_ms: Some(80),
+            }),
+            // A create that lands after the reply is lost.
+            hang: Some(HangFault {
+                rate: 0.03,
+                max_ms: Some(1500),
+                after_commit: true,
+            }),
+            ..Default::default()
+        },
+    );
+    set.operations.insert(
+        Operation::Delete,
+        OpFaults {
+            error: Some(ErrorFault {
+                after_commit: true,
+                ..err(500)
+            }),
+            latency: Some(LatencyFault {
+                rate: 0.5,
+                min_ms: 5,
+                max_ms: Some(80),
+            }),
+            ..Default::default()
+        },
+    );
+    set.operations.insert(
+        Operation::Get,
+        OpFaults {
+            error: Some(err(500)),
+            ..Default::default()
+        },
+    );
+    set
+}
+
+/// Runs the chaos scenario on an installed-but-not-yet-created release
+/// (`rel`, prepared) with the user's objects in `ns`.
+pub async fn run(
+    h: &Harness,
+    rel: &ManagerRelease,
+    ns: &str,
+    cfg: &ChaosConfig,
+) -> Result<ChaosReport> {
+    let started = Instant::now();
+    let mut rng = StdRng::seed_from_u64(cfg.seed);
+    if cfg.profile == Profile::UpstreamWithAdmission {
+        let Some(sim) = h.sim() else {
+            return Err(Error::Config(
+                "the upstream-profile chaos run needs kube-sim's admission emulation (sim mode)"
+                    .into(),
+            ));
+        };
+        sim.set_storage_protection_admission(true);
+    }
+    let values = cfg.values();
+    let sets: Vec<&str> = values.iter().map(String::as_str).collect();
+    rel.install(&sets, true).await?;
+    let own = h
+        .binary
+        .as_ref()
+        .map(|b| b.release.clone())
+        .unwrap_or_else(|| "0.3".into());
+    rel.wait_running_as(&own).await?;
+    let monitor = Monitor::start(
+        h,
+        MonitorSettings {
+            namespaces: vec![ns.to_string()],
+            lease: Some((rel.namespace.clone(), rel.lease_name().to_string())),
+            lease_duration: cfg.lease_duration,
+            retry_period: cfg.retry_period,
+            strict: cfg.profile == Profile::UpstreamWithAdmission,
+        },
+    )
+    .await?;
+
+    // Faults on.
+    let user = rel.user();
+    let mut rule_ids = Vec::new();
+    if let Some(sim) = h.sim() {
+        sim.faults().reseed(cfg.seed);
+        for r in kube_fault_rules(&user, cfg) {
+            rule_ids.push(sim.faults().add(r));
+        }
+    } else {
+        h.skip_in_cluster("kube-sim faults (5xx, 409, watch cuts, forced 410)");
+    }
+    h.cloud.set_faults(cloud_faults(cfg)).await?;
+
+    let mut churn = Churn {
+        h,
+        ns: ns.to_string(),
+        client: h.client.clone(),
+        rng: StdRng::seed_from_u64(cfg.seed ^ 0x00c4_a05e),
+        model: Model::default(),
+        ops: BTreeMap::new(),
+        max_live: cfg.max_live,
+    };
+    let fault_start = Instant::now();
+    let end = fault_start + cfg.duration;
+    // Kills stop early enough that the last move completes before calm.
+    let last_kill =
+        end.checked_sub(cfg.lease_duration + cfg.retry_period * 2 + Duration::from_secs(2));
+    let mut kills = Vec::new();
+    let mut next_kill = Instant::now() + rand_between(&mut rng, cfg.kill_after);
+    let mut next_cut = Instant::now() + Duration::from_secs(rng.random_range(5..15));
+    let mut next_gone = Instant::now() + Duration::from_secs(rng.random_range(5..20));
+    let (mut cuts, mut gones) = (0u64, 0u64);
+    let mut waiting_for_move: Option<String> = None;
+    while Instant::now() < end {
+        churn.step().await?;
+        let now = Instant::now();
+        // A new kill only once the previous one's move is done.
+        if let Some(killed) = &waiting_for_move
+            && monitor
+                .lease()
+                .is_some_and(|l| !l.holder.is_empty() && &l.holder != killed)
+        {
+            waiting_for_move = None;
+            next_kill = now + rand_between(&mut rng, cfg.kill_after);
+        }
+        if waiting_for_move.is_none()
+            && now >= next_kill
+            && last_kill.is_some_and(|l| now < l)
+            && let Some((pod, identity)) = rel.leader().await?
+        {
+            match h.kill_pod(&rel.namespace, &pod, CONTAINER).await {
+                Ok(how) => {
+                    let kill = Kill {
+                        pod: pod.clone(),
+                        identity: identity.clone(),
+                        at: jiff::Timestamp::now(),
+                    };
+                    tracing::info!(%pod, %identity, ?how, "chaos: killed the leader");
+                    monitor.record_kill(kill.clone());
+                    kills.push(kill);
+                    waiting_for_move = Some(identity);
+                }
+                // The pod may be between restarts: try again later.
+                Err(e) => {
+                    tracing::info!(%pod, error = %e, "chaos: could not kill the leader now");
+                    next_kill = now + Duration::from_secs(1);
+                }
+            }
+        }
+        if let Some(sim) = h.sim() {
+            if now >= next_cut {
+                sim.faults().cut_watches();
+                cuts += 1;
+                next_cut = now + Duration::from_secs(rng.random_range(8..20));
+            }
+            if now >= next_gone {
+                sim.faults().add(
+                    kube_sim::FaultRule::new(kube_sim::FaultAction::Gone)
+                        .user(&user)
+                        .verb("watch")
+                        .times(1),
+                );
+                gones += 1;
+                next_gone = now + Duration::from_secs(rng.random_range(10..25));
+            }
+        }
+        tokio::time::sleep(rand_between(&mut churn.rng, cfg.op_interval)).await;
+    }
+
+    // Calm: faults off, no more kills; then everything is deleted.
+    let kube_faults = match h.sim() {
+        Some(sim) => {
+            let mut by: BTreeMap<String, u64> = BTreeMap::new();
+            for r in sim.faults().rules() {
+                let key = match &r.action {
+                    kube_sim::FaultAction::Error { code, .. } => format!("HTTP {code}"),
+                    kube_sim::FaultAction::Gone => "410 Gone".into(),
+                    other => format!("{other:?}"),
+                };
+                *by.entry(key).or_default() += r.injected;
+            }
+            sim.faults().clear();
+            by
+        }
+        None => BTreeMap::new(),
+    };
+    h.cloud.clear_faults().await?;
+    let cloud_stats = h.cloud.stats().await.unwrap_or(Value::Null);
+    monitor.set_calm();
+    let fault_phase = fault_start.elapsed();
+    let cleanup_start = Instant::now();
+    churn.delete_all().await?;
+    // Wait for every deletion to complete; the monitor fails any object
+    // that is free but still there CONVERGENCE_BOUND after calm.
+    let deadline = Instant::now() + CONVERGENCE_BOUND + Duration::from_secs(15);
+    loop {
+        let pending = monitor.pending();
+        let left = remaining(h, ns).await?;
+        if pending.is_empty() && left == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            tracing::warn!(
+                ?pending,
+                left,
+                "chaos: objects left after the cleanup deadline"
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let cleanup = cleanup_start.elapsed();
+    let report = monitor.finish().await?;
+    Ok(ChaosReport {
+        seed: cfg.seed,
+        profile: cfg.profile,
+        fault_phase,
+        total: started.elapsed(),
+        ops: churn.ops,
+        kube_faults,
+        watch_cuts: cuts,
+        forced_gone: gones,
+        cloud_stats,
+        kills,
+        monitor: report,
+        cleanup,
+    })
+}
+
+/// Objects of the run still in the namespace (and its PVs).
+async fn remaining(h: &Harness, ns: &str) -> Result<usize> {
+    let sel = kube::api::ListParams::default().labels(&format!("{}={}", objects::RUN_LABEL, h.run));
+    let pods = Api::<Pod>::namespaced(h.client.clone(), ns)
+        .list(&sel)
+        .await
+        .ctx(|| "list pods".into())?;
+    let pvcs = Api::<PersistentVolumeClaim>::namespaced(h.client.clone(), ns)
+        .list(&sel)
+        .await
+        .ctx(|| "list pvcs".into())?;
+    let svcs = Api::<Service>::namespaced(h.client.clone(), ns)
+        .list(&sel)
+        .await
+        .ctx(|| "list services".into())?;
+    let pvs = Api::<PersistentVolume>::all(h.client.clone())
+        .list(&sel)
+        .await
+        .ctx(|| "list pvs".into())?;
+    Ok(pods.items.len() + pvcs.items.len() + svcs.items.len() + pvs.items.len())
+}
+
+fn rand_between(rng: &mut StdRng, (lo, hi): (Duration, Duration)) -> Duration {
+    if hi <= lo {
+        return lo;
+    }
+    let ms = rng.random_range(lo.as_millis() as u64..=hi.as_millis() as u64);
+    Duration::from_millis(ms)
+}

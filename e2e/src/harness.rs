@@ -1,0 +1,508 @@
+//! The harness: a cluster to run scenarios on, the tools to drive it, and a
+//! record of what each scenario verified.
+//!
+//! **sim** (default): kube-sim in-process with its cluster emulation on
+//! (two Ready nodes, scheduler, PV binder with a default StorageClass,
+//! Deployment/ReplicaSet and Job controllers, and kubelets that run the
+//! manager image as the workspace's binary), plus cloud-sim in-process. The
+//! chart is installed with real helm, so the manager runs exactly as the
+//! rendered Deployment says. Every API request is in kube-sim's request log,
+//! attributed to its user (the manager is
+//! `system:serviceaccount:<namespace>:<service account>`).
+//!
+//! **cluster** (`E2E_KUBECONFIG`): the same scenarios against a real
+//! cluster; sim-only steps (kube-sim faults, forced 410s, request
+//! accounting) are skipped with a printed note.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::api::{DeleteParams, LogParams, PostParams};
+use kube::{Api, Client};
+use parking_lot::Mutex;
+use serde_json::json;
+
+use crate::binaries::{self, BinaryInfo, NEW_TAG, OLD_TAG};
+use crate::cloud::Cloud;
+use crate::error::{Error, IoContext, KubeContext, Result};
+use crate::mode::{ClusterTarget, ImageRef, MANAGER_REPOSITORY, Mode};
+use crate::objects::RUN_LABEL;
+use crate::tools::{Helm, HelmVersion, Kubectl};
+
+/// The nodes kube-sim registers in sim mode.
+pub const SIM_NODES: [&str; 2] = ["node-1", "node-2"];
+/// cloud-sim's bearer token in sim mode (mounted from a Secret by the chart).
+pub const SIM_CLOUD_TOKEN: &str = "e2e-cloud-token";
+/// kube-sim's admin user (helm, kubectl and the scenarios' client).
+pub const ADMIN_USER: &str = "admin";
+/// The user the observer watches as on kube-sim (never faulted).
+pub const OBSERVER_USER: &str = "e2e-observer";
+
+/// Settings of a harness.
+#[derive(Debug, Clone)]
+pub struct HarnessOptions {
+    /// Short scenario name (a namespace prefix: lowercase, digits, '-').
+    pub name: String,
+    /// Seed of kube-sim's random choices (uids, names, fault fractions).
+    pub seed: u64,
+    /// kube-sim's retained events per resource (watch resumption window).
+    pub history_window: usize,
+}
+
+impl HarnessOptions {
+    pub fn new(name: &str) -> HarnessOptions {
+        HarnessOptions {
+            name: name.to_string(),
+            seed: 0x6532_6520,
+            history_window: 100_000,
+        }
+    }
+}
+
+/// How a manager pod was killed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KillHow {
+    /// SIGKILL to the process through the emulated kubelet (sim).
+    Signal { pids: Vec<u32> },
+    /// `kubectl delete pod --grace-period=0 --force` (cluster mode: the
+    /// nearest a test can get to SIGKILL without node access).
+    ForceDelete,
+}
+
+/// A running harness. Call [`Harness::finish`] at the end.
+pub struct Harness {
+    pub mode: Mode,
+    /// Cluster-admin client (kube-sim user `admin`).
+    pub client: Client,
+    /// The client the observer uses (its own user on kube-sim).
+    pub observer_client: Client,
+    pub kubeconfig: PathBuf,
+    pub context: Option<String>,
+    sim: Option<kube_sim::KubeSim>,
+    pub cloud: std::sync::Arc<Cloud>,
+    /// cloud-sim's token, if it has one (the chart mounts it from a Secret).
+    pub cloud_token: Option<String>,
+    /// Scratch directory (helm homes, values files).
+    pub dir: PathBuf,
+    /// Unique id of this run (label value, namespace prefix).
+    pub run: String,
+    /// The manager image the chart installs (tag empty: the chart's).
+    pub manager_image: ImageRef,
+    pub image_pull_policy: String,
+    /// The image of user pods.
+    pub pod_image: String,
+    /// What the manager binary says of itself (sim mode).
+    pub binary: Option<BinaryInfo>,
+    /// E2E_OLD_BIN / E2E_NEW_BIN (sim mode), as `(old, new)`.
+    pub cross_build: Option<(PathBuf, PathBuf)>,
+    verified: Mutex<Vec<String>>,
+    namespaces: Mutex<Vec<String>>,
+}
+
+static RUNS: AtomicU64 = AtomicU64::new(0);
+
+fn run_id(name: &str) -> String {
+    let n = RUNS.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let suffix = (u64::from(std::process::id()) * 7919 + n * 104_729 + u64::from(nanos)) % 46_656;
+    let alphabet: Vec<char> = "0123456789abcdefghijklmnopqrstuvwxyz".chars().collect();
+    let mut s = String::new();
+    let mut x = suffix;
+    for _ in 0..3 {
+        s.push(alphabet[(x % 36) as usize]);
+        x /= 36;
+    }
+    format!("{name}-{s}")
+}
+
+impl Harness {
+    /// Brings up the cluster for `opts.name` (sim or cluster by the
+    /// environment).
+    pub async fn start(opts: HarnessOptions) -> Result<Harness> {
+        let mode = Mode::from_env()?;
+        let run = run_id(&opts.name);
+        let dir = std::env::temp_dir().join(format!("protection-e2e-{run}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).io_ctx(|| format!("creating {}", dir.display()))?;
+        match &mode {
+            Mode::Sim => Harness::start_sim(opts, mode.clone(), run, dir).await,
+            Mode::Cluster(t) => {
+                let t = t.clone();
+                Harness::start_cluster(mode.clone(), t, run, dir).await
+            }
+        }
+    }
+
+    async fn start_sim(
+        opts: HarnessOptions,
+        mode: Mode,
+        run: String,
+        dir: PathBuf,
+    ) -> Result<Harness> {
+        let bin = binaries::manager_binary()?;
+        let binary = binaries::inspect(&bin).await?;
+        let cross_build = binaries::cross_build()?;
+        let mut images = vec![kube_sim::cluster::ImageMapping {
+            image: MANAGER_REPOSITORY.to_string(),
+            binary: bin.clone(),
+        }];
+        if let Some((old, new)) = &cross_build {
+            binaries::inspect(old).await?;
+            binaries::inspect(new).await?;
+            images.push(kube_sim::cluster::ImageMapping {
+                image: format!("{MANAGER_REPOSITORY}:{OLD_TAG}"),
+                binary: old.clone(),
+            });
+            images.push(kube_sim::cluster::ImageMapping {
+                image: format!("{MANAGER_REPOSITORY}:{NEW_TAG}"),
+                binary: new.clone(),
+            });
+        }
+        let mut cluster = kube_sim::cluster::ClusterConfig::all();
+        cluster.nodes = SIM_NODES.iter().map(|s| s.to_string()).collect();
+        cluster.kubelet_config.images = images;
+        cluster.kubelet_config.root_dir = Some(dir.join("kubelet"));
+        let cfg = kube_sim::SimConfig {
+            seed: opts.seed,
+            history_window: opts.history_window,
+            bookmark_interval: Duration::from_secs(1),
+            pod_graceful_deletion: true,
+            cluster,
+            ..kube_sim::SimConfig::default()
+        };
+        let sim = kube_sim::KubeSim::start(cfg)
+            .await
+            .map_err(|e| Error::Sim(format!("starting kube-sim: {e}")))?;
+        let client = sim
+            .try_client_as(ADMIN_USER)
+            .await
+            .map_err(|e| Error::Sim(e.to_string()))?;
+        let observer_client = sim
+            .try_client_as(OBSERVER_USER)
+            .await
+            .map_err(|e| Error::Sim(e.to_string()))?;
+        let kubeconfig = sim.kubeconfig_path().to_path_buf();
+        let cloud = std::sync::Arc::new(Cloud::start_local(SIM_CLOUD_TOKEN).await?);
+        let h = Harness {
+            mode,
+            client,
+            observer_client,
+            kubeconfig,
+            context: None,
+            sim: Some(sim),
+            cloud,
+            cloud_token: Some(SIM_CLOUD_TOKEN.to_string()),
+            dir,
+            run,
+            manager_image: ImageRef {
+                repository: MANAGER_REPOSITORY.to_string(),
+                tag: String::new(),
+            },
+            image_pull_policy: "IfNotPresent".into(),
+            pod_image: crate::mode::DEFAULT_POD_IMAGE.into(),
+            binary: Some(binary),
+            cross_build,
+            verified: Mutex::new(Vec::new()),
+            namespaces: Mutex::new(Vec::new()),
+        };
+        h.wait_nodes_ready().await?;
+        Ok(h)
+    }
+
+    async fn start_cluster(
+        mode: Mode,
+        t: ClusterTarget,
+        run: String,
+        dir: PathBuf,
+    ) -> Result<Harness> {
+        let kc = kube::config::Kubeconfig::read_from(&t.kubeconfig).map_err(|e| {
+            Error::Config(format!("E2E_KUBECONFIG={}: {e}", t.kubeconfig.display()))
+        })?;
+        let opts = kube::config::KubeConfigOptions {
+            context: t.context.clone(),
+            ..Default::default()
+        };
+        let config = kube::Config::from_custom_kubeconfig(kc, &opts)
+            .await
+            .map_err(|e| {
+                Error::Config(format!("E2E_KUBECONFIG={}: {e}", t.kubeconfig.display()))
+            })?;
+        let client =
+            Client::try_from(config).ctx(|| "building a client for E2E_KUBECONFIG".into())?;
+        let cloud =
+            std::sync::Arc::new(Cloud::connect(&t.cloud_sim_url, t.cloud_sim_token.clone()).await?);
+        let h = Harness {
+            mode,
+            observer_client: client.clone(),
+            client,
+            kubeconfig: t.kubeconfig.clone(),
+            context: t.context.clone(),
+            sim: None,
+            cloud,
+            cloud_token: t.cloud_sim_token.clone(),
+            dir,
+            run,
+            manager_image: t.image.clone(),
+            image_pull_policy: t.image_pull_policy.clone(),
+            pod_image: t.pod_image.clone(),
+            binary: None,
+            cross_build: None,
+            verified: Mutex::new(Vec::new()),
+            namespaces: Mutex::new(Vec::new()),
+        };
+        h.wait_nodes_ready().await?;
+        Ok(h)
+    }
+
+    async fn wait_nodes_ready(&self) -> Result<()> {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        crate::wait::until_true(
+            "a node is Ready",
+            self.timeout(Duration::from_secs(60)),
+            || {
+                let nodes = nodes.clone();
+                async move {
+                    let list = nodes
+                        .list(&Default::default())
+                        .await
+                        .ctx(|| "listing nodes".into())?;
+                    Ok(list.items.iter().any(|n| {
+                        n.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|cs| {
+                                cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            })
+                    }))
+                }
+            },
+            || async { "no Ready node".to_string() },
+        )
+        .await
+    }
+
+    /// The simulator (sim mode only).
+    pub fn sim(&self) -> Option<&kube_sim::KubeSim> {
+        self.sim.as_ref()
+    }
+
+    pub fn is_sim(&self) -> bool {
+        self.sim.is_some()
+    }
+
+    /// In cluster mode, prints why a sim-only step is skipped and returns
+    /// true.
+    pub fn skip_in_cluster(&self, what: &str) -> bool {
+        if self.is_sim() {
+            return false;
+        }
+        let line = format!("NOTE (cluster mode): skipped {what}: needs kube-sim");
+        println!("{line}");
+        self.verified.lock().push(line);
+        true
+    }
+
+    /// A deadline scaled for the mode (real clusters pull images and
+    /// schedule more slowly).
+    pub fn timeout(&self, base: Duration) -> Duration {
+        if self.is_sim() { base } else { base * 3 }
+    }
+
+    /// Records (and prints) one thing a scenario verified.
+    pub fn verified(&self, what: impl Into<String>) {
+        let what = what.into();
+        println!("  verified: {what}");
+        self.verified.lock().push(what);
+    }
+
+    /// Everything verified so far.
+    pub fn verified_lines(&self) -> Vec<String> {
+        self.verified.lock().clone()
+    }
+
+    /// helm of the given major on this cluster.
+    pub async fn helm(&self, version: HelmVersion) -> Result<Helm> {
+        Helm::new(
+            version,
+            &self.kubeconfig,
+            self.context.as_deref(),
+            &self.dir,
+        )
+        .await
+    }
+
+    pub fn kubectl(&self) -> Result<Kubectl> {
+        Kubectl::new(&self.kubeconfig, self.context.as_deref())
+    }
+
+    /// Creates a namespace `<run>-<suffix>` labelled with the run (deleted
+    /// by [`Harness::finish`] in cluster mode).
+    pub async fn namespace(&self, suffix: &str) -> Result<String> {
+        let name = format!("{}-{suffix}", self.run);
+        let ns: Namespace = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {RUN_LABEL: self.run}}
+        }))
+        .map_err(|e| Error::Check(format!("namespace object: {e}")))?;
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .ctx(|| format!("creating namespace {name}"))?;
+        self.namespaces.lock().push(name.clone());
+        Ok(name)
+    }
+
+    /// Namespaces this run created.
+    pub fn namespaces(&self) -> Vec<String> {
+        self.namespaces.lock().clone()
+    }
+
+    /// kube-sim's recorded requests of `user` since `since` (sim only).
+    pub fn requests(&self, user: &str, since: u64) -> Option<Vec<kube_sim::RequestRecord>> {
+        let sim = self.sim.as_ref()?;
+        Some(sim.requests().records(&kube_sim::RequestFilter {
+            user: Some(user.to_string()),
+            since: Some(since),
+            ..kube_sim::RequestFilter::default()
+        }))
+    }
+
+    /// The request log's current sequence number (sim only; 0 otherwise).
+    pub fn request_seq(&self) -> u64 {
+        self.sim.as_ref().map_or(0, |s| s.requests().last_seq())
+    }
+
+    /// Writes by `user` since `since`, as `verb resource[/sub] ns/name`
+    /// (sim only).
+    pub fn writes_by(&self, user: &str, since: u64) -> Option<Vec<String>> {
+        Some(
+            self.requests(user, since)?
+                .into_iter()
+                .filter(|r| {
+                    matches!(
+                        r.verb.as_str(),
+                        "create" | "update" | "patch" | "delete" | "deletecollection"
+                    )
+                })
+                .filter(|r| (200..300).contains(&r.code))
+                .map(|r| {
+                    let sub = if r.subresource.is_empty() {
+                        String::new()
+                    } else {
+                        format!("/{}", r.subresource)
+                    };
+                    format!(
+                        "{} {}{} {}/{}",
+                        r.verb, r.resource, sub, r.namespace, r.name
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    /// A pod's log (`pods/log`), optionally of the previous container run.
+    pub async fn pod_log(&self, ns: &str, pod: &str, previous: bool) -> Result<String> {
+        Api::<Pod>::namespaced(self.client.clone(), ns)
+            .logs(
+                pod,
+                &LogParams {
+                    previous,
+                    ..LogParams::default()
+                },
+            )
+            .await
+            .ctx(|| format!("reading the log of pod {ns}/{pod}"))
+    }
+
+    /// Kills the process of a pod's container at once: SIGKILL through the
+    /// emulated kubelet (sim), or a forced deletion (cluster).
+    pub async fn kill_pod(&self, ns: &str, pod: &str, container: &str) -> Result<KillHow> {
+        match &self.sim {
+            Some(sim) => {
+                let pids = sim
+                    .signal_pod(ns, pod, Some(container), kube_sim::Signal::Kill)
+                    .map_err(|e| Error::Sim(format!("SIGKILL to {ns}/{pod}: {e}")))?;
+                Ok(KillHow::Signal { pids })
+            }
+            None => {
+                Api::<Pod>::namespaced(self.client.clone(), ns)
+                    .delete(pod, &DeleteParams::default().grace_period(0))
+                    .await
+                    .ctx(|| format!("force-deleting pod {ns}/{pod}"))?;
+                Ok(KillHow::ForceDelete)
+            }
+        }
+    }
+
+    /// Creates the Secret holding cloud-sim's token in `ns` (as a user
+    /// would: `kubectl create secret generic lb-token --from-literal=...`).
+    pub async fn create_token_secret(&self, ns: &str, name: &str) -> Result<bool> {
+        let Some(token) = &self.cloud_token else {
+            return Ok(false);
+        };
+        self.kubectl()?
+            .ok(&[
+                "--namespace",
+                ns,
+                "create",
+                "secret",
+                "generic",
+                name,
+                &format!("--from-literal=token={token}"),
+            ])
+            .await?;
+        Ok(true)
+    }
+
+    /// A scratch file in the harness directory.
+    pub fn write_file(&self, name: &str, content: &str) -> Result<PathBuf> {
+        let p = self.dir.join(name);
+        std::fs::write(&p, content).io_ctx(|| format!("writing {}", p.display()))?;
+        Ok(p)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Prints the summary of what was verified; in cluster mode deletes the
+    /// run's namespaces; stops kube-sim and cloud-sim.
+    pub async fn finish(self) {
+        let lines = self.verified.lock().clone();
+        println!(
+            "== {} ({} mode): {} checks verified",
+            self.run,
+            self.mode.name(),
+            lines.len()
+        );
+        if !self.is_sim() {
+            let api: Api<Namespace> = Api::all(self.client.clone());
+            let namespaces = self.namespaces.lock().clone();
+            for ns in &namespaces {
+                if let Err(e) = api.delete(ns, &DeleteParams::background()).await {
+                    tracing::warn!(namespace = %ns, error = %e, "deleting the run's namespace");
+                }
+            }
+        }
+        match std::sync::Arc::try_unwrap(self.cloud) {
+            Ok(c) => c.shutdown().await,
+            Err(_) => tracing::warn!("cloud-sim still in use at the end of the run; not stopped"),
+        }
+        if let Some(sim) = self.sim {
+            sim.shutdown().await;
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `key=value` pairs as a sorted map (for printing values).
+pub fn pairs(sets: &[&str]) -> BTreeMap<String, String> {
+    sets.iter()
+        .filter_map(|s| s.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}

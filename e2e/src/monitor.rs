@@ -1,0 +1,289 @@
+//! Runs the invariants continuously: the observer's reports go through the
+//! [`Timeline`] into the [`Checker`]; cloud-sim's inventory is swept after
+//! every Service deletion and every second; time-based checks run on every
+//! tick. [`Monitor::finish`] drains what is left and runs the final checks.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Service;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+use parking_lot::Mutex;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::cloud::Cloud;
+use crate::error::{Error, KubeContext, Result};
+use crate::harness::Harness;
+use crate::invariants::{Checker, CheckerConfig, Counts, Kill, Move, Violation};
+use crate::objects::RUN_LABEL;
+use crate::observer::{Kind, LeaseSummary, Observer, ObserverConfig, Report, Timeline};
+
+/// How often the inventory is swept without a Service deletion.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+struct Shared {
+    checker: Checker,
+    timeline: Timeline,
+    sweep_errors: u64,
+}
+
+/// The invariants, checked while a scenario runs.
+pub struct Monitor {
+    shared: Arc<Mutex<Shared>>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    observer: Observer,
+    cloud: Arc<Cloud>,
+    client: kube::Client,
+    namespaces: Vec<String>,
+}
+
+/// What to monitor.
+#[derive(Debug, Clone)]
+pub struct MonitorSettings {
+    /// The namespaces of the user's objects.
+    pub namespaces: Vec<String>,
+    /// The leader Lease `(namespace, name)`, for the leadership invariant.
+    pub lease: Option<(String, String)>,
+    /// The chart's leader election timings.
+    pub lease_duration: Duration,
+    pub retry_period: Duration,
+    /// Claims and volumes get their finalizer at creation (see
+    /// [`CheckerConfig::strict`]).
+    pub strict: bool,
+}
+
+impl MonitorSettings {
+    /// The user's namespaces, no Lease, the chart's default timings, the
+    /// project profile.
+    pub fn namespaces(namespaces: &[String]) -> MonitorSettings {
+        MonitorSettings {
+            namespaces: namespaces.to_vec(),
+            lease: None,
+            lease_duration: Duration::from_secs(15),
+            retry_period: Duration::from_secs(2),
+            strict: false,
+        }
+    }
+}
+
+/// What a monitored run checked.
+#[derive(Debug, Clone)]
+pub struct MonitorReport {
+    pub counts: Counts,
+    pub violations: Vec<Violation>,
+    pub moves: Vec<Move>,
+    pub gaps: u64,
+    pub tolerance: Duration,
+}
+
+impl MonitorReport {
+    /// `Err` with every violation and its evidence, or `Ok`.
+    pub fn ok(&self) -> Result<()> {
+        if self.violations.is_empty() {
+            return Ok(());
+        }
+        Err(Error::Invariant(
+            self.violations
+                .iter()
+                .map(|v| format!("- {v}"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ))
+    }
+}
+
+impl Monitor {
+    /// Starts watching the run's objects (label [`RUN_LABEL`]) and, when
+    /// given, the leader Lease; returns once every watch has listed.
+    pub async fn start(h: &Harness, settings: MonitorSettings) -> Result<Monitor> {
+        let MonitorSettings {
+            namespaces,
+            lease,
+            lease_duration,
+            retry_period,
+            strict,
+        } = settings;
+        let cfg = ObserverConfig {
+            selector: format!("{RUN_LABEL}={}", h.run),
+            lease,
+            watch_timeout: Duration::from_secs(if h.is_sim() { 30 } else { 20 }),
+        };
+        let (observer, rx, kinds) = Observer::start(h.observer_client.clone(), cfg);
+        let checker = Checker::new(CheckerConfig {
+            lease_duration,
+            retry_period,
+            namespaces: namespaces.iter().cloned().collect(),
+            run: h.run.clone(),
+            strict,
+        });
+        let shared = Arc::new(Mutex::new(Shared {
+            checker,
+            timeline: Timeline::new(&kinds),
+            sweep_errors: 0,
+        }));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(run(shared.clone(), rx, h.cloud.clone(), stop.clone()));
+        let m = Monitor {
+            shared,
+            stop,
+            task,
+            observer,
+            cloud: h.cloud.clone(),
+            client: h.client.clone(),
+            namespaces,
+        };
+        crate::wait::until_true(
+            "the observer's watches have listed",
+            h.timeout(Duration::from_secs(60)),
+            || async { Ok(m.shared.lock().timeline.is_synced()) },
+            || async { String::new() },
+        )
+        .await?;
+        Ok(m)
+    }
+
+    pub fn record_kill(&self, kill: Kill) {
+        self.shared.lock().checker.record_kill(kill);
+    }
+
+    /// Faults have stopped: the convergence clock starts now.
+    pub fn set_calm(&self) {
+        self.shared.lock().checker.set_calm(Instant::now());
+    }
+
+    pub fn counts(&self) -> Counts {
+        self.shared.lock().checker.counts().clone()
+    }
+
+    pub fn violations(&self) -> Vec<Violation> {
+        self.shared.lock().checker.violations().to_vec()
+    }
+
+    /// The latest Lease state seen.
+    pub fn lease(&self) -> Option<LeaseSummary> {
+        self.shared.lock().checker.lease().cloned()
+    }
+
+    /// Objects whose deletion was requested and that still exist.
+    pub fn pending(&self) -> Vec<(Kind, String, bool, Vec<String>)> {
+        self.shared.lock().checker.pending()
+    }
+
+    /// The resourceVersion up to which events were checked.
+    pub fn watermark(&self) -> u64 {
+        self.shared.lock().timeline.watermark()
+    }
+
+    /// Stops the watches, applies what is still buffered, and runs the
+    /// final checks: every load balancer of the run's namespaces belongs to
+    /// a live Service; kills without a new holder past the bound fail.
+    pub async fn finish(self) -> Result<MonitorReport> {
+        // Let the watches catch up with the last writes: wait until the
+        // merged order has passed the current resourceVersion.
+        let current = current_rv(&self.client).await?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.watermark() < current && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.stop.cancel();
+        let _ = self.task.await;
+        self.observer.stop().await;
+        let lbs = self.cloud.load_balancers().await?;
+        let mut live = HashSet::new();
+        for ns in &self.namespaces {
+            let list = Api::<Service>::namespaced(self.client.clone(), ns)
+                .list(&ListParams::default())
+                .await
+                .ctx(|| format!("listing services in {ns}"))?;
+            live.extend(list.items.iter().filter_map(|s| s.uid()));
+        }
+        let mut s = self.shared.lock();
+        let sync_rv = s.timeline.sync_rv();
+        let rest = s.timeline.drain_all();
+        for ev in &rest {
+            s.checker.apply(ev, sync_rv);
+        }
+        s.checker.final_cloud_check(&lbs, &live);
+        s.checker.check_time(Instant::now(), jiff::Timestamp::now());
+        s.checker.check_leadership(jiff::Timestamp::now(), true);
+        if s.sweep_errors > 0 {
+            tracing::warn!(
+                errors = s.sweep_errors,
+                "cloud-sim inventory sweeps that failed"
+            );
+        }
+        Ok(MonitorReport {
+            counts: s.checker.counts().clone(),
+            violations: s.checker.violations().to_vec(),
+            moves: s.checker.moves().to_vec(),
+            gaps: s.timeline.gaps,
+            tolerance: s.checker.tolerance(),
+        })
+    }
+}
+
+/// The API server's current resourceVersion (a cheap list).
+async fn current_rv(client: &kube::Client) -> Result<u64> {
+    let l = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .list_metadata(&ListParams::default().limit(1))
+        .await
+        .ctx(|| "reading the current resourceVersion".into())?;
+    Ok(l.metadata
+        .resource_version
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0))
+}
+
+async fn run(
+    shared: Arc<Mutex<Shared>>,
+    mut rx: mpsc::UnboundedReceiver<Report>,
+    cloud: Arc<Cloud>,
+    stop: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let mut last_sweep = Instant::now();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => {
+                // Keep what is in the channel for finish().
+                while let Ok(r) = rx.try_recv() {
+                    shared.lock().timeline.push(r);
+                }
+                return;
+            }
+            r = rx.recv() => {
+                let Some(r) = r else { return };
+                let mut s = shared.lock();
+                s.timeline.push(r);
+                while let Ok(r) = rx.try_recv() {
+                    s.timeline.push(r);
+                }
+            }
+            _ = tick.tick() => {}
+        }
+        let wants_sweep = {
+            let mut s = shared.lock();
+            let sync_rv = s.timeline.sync_rv();
+            let ready = s.timeline.ready();
+            for ev in &ready {
+                s.checker.apply(ev, sync_rv);
+            }
+            s.checker.check_time(Instant::now(), jiff::Timestamp::now());
+            s.checker.wants_sweep() || last_sweep.elapsed() >= SWEEP_EVERY
+        };
+        if wants_sweep {
+            last_sweep = Instant::now();
+            match cloud.load_balancers().await {
+                Ok(lbs) => shared.lock().checker.sweep_cloud(&lbs),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cloud-sim inventory sweep failed");
+                    shared.lock().sweep_errors += 1;
+                }
+            }
+        }
+    }
+}

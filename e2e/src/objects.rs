@@ -1,0 +1,98 @@
+//! The user's objects the scenarios create: claims, volumes, pods and
+//! load-balancer Services, as a user would write them. Every object carries
+//! the run label so that the observer (and a shared real cluster) can tell
+//! the run's objects from others.
+
+use serde_json::{Value, json};
+
+/// Label on every object a run creates (value: the run id).
+pub const RUN_LABEL: &str = "e2e.protection-manager.io/run";
+
+/// A 1Gi ReadWriteOnce claim of the default StorageClass (dynamically
+/// provisioned: kube-sim's hostPath provisioner, kind's local-path), as
+/// upstream's PVC-protection e2e creates it.
+pub fn dynamic_pvc(run: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "labels": {RUN_LABEL: run}},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}}
+        }
+    })
+}
+
+/// A hostPath PV labelled for a selector (upstream's PV-protection e2e:
+/// `storageClassName: ""`, Retain).
+pub fn host_path_pv(run: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {RUN_LABEL: run, "e2e.protection-manager.io/pv": name}},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "hostPath": {"path": format!("/tmp/protection-e2e/{name}"), "type": "DirectoryOrCreate"}
+        }
+    })
+}
+
+/// A claim that selects the PV `pv` (empty storageClassName, so no
+/// provisioning).
+pub fn pvc_for_pv(run: &str, name: &str, pv: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "labels": {RUN_LABEL: run}},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "selector": {"matchLabels": {"e2e.protection-manager.io/pv": pv}},
+            "resources": {"requests": {"storage": "1Gi"}}
+        }
+    })
+}
+
+/// A pod mounting `claims` (left to the scheduler: no nodeName).
+pub fn pod_with_claims(run: &str, name: &str, image: &str, claims: &[&str]) -> Value {
+    let volumes: Vec<Value> = claims
+        .iter()
+        .enumerate()
+        .map(
+            |(i, c)| json!({"name": format!("vol-{i}"), "persistentVolumeClaim": {"claimName": c}}),
+        )
+        .collect();
+    let mounts: Vec<Value> = claims
+        .iter()
+        .enumerate()
+        .map(|(i, _)| json!({"name": format!("vol-{i}"), "mountPath": format!("/mnt/vol-{i}")}))
+        .collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {RUN_LABEL: run}},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "app", "image": image, "volumeMounts": mounts}],
+            "volumes": volumes
+        }
+    })
+}
+
+/// A TCP `type: LoadBalancer` Service of the manager's class.
+pub fn lb_service(run: &str, name: &str, class: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": {RUN_LABEL: run}},
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": class,
+            "selector": {"app": name},
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
+        }
+    })
+}

@@ -1,0 +1,92 @@
+//! The short chaos run of `make test` (about 1.5 minutes): two replicas
+//! with leader election, churn, kube-sim and cloud-sim faults, SIGKILL of
+//! the leader; the invariants are checked continuously and at the end.
+//! `E2E_CHAOS_SEED` picks the seed (printed either way); `make chaos` runs
+//! the long version.
+
+use protection_e2e::chaos::{self, ChaosConfig, Profile};
+use protection_e2e::harness::{Harness, HarnessOptions};
+use protection_e2e::release::ManagerRelease;
+use protection_e2e::scenarios::App;
+use protection_e2e::tools::HelmVersion;
+use protection_e2e::{Error, Result};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+async fn short_chaos(seed: u64, profile: Profile) -> Result<()> {
+    let mut opts = HarnessOptions::new(match profile {
+        Profile::Project => "chaos",
+        Profile::UpstreamWithAdmission => "chaos-up",
+    });
+    opts.seed = seed;
+    let h = Harness::start(opts).await?;
+    println!(
+        "== chaos: {} mode, run {}, seed {seed}",
+        h.mode.name(),
+        h.run
+    );
+    let result = async {
+        let helm = h.helm(HelmVersion::V4).await?;
+        let rel = ManagerRelease::prepare(&h, helm, "pm", "system").await?;
+        let app = App::new(&h, "app").await?;
+        let cfg = ChaosConfig {
+            profile,
+            ..ChaosConfig::short(seed)
+        };
+        let report = chaos::run(&h, &rel, &app.ns, &cfg).await;
+        let report = match report {
+            Ok(r) => r,
+            Err(e) => {
+                println!("manager state:\n{}", rel.diagnostics().await);
+                return Err(Error::Check(format!("chaos run (seed {seed}): {e}")));
+            }
+        };
+        for l in report.lines() {
+            println!("{l}");
+        }
+        if report.kills.is_empty() {
+            return Err(Error::Check(format!("no leader was killed during the run (seed {seed})")));
+        }
+        if h.is_sim() && report.monitor.gaps > 0 {
+            return Err(Error::Check(format!(
+                "the observer lost {} watch windows (410): deletions in them went unchecked (seed {seed})",
+                report.monitor.gaps
+            )));
+        }
+        report.monitor.ok().map_err(|e| Error::Check(format!("seed {seed}: {e}")))
+    }
+    .await;
+    h.finish().await;
+    result
+}
+
+fn seed() -> u64 {
+    std::env::var("E2E_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_261_122)
+}
+
+#[test]
+fn short_chaos_keeps_every_invariant_project_profile() {
+    runtime().block_on(async {
+        short_chaos(seed(), Profile::Project)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    });
+}
+
+#[test]
+fn short_chaos_keeps_every_invariant_upstream_profile_with_admission() {
+    runtime().block_on(async {
+        short_chaos(seed() + 1, Profile::UpstreamWithAdmission)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    });
+}

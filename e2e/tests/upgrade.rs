@@ -1,0 +1,84 @@
+//! Upgrade and downgrade through helm upgrade / helm rollback: the KEP's
+//! phase walk (helm 4), the 0.2 → 0.0 hazard and the release guard (helm
+//! 3.18), and, with E2E_OLD_BIN / E2E_NEW_BIN, a real cross-build upgrade.
+
+use protection_e2e::harness::{Harness, HarnessOptions};
+use protection_e2e::release::ManagerRelease;
+use protection_e2e::scenarios::{App, guard, upgrade};
+use protection_e2e::tools::HelmVersion;
+use protection_e2e::{Error, Result};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+async fn run<F>(name: &str, helm: HelmVersion, scenario: F) -> Result<()>
+where
+    F: for<'a> AsyncFnOnce(&'a Harness, &'a App<'a>, &'a ManagerRelease) -> Result<()>,
+{
+    let h = Harness::start(HarnessOptions::new(name)).await?;
+    println!("== {name}: {} mode, run {}, {helm}", h.mode.name(), h.run);
+    let result = async {
+        let helm = h.helm(helm).await?;
+        let rel = ManagerRelease::prepare(&h, helm, "pm", "system").await?;
+        let app = App::new(&h, "app").await?;
+        let r = scenario(&h, &app, &rel).await;
+        if let Err(e) = &r {
+            println!("helm history: {:?}", rel.history().await);
+            println!("manager state:\n{}", rel.diagnostics().await);
+            println!(
+                "manager logs:\n{}",
+                rel.logs(&h, true).await.unwrap_or_default()
+            );
+            return Err(Error::Check(format!("{e}")));
+        }
+        Ok(())
+    }
+    .await;
+    h.finish().await;
+    result
+}
+
+#[test]
+fn phases_0_0_to_0_3_with_rollback_and_locked_gate_helm4() {
+    runtime().block_on(async {
+        run("phases", HelmVersion::V4, async |_h, app, rel| {
+            upgrade::phases(app, rel).await
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    });
+}
+
+#[test]
+fn skip_by_two_hazard_then_release_guard_helm3() {
+    runtime().block_on(async {
+        run("guard", HelmVersion::V3, async |h, app, rel| {
+            guard::hazard(app, rel).await?;
+            let rel2 = ManagerRelease::prepare(h, h.helm(HelmVersion::V3).await?, "pm2", "guarded")
+                .await?;
+            guard::guard(app, &rel2).await
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    });
+}
+
+#[test]
+fn cross_build_upgrade_and_rollback() {
+    runtime().block_on(async {
+        let Ok(Some(_)) = protection_e2e::binaries::cross_build() else {
+            println!(
+                "NOTE: E2E_OLD_BIN / E2E_NEW_BIN unset: one binary plays every release through --emulated-version (the other upgrade tests); set both to upgrade between two real builds"
+            );
+            return;
+        };
+        run("crossbuild", HelmVersion::V4, async |_h, app, rel| upgrade::cross_build(app, rel).await)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    });
+}
