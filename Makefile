@@ -75,3 +75,29 @@ bench: bench-pv
 bench-pv:
 	$(CARGO) build --release -p protection-manager --bin protection-manager
 	$(CARGO) run --release -p pv-protection --example bench_pv
+
+# --- End-to-end suite (e2e/, see e2e/README.md) --------------------------------
+# `make e2e`: the lifecycle, upgrade/downgrade and short chaos scenarios, each
+# printing what it verified. On kube-sim (with its cluster emulation) and
+# cloud-sim by default, as in `make test`; against a real cluster when
+# E2E_KUBECONFIG is set (with E2E_IMAGE and E2E_CLOUD_SIM_URL).
+# `make e2e-kind`: creates a kind cluster, loads the image, starts cloud-sim on
+# the host and runs `make e2e` against it (needs docker and kind).
+# `make chaos`: the long chaos run (CHAOS_DURATION, default 10m; CHAOS_SEED;
+# CHAOS_ARGS e.g. --profile upstream); prints the invariant counts.
+CHAOS_DURATION ?= 10m
+CHAOS_SEED ?=
+CHAOS_ARGS ?=
+
+.PHONY: e2e e2e-kind chaos
+
+e2e: tools
+	$(CARGO) build -p protection-manager --bin protection-manager
+	$(CARGO) test -p protection-e2e --no-fail-fast -- --nocapture
+
+e2e-kind: tools
+	IMAGE=$(IMAGE) IMAGE_VERSION=$(IMAGE_VERSION) CARGO=$(CARGO) MAKE=$(MAKE) ./e2e/kind.sh
+
+chaos: tools
+	$(CARGO) build -p protection-manager --bin protection-manager
+	$(CARGO) run -p protection-e2e --bin chaos -- --duration $(CHAOS_DURATION) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) $(CHAOS_ARGS)
