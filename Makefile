@@ -69,12 +69,19 @@ bench-sim:
 # pv-protection and pvc-protection at scale: 10,000 PVs, 10,000 PVCs and
 # 20,000 pods back-filled by the release manager binary against kube-sim,
 # then unused PVCs deleted at 100/s (release build; prints figures).
-.PHONY: bench bench-pv
-bench: bench-pv
+.PHONY: bench bench-pv bench-lb
+bench: bench-pv bench-lb
 
 bench-pv:
 	$(CARGO) build --release -p protection-manager --bin protection-manager
 	$(CARGO) run --release -p pv-protection --example bench_pv
+
+# service-lb-cleanup at scale: 2,000 LoadBalancer Services provisioned at
+# release 0.1, back-filled at 0.2 by the release manager binary against
+# kube-sim and cloud-sim, then deleted at 200/s (release build; prints figures).
+bench-lb:
+	$(CARGO) build --release -p protection-manager --bin protection-manager
+	$(CARGO) run --release -p lb-cleanup --example bench_lb
 
 # --- End-to-end suite (e2e/, see e2e/README.md) --------------------------------
 # `make e2e`: the lifecycle, upgrade/downgrade and short chaos scenarios, each

@@ -40,7 +40,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::{Backoff, MAX_RETRY_DELAY, MIN_RETRY_DELAY};
-use crate::decide::Policy;
+use crate::decide::{NodeSet, Policy};
 use crate::metrics::{Instrumented, ProviderMetrics};
 use crate::predicates::{ClassSelector, needs_cleanup, should_sync, wants_load_balancer};
 use crate::provider::{LoadBalancerProvider, lb_nodes, should_sync_updated_node};
@@ -123,10 +123,43 @@ impl EventSink for RecorderSink {
     }
 }
 
+/// The current target node set, computed from the Node store and shared
+/// (one allocation) by every Service that last received it.
+struct Targets {
+    nodes: Store<Node>,
+    current: Mutex<NodeSet>,
+}
+
+impl Targets {
+    fn new(nodes: Store<Node>) -> Self {
+        Self {
+            nodes,
+            current: Mutex::new(NodeSet::default()),
+        }
+    }
+
+    fn get(&self) -> NodeSet {
+        let fresh = {
+            let all = self.nodes.state();
+            lb_nodes(all.iter().map(|n| n.as_ref()))
+        };
+        let mut cur = self.current.lock();
+        if **cur != fresh {
+            *cur = Arc::new(fresh);
+        }
+        cur.clone()
+    }
+}
+
+/// Our last write per Service key: the store's resourceVersion it was based
+/// on, and the object the API server answered. Kept only until the watch
+/// delivers that answer.
+type Written = Arc<Mutex<HashMap<String, (String, Arc<Service>)>>>;
+
 /// Shared state of one controller run.
 struct State {
     syncer: Arc<Syncer>,
-    nodes: Store<Node>,
+    targets: Arc<Targets>,
     nodes_synced: watch::Receiver<bool>,
     backoff: Backoff,
     metrics: ControllerMetrics,
@@ -134,7 +167,7 @@ struct State {
     /// based on, and the object the API server answered. A reconcile that
     /// still sees that resourceVersion (the watch has not delivered our write
     /// yet) works from our answer instead, so it does not write again.
-    written: Mutex<HashMap<String, (String, Arc<Service>)>>,
+    written: Written,
 }
 
 impl State {
@@ -171,11 +204,7 @@ async fn reconcile(svc: Arc<Service>, st: Arc<State>) -> Result<Action, Reconcil
     let key = key_of(&svc);
     let store_rv = svc.metadata.resource_version.clone().unwrap_or_default();
     let svc = st.freshest(&key, svc);
-    let nodes = {
-        let all = st.nodes.state();
-        lb_nodes(all.iter().map(|n| n.as_ref()))
-    };
-    let res = st.syncer.process_service(&svc, nodes).await;
+    let res = st.syncer.process_service(&svc, st.targets.get()).await;
     match res {
         Ok(out) => {
             st.backoff.forget(&key);
@@ -189,7 +218,8 @@ async fn reconcile(svc: Arc<Service>, st: Arc<State>) -> Result<Action, Reconcil
                 }
             }
             match out.latest {
-                Some(latest) if !out.gone => {
+                Some(mut latest) if !out.gone => {
+                    latest.metadata.managed_fields = None;
                     st.written.lock().insert(key, (store_rv, Arc::new(latest)));
                 }
                 _ => {
@@ -249,6 +279,7 @@ struct ServiceFilter {
     syncer: Arc<Syncer>,
     deletions: mpsc::UnboundedSender<(String, String)>,
     synced: watch::Sender<bool>,
+    written: Written,
 }
 
 impl ServiceFilter {
@@ -279,6 +310,18 @@ impl ServiceFilter {
             .map(|t| t.0)
     }
 
+    /// Forgets our last write to `svc` once the watch delivered it (or
+    /// something after it).
+    fn caught_up(&self, svc: &Service) {
+        let key = key_of(svc);
+        let mut w = self.written.lock();
+        if w.get(&key).is_some_and(|(_, after)| {
+            after.metadata.resource_version == svc.metadata.resource_version
+        }) {
+            w.remove(&key);
+        }
+    }
+
     fn vanished(&self, key: String, uid: String) {
         let _ = self.deletions.send((key, uid));
     }
@@ -287,12 +330,14 @@ impl ServiceFilter {
     fn handle(&mut self, ev: watcher::Event<Service>) -> Vec<Service> {
         match ev {
             watcher::Event::Apply(svc) => {
+                self.caught_up(&svc);
                 self.metrics
                     .set_terminating(&key_of(&svc), self.terminating(&svc));
                 if self.decide(&svc) { vec![svc] } else { vec![] }
             }
             watcher::Event::Delete(svc) => {
                 let key = key_of(&svc);
+                self.written.lock().remove(&key);
                 self.metrics.set_terminating(&key, None);
                 self.last.remove(&ObjectRef::from_obj(&svc));
                 if let Some(uid) = svc.metadata.uid.clone() {
@@ -318,6 +363,7 @@ impl ServiceFilter {
             }
             watcher::Event::InitDone => {
                 // The store now holds the re-listed objects.
+                self.written.lock().clear();
                 let seen = std::mem::take(&mut self.init_seen);
                 self.last.retain(|r, _| seen.contains(r));
                 for (r, arc) in self.last.iter_mut() {
@@ -382,6 +428,7 @@ async fn watch_nodes(
     let mut seen: HashMap<String, Node> = HashMap::new();
     let events = watcher(api, watcher::Config::default())
         .default_backoff()
+        .modify(|n: &mut Node| n.metadata.managed_fields = None)
         .reflect(writer);
     let mut events = std::pin::pin!(events);
     loop {
@@ -427,7 +474,7 @@ async fn watch_nodes(
 struct NodeSyncLoop {
     syncer: Arc<Syncer>,
     services: Store<Service>,
-    nodes: Store<Node>,
+    targets: Arc<Targets>,
     wake: Arc<Notify>,
     /// Service and Node watches listed once.
     ready: (watch::Receiver<bool>, watch::Receiver<bool>),
@@ -440,7 +487,7 @@ impl NodeSyncLoop {
         let Self {
             syncer,
             services,
-            nodes,
+            targets,
             wake,
             ready,
             retry,
@@ -454,10 +501,7 @@ impl NodeSyncLoop {
                 _ = stop.cancelled() => return,
                 _ = wake.notified() => {}
             }
-            let targets = {
-                let all = nodes.state();
-                lb_nodes(all.iter().map(|n| n.as_ref()))
-            };
+            let targets = targets.get();
             let work: Vec<Arc<Service>> = syncer
                 .cached_all()
                 .into_iter()
@@ -471,7 +515,7 @@ impl NodeSyncLoop {
             let retries: Vec<ObjectRef<Service>> = stream::iter(work)
                 .map(|svc| {
                     let syncer = syncer.clone();
-                    let targets = &targets;
+                    let targets = targets.clone();
                     async move {
                         match syncer.node_sync_service(&svc, targets).await {
                             NodeSync::Done => None,
@@ -584,6 +628,8 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
     let (svc_reader, svc_writer) = reflector::store::<Service>();
     let (retry_tx, retry_rx) = mpsc::unbounded_channel::<ObjectRef<Service>>();
     let (del_tx, mut del_rx) = mpsc::unbounded_channel::<(String, String)>();
+    let written: Written = Arc::default();
+    let targets = Arc::new(Targets::new(node_reader));
     let mut filter = ServiceFilter {
         classes: settings.classes.clone(),
         finalizer: settings.finalizer.clone(),
@@ -596,12 +642,16 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         syncer: syncer.clone(),
         deletions: del_tx,
         synced: svcs_synced_tx,
+        written: written.clone(),
     };
     let triggers = watcher(
         Api::<Service>::all(ctx.client.clone()),
         watcher::Config::default(),
     )
     .default_backoff()
+    // Nothing here reads managedFields; not keeping them roughly halves the
+    // memory of the Service cache.
+    .modify(|s: &mut Service| s.metadata.managed_fields = None)
     .reflect(svc_writer)
     .flat_map(move |ev| {
         let out: Vec<Result<Service, watcher::Error>> = match ev {
@@ -645,7 +695,7 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         NodeSyncLoop {
             syncer: syncer.clone(),
             services: svc_reader.clone(),
-            nodes: node_reader.clone(),
+            targets: targets.clone(),
             wake: node_wake,
             ready: (svcs_synced.clone(), nodes_synced.clone()),
             retry: retry_tx.clone(),
@@ -676,11 +726,11 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
 
     let state = Arc::new(State {
         syncer,
-        nodes: node_reader,
+        targets,
         nodes_synced,
         backoff: Backoff::default(),
         metrics: ctx.metrics.clone(),
-        written: Mutex::new(HashMap::new()),
+        written,
     });
     let retries = tokio_stream_from(retry_rx);
     Controller::for_stream(triggers, svc_reader)
@@ -743,11 +793,11 @@ mod tests {
         let metrics = Metrics::new().unwrap();
         Arc::new(State {
             syncer,
-            nodes: reflector::store::<Node>().0,
+            targets: Arc::new(Targets::new(reflector::store::<Node>().0)),
             nodes_synced: watch::channel(true).1,
             backoff: Backoff::default(),
             metrics: metrics.controller("service-lb-cleanup"),
-            written: Mutex::new(HashMap::new()),
+            written: Written::default(),
         })
     }
 
@@ -800,6 +850,29 @@ mod tests {
             error_policy(web, &transient(), st),
             Action::requeue(Duration::from_secs(5))
         );
+    }
+
+    #[test]
+    fn services_share_one_node_set_until_it_changes() {
+        let (reader, mut writer) = reflector::store::<Node>();
+        let node = |name: &str| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name}, "spec": {"providerID": format!("sim://{name}")}
+            }))
+            .unwrap()
+        };
+        writer.apply_watcher_event(&watcher::Event::Apply(node("a")));
+        let t = Targets::new(reader);
+        let first = t.get();
+        assert_eq!(first.len(), 1);
+        assert!(
+            Arc::ptr_eq(&first, &t.get()),
+            "unchanged: the same allocation"
+        );
+        writer.apply_watcher_event(&watcher::Event::Apply(node("b")));
+        let second = t.get();
+        assert_eq!(second.len(), 2);
+        assert!(!Arc::ptr_eq(&first, &second));
     }
 
     #[test]

@@ -32,12 +32,18 @@
 //! precondition: a write aimed at a Service that was deleted and recreated
 //! under the same name fails with a conflict instead of touching the new one.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use serde_json::{Map, Value, json};
 
 use crate::predicates::{ClassSelector, needs_cleanup, wants_load_balancer};
 use crate::provider::{LbNode, LbRef, LbSpec, LbStatus, SpecError};
 use protection_core::finalizer::has_finalizer;
+
+/// A node set shared between every Service that was given it (a set of
+/// thousands of nodes is stored once, not once per Service).
+pub type NodeSet = Arc<Vec<LbNode>>;
 
 /// What the decision depends on besides the Service.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,7 +99,7 @@ pub struct EnsurePlan {
     /// reports a provider's refusal).
     pub spec: Result<LbSpec, SpecError>,
     /// Target nodes (upstream's stable node set), sorted by name.
-    pub nodes: Vec<LbNode>,
+    pub nodes: NodeSet,
     /// `status.loadBalancer.ingress` as read.
     pub previous_ingress: Vec<LoadBalancerIngress>,
 }
@@ -135,7 +141,11 @@ pub struct FinalWrite {
 pub type DecideError = SpecError;
 
 /// Decides what to do with `svc`, given the policy and the target nodes.
-pub fn decide(svc: &Service, policy: &Policy, nodes: Vec<LbNode>) -> Result<Plan, DecideError> {
+pub fn decide(
+    svc: &Service,
+    policy: &Policy,
+    nodes: impl Into<NodeSet>,
+) -> Result<Plan, DecideError> {
     let lb = LbRef::from_service(svc)?;
     let previous_ingress = ingress_of(svc);
     let deleting = svc.metadata.deletion_timestamp.is_some();
@@ -183,7 +193,7 @@ pub fn decide(svc: &Service, policy: &Policy, nodes: Vec<LbNode>) -> Result<Plan
         spec: LbSpec::from_service(svc),
         lb,
         add_finalizer,
-        nodes,
+        nodes: nodes.into(),
         previous_ingress,
     }))
 }

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Service};
 use parking_lot::Mutex;
 use serde_json::Value;
 
-use crate::decide::{CleanupPlan, EnsurePlan, Op, Plan, Policy, decide};
+use crate::decide::{CleanupPlan, EnsurePlan, NodeSet, Op, Plan, Policy, decide};
 use crate::predicates::wants_load_balancer;
 use crate::provider::{
     LbNode, LbRef, LbSpec, LoadBalancerProvider, ProviderError, SpecError, same_node_set,
@@ -321,7 +321,7 @@ pub struct Syncer {
     /// Upstream `serviceCache`, by `namespace/name`.
     cache: Mutex<HashMap<String, Cached>>,
     /// Upstream `lastSyncedNodes`, by `namespace/name`.
-    last_synced_nodes: Mutex<HashMap<String, Vec<LbNode>>>,
+    last_synced_nodes: Mutex<HashMap<String, NodeSet>>,
     /// First failure of the current run of failures, by `namespace/name`.
     failing_since: Mutex<HashMap<String, jiff::Timestamp>>,
     /// Per-UID serialisation of provider calls.
@@ -375,7 +375,7 @@ impl Syncer {
     }
 
     /// The node set last sent for `key`.
-    pub fn last_synced_nodes(&self, key: &str) -> Option<Vec<LbNode>> {
+    pub fn last_synced_nodes(&self, key: &str) -> Option<NodeSet> {
         self.last_synced_nodes.lock().get(key).cloned()
     }
 
@@ -397,7 +397,7 @@ impl Syncer {
     pub async fn process_service(
         &self,
         svc: &Service,
-        nodes: Vec<LbNode>,
+        nodes: impl Into<NodeSet>,
     ) -> Result<Outcome, SyncError> {
         let key = key_of(svc);
         let plan = match decide(svc, &self.policy, nodes) {
@@ -717,17 +717,18 @@ impl Syncer {
     /// names or providerIDs differ, updates the load balancer's hosts. The
     /// new set is stored before the call, as upstream does (a failure is
     /// retried by a full sync, which sends the set again).
-    pub async fn node_sync_service(&self, svc: &Service, nodes: &[LbNode]) -> NodeSync {
+    pub async fn node_sync_service(&self, svc: &Service, nodes: impl Into<NodeSet>) -> NodeSync {
         if !wants_load_balancer(svc, &self.policy.classes) {
             return NodeSync::Done;
         }
+        let nodes: NodeSet = nodes.into();
         let key = key_of(svc);
         let old = self
             .last_synced_nodes
             .lock()
-            .insert(key.clone(), nodes.to_vec())
+            .insert(key.clone(), nodes.clone())
             .unwrap_or_default();
-        if same_node_set(&old, nodes) {
+        if same_node_set(&old, &nodes) {
             return NodeSync::Done;
         }
         let (lb, spec) = match (LbRef::from_service(svc), LbSpec::from_service(svc)) {
@@ -739,8 +740,8 @@ impl Syncer {
         };
         let reference = regarding(svc);
         let _guard = self.locks.lock(&lb.uid).await;
-        tracing::info!(service = %key, nodes = nodes.len(), names = %loggable_node_names(nodes), "updating backends for load balancer");
-        match self.provider.update_hosts(&lb, &spec, nodes).await {
+        tracing::info!(service = %key, nodes = nodes.len(), names = %loggable_node_names(&nodes), "updating backends for load balancer");
+        match self.provider.update_hosts(&lb, &spec, &nodes).await {
             Ok(()) => {
                 let ev = if nodes.is_empty() {
                     LbEvent::warning(
@@ -775,7 +776,7 @@ impl Syncer {
                         Step::UpdateLoadBalancerHosts,
                         format!(
                             "Error updating load balancer with new hosts {} [node names limited, total number of nodes: {}], error: {e}",
-                            loggable_node_names(nodes),
+                            loggable_node_names(&nodes),
                             nodes.len()
                         ),
                     ),
@@ -1222,7 +1223,7 @@ pub(crate) mod tests {
             ["EnsuringLoadBalancer", "EnsuredLoadBalancer"]
         );
         assert_eq!(
-            env.syncer.last_synced_nodes("default/web").unwrap(),
+            *env.syncer.last_synced_nodes("default/web").unwrap(),
             [node("a")]
         );
         assert!(env.syncer.cached("default/web").is_some());
@@ -1647,23 +1648,23 @@ pub(crate) mod tests {
             address: "10.0.0.9".into(),
         });
         assert_eq!(
-            env.syncer.node_sync_service(&s, &same).await,
+            env.syncer.node_sync_service(&s, same.clone()).await,
             NodeSync::Done
         );
         assert_eq!(env.provider.calls(), ["create"]);
         // A node added.
         let three = vec![node("a"), node("b"), node("c")];
         assert_eq!(
-            env.syncer.node_sync_service(&s, &three).await,
+            env.syncer.node_sync_service(&s, three.clone()).await,
             NodeSync::Done
         );
         assert_eq!(env.provider.calls(), ["create", "hosts"]);
         // A providerID changed.
         let mut moved = three.clone();
         moved[2].provider_id = "sim://elsewhere".into();
-        env.syncer.node_sync_service(&s, &moved).await;
+        env.syncer.node_sync_service(&s, moved.clone()).await;
         // Zero nodes: updated, with the UnAvailable warning.
-        env.syncer.node_sync_service(&s, &[]).await;
+        env.syncer.node_sync_service(&s, vec![]).await;
         assert_eq!(env.provider.calls(), ["create", "hosts", "hosts", "hosts"]);
         assert_eq!(
             env.events.reasons()[2..],
@@ -1676,7 +1677,7 @@ pub(crate) mod tests {
         // Services that do not want a load balancer are skipped.
         assert_eq!(
             env.syncer
-                .node_sync_service(&svc("cip", "ClusterIP", "TCP"), &three)
+                .node_sync_service(&svc("cip", "ClusterIP", "TCP"), three.clone())
                 .await,
             NodeSync::Done
         );
@@ -1694,7 +1695,7 @@ pub(crate) mod tests {
             },
         );
         assert_eq!(
-            env.syncer.node_sync_service(&s, &[node("a")]).await,
+            env.syncer.node_sync_service(&s, vec![node("a")]).await,
             NodeSync::Retry
         );
         let evs = env.events.0.lock().clone();
@@ -1706,7 +1707,7 @@ pub(crate) mod tests {
         // The set was stored before the call (upstream), so the same set is
         // not retried by the node sync; the service sync retries it.
         assert_eq!(
-            env.syncer.node_sync_service(&s, &[node("a")]).await,
+            env.syncer.node_sync_service(&s, vec![node("a")]).await,
             NodeSync::Done
         );
 
@@ -1718,7 +1719,7 @@ pub(crate) mod tests {
             },
         );
         assert_eq!(
-            env.syncer.node_sync_service(&s, &[node("a")]).await,
+            env.syncer.node_sync_service(&s, vec![node("a")]).await,
             NodeSync::Done
         );
         assert_eq!(env.provider.calls(), ["hosts", "get"]);

@@ -39,15 +39,21 @@ async fn should_handle_load_balancer_cleanup_finalizer_for_service() {
     let targets: Vec<&str> = lb.nodes.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(targets, ["node-a", "node-b"]);
 
-    // 4. Change the type to ClusterIP (as the e2e jig does: type, class and
-    // node port); the load balancer goes, and so do the finalizer and ingress.
-    env.merge(
-        "lb-finalizer",
-        json!({"spec": {"type": "ClusterIP", "loadBalancerClass": null,
-                        "allocateLoadBalancerNodePorts": null, "externalTrafficPolicy": null,
-                        "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080, "nodePort": null}]}}),
-    )
-    .await;
+    // 4. Change the type to ClusterIP as the e2e jig does (GET, set type and
+    // ports[0].nodePort = 0, PUT); the API server drops the fields that only
+    // a LoadBalancer may have. The load balancer goes, and so do the
+    // finalizer and the ingress.
+    let mut s = env.get("lb-finalizer").await.expect("service");
+    if let Some(spec) = s.spec.as_mut() {
+        spec.type_ = Some("ClusterIP".into());
+        if let Some(p) = spec.ports.as_mut().and_then(|p| p.first_mut()) {
+            p.node_port = Some(0);
+        }
+    }
+    env.services()
+        .replace("lb-finalizer", &Default::default(), &s)
+        .await
+        .expect("update the Service to ClusterIP");
     env.wait_service("lb-finalizer", "lost its finalizer and ingress", |s| {
         s.is_some_and(|s| !finalizers(s).contains(&FINALIZER.into()) && ingress_ips(s).is_empty())
     })
@@ -58,11 +64,15 @@ async fn should_handle_load_balancer_cleanup_finalizer_for_service() {
     );
 
     // 5. Back to LoadBalancer: the finalizer is back (and a new ingress).
-    env.merge(
-        "lb-finalizer",
-        json!({"spec": {"type": "LoadBalancer", "loadBalancerClass": CLASS}}),
-    )
-    .await;
+    let mut s = env.get("lb-finalizer").await.expect("service");
+    if let Some(spec) = s.spec.as_mut() {
+        spec.type_ = Some("LoadBalancer".into());
+        spec.load_balancer_class = Some(CLASS.into());
+    }
+    env.services()
+        .replace("lb-finalizer", &Default::default(), &s)
+        .await
+        .expect("update the Service to LoadBalancer");
     env.wait_service("lb-finalizer", "has the finalizer again", |s| {
         s.is_some_and(|s| finalizers(s).contains(&FINALIZER.into()) && !ingress_ips(s).is_empty())
     })

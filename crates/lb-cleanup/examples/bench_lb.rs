@@ -1,0 +1,525 @@
+//! `make bench-lb`: service-lb-cleanup at scale, the manager running as a
+//! separate release process (no client QPS limit) against an in-process
+//! kube-sim and cloud-sim.
+//!
+//! The KEP's upgrade, timed: 2,000 `type: LoadBalancer` Services are
+//! provisioned by a manager emulating release 0.1 (load balancers and
+//! ingress, no finalizer); a 0.2 manager (the next release: the release
+//! guard refuses skips) then starts and back-fills the finalizer on all of
+//! them. Printed:
+//! * back-fill time (0.2 manager start → 2,000 finalizers), and its ratio to
+//!   the time kube-sim itself needs for the same number of `services/status`
+//!   patches at the manager's concurrency, measured in the same run;
+//! * delete-to-gone latency p50/p99 of the 2,000 Services deleted at 200/s;
+//! * requests per Service (kube API by verb and resource, provider calls);
+//! * the manager's peak RSS (VmHWM);
+//! * orphaned load balancers left (must be 0).
+//!
+//! `cargo run --release -p lb-cleanup --example bench_lb -- [--services N]`.
+//! The manager binary is `$PROTECTION_MANAGER_BIN`, else `protection-manager`
+//! in this example's target directory (`make bench-lb` builds it). Figures
+//! only; nothing is asserted.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use cloud_sim::{CloudSim, Config as CloudConfig, Operation};
+use futures::{StreamExt, TryStreamExt, stream};
+use k8s_openapi::api::core::v1::{Namespace, Node, Service};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube_sim::{KubeSim, RequestFilter, SimConfig};
+use serde_json::json;
+
+const USER: &str = "protection-manager";
+const NS: &str = "bench";
+const CALIBRATION_NS: &str = "calibrate";
+const CLASS: &str = "protection-manager.io/load-balancer";
+const FINALIZER: &str = "protection-manager.io/load-balancer-cleanup";
+/// `--concurrency` of the manager, and of the calibration client.
+const CONCURRENCY: usize = 4;
+const NODES: usize = 10;
+/// Deletes per second in the latency phase.
+const DELETE_RATE: u64 = 200;
+const DEADLINE: Duration = Duration::from_secs(900);
+
+fn services_arg() -> Result<usize> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == "--services") {
+        None => Ok(2_000),
+        Some(i) => {
+            let n: usize = args
+                .get(i + 1)
+                .context("--services needs a value")?
+                .parse()
+                .context("--services must be a positive integer")?;
+            if n == 0 {
+                bail!("--services must be positive");
+            }
+            Ok(n)
+        }
+    }
+}
+
+fn manager_bin() -> Result<PathBuf> {
+    if let Ok(p) = std::env::var("PROTECTION_MANAGER_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    // target/<profile>/examples/bench_lb → target/<profile>/protection-manager
+    let exe = std::env::current_exe()?;
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .context("locating the target directory")?;
+    let p = dir.join("protection-manager");
+    if !p.exists() {
+        bail!(
+            "{} not found: build it with `cargo build --release -p protection-manager` (make bench-lb does) or set PROTECTION_MANAGER_BIN",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+async fn concurrently<F, Fut>(n: usize, c: usize, f: F) -> Result<()>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    stream::iter(0..n)
+        .map(f)
+        .buffer_unordered(c)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+fn service(name: &str, ns: &str, lb: bool) -> Result<Service> {
+    let mut spec = json!({
+        "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
+        "selector": {"app": name},
+    });
+    if lb {
+        spec["type"] = json!("LoadBalancer");
+        spec["loadBalancerClass"] = json!(CLASS);
+    }
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }))?)
+}
+
+fn name(i: usize) -> String {
+    format!("svc-{i:05}")
+}
+
+fn start_manager(
+    bin: &Path,
+    kubeconfig: &Path,
+    cloud: &str,
+    version: &str,
+    admin: u16,
+    log: &Path,
+) -> Result<Child> {
+    let stderr = std::fs::File::create(log)?;
+    Command::new(bin)
+        .args([
+            "run",
+            &format!("--kubeconfig={}", kubeconfig.display()),
+            &format!("--admin-address=127.0.0.1:{admin}"),
+            "--leader-elect=false",
+            "--controllers=service-lb-cleanup",
+            &format!("--emulated-version={version}"),
+            &format!("--lb-provider-endpoint={cloud}"),
+            "--kube-api-qps=0",
+            &format!("--concurrency={CONCURRENCY}"),
+            "--log-level=warn",
+        ])
+        .env_remove("KUBECONFIG")
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))
+}
+
+fn stop(mut child: Child) -> Result<()> {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        if child.try_wait()?.is_some() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill()?;
+    child.wait()?;
+    Ok(())
+}
+
+fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+/// Requests by the manager since `since`, by "verb resource[/sub]".
+fn requests(sim: &KubeSim, since: u64) -> (usize, BTreeMap<String, usize>) {
+    let records = sim
+        .requests()
+        .records(&RequestFilter::default().user(USER).since(since));
+    let mut by = BTreeMap::new();
+    for r in &records {
+        let mut key = format!("{} {}", r.verb, r.resource);
+        if !r.subresource.is_empty() {
+            key = format!("{key}/{}", r.subresource);
+        }
+        *by.entry(key.trim().to_owned()).or_insert(0) += 1;
+    }
+    (records.len(), by)
+}
+
+fn print_requests(title: &str, n: usize, total: usize, by: &BTreeMap<String, usize>) {
+    println!(
+        "  kube API requests per Service ({title}): {:.2} ({total} in all)",
+        total as f64 / n as f64
+    );
+    let mut v: Vec<_> = by.iter().collect();
+    v.sort_by(|a, b| b.1.cmp(a.1));
+    for (k, c) in v {
+        println!("    {k:<32} {c:>7}  ({:.2}/Service)", *c as f64 / n as f64);
+    }
+}
+
+fn provider_calls(cloud: &CloudSim) -> BTreeMap<Operation, u64> {
+    cloud
+        .stats()
+        .operations
+        .into_iter()
+        .map(|(op, s)| (op, s.total))
+        .collect()
+}
+
+fn print_provider(n: usize, before: &BTreeMap<Operation, u64>, after: &BTreeMap<Operation, u64>) {
+    let mut parts = Vec::new();
+    for (op, c) in after {
+        let d = c - before.get(op).copied().unwrap_or(0);
+        if d > 0 {
+            parts.push(format!("{op} {:.2}", d as f64 / n as f64));
+        }
+    }
+    println!("  provider calls per Service: {}", parts.join(", "));
+}
+
+/// Watches the bench namespace: when each Service got the finalizer and
+/// when it disappeared.
+#[derive(Default)]
+struct Seen {
+    finalized: HashMap<String, Instant>,
+    gone: HashMap<String, Instant>,
+}
+
+/// Polls `f`; fails if the manager exits or the deadline passes.
+async fn wait_until(
+    what: &str,
+    manager: &mut Child,
+    log: &Path,
+    mut f: impl FnMut() -> bool,
+) -> Result<()> {
+    let start = Instant::now();
+    while !f() {
+        if let Some(st) = manager.try_wait()? {
+            bail!(
+                "the manager exited ({st}) while waiting until {what}; its log:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
+        if start.elapsed() > DEADLINE {
+            bail!("timed out after {DEADLINE:?} waiting until {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run())
+}
+
+async fn run() -> Result<()> {
+    let n = services_arg()?;
+    let bin = manager_bin()?;
+    let sim = KubeSim::start(SimConfig {
+        history_window: 20 * n.max(1_000),
+        request_log_capacity: 40 * n.max(1_000) + 100_000,
+        ..SimConfig::default()
+    })
+    .await?;
+    let cloud = CloudSim::start(
+        CloudConfig::default().with_ip_range("10.64.0.0/16".parse().context("ip range")?),
+    )
+    .await?;
+    let client = sim.client().await;
+    let kubeconfig = sim.kubeconfig_for(USER)?;
+    let dir = std::env::temp_dir().join(format!("bench-lb-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let admin = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?.port()
+    };
+    println!(
+        "== service-lb-cleanup benchmark: {n} LoadBalancer Services, {NODES} nodes, manager --concurrency={CONCURRENCY}, no client QPS limit =="
+    );
+
+    for ns in [NS, CALIBRATION_NS] {
+        Api::<Namespace>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+            )
+            .await?;
+    }
+    let nodes: Api<Node> = Api::all(client.clone());
+    for i in 0..NODES {
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": format!("node-{i:02}")},
+            "spec": {"providerID": format!("sim://node-{i:02}")},
+            "status": {"addresses": [{"type": "InternalIP", "address": format!("10.0.0.{}", i + 1)}]}
+        }))?;
+        nodes.create(&PostParams::default(), &node).await?;
+    }
+
+    // Watch the bench namespace for finalizers and deletions.
+    let seen = std::sync::Arc::new(parking_lot::Mutex::new(Seen::default()));
+    let watch = {
+        let seen = seen.clone();
+        let api: Api<Service> = Api::namespaced(client.clone(), NS);
+        tokio::spawn(async move {
+            let mut s = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
+            while let Some(ev) = s.next().await {
+                let now = Instant::now();
+                match ev {
+                    Ok(watcher::Event::Apply(svc)) | Ok(watcher::Event::InitApply(svc))
+                        if svc.finalizers().iter().any(|f| f == FINALIZER) =>
+                    {
+                        seen.lock().finalized.entry(svc.name_any()).or_insert(now);
+                    }
+                    Ok(watcher::Event::Delete(svc)) => {
+                        seen.lock().gone.insert(svc.name_any(), now);
+                    }
+                    _ => {}
+                }
+            }
+        })
+    };
+
+    // 1. Services exist; a 0.1 manager gives them load balancers, no finalizer.
+    let services: Api<Service> = Api::namespaced(client.clone(), NS);
+    concurrently(n, 16, |i| {
+        let api = services.clone();
+        async move {
+            api.create(&PostParams::default(), &service(&name(i), NS, true)?)
+                .await?;
+            Ok(())
+        }
+    })
+    .await?;
+    let t = Instant::now();
+    let log01 = dir.join("manager-0.1.log");
+    let mut m01 = start_manager(&bin, &kubeconfig, &cloud.url(), "0.1", admin, &log01)?;
+    wait_until(
+        "the 0.1 manager created every load balancer",
+        &mut m01,
+        &log01,
+        || cloud.inventory().len() >= n,
+    )
+    .await?;
+    let api = services.clone();
+    let mut with_ingress = 0;
+    let start = Instant::now();
+    while with_ingress < n {
+        with_ingress = api
+            .list(&Default::default())
+            .await?
+            .items
+            .iter()
+            .filter(|s| {
+                s.status
+                    .as_ref()
+                    .and_then(|st| st.load_balancer.as_ref())
+                    .and_then(|l| l.ingress.as_ref())
+                    .is_some_and(|i| !i.is_empty())
+            })
+            .count();
+        if start.elapsed() > DEADLINE {
+            bail!("timed out waiting for ingress");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "provisioning at release 0.1 (no finalizer): {n} load balancers and ingress in {:.2}s",
+        t.elapsed().as_secs_f64()
+    );
+    stop(m01)?;
+    if !seen.lock().finalized.is_empty() {
+        bail!("the 0.1 manager added finalizers");
+    }
+
+    // 2. kube-sim's own throughput for the same requests.
+    let calib: Api<Service> = Api::namespaced(client.clone(), CALIBRATION_NS);
+    concurrently(n, 16, |i| {
+        let api = calib.clone();
+        async move {
+            api.create(
+                &PostParams::default(),
+                &service(&name(i), CALIBRATION_NS, false)?,
+            )
+            .await?;
+            Ok(())
+        }
+    })
+    .await?;
+    let t = Instant::now();
+    concurrently(n, CONCURRENCY, |i| {
+        let api = calib.clone();
+        async move {
+            let body = json!({"metadata": {"finalizers": ["example.com/calibration"]}});
+            api.patch_status(&name(i), &PatchParams::default(), &Patch::Strategic(&body))
+                .await?;
+            Ok(())
+        }
+    })
+    .await?;
+    let calib_secs = t.elapsed().as_secs_f64();
+    let throughput = n as f64 / calib_secs;
+    println!(
+        "kube-sim throughput: {throughput:.0} strategic-merge patches/s on services/status with {CONCURRENCY} concurrent clients ({n} in {calib_secs:.2}s)"
+    );
+
+    // 3. Back-fill at 0.2 (Beta: the add phase is on by default).
+    let since = sim.requests().last_seq();
+    let prov_before = provider_calls(&cloud);
+    let t = Instant::now();
+    let log02 = dir.join("manager-0.2.log");
+    let mut m = start_manager(&bin, &kubeconfig, &cloud.url(), "0.2", admin, &log02)?;
+    let pid = m.id();
+    wait_until("every Service was back-filled", &mut m, &log02, || {
+        seen.lock().finalized.len() >= n
+    })
+    .await?;
+    let backfill = t.elapsed().as_secs_f64();
+    let (total, by) = requests(&sim, since);
+    let writes = by
+        .iter()
+        .filter(|(k, _)| k.starts_with("patch services"))
+        .map(|(_, c)| *c)
+        .sum::<usize>();
+    let floor = writes as f64 / throughput;
+    println!("== back-fill (release 0.2 start → {n} finalizers): {backfill:.2}s ==");
+    println!(
+        "  {writes} services/status patches; kube-sim alone needs {floor:.2}s for them at {CONCURRENCY} concurrent → back-fill takes {:.2}x that ({:.0}% of kube-sim's patch throughput)",
+        backfill / floor,
+        100.0 * floor / backfill
+    );
+    print_requests("back-fill, incl. start-up list/watch", n, total, &by);
+    print_provider(n, &prov_before, &provider_calls(&cloud));
+
+    // 4. Delete everything at a steady rate; time delete → gone.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let since = sim.requests().last_seq();
+    let prov_before = provider_calls(&cloud);
+    let mut deleted_at: HashMap<String, Instant> = HashMap::new();
+    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / DELETE_RATE));
+    let t = Instant::now();
+    for i in 0..n {
+        tick.tick().await;
+        let nm = name(i);
+        deleted_at.insert(nm.clone(), Instant::now());
+        let api = services.clone();
+        tokio::spawn(async move {
+            if let Err(e) = api.delete(&nm, &DeleteParams::default()).await {
+                eprintln!("delete {nm}: {e}");
+            }
+        });
+    }
+    wait_until("every Service is gone", &mut m, &log02, || {
+        seen.lock().gone.len() >= n
+    })
+    .await?;
+    let drain = t.elapsed().as_secs_f64();
+    let mut lat: Vec<f64> = {
+        let s = seen.lock();
+        deleted_at
+            .iter()
+            .filter_map(|(k, t0)| {
+                s.gone
+                    .get(k)
+                    .map(|t1| t1.duration_since(*t0).as_secs_f64() * 1e3)
+            })
+            .collect()
+    };
+    lat.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "== delete → gone at {DELETE_RATE} deletes/s: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({n} Services drained in {drain:.2}s) ==",
+        percentile(&lat, 50.0),
+        percentile(&lat, 99.0),
+        lat.last().copied().unwrap_or(f64::NAN)
+    );
+    let (total, by) = requests(&sim, since);
+    print_requests("deletion", n, total, &by);
+    print_provider(n, &prov_before, &provider_calls(&cloud));
+
+    // Whole lifecycle, Service writes only.
+    let lifecycle_writes = sim
+        .requests()
+        .records(&RequestFilter::default().user(USER).resource("services"))
+        .iter()
+        .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
+        .count();
+    println!(
+        "  Service writes by the manager over the whole run: {lifecycle_writes} ({:.2}/Service: 0.1 ingress, 0.2 finalizer, delete)",
+        lifecycle_writes as f64 / n as f64
+    );
+
+    match vm_hwm_kib(pid) {
+        Some(kib) => println!(
+            "== manager peak RSS (VmHWM): {:.1} MiB ==",
+            kib as f64 / 1024.0
+        ),
+        None => println!("== manager peak RSS: unavailable (no /proc/{pid}/status) =="),
+    }
+    let live: HashSet<String> = services
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|s| s.metadata.uid)
+        .collect();
+    let orphans = cloud.orphans(live.iter().map(String::as_str)).len();
+    println!("orphaned load balancers: {orphans}");
+    stop(m)?;
+    watch.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
