@@ -6,122 +6,15 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
+use common::cluster::{cluster, kubectl, ok, within};
 use common::tool;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube_sim::{ClusterConfig, ImageMapping, KubeSim, SimConfig};
-
-/// Polls `f` until it returns `Some`, for up to `secs` seconds.
-async fn within<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out after {secs}s waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn kube_sim_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_kube-sim"))
-}
-
-/// Every loop on; images `kube-sim` and `sh` run as local processes.
-async fn cluster() -> KubeSim {
-    let mut c = ClusterConfig::all();
-    c.kubelet_config.images = vec![
-        ImageMapping {
-            image: "kube-sim".into(),
-            binary: kube_sim_bin(),
-        },
-        ImageMapping {
-            image: "sh".into(),
-            binary: "/bin/sh".into(),
-        },
-    ];
-    KubeSim::start(SimConfig {
-        cluster: c,
-        ..Default::default()
-    })
-    .await
-    .unwrap_or_else(|e| panic!("starting kube-sim: {e}"))
-}
-
-async fn run(
-    bin: &Path,
-    kubeconfig: &Path,
-    cwd: Option<&Path>,
-    args: &[&str],
-    stdin: Option<&str>,
-) -> (bool, String, String) {
-    use tokio::io::AsyncWriteExt;
-    let mut cmd = tokio::process::Command::new(bin);
-    cmd.args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    if let Some(d) = cwd {
-        cmd.current_dir(d)
-            .env("HELM_CACHE_HOME", d.join("cache"))
-            .env("HELM_CONFIG_HOME", d.join("config"))
-            .env("HELM_DATA_HOME", d.join("data"));
-    }
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()));
-    if let Some(mut si) = child.stdin.take() {
-        if let Some(t) = stdin {
-            si.write_all(t.as_bytes())
-                .await
-                .unwrap_or_else(|e| panic!("stdin: {e}"));
-        }
-        drop(si);
-    }
-    let out = tokio::time::timeout(Duration::from_secs(240), child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("{} {args:?} did not finish in 240s", bin.display()))
-        .unwrap_or_else(|e| panic!("waiting for {}: {e}", bin.display()));
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
-
-async fn ok(
-    bin: &Path,
-    kc: &Path,
-    cwd: Option<&Path>,
-    args: &[&str],
-    stdin: Option<&str>,
-) -> String {
-    let (success, out, err) = run(bin, kc, cwd, args, stdin).await;
-    assert!(
-        success,
-        "{} {args:?} failed:\nstdout: {out}\nstderr: {err}",
-        bin.display()
-    );
-    out
-}
-
-fn kubectl() -> PathBuf {
-    tool("KUBECTL_PINNED", ".tools/bin/kubectl")
-}
 
 const WEB: &str = r#"
 apiVersion: apps/v1

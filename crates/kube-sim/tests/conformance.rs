@@ -1381,6 +1381,7 @@ async fn every_served_kind_round_trips() {
     let cr_name = unique("system:kube-sim:role");
     let crb_name = unique("system:kube-sim:binding");
     let node_name = unique("node");
+    let sc_name = unique("sc");
     let objects = [
         (
             "",
@@ -1416,6 +1417,27 @@ async fn every_served_kind_round_trips() {
             "serviceaccounts",
             true,
             json!({"kind": "ServiceAccount", "metadata": {"name": "sa"}}),
+        ),
+        (
+            "apps",
+            "v1",
+            "replicasets",
+            true,
+            json!({"kind": "ReplicaSet", "metadata": {"name": "rs"}, "spec": {"replicas": 0, "selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}}}),
+        ),
+        (
+            "batch",
+            "v1",
+            "jobs",
+            true,
+            json!({"kind": "Job", "metadata": {"name": "job"}, "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36"}]}}}}),
+        ),
+        (
+            "storage.k8s.io",
+            "v1",
+            "storageclasses",
+            false,
+            json!({"kind": "StorageClass", "metadata": {"name": sc_name}, "provisioner": "example.com/none"}),
         ),
         (
             "coordination.k8s.io",
@@ -1705,5 +1727,106 @@ async fn background_cascading_deletion_of_dependents() {
         (d.metadata.owner_references.unwrap_or_default().len() == 1).then_some(())
     })
     .await;
+    t.cleanup_namespace(&ns).await;
+}
+
+/// Secret `stringData` is write-only and merged into `data` on every write
+/// (Convert_v1_Secret_To_core_Secret): on update and patch too, overwriting
+/// existing keys.
+#[tokio::test]
+async fn secret_string_data_merges_into_data_on_update_and_patch() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-stringdata").await;
+    let api: Api<Secret> = Api::namespaced(t.client.clone(), &ns);
+    let mut s = api
+        .create(&PostParams::default(), &secret("s", &[]))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.data.as_ref().map(|d| d["k"].0.clone()),
+        Some(b"v".to_vec())
+    );
+    s.string_data = Some(BTreeMap::from([
+        ("k".to_string(), "w".to_string()),
+        ("n".to_string(), "new".to_string()),
+    ]));
+    let s = api.replace("s", &PostParams::default(), &s).await.unwrap();
+    let d = s.data.clone().unwrap_or_default();
+    assert_eq!(
+        d["k"].0,
+        b"w".to_vec(),
+        "stringData overwrites data on update"
+    );
+    assert_eq!(d["n"].0, b"new".to_vec());
+    assert!(s.string_data.is_none(), "stringData is never returned");
+    let p = api
+        .patch(
+            "s",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"m": "merged"}})),
+        )
+        .await
+        .unwrap();
+    let d = p.data.unwrap_or_default();
+    assert_eq!(d["m"].0, b"merged".to_vec(), "stringData merges on patch");
+    assert_eq!(d["k"].0, b"w".to_vec());
+    assert!(p.string_data.is_none());
+    t.cleanup_namespace(&ns).await;
+}
+
+/// The Job strategy generates the selector from the Job's uid and labels
+/// the template (pkg/registry/batch/job/strategy.go generateSelector), and
+/// SetDefaults_Job fills completions, parallelism, backoffLimit and the
+/// completion mode.
+#[tokio::test]
+async fn job_selector_and_defaults_are_generated() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-job").await;
+    let api: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(t.client.clone(), &ns);
+    let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+        "metadata": {"name": "j"},
+        "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox:1.36"}]}}}
+    }))
+    .unwrap();
+    let j = api.create(&PostParams::default(), &job).await.unwrap();
+    let uid = j.metadata.uid.clone().unwrap();
+    let spec = j.spec.unwrap();
+    assert_eq!(
+        spec.selector.and_then(|s| s.match_labels),
+        Some(BTreeMap::from([(
+            "batch.kubernetes.io/controller-uid".to_string(),
+            uid.clone()
+        )]))
+    );
+    let labels = spec
+        .template
+        .metadata
+        .and_then(|m| m.labels)
+        .unwrap_or_default();
+    assert_eq!(
+        labels
+            .get("batch.kubernetes.io/job-name")
+            .map(String::as_str),
+        Some("j")
+    );
+    assert_eq!(labels.get("controller-uid"), Some(&uid));
+    assert_eq!(spec.completions, Some(1));
+    assert_eq!(spec.parallelism, Some(1));
+    assert_eq!(spec.backoff_limit, Some(6));
+    assert_eq!(spec.completion_mode.as_deref(), Some("NonIndexed"));
+    // restartPolicy Always is refused for Jobs.
+    let mut bad = job.clone();
+    bad.metadata.name = Some("bad".into());
+    if let Some(ps) = bad.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+        ps.restart_policy = Some("Always".into());
+    }
+    let e = status(api.create(&PostParams::default(), &bad).await.unwrap_err());
+    assert_eq!(e.code, 422);
+    assert!(
+        e.message
+            .contains("spec.template.spec.restartPolicy: Unsupported value: \"Always\""),
+        "{}",
+        e.message
+    );
     t.cleanup_namespace(&ns).await;
 }

@@ -263,12 +263,14 @@ fn calculate_status(
     let total: i32 = all.iter().map(|r| status_of(r).0).sum();
     let ready: i32 = all.iter().map(|r| status_of(r).1).sum();
     let available: i32 = all.iter().map(|r| status_of(r).2).sum();
+    // Every count is omitempty in apps/v1 DeploymentStatus.
+    let nz = |v: i32| (v != 0).then_some(v);
     st.observed_generation = d.metadata.generation;
-    st.replicas = Some(total);
-    st.updated_replicas = Some(new.map(|n| status_of(n).0).unwrap_or(0));
-    st.ready_replicas = Some(ready);
-    st.available_replicas = Some(available);
-    st.unavailable_replicas = Some((d_replicas(d) - available).max(0));
+    st.replicas = nz(total);
+    st.updated_replicas = nz(new.map(|n| status_of(n).0).unwrap_or(0));
+    st.ready_replicas = nz(ready);
+    st.available_replicas = nz(available);
+    st.unavailable_replicas = nz((d_replicas(d) - available).max(0));
     if available >= d_replicas(d) - max_unavailable(d) {
         set_cond(
             &mut st,
@@ -292,9 +294,10 @@ fn calculate_status(
 /// `DeploymentComplete`.
 fn complete(d: &Deployment, st: &DeploymentStatus) -> bool {
     let want = d_replicas(d);
-    st.updated_replicas == Some(want)
-        && st.replicas == Some(want)
-        && st.available_replicas == Some(want)
+    let n = |v: Option<i32>| v.unwrap_or(0);
+    n(st.updated_replicas) == want
+        && n(st.replicas) == want
+        && n(st.available_replicas) == want
         && st.observed_generation >= d.metadata.generation
 }
 
@@ -837,7 +840,7 @@ impl Ctl {
             }
         } else if !paused {
             let current = cond(&st, "Progressing").cloned();
-            let is_complete = st.replicas == st.updated_replicas
+            let is_complete = st.replicas.unwrap_or(0) == st.updated_replicas.unwrap_or(0)
                 && current
                     .as_ref()
                     .is_some_and(|c| c.reason.as_deref() == Some("NewReplicaSetAvailable"));

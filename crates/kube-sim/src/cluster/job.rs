@@ -388,7 +388,15 @@ async fn sync(
             }
         }
     }
-    st.active = Some(active.len() as i32);
+    // active/succeeded/failed are omitempty; ready and terminating are
+    // pointers the controller always sets.
+    st.active = (!active.is_empty()).then_some(active.len() as i32);
+    if st.succeeded == Some(0) {
+        st.succeeded = None;
+    }
+    if st.failed == Some(0) {
+        st.failed = None;
+    }
     st.ready = Some(active.iter().filter(|p| util::pod_ready(p)).count() as i32);
     st.terminating = Some(terminating);
     let norm = |s: &JobStatus| {

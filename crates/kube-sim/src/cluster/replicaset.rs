@@ -328,9 +328,10 @@ async fn pass(
                 }
             }
         }
-        st.fully_labeled_replicas = Some(fully);
-        st.ready_replicas = Some(ready);
-        st.available_replicas = Some(available);
+        // omitempty counts (replicas is the only required one).
+        st.fully_labeled_replicas = (fully != 0).then_some(fully);
+        st.ready_replicas = (ready != 0).then_some(ready);
+        st.available_replicas = (available != 0).then_some(available);
         let old = rs.status.clone().unwrap_or_default();
         let mut conds: Vec<ReplicaSetCondition> = old
             .conditions

@@ -2,6 +2,8 @@
 //! `KUBE_SIM_CONFORMANCE_KUBECONFIG` names a kubeconfig.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
