@@ -698,3 +698,79 @@ async fn helm4_install_upgrade_rollback_wait() {
 async fn helm3_install_upgrade_rollback_wait() {
     helm_cycle(tool("HELM3", ".tools/bin/helm3"), "helm3").await;
 }
+
+/// A failing liveness probe (exec) gets the container killed and restarted
+/// (`Unhealthy` and `Killing` events, restartCount, lastState exit 143); the
+/// second crash in a row waits in CrashLoopBackOff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_failure_restarts_then_crash_loop_back_off() {
+    let sim = cluster().await;
+    let client = sim.client().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "flaky"},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "sh", "image": "sh",
+                "command": ["sh", "-c", "touch \"$HOME/healthy\"; sleep 2; rm \"$HOME/healthy\"; sleep 1000"],
+                "livenessProbe": {"exec": {"command": ["sh", "-c", "test -f \"$HOME/healthy\""]}, "periodSeconds": 1, "failureThreshold": 1},
+            }],
+        },
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let restarted = within(60, "a restart after the liveness probe failed", || async {
+        pods.get("flaky")
+            .await
+            .ok()
+            .filter(|p| container_status(p).restart_count >= 1)
+    })
+    .await;
+    let last = container_status(&restarted)
+        .last_state
+        .and_then(|s| s.terminated)
+        .unwrap_or_else(|| panic!("no lastState.terminated"));
+    assert_eq!(last.exit_code, 143, "the liveness kill starts with SIGTERM");
+    let waiting = within(60, "CrashLoopBackOff after the second failure", || async {
+        pods.get("flaky").await.ok().and_then(|p| {
+            container_status(&p)
+                .state
+                .and_then(|s| s.waiting)
+                .filter(|w| w.reason.as_deref() == Some("CrashLoopBackOff"))
+        })
+    })
+    .await;
+    assert!(
+        waiting
+            .message
+            .unwrap_or_default()
+            .contains("back-off 10s restarting failed container=sh")
+    );
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let evs = events
+        .list(&ListParams::default().fields("involvedObject.name=flaky"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .items;
+    let has = |reason: &str, text: &str| {
+        evs.iter().any(|e| {
+            e.reason.as_deref() == Some(reason) && e.message.as_deref().unwrap_or("").contains(text)
+        })
+    };
+    assert!(has("Unhealthy", "Liveness probe failed"), "{evs:?}");
+    assert!(
+        has("Killing", "failed liveness probe, will be restarted"),
+        "{evs:?}"
+    );
+    assert!(
+        has("BackOff", "Back-off restarting failed container sh"),
+        "{evs:?}"
+    );
+    println!(
+        "verified: liveness failure → Killing → restart (exit 143) → CrashLoopBackOff with back-off 10s"
+    );
+    sim.shutdown().await;
+}
