@@ -257,6 +257,8 @@ impl Scheduler {
             .collect();
         let live: std::collections::HashSet<String> = pods.iter().map(|p| uid(p)).collect();
         self.backoff.retain(|k, _| live.contains(k));
+        // A binding the cache shows is no longer assumed.
+        self.assumed.retain(|k, _| live.contains(k));
         pods.sort_by(|a, b| {
             let pa = a.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
             let pb = b.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
