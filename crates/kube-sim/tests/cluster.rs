@@ -774,3 +774,71 @@ async fn liveness_failure_restarts_then_crash_loop_back_off() {
     );
     sim.shutdown().await;
 }
+
+/// The emulated components are ordinary clients: 503s and 409s on a third
+/// of their writes, watches ended every few events and forced 410s slow them
+/// down but a rollout and a scale-up still complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn emulated_loops_survive_api_faults() {
+    use kube_sim::cluster::users;
+    use kube_sim::{FaultAction, FaultRule};
+    let sim = cluster().await;
+    let kc = sim.kubeconfig_path().to_path_buf();
+    let k = kubectl();
+    let node = users::node(kube_sim::cluster::DEFAULT_NODE);
+    let writers = [
+        users::SCHEDULER,
+        users::DEPLOYMENT_CONTROLLER,
+        users::REPLICASET_CONTROLLER,
+        node.as_str(),
+    ];
+    let faults = sim.faults();
+    for u in writers {
+        for verb in ["create", "update", "patch", "delete"] {
+            faults.add(FaultRule::error(503).user(u).verb(verb).fraction(0.2));
+            faults.add(FaultRule::error(409).user(u).verb(verb).fraction(0.1));
+        }
+    }
+    for u in [users::CONTROLLER_MANAGER, users::SCHEDULER, node.as_str()] {
+        faults.add(FaultRule::new(FaultAction::EndWatchAfterEvents { events: 3 }).user(u));
+        faults.add(FaultRule::new(FaultAction::Gone).user(u).fraction(0.3));
+    }
+    ok(&k, &kc, None, &["apply", "-f", "-"], Some(WEB)).await;
+    ok(
+        &k,
+        &kc,
+        None,
+        &["rollout", "status", "deployment/web", "--timeout=180s"],
+        None,
+    )
+    .await;
+    ok(
+        &k,
+        &kc,
+        None,
+        &["scale", "deployment/web", "--replicas=5"],
+        None,
+    )
+    .await;
+    ok(
+        &k,
+        &kc,
+        None,
+        &["rollout", "status", "deployment/web", "--timeout=180s"],
+        None,
+    )
+    .await;
+    let injected: u64 = faults.rules().iter().map(|r| r.injected).sum();
+    assert!(injected > 0, "faults were injected");
+    let pods: Api<Pod> = Api::namespaced(sim.client().await, "default");
+    let l = pods
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(l.items.iter().filter(|p| ready(p)).count(), 5);
+    println!(
+        "verified: rollout and scale to 5 under {injected} injected faults on the emulated components"
+    );
+    faults.clear();
+    sim.shutdown().await;
+}
