@@ -108,3 +108,9 @@ e2e-kind: tools
 chaos: tools
 	$(CARGO) build -p protection-manager --bin protection-manager
 	$(CARGO) run -p protection-e2e --bin chaos -- --duration $(CHAOS_DURATION) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) $(CHAOS_ARGS)
+
+# The guided tour (README's first command): builds, starts kube-sim + cloud-sim,
+# installs the chart with helm and narrates with kubectl; cleans up after itself.
+.PHONY: demo
+demo: tools
+	./hack/demo.sh

@@ -361,7 +361,7 @@ impl Report {
             None => {
                 let _ = writeln!(
                     out,
-                    "  Manager:     no protection-manager leader lease found (is the manager installed and running?)"
+                    "  Manager:     no leader lease found: the manager runs without leader election (one replica), or is not running"
                 );
             }
         }
