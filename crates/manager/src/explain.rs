@@ -768,7 +768,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("no protection-manager leader lease found"),
+            text.contains("no leader lease found"),
             "{text}"
         );
     }
