@@ -61,9 +61,15 @@ gone() { ! "$KUBECTL" get "$@" >/dev/null 2>&1; }
 has_finalizer() { # kind name finalizer
   "$KUBECTL" get "$1" "$2" -n "$NS" -o jsonpath='{.metadata.finalizers}' | grep -q "$3"
 }
-cloud() { # method path [body]
-  curl -fsS -X "$1" -H "Authorization: Bearer $(cat "$WORK/token")" -H 'Content-Type: application/json' \
-    ${3:+--data "$3"} "$CLOUD$2"
+cloud() { # method path [body]: call cloud-sim with the token (python3: no curl needed)
+  python3 - "$1" "$CLOUD$2" "$(cat "$WORK/token")" "${3:-}" <<'PY'
+import sys, urllib.request
+method, url, token, body = sys.argv[1:5]
+req = urllib.request.Request(url, method=method, data=body.encode() if body else None,
+                             headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+with urllib.request.urlopen(req, timeout=30) as r:
+    sys.stdout.write(r.read().decode())
+PY
 }
 lb_count() { cloud GET /v1/loadbalancers | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["items"]))'; }
 
