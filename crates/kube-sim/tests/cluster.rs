@@ -255,6 +255,77 @@ async fn deployment_rollout_undo_scale_and_cascading_delete_with_kubectl() {
     assert_eq!(image.as_deref(), Some("nginx:1.27"));
     println!("verified: set image and rollout undo (revision 3), two ReplicaSets kept");
 
+    // A paused Deployment takes template changes without rolling them out.
+    ok(&k, &kc, None, &["rollout", "pause", "deployment/web"], None).await;
+    ok(
+        &k,
+        &kc,
+        None,
+        &["set", "image", "deployment/web", "c=nginx:1.29"],
+        None,
+    )
+    .await;
+    let seen = within(
+        60,
+        "the controller to observe the paused change",
+        || async {
+            let d = deps.get("web").await.ok()?;
+            let st = d.status.clone()?;
+            let paused = st.conditions.iter().flatten().any(|c| {
+                c.type_ == "Progressing" && c.reason.as_deref() == Some("DeploymentPaused")
+            });
+            (paused && st.observed_generation == d.metadata.generation).then_some(d)
+        },
+    )
+    .await;
+    let progressing = seen
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Progressing")
+        .unwrap_or_default();
+    assert_eq!(
+        (progressing.status.as_str(), progressing.message.as_deref()),
+        ("Unknown", Some("Deployment is paused"))
+    );
+    assert_eq!(
+        rss.list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .items
+            .len(),
+        2,
+        "no new ReplicaSet while paused"
+    );
+    ok(
+        &k,
+        &kc,
+        None,
+        &["rollout", "resume", "deployment/web"],
+        None,
+    )
+    .await;
+    ok(
+        &k,
+        &kc,
+        None,
+        &["rollout", "status", "deployment/web", "--timeout=120s"],
+        None,
+    )
+    .await;
+    assert_eq!(
+        rss.list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .items
+            .len(),
+        3
+    );
+    println!(
+        "verified: rollout pause (Progressing Unknown DeploymentPaused, no new ReplicaSet) and resume"
+    );
+
     ok(
         &k,
         &kc,

@@ -371,6 +371,7 @@ impl Ctl {
         });
         let mut d = (**d).clone();
         let paused = d.spec.as_ref().and_then(|s| s.paused).unwrap_or(false);
+        self.check_paused_conditions(&mut d, paused).await?;
         if paused {
             let new_idx = self.sync_revision(&mut d, &mut sets, false).await?;
             if let Some(i) = new_idx
@@ -386,6 +387,42 @@ impl Ctl {
         } else {
             self.recreate(&mut d, &mut sets, kcm).await
         }
+    }
+
+    /// checkPausedConditions: Progressing=Unknown DeploymentPaused /
+    /// DeploymentResumed (unless it already timed out).
+    async fn check_paused_conditions(&self, d: &mut Deployment, paused: bool) -> Res<()> {
+        if !has_progress_deadline(d) {
+            return Ok(());
+        }
+        let st = d.status.clone().unwrap_or_default();
+        let c = cond(&st, "Progressing");
+        if c.is_some_and(|c| c.reason.as_deref() == Some("ProgressDeadlineExceeded")) {
+            return Ok(());
+        }
+        let paused_cond = c.is_some_and(|c| c.reason.as_deref() == Some("DeploymentPaused"));
+        let mut st = st.clone();
+        if paused && !paused_cond {
+            set_cond(
+                &mut st,
+                "Progressing",
+                "Unknown",
+                "DeploymentPaused",
+                "Deployment is paused",
+            );
+        } else if !paused && paused_cond {
+            set_cond(
+                &mut st,
+                "Progressing",
+                "Unknown",
+                "DeploymentResumed",
+                "Deployment is resumed",
+            );
+        } else {
+            return Ok(());
+        }
+        d.status = Some(st);
+        self.put_status(d).await
     }
 
     async fn rolling(
