@@ -167,7 +167,14 @@ async fn gate_phases_with_downgrade_and_backfill() {
     })
     .await;
 
-    // 0.2 with the gate forced off behaves as 0.1.
+    // Upgrade to 0.2: the Service made at 0.1 is back-filled at start-up.
+    env.start(Ctl::at("0.2")).await;
+    env.wait_service("from-0-1", "was back-filled at 0.2", |s| {
+        s.is_some_and(|s| finalizers(s).contains(&FINALIZER.into()))
+    })
+    .await;
+
+    // 0.2 with the gate turned off (Beta allows it) behaves as 0.1 ...
     env.start(Ctl {
         gates: "ServiceLoadBalancerFinalizer=false".into(),
         ..Ctl::at("0.2")
@@ -181,17 +188,16 @@ async fn gate_phases_with_downgrade_and_backfill() {
         .await
         .expect("service");
     assert!(finalizers(&s).is_empty());
+    // ... and leaves the finalizers it finds.
+    let s = env.get("from-0-1").await.expect("service");
+    assert!(finalizers(&s).contains(&FINALIZER.into()));
 
-    // Upgrade to 0.2: every existing Service is back-filled at start-up.
-    env.start(Ctl::at("0.2")).await;
-    for name in ["from-0-1", "gate-off-0-2"] {
-        env.wait_service(name, "was back-filled", |s| {
-            s.is_some_and(|s| finalizers(s).contains(&FINALIZER.into()))
-        })
-        .await;
-    }
-    // And 0.3 keeps it; a new Service there also gets it, and deletion works.
+    // Upgrade to 0.3 (GA): back-filled at start-up too; new Services get it.
     env.start(Ctl::at("0.3")).await;
+    env.wait_service("gate-off-0-2", "was back-filled at 0.3", |s| {
+        s.is_some_and(|s| finalizers(s).contains(&FINALIZER.into()))
+    })
+    .await;
     env.create(&lb_service("from-0-3-b", Some(CLASS))).await;
     env.wait_service("from-0-3-b", "has the finalizer", |s| {
         s.is_some_and(|s| finalizers(s).contains(&FINALIZER.into()))
@@ -219,8 +225,8 @@ async fn class_selection() {
         .await;
     env.create(&lb_service("unclassed", None)).await;
     env.create(&lb_service("ours", Some(CLASS))).await;
-    env.wait_service("ours", "has the finalizer", |s| {
-        s.is_some_and(|s| finalizers(s).contains(&FINALIZER.into()))
+    env.wait_service("ours", "has the finalizer and an ingress", |s| {
+        s.is_some_and(|s| finalizers(s).contains(&FINALIZER.into()) && !ingress_ips(s).is_empty())
     })
     .await;
     // "ours" was created last and the controller handles events in order, so
