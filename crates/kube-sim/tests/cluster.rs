@@ -913,3 +913,46 @@ async fn emulated_loops_survive_api_faults() {
     faults.clear();
     sim.shutdown().await;
 }
+
+/// Pods that never become ready: past `progressDeadlineSeconds` the
+/// Deployment reports Progressing=False ProgressDeadlineExceeded and
+/// `kubectl rollout status` fails as on a real cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_deadline_exceeded_fails_rollout_status() {
+    let sim = cluster().await;
+    let kc = sim.kubeconfig_path().to_path_buf();
+    let k = kubectl();
+    ok(&k, &kc, None, &["apply", "-f", "-"], Some(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: stuck}\nspec:\n  progressDeadlineSeconds: 2\n  selector: {matchLabels: {app: stuck}}\n  template:\n    metadata: {labels: {app: stuck}}\n    spec: {containers: [{name: c, image: sh, command: [sh, -c, 'exit 1']}]}\n",
+    )).await;
+    let (success, out, err) = common::cluster::run(
+        &k,
+        &kc,
+        None,
+        &["rollout", "status", "deployment/stuck", "--timeout=90s"],
+        None,
+    )
+    .await;
+    assert!(!success, "{out}");
+    assert!(err.contains("exceeded its progress deadline"), "{err}");
+    let d: k8s_openapi::api::apps::v1::Deployment = Api::namespaced(sim.client().await, "default")
+        .get("stuck")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let c = d
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "Progressing")
+        .unwrap_or_default();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_deref()),
+        ("False", Some("ProgressDeadlineExceeded"))
+    );
+    println!(
+        "verified: ProgressDeadlineExceeded → kubectl rollout status fails: {}",
+        err.trim()
+    );
+    sim.shutdown().await;
+}

@@ -881,8 +881,7 @@ impl Ctl {
                 && current
                     .as_ref()
                     .is_some_and(|c| c.reason.as_deref() == Some("NewReplicaSetAvailable"));
-            let (out, left) = timed_out(d, &st);
-            if !(is_complete || out) {
+            if !is_complete {
                 let rs_name = new
                     .and_then(|n| n.metadata.name.clone())
                     .unwrap_or_default();
@@ -934,7 +933,7 @@ impl Ctl {
                             .max(1) as u64,
                     ));
                 } else {
-                    let (now_out, _) = timed_out(d, &st);
+                    let (now_out, left) = timed_out(d, &st);
                     if now_out {
                         let msg = if new.is_some() {
                             format!("ReplicaSet {rs_name:?} has timed out progressing.")
