@@ -78,7 +78,9 @@ async fn sigkill_between_lb_deleted_and_finalizer_removed_is_recovered() {
          the load balancer; the next manager removes the finalizer without deleting again, the \
          Service goes and no load balancer is orphaned"
     );
-    let sim = KubeSim::start(SimConfig::default()).await.expect("kube-sim");
+    let sim = KubeSim::start(SimConfig::default())
+        .await
+        .expect("kube-sim");
     let cloud = CloudSim::start(CloudConfig::default())
         .await
         .expect("cloud-sim");
@@ -111,14 +113,18 @@ async fn sigkill_between_lb_deleted_and_finalizer_removed_is_recovered() {
 
     let admin = free_port();
     let m = start_manager(&sim, &cloud, admin);
-    wait_for("the Service has its finalizer and ingress", &m, async || {
-        services
-            .get_opt("web")
-            .await
-            .ok()
-            .flatten()
-            .is_some_and(|s| finalized(&s) && has_ingress(&s))
-    })
+    wait_for(
+        "the Service has its finalizer and ingress",
+        &m,
+        async || {
+            services
+                .get_opt("web")
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|s| finalized(&s) && has_ingress(&s))
+        },
+    )
     .await;
     assert!(cloud.get(&uid).is_some());
 
@@ -141,9 +147,11 @@ async fn sigkill_between_lb_deleted_and_finalizer_removed_is_recovered() {
         .delete("web", &DeleteParams::default())
         .await
         .expect("delete service");
-    wait_for("the load balancer is deleted and the call hangs", &m, async || {
-        cloud.get(&uid).is_none() && cloud.stats().operation(Operation::Delete).hung >= 1
-    })
+    wait_for(
+        "the load balancer is deleted and the call hangs",
+        &m,
+        async || cloud.get(&uid).is_none() && cloud.stats().operation(Operation::Delete).hung >= 1,
+    )
     .await;
     let s = services.get("web").await.expect("still there");
     assert!(finalized(&s), "the finalizer is still on");
@@ -165,11 +173,20 @@ async fn sigkill_between_lb_deleted_and_finalizer_removed_is_recovered() {
     );
     let writes: Vec<_> = sim
         .requests()
-        .records(&RequestFilter::default().user(USER).resource("services").since(since))
+        .records(
+            &RequestFilter::default()
+                .user(USER)
+                .resource("services")
+                .since(since),
+        )
         .into_iter()
         .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
         .collect();
-    assert_eq!(writes.len(), 1, "one patch removes the finalizer: {writes:#?}");
+    assert_eq!(
+        writes.len(),
+        1,
+        "one patch removes the finalizer: {writes:#?}"
+    );
     assert_eq!(
         (writes[0].verb.as_str(), writes[0].subresource.as_str()),
         ("patch", "status")
@@ -180,7 +197,10 @@ async fn sigkill_between_lb_deleted_and_finalizer_removed_is_recovered() {
 #[test]
 fn lb_flags_fail_with_clear_messages() {
     let cases: &[(&[&str], &str)] = &[
-        (&["run", "--lb-class=Not A Class"], "invalid --lb-class \"Not A Class\""),
+        (
+            &["run", "--lb-class=Not A Class"],
+            "invalid --lb-class \"Not A Class\"",
+        ),
         (
             &["run", "--lb-provider-endpoint=not a url"],
             "load-balancer endpoint \"not a url\" is not a URL",
