@@ -956,3 +956,86 @@ async fn progress_deadline_exceeded_fails_rollout_status() {
     );
     sim.shutdown().await;
 }
+
+/// Recreate: the old pods are all gone (not just Terminating) before the new
+/// ReplicaSet's pods are created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recreate_strategy_never_overlaps_old_and_new_pods() {
+    let sim = cluster().await;
+    let kc = sim.kubeconfig_path().to_path_buf();
+    let k = kubectl();
+    let pods: Api<Pod> = Api::namespaced(sim.client().await, "default");
+    let manifest = |msg: &str| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: rec}}\nspec:\n  replicas: 2\n  strategy: {{type: Recreate}}\n  selector: {{matchLabels: {{app: rec}}}}\n  template:\n    metadata: {{labels: {{app: rec}}}}\n    spec:\n      terminationGracePeriodSeconds: 1\n      containers: [{{name: c, image: sh, command: [sh, -c, \"trap '' TERM; echo {msg}; while true; do sleep 1; done\"]}}]\n"
+        )
+    };
+    ok(&k, &kc, None, &["apply", "-f", "-"], Some(&manifest("one"))).await;
+    ok(
+        &k,
+        &kc,
+        None,
+        &["rollout", "status", "deployment/rec", "--timeout=120s"],
+        None,
+    )
+    .await;
+    let (done_tx, mut done_rx) = tokio::sync::oneshot::channel::<()>();
+    let api = pods.clone();
+    let observer = tokio::spawn(async move {
+        let stream = watcher(api, watcher::Config::default().labels("app=rec")).default_backoff();
+        futures::pin_mut!(stream);
+        let mut seen: std::collections::BTreeMap<String, Pod> = Default::default();
+        let mut overlap = false;
+        loop {
+            let ev = tokio::select! {
+                _ = &mut done_rx => break,
+                ev = stream.next() => match ev { Some(Ok(ev)) => ev, _ => continue },
+            };
+            match ev {
+                watcher::Event::InitApply(p) | watcher::Event::Apply(p) => {
+                    seen.insert(p.metadata.name.clone().unwrap_or_default(), p);
+                }
+                watcher::Event::Delete(p) => {
+                    seen.remove(p.metadata.name.as_deref().unwrap_or(""));
+                }
+                watcher::Event::Init => seen.clear(),
+                watcher::Event::InitDone => {}
+            }
+            let hashes: std::collections::BTreeSet<String> = seen
+                .values()
+                .filter_map(|p| {
+                    p.metadata
+                        .labels
+                        .as_ref()?
+                        .get("pod-template-hash")
+                        .cloned()
+                })
+                .collect();
+            overlap |= hashes.len() > 1;
+        }
+        overlap
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ok(&k, &kc, None, &["apply", "-f", "-"], Some(&manifest("two"))).await;
+    ok(
+        &k,
+        &kc,
+        None,
+        &["rollout", "status", "deployment/rec", "--timeout=120s"],
+        None,
+    )
+    .await;
+    let _ = done_tx.send(());
+    let overlap = observer.await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(!overlap, "old and new pods existed at the same time");
+    let now = pods
+        .list(&ListParams::default().labels("app=rec"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .items;
+    assert_eq!(now.len(), 2);
+    println!(
+        "verified: Recreate replaced 2 pods (old killed after their 1s grace) without overlap"
+    );
+    sim.shutdown().await;
+}
