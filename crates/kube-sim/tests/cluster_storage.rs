@@ -652,3 +652,54 @@ async fn jobs_complete_fail_and_expire() {
     );
     sim.shutdown().await;
 }
+
+/// Deleting a running Job in the background orphans its pods; the Job
+/// controller removes their tracking finalizer and they go (handleOrphanPod).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphaned_job_pods_lose_their_tracking_finalizer() {
+    let sim = cluster().await;
+    let client = sim.client().await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let job: Job = serde_json::from_value(json!({
+        "metadata": {"name": "long"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "sh", "command": ["sh", "-c", "while true; do sleep 1; done"]}]}}}
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    jobs.create(&PostParams::default(), &job)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let running = within(60, "the Job's pod to run", || async {
+        let l = pods
+            .list(&ListParams::default().labels("batch.kubernetes.io/job-name=long"))
+            .await
+            .ok()?;
+        l.items
+            .into_iter()
+            .find(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+    })
+    .await;
+    assert!(
+        running
+            .metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&"batch.kubernetes.io/job-tracking".to_string())
+    );
+    jobs.delete("long", &DeleteParams::background())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    within(60, "the orphaned pod to be deleted and go", || async {
+        let l = pods
+            .list(&ListParams::default().labels("batch.kubernetes.io/job-name=long"))
+            .await
+            .ok()?;
+        l.items.is_empty().then_some(())
+    })
+    .await;
+    println!(
+        "verified: background deletion of a running Job: pod killed, tracking finalizer removed, pod gone"
+    );
+    sim.shutdown().await;
+}

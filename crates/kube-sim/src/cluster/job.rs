@@ -17,7 +17,8 @@
 //! (BackoffLimitExceeded / DeadlineExceeded) and its active pods are
 //! deleted. Status also has startTime, active, ready and terminating.
 //! Finished Jobs with `ttlSecondsAfterFinished` are deleted (Foreground
-//! propagation) that long after they finished. Not emulated: Indexed
+//! propagation) that long after they finished. Pods whose Job is gone or
+//! finished lose the tracking finalizer (handleOrphanPod). Not emulated: Indexed
 //! completion mode, podFailurePolicy, successPolicy, suspend, managedBy.
 
 use std::collections::{BTreeSet, HashMap};
@@ -57,10 +58,48 @@ pub(crate) async fn run(kcm: ControllerManager, client: Client, stop: Cancellati
                 }
             }
         }
+        if let Err(e) = release_orphans(&kcm, &client).await {
+            tracing::debug!(error = %e, "releasing orphan job pods failed");
+            requeue = Some(Duration::from_millis(500));
+        }
         if !informer::wait(&mut rx, requeue, &stop).await {
             return;
         }
     }
+}
+
+/// handleOrphanPod: a pod with the tracking finalizer whose Job is gone (or
+/// finished) gets the finalizer removed, so that it can go.
+async fn release_orphans(kcm: &ControllerManager, client: &Client) -> Result<(), kube::Error> {
+    for p in kcm.pods.state() {
+        if !has_tracking(&p) {
+            continue;
+        }
+        let ns = p.metadata.namespace.clone().unwrap_or_default();
+        let owner = util::controller_of(&p.metadata)
+            .filter(|r| r.kind == "Job" && r.api_version == "batch/v1")
+            .cloned();
+        let alive = match &owner {
+            None => None,
+            Some(r) => match kcm.jobs.get(&ObjectRef::new(&r.name).within(&ns)) {
+                Some(j) if j.metadata.uid.as_deref() == Some(r.uid.as_str()) => Some((*j).clone()),
+                _ => {
+                    // Not in the cache: confirm with the API server.
+                    let api: Api<Job> = Api::namespaced(client.clone(), &ns);
+                    api.get_opt(&r.name)
+                        .await?
+                        .filter(|j| j.metadata.uid.as_deref() == Some(r.uid.as_str()))
+                }
+            },
+        };
+        let finished_job = alive
+            .as_ref()
+            .is_some_and(|j| j.status.as_ref().is_some_and(finished));
+        if alive.is_none() || finished_job {
+            remove_tracking(client, &p).await?;
+        }
+    }
+    Ok(())
 }
 
 fn has_cond(st: &JobStatus, ty: &str) -> bool {
