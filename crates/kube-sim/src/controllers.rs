@@ -69,7 +69,7 @@ fn reconcile_namespaces(store: &Store) -> bool {
         let name = object::meta_str(&ns.value, "name").to_string();
         let mut remaining = 0usize;
         for (i, def) in RESOURCES.iter().enumerate() {
-            if !def.namespaced {
+            if !def.namespaced || crate::event_versions::storage_of(i).is_some() {
                 continue;
             }
             let (items, _) = store.snapshot(i, Some(&name));
@@ -129,6 +129,9 @@ fn reconcile_gc(store: &Store) -> bool {
         let foreground = fins.iter().any(|f| f == "foregroundDeletion");
         let mut dependents_left = 0;
         for (i, def) in RESOURCES.iter().enumerate() {
+            if crate::event_versions::storage_of(i).is_some() {
+                continue;
+            }
             let (items, _) = store.snapshot(i, None);
             for it in items {
                 let refs = it
@@ -241,6 +244,9 @@ fn reconcile_dependents(store: &Store) -> bool {
     }
     let deleted: std::collections::HashSet<String> = deleted.into_iter().collect();
     for (i, _) in RESOURCES.iter().enumerate() {
+        if crate::event_versions::storage_of(i).is_some() {
+            continue;
+        }
         let (items, _) = store.snapshot(i, None);
         for it in items {
             let refs = it

@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod controllers;
 pub mod discovery;
 pub mod error;
+pub mod event_versions;
 pub mod faults;
 pub mod http;
 pub mod negotiate;

@@ -341,6 +341,17 @@ impl FieldSelector {
         self.reqs.is_empty()
     }
 
+    /// The same requirements on renamed fields (another version's labels).
+    pub fn map_fields(&self, f: impl Fn(&str) -> String) -> FieldSelector {
+        FieldSelector {
+            reqs: self
+                .reqs
+                .iter()
+                .map(|(k, eq, v)| (f(k), *eq, v.clone()))
+                .collect(),
+        }
+    }
+
     /// The single `metadata.name=X` requirement, if that is all there is
     /// (lets a list/watch go straight to one key).
     pub fn single_name(&self) -> Option<&str> {

@@ -19,6 +19,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, FieldError, GroupResource};
+use crate::event_versions;
 use crate::object::{self, canonicalize, finalizers, meta_str};
 use crate::patch::{self, PatchKind, PatchRequest};
 use crate::resources::{self, RESOURCES, ResId, ResourceDef};
@@ -292,6 +293,7 @@ impl Store {
     }
 
     pub fn subscribe(&self, rid: ResId) -> tokio::sync::watch::Receiver<u64> {
+        let rid = storage_rid(rid);
         self.inner.lock().res[rid].notify.subscribe()
     }
 
@@ -318,6 +320,12 @@ impl Store {
     // ---------------------------------------------------------------- reads
 
     pub fn get(&self, rid: ResId, ns: &str, name: &str) -> Result<Arc<Stored>, ApiError> {
+        if let Some(core) = event_versions::storage_of(rid) {
+            return self
+                .get(core, ns, name)
+                .map_err(event_versions::view_error)
+                .and_then(|s| view(&s));
+        }
         let inner = self.inner.lock();
         inner.res[rid]
             .objects
@@ -349,6 +357,15 @@ impl Store {
         ns: Option<&str>,
         opts: &ListOptions,
     ) -> Result<ListResult, ApiError> {
+        if let Some(core) = event_versions::storage_of(rid) {
+            let mut o = opts.clone();
+            o.field_selector = opts
+                .field_selector
+                .map_fields(event_versions::v1_field_to_core);
+            let mut r = Box::pin(self.list(core, ns, &o)).await?;
+            r.items = r.items.iter().map(view).collect::<Result<_, _>>()?;
+            return Ok(r);
+        }
         let def = &RESOURCES[rid];
         let mut snapshot_rv: Option<u64> = None;
         let mut start: Option<Key> = None;
@@ -536,6 +553,25 @@ impl Store {
     /// Events of `rid` after `cursor`, and the global RV they are complete
     /// up to. `Err` when `cursor` is older than the retained window.
     pub fn events_since(&self, rid: ResId, cursor: u64) -> Result<(Vec<Arc<Event>>, u64), TooOld> {
+        if let Some(core) = event_versions::storage_of(rid) {
+            let (evs, rv) = self.events_since(core, cursor)?;
+            let conv = evs
+                .iter()
+                .filter_map(|e| {
+                    Some(Arc::new(Event {
+                        ty: e.ty,
+                        rv: e.rv,
+                        key: e.key.clone(),
+                        obj: view(&e.obj).ok()?,
+                        prev: match &e.prev {
+                            Some(p) => Some(view(p).ok()?),
+                            None => None,
+                        },
+                    }))
+                })
+                .collect();
+            return Ok((conv, rv));
+        }
         let inner = self.inner.lock();
         self.check_window(&inner, rid, cursor)?;
         let st = &inner.res[rid];
@@ -546,6 +582,10 @@ impl Store {
 
     /// All current objects of `rid` (in `ns`) with the RV they are current at.
     pub fn snapshot(&self, rid: ResId, ns: Option<&str>) -> (Vec<Arc<Stored>>, u64) {
+        if let Some(core) = event_versions::storage_of(rid) {
+            let (items, rv) = self.snapshot(core, ns);
+            return (items.iter().filter_map(|s| view(s).ok()).collect(), rv);
+        }
         let inner = self.inner.lock();
         let st = &inner.res[rid];
         let items = match ns {
@@ -562,6 +602,7 @@ impl Store {
 
     /// Whether the retained history of `rid` still covers `rv`.
     pub fn window_covers(&self, rid: ResId, rv: u64) -> Result<(), TooOld> {
+        let rid = storage_rid(rid);
         let inner = self.inner.lock();
         self.check_window(&inner, rid, rv)
     }
@@ -773,6 +814,14 @@ impl Store {
         opts: &WriteOptions,
     ) -> Result<Arc<Stored>, ApiError> {
         let def = &RESOURCES[rid];
+        if let Some(core) = event_versions::storage_of(rid) {
+            let mut obj = check_body(def, body)?;
+            prune(def, &mut obj);
+            return self
+                .create(core, ns, event_versions::v1_to_core(&obj), opts)
+                .map_err(event_versions::view_error)
+                .and_then(|s| view(&s));
+        }
         let mut obj = check_body(def, body)?;
         {
             let m = object::meta_mut(&mut obj);
@@ -914,6 +963,21 @@ impl Store {
         opts: &WriteOptions,
     ) -> Result<(Arc<Stored>, bool), ApiError> {
         let def = &RESOURCES[rid];
+        if let Some(core) = event_versions::storage_of(rid) {
+            let mut obj = check_body(def, body)?;
+            prune(def, &mut obj);
+            let (s, created) = self
+                .update(
+                    core,
+                    ns,
+                    name,
+                    subresource,
+                    event_versions::v1_to_core(&obj),
+                    opts,
+                )
+                .map_err(event_versions::view_error)?;
+            return Ok((view(&s)?, created));
+        }
         let obj = check_body(def, body)?;
         let body_name = meta_str(&obj, "name");
         if body_name != name {
@@ -973,11 +1037,20 @@ impl Store {
         opts: &WriteOptions,
     ) -> Result<(Arc<Stored>, bool), ApiError> {
         let def = &RESOURCES[rid];
+        // A view (events.k8s.io/v1 Events): the patch applies to the view of
+        // the stored object; the result is stored in the storage's form.
+        let view_of = event_versions::storage_of(rid);
+        let srid = view_of.unwrap_or(rid);
         loop {
-            let live = self.get(rid, ns, name).ok();
+            let live = self.get(srid, ns, name).ok();
+            let live_view = match (&live, view_of) {
+                (Some(l), Some(_)) => Some(event_versions::core_to_v1(&l.value)),
+                (Some(l), None) => Some(l.value.clone()),
+                (None, _) => None,
+            };
             let now = object::now_string();
             let req = PatchRequest {
-                live: live.as_ref().map(|l| &l.value),
+                live: live_view.as_ref(),
                 body,
                 kind,
                 gvk: patch::Gvk {
@@ -1023,6 +1096,19 @@ impl Store {
                         m.remove("namespace");
                     }
                     m.remove("resourceVersion");
+                }
+                if view_of.is_some() {
+                    prune(def, &mut obj);
+                    let core = event_versions::v1_to_core(&obj);
+                    let mut core = core;
+                    let cdef = &RESOURCES[srid];
+                    self.before_create(srid, &mut core, &now)?;
+                    let core = canonicalize(core, cdef.kind, &cdef.api_version());
+                    return match self.commit_create(srid, core, false, opts.dry_run) {
+                        Ok(s) => Ok((view(&s)?, true)),
+                        Err(e) if e.code == 409 && e.reason == "AlreadyExists" => continue,
+                        Err(e) => Err(event_versions::view_error(e)),
+                    };
                 }
                 self.before_create(rid, &mut obj, &now)?;
                 let obj = canonicalize(obj, def.kind, &def.api_version());
@@ -1073,11 +1159,17 @@ impl Store {
                     ),
                 ));
             }
-            let mut new = new;
+            let mut new = match view_of {
+                Some(_) => event_versions::v1_to_core(&new),
+                None => new,
+            };
             object::meta_mut(&mut new).insert("resourceVersion".into(), json!(live.rv.to_string()));
-            match self.finish_update(rid, &live, new, subresource, opts, &now)? {
-                Some(r) => return Ok((r, false)),
-                None => continue,
+            match self.finish_update(srid, &live, new, subresource, opts, &now) {
+                Ok(Some(r)) if view_of.is_some() => return Ok((view(&r)?, false)),
+                Ok(Some(r)) => return Ok((r, false)),
+                Ok(None) => continue,
+                Err(e) if view_of.is_some() => return Err(event_versions::view_error(e)),
+                Err(e) => return Err(e),
             }
         }
     }
@@ -1203,6 +1295,15 @@ impl Store {
         name: &str,
         opts: &DeleteOptions,
     ) -> Result<DeleteOutcome, ApiError> {
+        if let Some(core) = event_versions::storage_of(rid) {
+            return match self
+                .delete(core, ns, name, opts)
+                .map_err(event_versions::view_error)?
+            {
+                DeleteOutcome::Deleted(s) => Ok(DeleteOutcome::Deleted(view(&s)?)),
+                DeleteOutcome::Pending(s) => Ok(DeleteOutcome::Pending(view(&s)?)),
+            };
+        }
         let def = &RESOURCES[rid];
         // (Negative grace periods count as 1 s: see graceful_period.)
         if let Some(p) = &opts.propagation_policy
@@ -1566,6 +1667,16 @@ impl Store {
     pub fn set_storage_protection(&self, on: bool) {
         self.cfg.storage_protection.store(on, Ordering::Relaxed)
     }
+}
+
+/// The resource whose storage `rid` uses (itself unless it is a view).
+fn storage_rid(rid: ResId) -> ResId {
+    event_versions::storage_of(rid).unwrap_or(rid)
+}
+
+/// A stored core/v1 Event as its events.k8s.io/v1 view.
+fn view(s: &Arc<Stored>) -> Result<Arc<Stored>, ApiError> {
+    Stored::new(event_versions::core_to_v1(&s.value), s.rv)
 }
 
 /// Whether a namespace still has `spec.finalizers` (the namespace

@@ -1830,3 +1830,127 @@ async fn job_selector_and_defaults_are_generated() {
     );
     t.cleanup_namespace(&ns).await;
 }
+
+/// core/v1 and events.k8s.io/v1 Events are two versions of one resource
+/// (pkg/apis/events/v1/conversion.go): an Event written through either is
+/// read through both, with regarding↔involvedObject, note↔message,
+/// reportingController↔reportingComponent, deprecatedCount↔count, the same
+/// uid and resourceVersion, and field selectors in each version's names.
+#[tokio::test]
+async fn core_and_events_v1_events_are_one_resource() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use k8s_openapi::api::events::v1::Event as V1Event;
+    let t = Target::new().await;
+    let ns = t.namespace("conf-events").await;
+    let core: Api<CoreEvent> = Api::namespaced(t.client.clone(), &ns);
+    let v1: Api<V1Event> = Api::namespaced(t.client.clone(), &ns);
+    let e: V1Event = serde_json::from_value(json!({
+        "metadata": {"name": "from-v1"},
+        "eventTime": "2024-01-01T00:00:00.000000Z",
+        "reportingController": "example.com/ctl",
+        "reportingInstance": "ctl-1",
+        "action": "Check",
+        "reason": "InUse",
+        "note": "claim in use by pod p",
+        "type": "Normal",
+        "regarding": {"kind": "PersistentVolumeClaim", "namespace": ns, "name": "data", "apiVersion": "v1"},
+    }))
+    .unwrap();
+    let created = v1.create(&PostParams::default(), &e).await.unwrap();
+    let via_core = core
+        .list(
+            &ListParams::default()
+                .fields("involvedObject.name=data,involvedObject.kind=PersistentVolumeClaim"),
+        )
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(via_core.len(), 1, "kubectl describe's query finds it");
+    let c = &via_core[0];
+    assert_eq!(c.metadata.name.as_deref(), Some("from-v1"));
+    assert_eq!(c.metadata.uid, created.metadata.uid);
+    assert_eq!(
+        c.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    assert_eq!(c.message.as_deref(), Some("claim in use by pod p"));
+    assert_eq!(c.reporting_component.as_deref(), Some("example.com/ctl"));
+    assert_eq!(c.involved_object.name.as_deref(), Some("data"));
+
+    let ce: CoreEvent = serde_json::from_value(json!({
+        "metadata": {"name": "from-core"},
+        "involvedObject": {"kind": "Pod", "namespace": ns, "name": "p"},
+        "reason": "Scheduled", "message": "assigned", "type": "Normal",
+        "source": {"component": "default-scheduler"}, "count": 3,
+        "firstTimestamp": "2024-01-01T00:00:00Z", "lastTimestamp": "2024-01-01T00:00:01Z",
+    }))
+    .unwrap();
+    let rv = v1
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let mut stream = v1
+        .watch(&WatchParams::default().timeout(20), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    core.create(&PostParams::default(), &ce).await.unwrap();
+    match stream.try_next().await.unwrap() {
+        Some(WatchEvent::Added(ev)) => {
+            assert_eq!(ev.metadata.name.as_deref(), Some("from-core"));
+            assert_eq!(
+                ev.note.as_deref(),
+                Some("assigned"),
+                "watchers of events.k8s.io see core writes"
+            );
+        }
+        other => panic!("expected ADDED, got {other:?}"),
+    }
+    drop(stream);
+    let got = v1.get("from-core").await.unwrap();
+    assert_eq!(got.note.as_deref(), Some("assigned"));
+    assert_eq!(
+        got.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("p")
+    );
+    assert_eq!(got.deprecated_count, Some(3));
+    assert_eq!(
+        got.deprecated_source
+            .as_ref()
+            .and_then(|s| s.component.as_deref()),
+        Some("default-scheduler")
+    );
+    let by_regarding = v1
+        .list(&ListParams::default().fields("regarding.name=p"))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(by_regarding.len(), 1);
+    assert_eq!(
+        v1.list(&ListParams::default()).await.unwrap().items.len(),
+        2
+    );
+
+    // A patch through one version is seen through the other.
+    v1.patch(
+        "from-core",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"note": "re-assigned"})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        core.get("from-core").await.unwrap().message.as_deref(),
+        Some("re-assigned")
+    );
+    core.delete("from-v1", &DeleteParams::default())
+        .await
+        .unwrap();
+    let e = status(v1.get("from-v1").await.unwrap_err());
+    assert_eq!(e.code, 404);
+    assert_eq!(e.message, "events.events.k8s.io \"from-v1\" not found");
+    t.cleanup_namespace(&ns).await;
+}
