@@ -767,10 +767,7 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(
-            text.contains("no leader lease found"),
-            "{text}"
-        );
+        assert!(text.contains("no leader lease found"), "{text}");
     }
 
     #[test]
