@@ -58,6 +58,9 @@ struct Args {
     /// --crash-loop-max-seconds (upstream 300).
     #[arg(long, default_value_t = 10.0)]
     crash_loop_initial_seconds: f64,
+    /// Pods per node (the kubelet's --max-pods; upstream 110).
+    #[arg(long, default_value_t = 110)]
+    max_pods: u32,
     /// Longest CrashLoopBackOff delay in seconds.
     #[arg(long, default_value_t = 300.0)]
     crash_loop_max_seconds: f64,
@@ -83,6 +86,7 @@ async fn main() -> anyhow::Result<()> {
         .collect();
     cluster.kubelet_config.images = args.run_image.clone();
     cluster.kubelet_config.root_dir = args.kubelet_dir.clone();
+    cluster.kubelet_config.max_pods = args.max_pods;
     cluster.kubelet_config.crash_loop_initial =
         std::time::Duration::try_from_secs_f64(args.crash_loop_initial_seconds)
             .context("--crash-loop-initial-seconds must be a non-negative number")?;

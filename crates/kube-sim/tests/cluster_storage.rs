@@ -703,3 +703,61 @@ async fn orphaned_job_pods_lose_their_tracking_finalizer() {
     );
     sim.shutdown().await;
 }
+
+/// A node's `pods` capacity (`max_pods`): beyond it the scheduler answers
+/// "Too many pods" (resources-fit, so preemption would need victims).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_beyond_node_capacity_are_unschedulable() {
+    let mut c = ClusterConfig::all();
+    c.kubelet_config.max_pods = 1;
+    let sim = cluster_with(c).await;
+    let pods: Api<Pod> = Api::namespaced(sim.client().await, "default");
+    for name in ["first", "second"] {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        pods.create(&PostParams::default(), &p)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        if name == "first" {
+            within(30, "first scheduled", || async {
+                pods.get("first").await.ok().filter(|p| {
+                    p.spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.as_deref())
+                        .is_some()
+                })
+            })
+            .await;
+        }
+    }
+    let (_, reason, message) = within(30, "second Unschedulable", || async {
+        pods.get("second")
+            .await
+            .ok()
+            .and_then(|p| scheduled_cond(&p))
+            .filter(|c| c.0 == "False")
+    })
+    .await;
+    assert_eq!(reason, "Unschedulable");
+    assert_eq!(
+        message,
+        "0/1 nodes are available: 1 Too many pods. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+    );
+    pods.delete("first", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    within(60, "second scheduled once first is gone", || async {
+        pods.get("second").await.ok().filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_some()
+        })
+    })
+    .await;
+    println!("verified: max_pods 1 → {message}; freed capacity schedules the pod");
+    sim.shutdown().await;
+}

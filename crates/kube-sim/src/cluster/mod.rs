@@ -191,6 +191,9 @@ pub struct KubeletConfig {
     pub crash_loop_max: Duration,
     /// How often the node Lease is renewed (upstream 10 s).
     pub lease_interval: Duration,
+    /// Each node's `pods` capacity (the kubelet's `--max-pods`, upstream
+    /// 110); the scheduler answers "Too many pods" beyond it.
+    pub max_pods: u32,
 }
 
 impl Default for KubeletConfig {
@@ -201,6 +204,7 @@ impl Default for KubeletConfig {
             crash_loop_initial: Duration::from_secs(10),
             crash_loop_max: Duration::from_secs(300),
             lease_interval: Duration::from_secs(10),
+            max_pods: 110,
         }
     }
 }
@@ -322,7 +326,7 @@ pub(crate) async fn start(
 ) -> Result<(), String> {
     let nodes = cfg.node_names();
     if !nodes.is_empty() {
-        kubelet::register_nodes(&clients, &nodes, cfg.kubelet).await?;
+        kubelet::register_nodes(&clients, &nodes, cfg.kubelet_config.max_pods).await?;
     }
     if cfg.provisioner {
         pvbinder::ensure_default_storage_class(&clients).await?;

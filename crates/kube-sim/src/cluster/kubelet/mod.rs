@@ -88,7 +88,7 @@ fn node_ip(index: usize) -> String {
     format!("172.18.0.{}", (index % 250) + 2)
 }
 
-fn node_object(name: &str, index: usize) -> Node {
+fn node_object(name: &str, index: usize, max_pods: u32) -> Node {
     let now = crate::object::now_string();
     let ip = node_ip(index);
     let cidr = format!("10.244.{}.0/24", index % 256);
@@ -96,7 +96,7 @@ fn node_object(name: &str, index: usize) -> Node {
         json!({"type": ty, "status": status, "reason": reason, "message": message,
                "lastHeartbeatTime": now, "lastTransitionTime": now})
     };
-    let resources = json!({"cpu": "8", "memory": "16Gi", "ephemeral-storage": "100Gi", "hugepages-2Mi": "0", "pods": "110"});
+    let resources = json!({"cpu": "8", "memory": "16Gi", "ephemeral-storage": "100Gi", "hugepages-2Mi": "0", "pods": max_pods.to_string()});
     let v = json!({
         "apiVersion": "v1",
         "kind": "Node",
@@ -148,12 +148,12 @@ fn node_object(name: &str, index: usize) -> Node {
 pub(crate) async fn register_nodes(
     clients: &Clients,
     nodes: &[String],
-    _kubelet: bool,
+    max_pods: u32,
 ) -> Result<(), String> {
     for (i, n) in nodes.iter().enumerate() {
         let client = clients.client(&super::users::node(n)).await?;
         let api: Api<Node> = Api::all(client.clone());
-        let node = node_object(n, i);
+        let node = node_object(n, i, max_pods);
         match api.create(&PostParams::default(), &node).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 409 => {}
