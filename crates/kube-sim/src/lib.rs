@@ -1,8 +1,12 @@
 //! kube-sim: a Kubernetes API server emulator that real kubectl, helm and
 //! kube-rs accept. Start it in-process with [`KubeSim::start`], get a
 //! [`kube::Client`] or a kubeconfig, inject faults with [`KubeSim::faults`]
-//! and read the request log with [`KubeSim::requests`]. See README.md for
-//! what it emulates and what it does not.
+//! and read the request log with [`KubeSim::requests`]. Opt-in cluster
+//! emulation ([`SimConfig::cluster`], [`ClusterConfig`]) adds a scheduler,
+//! Deployment/ReplicaSet/Job controllers, a PV binder and kubelets that run
+//! mapped images as local processes ([`KubeSim::pod_processes`],
+//! [`KubeSim::signal_pod`]). See README.md for what it emulates and what it
+//! does not.
 
 // ApiError carries a whole Status body; errors are the uncommon path.
 #![allow(clippy::result_large_err)]
