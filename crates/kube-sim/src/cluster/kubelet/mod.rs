@@ -275,7 +275,13 @@ pub(crate) async fn run(agent: NodeAgent, stop: CancellationToken) {
         for (uid, p) in &current {
             match workers.get(uid) {
                 Some(w) => {
-                    w.tx.send_replace(Some(p.clone()));
+                    // Wake the worker only when its pod changed.
+                    let changed = w.tx.borrow().as_ref().is_none_or(|old| {
+                        old.metadata.resource_version != p.metadata.resource_version
+                    });
+                    if changed {
+                        w.tx.send_replace(Some(p.clone()));
+                    }
                 }
                 None => {
                     let (tx, rx) = watch::channel(Some(p.clone()));
