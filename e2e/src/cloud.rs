@@ -115,6 +115,43 @@ impl Cloud {
         }
     }
 
+    /// Creates a load balancer for a Service directly through the provider
+    /// API (as the manager would), e.g. to give the checks an orphan to
+    /// find.
+    pub async fn create_load_balancer(
+        &self,
+        token: Option<&str>,
+        uid: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<()> {
+        let body = serde_json::json!({
+            "name": format!("e2e-{uid}"),
+            "service": {"namespace": namespace, "name": name, "uid": uid},
+            "spec": {"ports": [{"name": "http", "protocol": "TCP", "port": 80, "nodePort": 30080}]},
+            "nodes": [],
+        });
+        let http = reqwest::Client::new();
+        let mut req = http
+            .put(format!("{}/v1/loadbalancers/{uid}", self.url()))
+            .json(&body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| Error::Cloud(format!("creating a load balancer: {e}")))?;
+        if !resp.status().is_success() {
+            let status = resp.status();
+            let text = resp.text().await.unwrap_or_default();
+            return Err(Error::Cloud(format!(
+                "creating a load balancer: {status}: {text}"
+            )));
+        }
+        Ok(())
+    }
+
     /// Call counters (for the report).
     pub async fn stats(&self) -> Result<serde_json::Value> {
         match self {

@@ -100,6 +100,7 @@ pub struct Harness {
     pub cross_build: Option<(PathBuf, PathBuf)>,
     verified: Mutex<Vec<String>>,
     namespaces: Mutex<Vec<String>>,
+    releases: Mutex<Vec<String>>,
 }
 
 static RUNS: AtomicU64 = AtomicU64::new(0);
@@ -209,6 +210,7 @@ impl Harness {
             cross_build,
             verified: Mutex::new(Vec::new()),
             namespaces: Mutex::new(Vec::new()),
+            releases: Mutex::new(Vec::new()),
         };
         h.wait_nodes_ready().await?;
         Ok(h)
@@ -254,6 +256,7 @@ impl Harness {
             cross_build: None,
             verified: Mutex::new(Vec::new()),
             namespaces: Mutex::new(Vec::new()),
+            releases: Mutex::new(Vec::new()),
         };
         h.wait_nodes_ready().await?;
         Ok(h)
@@ -284,6 +287,31 @@ impl Harness {
             || async { "no Ready node".to_string() },
         )
         .await
+    }
+
+    /// The release the installed image runs as without `emulatedVersion`:
+    /// what the binary says of itself (sim), else the chart's appVersion
+    /// (cluster mode installs the image of the chart's release).
+    pub fn own_release(&self) -> Result<String> {
+        if let Some(b) = &self.binary {
+            return Ok(b.release.clone());
+        }
+        let path = crate::tools::chart_dir().join("Chart.yaml");
+        let text =
+            std::fs::read_to_string(&path).io_ctx(|| format!("reading {}", path.display()))?;
+        let chart: serde_json::Value = serde_yaml::from_str(&text)
+            .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+        let app = chart["appVersion"].as_str().unwrap_or_default();
+        let mut parts = app.split('.');
+        match (parts.next(), parts.next()) {
+            (Some(major), Some(minor)) if !major.is_empty() && !minor.is_empty() => {
+                Ok(format!("{major}.{minor}"))
+            }
+            _ => Err(Error::Config(format!(
+                "{}: appVersion {app:?} is not major.minor.patch",
+                path.display()
+            ))),
+        }
     }
 
     /// The simulator (sim mode only).
@@ -356,6 +384,12 @@ impl Harness {
         Ok(name)
     }
 
+    /// Records a helm release of this run (its cluster-scoped objects are
+    /// removed by [`Harness::finish`] in cluster mode).
+    pub fn track_release(&self, name: &str) {
+        self.releases.lock().push(name.to_string());
+    }
+
     /// Namespaces this run created.
     pub fn namespaces(&self) -> Vec<String> {
         self.namespaces.lock().clone()
@@ -366,6 +400,17 @@ impl Harness {
         let sim = self.sim.as_ref()?;
         Some(sim.requests().records(&kube_sim::RequestFilter {
             user: Some(user.to_string()),
+            since: Some(since),
+            ..kube_sim::RequestFilter::default()
+        }))
+    }
+
+    /// Every recorded request since `since` (sim only). (helm and kubectl
+    /// requests carry no bearer token over kube-sim's plain HTTP and are
+    /// recorded as `system:anonymous`.)
+    pub fn all_requests(&self, since: u64) -> Option<Vec<kube_sim::RequestRecord>> {
+        let sim = self.sim.as_ref()?;
+        Some(sim.requests().records(&kube_sim::RequestFilter {
             since: Some(since),
             ..kube_sim::RequestFilter::default()
         }))
@@ -482,10 +527,43 @@ impl Harness {
         if !self.is_sim() {
             let api: Api<Namespace> = Api::all(self.client.clone());
             let namespaces = self.namespaces.lock().clone();
+            // A failed scenario can leave objects with the manager's
+            // finalizers; once its namespace is gone nothing would remove
+            // them (the README's uninstall step, done here).
+            for ns in &namespaces {
+                self.strip_project_finalizers(ns).await;
+            }
             for ns in &namespaces {
                 if let Err(e) = api.delete(ns, &DeleteParams::background()).await {
                     tracing::warn!(namespace = %ns, error = %e, "deleting the run's namespace");
                 }
+            }
+            // What the namespaces do not hold: the charts' cluster-scoped
+            // RBAC and the run's PVs.
+            let releases = self.releases.lock().clone();
+            for r in &releases {
+                let lp = kube::api::ListParams::default()
+                    .labels(&format!("app.kubernetes.io/instance={r}"));
+                let dp = DeleteParams::background();
+                let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> =
+                    Api::all(self.client.clone());
+                let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> =
+                    Api::all(self.client.clone());
+                if let Err(e) = roles.delete_collection(&dp, &lp).await {
+                    tracing::warn!(release = %r, error = %e, "deleting the release's ClusterRoles");
+                }
+                if let Err(e) = bindings.delete_collection(&dp, &lp).await {
+                    tracing::warn!(release = %r, error = %e, "deleting the release's ClusterRoleBindings");
+                }
+            }
+            let pvs: Api<k8s_openapi::api::core::v1::PersistentVolume> =
+                Api::all(self.client.clone());
+            let lp = kube::api::ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run));
+            if let Err(e) = pvs
+                .delete_collection(&DeleteParams::background(), &lp)
+                .await
+            {
+                tracing::warn!(error = %e, "deleting the run's PersistentVolumes");
             }
         }
         match std::sync::Arc::try_unwrap(self.cloud) {
@@ -496,6 +574,52 @@ impl Harness {
             sim.shutdown().await;
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Harness {
+    /// Removes the `protection-manager.io/*` finalizers from the run's PVCs
+    /// and Services in `ns` and from its PVs (cluster mode clean-up).
+    async fn strip_project_finalizers(&self, ns: &str) {
+        use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Service};
+        let lp = kube::api::ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run));
+        async fn strip<K>(api: Api<K>, lp: &kube::api::ListParams)
+        where
+            K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+        {
+            let Ok(list) = api.list(lp).await else { return };
+            for o in list.items {
+                let fins = o.meta().finalizers.clone().unwrap_or_default();
+                let keep: Vec<&String> = fins
+                    .iter()
+                    .filter(|f| !f.starts_with("protection-manager.io/"))
+                    .collect();
+                if keep.len() == fins.len() {
+                    continue;
+                }
+                let patch = json!([
+                    {"op": "test", "path": "/metadata/finalizers", "value": fins},
+                    {"op": "replace", "path": "/metadata/finalizers", "value": keep},
+                ]);
+                let name = o.meta().name.clone().unwrap_or_default();
+                if let Ok(p) = serde_json::from_value::<json_patch::Patch>(patch) {
+                    let _ = api
+                        .patch(
+                            &name,
+                            &kube::api::PatchParams::default(),
+                            &kube::api::Patch::Json::<()>(p),
+                        )
+                        .await;
+                }
+            }
+        }
+        strip(
+            Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), ns),
+            &lp,
+        )
+        .await;
+        strip(Api::<Service>::namespaced(self.client.clone(), ns), &lp).await;
+        strip(Api::<PersistentVolume>::all(self.client.clone()), &lp).await;
     }
 }
 

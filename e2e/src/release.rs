@@ -72,13 +72,22 @@ impl ManagerRelease {
         let text = serde_yaml::to_string(&values)
             .map_err(|e| Error::Check(format!("values YAML: {e}")))?;
         let base_values = h.write_file(&format!("values-{namespace}.yaml"), &text)?;
-        let fullname = if name.contains("protection-manager") {
+        // The chart's ClusterRole(Binding) are named after the release: on
+        // a shared real cluster, runs (and the tests of one run, in
+        // parallel) need distinct release names.
+        let name = if h.is_sim() {
             name.to_string()
+        } else {
+            format!("{name}-{}", h.run)
+        };
+        h.track_release(&name);
+        let fullname = if name.contains("protection-manager") {
+            name.clone()
         } else {
             format!("{name}-protection-manager")
         };
         Ok(ManagerRelease {
-            name: name.to_string(),
+            name,
             namespace,
             fullname,
             helm,

@@ -59,7 +59,29 @@ async fn short_chaos(seed: u64, profile: Profile) -> Result<()> {
                 report.monitor.gaps
             )));
         }
-        report.monitor.ok().map_err(|e| Error::Check(format!("seed {seed}: {e}")))
+        report.monitor.ok().map_err(|e| Error::Check(format!("seed {seed}: {e}")))?;
+        let c = &report.monitor.counts;
+        h.verified(format!(
+            "no claim or volume disappeared in use: {} PVC and {} PV deletions checked ({} PVCs and {} PVs held Terminating while in use; {} claims deleted in use before any finalizer, the creation window)",
+            c.pvc_deletions_checked, c.pv_deletions_checked, c.pvcs_held_while_in_use, c.pvs_held_while_bound, c.unprotected_pvcs_deleted_in_use
+        ));
+        h.verified(format!(
+            "no orphaned load balancer: {} Service deletions and {} inventory sweeps checked",
+            c.service_deletions_checked, c.cloud_sweeps
+        ));
+        h.verified(format!(
+            "finalizers converged after calm: {} objects released, the slowest in {:.2}s (bound 30s)",
+            c.converged_after_calm,
+            c.max_convergence.map_or(0.0, |d| d.as_secs_f64())
+        ));
+        h.verified(format!(
+            "leadership moved after each of {} leader kills, the slowest {:.2}s after the last renewal (bound lease {}s + {}s)",
+            report.kills.len(),
+            c.max_failover.map_or(0.0, |d| d.as_secs_f64()),
+            ChaosConfig::short(seed).lease_duration.as_secs(),
+            report.monitor.tolerance.as_secs()
+        ));
+        Ok(())
     }
     .await;
     h.finish().await;

@@ -30,7 +30,7 @@ where
         let helm = h.helm(HelmVersion::V4).await?;
         let rel = ManagerRelease::prepare(&h, helm, "pm", "system").await?;
         rel.install(&[], true).await?;
-        let own = h.binary.as_ref().map(|b| b.release.clone()).unwrap_or_else(|| "0.3".into());
+        let own = h.own_release()?;
         rel.wait_running_as(&own).await?;
         h.verified(format!("helm install (helm 4): the manager rolled out and recorded release {own}"));
         let app = App::new(&h, "app").await?;

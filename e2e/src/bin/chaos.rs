@@ -28,7 +28,7 @@ struct Args {
     /// Seed of the workload and the faults (default: from the clock; printed).
     #[arg(long)]
     seed: Option<u64>,
-    /// Use the short configuration (a 6 s lease) instead of the chart's
+    /// Use the short configuration (an 8 s lease) instead of the chart's
     /// default lease timings.
     #[arg(long)]
     short: bool,

@@ -109,6 +109,11 @@ pub async fn hazard(app: &App<'_>, rel: &ManagerRelease) -> Result<()> {
         "the load balancer of shop went away at 0.0"
     );
     if let Some(reqs) = h.requests(&rel.user(), since) {
+        ensure!(
+            !reqs.is_empty(),
+            "no request of {} recorded since the 0.0 upgrade: the request log does not attribute the manager",
+            rel.user()
+        );
         let touched: Vec<String> = reqs
             .iter()
             .filter(|r| {
@@ -347,11 +352,7 @@ pub async fn guard(app: &App<'_>, rel: &ManagerRelease) -> Result<()> {
         "helm upgrade to another tag should fail in its pre-upgrade hook Job {job}: {err}"
     );
     let log = hook_log(app, rel).await?;
-    let own = h
-        .binary
-        .as_ref()
-        .map(|b| b.release.clone())
-        .unwrap_or_else(|| "0.3".into());
+    let own = h.own_release()?;
     ensure!(
         log.contains(&refusal(&own, "0.0")),
         "the hook's log should carry the guard's message:\n{log}"
