@@ -107,6 +107,7 @@ pub(crate) async fn run(ctx: Arc<AgentCtx>, mut rx: watch::Receiver<Option<Arc<P
     let mut terminating = false;
     let mut deleted_final = false;
     let mut latest = first.clone();
+    let mut write_failed = false;
     loop {
         let current = rx.borrow().clone();
         let Some(p) = current else {
@@ -139,6 +140,7 @@ pub(crate) async fn run(ctx: Arc<AgentCtx>, mut rx: watch::Receiver<Option<Arc<P
                 &start_time,
                 terminating && finished,
             );
+            write_failed = false;
             if last_written.as_ref() != Some(&status) && !deleted_final {
                 let patch = json!({"status": status});
                 match api
@@ -147,7 +149,10 @@ pub(crate) async fn run(ctx: Arc<AgentCtx>, mut rx: watch::Receiver<Option<Arc<P
                 {
                     Ok(_) => last_written = Some(status),
                     Err(kube::Error::Api(e)) if e.code == 404 => {}
-                    Err(e) => tracing::debug!(pod = %name, error = %e, "status update failed"),
+                    Err(e) => {
+                        write_failed = true;
+                        tracing::debug!(pod = %name, error = %e, "status update failed");
+                    }
                 }
             }
         }
@@ -170,10 +175,13 @@ pub(crate) async fn run(ctx: Arc<AgentCtx>, mut rx: watch::Receiver<Option<Arc<P
                 Err(e) => tracing::debug!(pod = %name, error = %e, "final delete failed"),
             }
         }
+        // Changes wake the loop; the timer only retries failed writes.
         let idle = if terminating && !deleted_final {
             Duration::from_millis(200)
+        } else if write_failed {
+            Duration::from_secs(1)
         } else {
-            Duration::from_secs(2)
+            Duration::from_secs(10)
         };
         tokio::select! {
             _ = shared.changed.notified() => {
