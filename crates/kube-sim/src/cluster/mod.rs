@@ -237,16 +237,18 @@ impl std::str::FromStr for ImageMapping {
     }
 }
 
-/// Splits an image reference into (repository, tag); a digest counts as the
-/// tag (`@sha256:...`).
+/// Splits an image reference into (repository, tag); without a tag, the
+/// digest counts as the tag (`repo@sha256:...`); `repo:tag@digest` gives the
+/// tag.
 pub fn split_image(image: &str) -> (&str, Option<&str>) {
-    if let Some((repo, digest)) = image.split_once('@') {
-        return (repo, Some(digest));
-    }
-    let last_slash = image.rfind('/').map(|i| i + 1).unwrap_or(0);
-    match image[last_slash..].rfind(':') {
-        Some(i) => (&image[..last_slash + i], Some(&image[last_slash + i + 1..])),
+    let (name, digest) = match image.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
         None => (image, None),
+    };
+    let last_slash = name.rfind('/').map(|i| i + 1).unwrap_or(0);
+    match name[last_slash..].rfind(':') {
+        Some(i) => (&name[..last_slash + i], Some(&name[last_slash + i + 1..])),
+        None => (name, digest),
     }
 }
 
@@ -421,6 +423,12 @@ mod tests {
         assert_eq!(
             split_image("localhost:5000/a/b"),
             ("localhost:5000/a/b", None)
+        );
+        assert_eq!(split_image("a/b:1.0@sha256:ab"), ("a/b", Some("1.0")));
+        assert_eq!(split_image("a/b@sha256:ab"), ("a/b", Some("sha256:ab")));
+        assert_eq!(
+            pick("ghcr.io/acme/protection-manager:0.2.0@sha256:0123").as_deref(),
+            Some("/old")
         );
         assert!("nope".parse::<ImageMapping>().is_err());
     }

@@ -924,7 +924,11 @@ async fn resolve_env(
 
 /// `docker.io/library/` and `:latest` as a container runtime reports them.
 pub fn normalize_image(image: &str) -> String {
-    let (repo, tag) = crate::cluster::split_image(image);
+    let (name, digest) = match image.split_once('@') {
+        Some((n, d)) => (n, Some(d)),
+        None => (image, None),
+    };
+    let (repo, tag) = crate::cluster::split_image(name);
     let first = repo.split('/').next().unwrap_or("");
     let has_domain =
         repo.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
@@ -935,10 +939,11 @@ pub fn normalize_image(image: &str) -> String {
     } else {
         format!("docker.io/library/{repo}")
     };
-    match tag {
-        Some(t) if image.contains('@') => format!("{repo}@{t}"),
-        Some(t) => format!("{repo}:{t}"),
-        None => format!("{repo}:latest"),
+    match (tag, digest) {
+        (Some(t), Some(d)) => format!("{repo}:{t}@{d}"),
+        (None, Some(d)) => format!("{repo}@{d}"),
+        (Some(t), None) => format!("{repo}:{t}"),
+        (None, None) => format!("{repo}:latest"),
     }
 }
 
@@ -1156,6 +1161,14 @@ mod tests {
         assert_eq!(
             normalize_image("localhost:5000/b"),
             "localhost:5000/b:latest"
+        );
+        assert_eq!(
+            normalize_image("nginx@sha256:ab"),
+            "docker.io/library/nginx@sha256:ab"
+        );
+        assert_eq!(
+            normalize_image("a/b:1@sha256:ab"),
+            "docker.io/a/b:1@sha256:ab"
         );
     }
 }
