@@ -101,6 +101,7 @@ run "$KUBECTL" create namespace "$PM_NS"
 run "$KUBECTL" -n "$PM_NS" create secret generic lb-token --from-file=token="$WORK/token"
 run "$HELM" install pm "$ROOT/charts/protection-manager" -n "$PM_NS" --wait --timeout 120s \
   --set emulatedVersion=0.2 \
+  --set leaderElection.enabled=true \
   --set featureGates.StorageObjectInUseProtection=false \
   --set loadBalancer.provider.endpoint="$CLOUD" \
   --set loadBalancer.provider.tokenSecret.name=lb-token
@@ -184,7 +185,7 @@ wait_for 60 "the Service gets an ingress IP" sh -c "'$KUBECTL' get svc api -n $N
 note "The cloud starts failing every load-balancer deletion (503):"
 run cloud PUT /_sim/faults/delete '{"error": {"rate": 1.0, "status": 503, "message": "load balancer backend unavailable"}}' >/dev/null
 run "$KUBECTL" delete svc api -n "$NS" --wait=false
-wait_for 60 "the failure is reported" sh -c "'$BIN/protection-manager' explain svc/api -n $NS | grep -q failing"
+wait_for 60 "a second failed attempt is reported" sh -c "'$BIN/protection-manager' explain svc/api -n $NS | grep -Eq 'failing since .*[2-9] attempt'"
 run "$KUBECTL" get svc api -n "$NS"
 run "$BIN/protection-manager" explain svc/api -n "$NS"
 note "The cloud recovers; the manager retries with backoff, deletes the load balancer, then lets the Service go:"

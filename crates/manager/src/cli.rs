@@ -52,8 +52,9 @@ pub struct ExplainArgs {
     pub namespace: Option<String>,
 
     /// Name of the manager's leader Lease (looked up in every namespace).
-    #[arg(long, default_value = "protection-manager")]
-    pub lease_name: String,
+    /// Default: any Lease written by protection-manager's leader election.
+    #[arg(long)]
+    pub lease_name: Option<String>,
 
     #[command(flatten)]
     pub client: ClientArgs,

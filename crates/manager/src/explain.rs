@@ -168,6 +168,15 @@ const LB_FAILURES: [&str; 2] = [
     lb_cleanup::sync::reasons::SYNC_LOAD_BALANCER_FAILED,
 ];
 
+/// The controller's failure notes end in `(failing since T)`; explain prints the
+/// streak's start itself, so the suffix would only repeat it.
+fn without_failing_since(note: &str) -> &str {
+    match note.rfind(" (failing since ") {
+        Some(i) if note.ends_with(')') => &note[..i],
+        _ => note,
+    }
+}
+
 /// Reads the LB cleanup state from a Service's events (oldest first).
 pub fn lb_state(events: &[EventView]) -> LbState {
     let lb_events: Vec<&EventView> = events
@@ -190,7 +199,7 @@ pub fn lb_state(events: &[EventView]) -> LbState {
                 .min();
             Failure {
                 reason: e.reason.clone(),
-                note: e.note.clone(),
+                note: without_failing_since(&e.note).to_owned(),
                 since,
                 last: e.last,
                 count: lb_events
@@ -317,7 +326,10 @@ impl Report {
                         Some(f) => {
                             let since = f
                                 .since
-                                .map(|s| format!("since {s} ({} ago)", age(s, now)))
+                                .map(|s| {
+                                    let shown = s.round(k8s_openapi::jiff::Unit::Second).unwrap_or(s);
+                                    format!("since {shown} ({} ago)", age(s, now))
+                                })
                                 .unwrap_or_else(|| "for an unknown time".into());
                             format!(
                                 "held by service-lb-cleanup: deleting the load balancer is failing {since}, {} attempt(s); last error ({}): {}",
@@ -405,7 +417,7 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
         events: Vec::new(),
         leader: None,
     };
-    report.leader = leader(&client, &args.lease_name).await;
+    report.leader = leader(&client, args.lease_name.as_deref()).await;
     let ns = namespace.clone().unwrap_or_default();
     let meta: ObjectMeta = match kind {
         Kind::Pvc => {
@@ -599,18 +611,36 @@ async fn events(client: &kube::Client, kind: Kind, meta: &ObjectMeta) -> Vec<Eve
 }
 
 /// "leader <identity> (lease ns/name, renewed 3s ago)" for the newest
-/// protection-manager lease found in any namespace.
-async fn leader(client: &kube::Client, lease_name: &str) -> Option<String> {
+/// protection-manager Lease in any namespace: the one named `--lease-name`
+/// when given, else every Lease our elector writes (its field manager is
+/// `protection-manager-<identity>`; the chart names the Lease after the
+/// release).
+async fn leader(client: &kube::Client, lease_name: Option<&str>) -> Option<String> {
     let api: Api<Lease> = Api::all(client.clone());
-    let list = api
-        .list(&ListParams::default().fields(&format!("metadata.name={lease_name}")))
-        .await
-        .ok()?;
+    let lp = match lease_name {
+        Some(n) => ListParams::default().fields(&format!("metadata.name={n}")),
+        None => ListParams::default(),
+    };
+    let list = api.list(&lp).await.ok()?;
     let now = Timestamp::now();
     list.items
         .into_iter()
+        .filter(|l| {
+            lease_name.is_some()
+                || l.metadata
+                    .managed_fields
+                    .as_deref()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|m| {
+                        m.manager
+                            .as_deref()
+                            .is_some_and(|m| m.starts_with("protection-manager-"))
+                    })
+        })
         .filter_map(|l| {
             let ns = l.metadata.namespace.clone().unwrap_or_default();
+            let name = l.metadata.name.clone().unwrap_or_default();
             let spec = l.spec?;
             let holder = spec.holder_identity.filter(|h| !h.is_empty())?;
             let renewed = spec.renew_time.map(|t| t.0)?;
@@ -619,7 +649,7 @@ async fn leader(client: &kube::Client, lease_name: &str) -> Option<String> {
             Some((
                 renewed,
                 format!(
-                    "leader {holder} (lease {ns}/{lease_name}, renewed {} ago{})",
+                    "leader {holder} (lease {ns}/{name}, renewed {} ago{})",
                     age(renewed, now),
                     if fresh {
                         ""
@@ -721,6 +751,17 @@ mod tests {
         let mut ok = events.clone();
         ok.push(ev("DeletedLoadBalancer", 200, 200, 1));
         assert_eq!(lb_state(&ok).failing, None);
+    }
+
+    #[test]
+    fn failure_note_drops_the_controllers_failing_since_suffix() {
+        assert_eq!(
+            without_failing_since(
+                "Error syncing load balancer: 503 (failing since 2026-11-22T12:45:39Z)"
+            ),
+            "Error syncing load balancer: 503"
+        );
+        assert_eq!(without_failing_since("plain (note)"), "plain (note)");
     }
 
     #[test]
