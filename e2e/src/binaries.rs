@@ -153,6 +153,7 @@ mod tests {
             beside_exe(&dir.join("debug/chaos")),
             Some(dir.join("debug").join(NAME))
         );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

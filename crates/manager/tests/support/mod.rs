@@ -24,9 +24,10 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
-/// A fresh directory under the target dir's tmp (kept for post-mortems).
+/// A fresh directory under the target dir's tmp (kept for post-mortems; it
+/// goes with `cargo clean` instead of piling up in /tmp).
 pub fn tempdir() -> PathBuf {
-    let base = std::env::temp_dir().join(format!(
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "pm-test-{}-{}",
         std::process::id(),
         Instant::now().elapsed().as_nanos() ^ rand_suffix()
