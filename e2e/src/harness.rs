@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{DeleteParams, LogParams, PostParams};
@@ -101,9 +101,19 @@ pub struct Harness {
     verified: Mutex<Vec<String>>,
     namespaces: Mutex<Vec<String>>,
     releases: Mutex<Vec<String>>,
+    /// Cluster mode: held for the whole run (see [`CLUSTER_TURN`]).
+    _cluster_turn: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 static RUNS: AtomicU64 = AtomicU64::new(0);
+
+/// One scenario at a time on a shared cluster. The managers a scenario
+/// installs are cluster-wide controllers: a 0.2 manager of one test would add
+/// finalizers to the objects of a test asserting that 0.0 adds none (each
+/// sim-mode run has its own kube-sim, so only cluster mode waits here). Test
+/// threads use their own runtimes; a tokio mutex works across them.
+static CLUSTER_TURN: std::sync::LazyLock<std::sync::Arc<tokio::sync::Mutex<()>>> =
+    std::sync::LazyLock::new(Default::default);
 
 fn run_id(name: &str) -> String {
     let n = RUNS.fetch_add(1, Ordering::Relaxed);
@@ -198,6 +208,7 @@ impl Harness {
             sim: Some(sim),
             cloud,
             cloud_token: Some(SIM_CLOUD_TOKEN.to_string()),
+            _cluster_turn: None,
             dir,
             run,
             manager_image: ImageRef {
@@ -222,6 +233,13 @@ impl Harness {
         run: String,
         dir: PathBuf,
     ) -> Result<Harness> {
+        let turn = match CLUSTER_TURN.clone().try_lock_owned() {
+            Ok(t) => t,
+            Err(_) => {
+                println!("{run}: waiting for the other scenario on the cluster to finish");
+                CLUSTER_TURN.clone().lock_owned().await
+            }
+        };
         let kc = kube::config::Kubeconfig::read_from(&t.kubeconfig).map_err(|e| {
             Error::Config(format!("E2E_KUBECONFIG={}: {e}", t.kubeconfig.display()))
         })?;
@@ -239,6 +257,7 @@ impl Harness {
         let cloud =
             std::sync::Arc::new(Cloud::connect(&t.cloud_sim_url, t.cloud_sim_token.clone()).await?);
         let h = Harness {
+            _cluster_turn: Some(turn),
             mode,
             observer_client: client.clone(),
             client,
@@ -536,6 +555,20 @@ impl Harness {
             for ns in &namespaces {
                 if let Err(e) = api.delete(ns, &DeleteParams::background()).await {
                     tracing::warn!(namespace = %ns, error = %e, "deleting the run's namespace");
+                }
+            }
+            // The next scenario starts when this one's managers are gone
+            // (their namespaces hold them), not merely asked to go.
+            let deadline = Instant::now() + self.timeout(Duration::from_secs(60));
+            for ns in &namespaces {
+                while matches!(api.get_opt(ns).await, Ok(Some(_))) {
+                    if Instant::now() > deadline {
+                        println!(
+                            "NOTE: namespace {ns} is still terminating; the next scenario starts anyway"
+                        );
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             }
             // What the namespaces do not hold: the charts' cluster-scoped
