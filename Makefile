@@ -96,11 +96,16 @@ CHAOS_DURATION ?= 10m
 CHAOS_SEED ?=
 CHAOS_ARGS ?=
 
-.PHONY: e2e e2e-kind chaos
+.PHONY: e2e e2e-standalone e2e-kind chaos
 
 e2e: tools
 	$(CARGO) build -p protection-manager --bin protection-manager
 	$(CARGO) test -p protection-e2e --no-fail-fast -- --nocapture
+
+# The cluster-mode path (E2E_KUBECONFIG) against the kube-sim and cloud-sim
+# binaries run as a separate "cluster" (no container engine needed).
+e2e-standalone: tools
+	CARGO=$(CARGO) MAKE=$(MAKE) ./e2e/standalone.sh
 
 e2e-kind: tools
 	IMAGE=$(IMAGE) IMAGE_VERSION=$(IMAGE_VERSION) CARGO=$(CARGO) MAKE=$(MAKE) ./e2e/kind.sh
