@@ -313,6 +313,16 @@ fn obj<K: serde::de::DeserializeOwned>(v: Value) -> Result<K> {
 }
 
 impl<'a> Churn<'a> {
+    /// Deletes one object by name and counts the outcome under `op`.
+    async fn delete_counted<K>(&mut self, api: Api<K>, name: &str, op: &str) -> Result<()>
+    where
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    {
+        let r = api.delete(name, &DeleteParams::default()).await.map(|_| ());
+        self.count(op, r)?;
+        Ok(())
+    }
+
     fn count(&mut self, op: &str, r: std::result::Result<(), kube::Error>) -> Result<bool> {
         let e = self.ops.entry(op.to_string()).or_insert((0, 0));
         match r {
@@ -443,34 +453,22 @@ impl<'a> Churn<'a> {
             35..=52 if !pods.is_empty() => {
                 let i = pods[self.rng.random_range(0..pods.len())];
                 let name = self.model.pods[i].name.clone();
-                let r = self
-                    .pods()
-                    .delete(&name, &DeleteParams::default())
-                    .await
-                    .map(|_| ());
-                self.count("delete pod", r)?;
+                self.delete_counted(self.pods(), &name, "delete pod")
+                    .await?;
                 self.model.pods[i].deleted = true;
             }
             53..=66 if !claims.is_empty() => {
                 let i = claims[self.rng.random_range(0..claims.len())];
                 let name = self.model.claims[i].name.clone();
-                let r = self
-                    .pvcs()
-                    .delete(&name, &DeleteParams::default())
-                    .await
-                    .map(|_| ());
-                self.count("delete claim", r)?;
+                self.delete_counted(self.pvcs(), &name, "delete claim")
+                    .await?;
                 self.model.claims[i].deleted = true;
             }
             67..=70 if !pvs.is_empty() => {
                 let i = pvs[self.rng.random_range(0..pvs.len())];
                 let name = self.model.pvs[i].0.clone();
-                let r = self
-                    .pvs()
-                    .delete(&name, &DeleteParams::default())
-                    .await
-                    .map(|_| ());
-                self.count("delete volume", r)?;
+                self.delete_counted(self.pvs(), &name, "delete volume")
+                    .await?;
                 self.model.pvs[i].1 = true;
             }
             71..=84 if !full(svcs.len()) => {
@@ -492,12 +490,8 @@ impl<'a> Churn<'a> {
             85..=94 if !svcs.is_empty() => {
                 let i = svcs[self.rng.random_range(0..svcs.len())];
                 let name = self.model.services[i].name.clone();
-                let r = self
-                    .services()
-                    .delete(&name, &DeleteParams::default())
-                    .await
-                    .map(|_| ());
-                self.count("delete service", r)?;
+                self.delete_counted(self.services(), &name, "delete service")
+                    .await?;
                 self.model.services[i].deleted = true;
             }
             95..=99 if !svcs.is_empty() => {
@@ -533,42 +527,26 @@ impl<'a> Churn<'a> {
     async fn delete_all(&mut self) -> Result<()> {
         for i in self.model.live_pods() {
             let name = self.model.pods[i].name.clone();
-            let r = self
-                .pods()
-                .delete(&name, &DeleteParams::default())
-                .await
-                .map(|_| ());
-            self.count("cleanup: delete pod", r)?;
+            self.delete_counted(self.pods(), &name, "cleanup: delete pod")
+                .await?;
             self.model.pods[i].deleted = true;
         }
         for i in self.model.live_services() {
             let name = self.model.services[i].name.clone();
-            let r = self
-                .services()
-                .delete(&name, &DeleteParams::default())
-                .await
-                .map(|_| ());
-            self.count("cleanup: delete service", r)?;
+            self.delete_counted(self.services(), &name, "cleanup: delete service")
+                .await?;
             self.model.services[i].deleted = true;
         }
         for i in self.model.live_claims() {
             let name = self.model.claims[i].name.clone();
-            let r = self
-                .pvcs()
-                .delete(&name, &DeleteParams::default())
-                .await
-                .map(|_| ());
-            self.count("cleanup: delete claim", r)?;
+            self.delete_counted(self.pvcs(), &name, "cleanup: delete claim")
+                .await?;
             self.model.claims[i].deleted = true;
         }
         for i in self.model.live_pvs() {
             let name = self.model.pvs[i].0.clone();
-            let r = self
-                .pvs()
-                .delete(&name, &DeleteParams::default())
-                .await
-                .map(|_| ());
-            self.count("cleanup: delete volume", r)?;
+            self.delete_counted(self.pvs(), &name, "cleanup: delete volume")
+                .await?;
             self.model.pvs[i].1 = true;
         }
         Ok(())
