@@ -43,6 +43,20 @@ clean:
 	$(CARGO) clean
 	rm -rf $(TOOLS_DIR)
 
+# --- Property tests at length ---------------------------------------------------
+# `make test` runs every property test with proptest's default 256 cases;
+# `make fuzz` runs the parser properties with FUZZ_CASES cases each (the
+# parsers a user or the API can feed: flags, durations, versions, names,
+# URL redaction, the load-balancer provider's replies). A failure prints
+# the minimal input and proptest keeps it under proptest-regressions/.
+FUZZ_CASES ?= 20000
+
+.PHONY: fuzz
+fuzz:
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p protection-core --lib -- duration:: names:: redact:: ratelimit::
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p protection-core --test parser_properties
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p lb-cleanup --lib -- provider::http::reply_properties
+
 # --- Container image and Helm chart -------------------------------------------
 # `make image` needs docker or podman (the development machines have neither:
 # the image is built where one exists, e.g. CI with a container engine).

@@ -212,6 +212,111 @@ A Go duration ("1m30s", "500ms", "0") in seconds, as a float string.
 {{- end }}
 
 {{/*
+A Go duration as the manager prints it (protection_core::duration::
+format_duration: "15s", "1m30s", "500ms", "1h1m40s").
+*/}}
+{{- define "protection-manager.formatDuration" -}}
+{{- $ms := round (mulf (include "protection-manager.durationSeconds" . | float64) 1000.0) 0 | int64 }}
+{{- if eq $ms 0 }}0s
+{{- else if lt $ms 1000 }}{{ $ms }}ms
+{{- else }}
+{{- $s := div $ms 1000 }}
+{{- $frac := mod $ms 1000 }}
+{{- $h := div $s 3600 }}
+{{- $m := mod (div $s 60) 60 }}
+{{- $secs := printf "%ds" (mod $s 60) }}
+{{- if $frac }}
+{{- $secs = printf "%d.%ss" (mod $s 60) (printf "%03d" $frac | trimSuffix "0" | trimSuffix "0") }}
+{{- end }}
+{{- if $h }}{{ printf "%dh%dm%s" $h $m $secs }}
+{{- else if $m }}{{ printf "%dm%s" $m $secs }}
+{{- else }}{{ $secs }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The leader-election durations, checked as the manager checks them
+(protection_core::leader::LeaderElectionConfig::validate, client-go's
+NewLeaderElector rules) with its messages; only when leader election is on.
+*/}}
+{{- define "protection-manager.validateLeaderElection" -}}
+{{- if eq (include "protection-manager.leaderElect" .) "true" }}
+{{- $le := .Values.leaderElection }}
+{{- $ld := include "protection-manager.durationSeconds" $le.leaseDuration | float64 }}
+{{- $rd := include "protection-manager.durationSeconds" $le.renewDeadline | float64 }}
+{{- $rp := include "protection-manager.durationSeconds" $le.retryPeriod | float64 }}
+{{- $ldText := include "protection-manager.formatDuration" $le.leaseDuration }}
+{{- $rdText := include "protection-manager.formatDuration" $le.renewDeadline }}
+{{- $rpText := include "protection-manager.formatDuration" $le.retryPeriod }}
+{{- $ldMs := round (mulf $ld 1000.0) 0 | int64 }}
+{{- $err := "" }}
+{{- if le $ld 0.0 }}
+{{- $err = "leaseDuration must be greater than zero" }}
+{{- else if le $rd 0.0 }}
+{{- $err = "renewDeadline must be greater than zero" }}
+{{- else if le $rp 0.0 }}
+{{- $err = "retryPeriod must be greater than zero" }}
+{{- else if le $ld $rd }}
+{{- $err = printf "leaseDuration must be greater than renewDeadline (lease duration %s, renew deadline %s)" $ldText $rdText }}
+{{- else if le $rd (mulf 1.2 $rp) }}
+{{- $err = printf "renewDeadline must be greater than retryPeriod*JitterFactor (renew deadline %s, retry period %s)" $rdText $rpText }}
+{{- else if or (ne (mod $ldMs 1000) 0) (lt $ldMs 2000) }}
+{{- $err = printf "lease duration must be a whole number of seconds, at least 2s (got %s)" $ldText }}
+{{- end }}
+{{- if $err }}
+{{- fail (printf "leaderElection: invalid leader election settings: %s" $err) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+logging.level, checked as the manager checks --log-level
+(crates/manager/src/logging.rs validate_level): comma-separated tracing
+directives, where a directive without "=" must be a level and the level after
+a directive's last "=" must be one too (tracing would read a bare word as a
+target name and log nothing a user expects).
+*/}}
+{{- define "protection-manager.validateLogLevel" -}}
+{{- $levels := list "off" "error" "warn" "info" "debug" "trace" "0" "1" "2" "3" "4" "5" }}
+{{- $level := toString .Values.logging.level }}
+{{- range $raw := splitList "," $level }}
+{{- $d := trim $raw }}
+{{- if $d }}
+{{- if and (not (contains "=" $d)) (not (contains "[" $d)) }}
+{{- if not (has (lower $d) $levels) }}
+{{- fail (printf "logging.level: invalid --log-level %q: %q is neither a level (off, error, warn, info, debug, trace) nor a target=level directive" $level $d) }}
+{{- end }}
+{{- else if contains "=" $d }}
+{{- $l := regexReplaceAll "^.*=" $d "" }}
+{{- if not (has (lower $l) $levels) }}
+{{- fail (printf "logging.level: invalid --log-level %q: %q: %q is not a level (off, error, warn, info, debug, trace)" $level $d $l) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Generated names must stay within Kubernetes' 63-character limit. The chart
+refuses a full name that would need truncating instead of truncating it
+(silently cut names can collide, and a name a user cannot predict is a name
+they cannot find). The longest suffix is the metrics Service's "-metrics";
+the release-check Job and the release record truncate their base
+themselves, as before.
+*/}}
+{{- define "protection-manager.validateNames" -}}
+{{- $full := include "protection-manager.fullname" . }}
+{{- $source := "the release name and the chart name (<release>-<chart>)" }}
+{{- if .Values.fullnameOverride }}
+{{- $source = "fullnameOverride" }}
+{{- end }}
+{{- if and .Values.metrics.service.enabled (gt (len $full) 55) }}
+{{- fail (printf "the full name %q (from %s) is %d characters: the metrics Service would be %q (%d characters), longer than the 63 Kubernetes allows; use a fullnameOverride (or release name) of at most 55 characters" $full $source (len $full) (printf "%s-metrics" $full) (add (len $full) 8)) }}
+{{- end }}
+{{- end }}
+
+{{/*
 terminationGracePeriodSeconds: the value given, which must exceed the
 shutdown bound, or the shutdown bound rounded up plus 15 seconds.
 */}}
@@ -269,6 +374,7 @@ exactly one flag; `--flag=value` keeps each flag in one list item.
 {{- $args = append $args (printf "--finalizer-profile=%s" $v.finalizerProfile) }}
 {{- $args = append $args (printf "--kube-api-qps=%v" $v.kubeApi.qps) }}
 {{- $args = append $args (printf "--kube-api-burst=%d" (int64 $v.kubeApi.burst)) }}
+{{- $args = append $args (printf "--request-timeout=%v" $v.kubeApi.requestTimeout) }}
 {{- $args = append $args (printf "--concurrency=%d" (int64 $v.concurrency)) }}
 {{- $args = append $args (printf "--log-format=%s" $v.logging.format) }}
 {{- $args = append $args (printf "--log-level=%s" $v.logging.level) }}

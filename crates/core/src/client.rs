@@ -1,45 +1,102 @@
 //! Building the Kubernetes client: kube's standard config inference (or an
-//! explicit kubeconfig/context), a User-Agent naming this program, and the
-//! client-side QPS/burst limit.
+//! explicit kubeconfig/context), a User-Agent naming this program, the
+//! client-side QPS/burst limit, a bound on each call (`--request-timeout`)
+//! and a health signal for the client's worker.
+//!
+//! kube's [`kube::Client`] runs its service stack in one buffer worker task.
+//! If that task dies (a panic in a layer), the process stays up but every
+//! call fails with "buffer's worker closed unexpectedly". [`ClientHealth`]
+//! notices: a guard in our layer is dropped with the stack, so liveness can
+//! fail and the process restart.
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::{HeaderValue, header};
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::sync::Notify;
+use tower::{Layer, Service};
 
-use crate::ratelimit::RateLimitLayer;
+use crate::duration::format_duration;
+use crate::ratelimit::{RateLimitError, RateLimitLayer, WaitObserver};
+use crate::redact::redact_url_credentials;
+
+/// The default of `--request-timeout`. kube-rs lists in pages of 500
+/// objects, so no single call of ours legitimately takes long; 30 s is half
+/// of kube-apiserver's own bound on a non-watch request (its
+/// `--request-timeout`, 1 min), so a server that accepts connections and
+/// never answers is reported within 30 s instead of never.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where the client comes from and how hard it may push.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ClientOptions {
     /// `--kubeconfig`; `None` = kube's inference (KUBECONFIG, ~/.kube/config,
     /// in-cluster service account).
     pub kubeconfig: Option<PathBuf>,
     /// `--context` within the kubeconfig.
     pub context: Option<String>,
-    /// Requests per second; `<= 0` disables client-side limiting.
+    /// Requests per second; 0 disables client-side limiting (see
+    /// [`crate::ratelimit::validate_qps`]).
     pub qps: f64,
     pub burst: u32,
     /// `User-Agent`, e.g. `protection-manager/0.3.0`.
     pub user_agent: String,
+    /// Bound on each call until the response headers arrive (a watch is
+    /// bounded until it is open, not for its life). `None`: no bound.
+    pub request_timeout: Option<Duration>,
+    /// Told each request's wait for a rate-limit token.
+    pub rate_limit_observer: Option<WaitObserver>,
 }
 
-/// A client that could not be configured.
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            kubeconfig: None,
+            context: None,
+            qps: 0.0,
+            burst: 1,
+            user_agent: String::new(),
+            request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
+            rate_limit_observer: None,
+        }
+    }
+}
+
+/// A client that could not be configured. Each variant's text says what
+/// failed and leaves the cause to the error chain (`{:#}` prints both once).
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("reading kubeconfig {path}: {source}")]
+    #[error("reading kubeconfig {path}")]
     Kubeconfig {
         path: String,
         #[source]
         source: kube::config::KubeconfigError,
     },
-    #[error("loading client configuration: {0}")]
-    Config(String),
-    #[error("building client: {0}")]
-    Build(#[from] kube::Error),
+    #[error("loading the kubeconfig (context {context:?})")]
+    Context {
+        context: String,
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    #[error("inferring the client configuration (KUBECONFIG, ~/.kube/config, in-cluster)")]
+    Infer(#[source] kube::config::InferConfigError),
+    #[error("building client for {server}")]
+    Build {
+        server: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("invalid user agent {0:?}")]
     UserAgent(String),
+    #[error("client-side rate limit")]
+    RateLimit(#[source] RateLimitError),
 }
 
 /// Resolves the client configuration.
@@ -61,28 +118,325 @@ pub async fn load_config(opts: &ClientOptions) -> Result<kube::Config, ClientErr
                     source,
                 })
         }
-        None if opts.context.is_some() => kube::Config::from_kubeconfig(&kco)
-            .await
-            .map_err(|e| ClientError::Config(e.to_string())),
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| ClientError::Config(e.to_string())),
+        None => {
+            match &opts.context {
+                Some(context) => kube::Config::from_kubeconfig(&kco).await.map_err(|source| {
+                    ClientError::Context {
+                        context: context.clone(),
+                        source,
+                    }
+                }),
+                None => kube::Config::infer().await.map_err(ClientError::Infer),
+            }
+        }
     }
 }
 
-/// Builds the client from a resolved configuration.
+/// The API server's URL as it may be shown (credentials redacted).
+pub fn server_url(config: &kube::Config) -> String {
+    redact_url_credentials(&config.cluster_url.to_string())
+}
+
+/// Builds the client from a resolved configuration; the [`ClientHealth`]
+/// tells whether its worker still runs.
 pub fn build_client(
     mut config: kube::Config,
     opts: &ClientOptions,
-) -> Result<kube::Client, ClientError> {
+) -> Result<(kube::Client, ClientHealth), ClientError> {
     if !opts.user_agent.is_empty() {
         let ua = HeaderValue::from_str(&opts.user_agent)
             .map_err(|_| ClientError::UserAgent(opts.user_agent.clone()))?;
         config.headers.retain(|(k, _)| k != header::USER_AGENT);
         config.headers.push((header::USER_AGENT, ua));
     }
-    let builder = ClientBuilder::try_from(config)?;
-    Ok(builder
-        .with_layer(&RateLimitLayer::new(opts.qps, opts.burst))
-        .build())
+    let server = server_url(&config);
+    let builder = ClientBuilder::try_from(config).map_err(|source| ClientError::Build {
+        server: server.clone(),
+        source,
+    })?;
+    layered(builder, opts, server)
+}
+
+/// Puts our layers on a kube client stack and builds the client.
+pub fn layered<S, B>(
+    builder: ClientBuilder<S>,
+    opts: &ClientOptions,
+    server: String,
+) -> Result<(kube::Client, ClientHealth), ClientError>
+where
+    S: Service<http::Request<kube::client::Body>, Response = http::Response<B>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<tower::BoxError>,
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<tower::BoxError>,
+{
+    let rate = RateLimitLayer::new(opts.qps, opts.burst)
+        .map_err(ClientError::RateLimit)?
+        .with_observer(opts.rate_limit_observer.clone());
+    let health = ClientHealth::new();
+    let client = builder
+        .with_layer(&TimeoutLayer {
+            timeout: opts.request_timeout.filter(|d| !d.is_zero()),
+            server: Arc::from(server),
+        })
+        .with_layer(&rate)
+        .with_layer(&GuardLayer {
+            health: health.clone(),
+        })
+        .build();
+    Ok((client, health))
+}
+
+// ---- health of the client's worker -----------------------------------------
+
+#[derive(Debug, Default)]
+struct HealthState {
+    closed: AtomicBool,
+    notify: Notify,
+}
+
+/// Whether the client's buffer worker (which owns the request stack) is
+/// still running.
+#[derive(Clone, Debug, Default)]
+pub struct ClientHealth {
+    state: Arc<HealthState>,
+}
+
+impl ClientHealth {
+    fn new() -> Self {
+        Self::default()
+    }
+
+    /// `Ok` while the worker runs; the shape of a health check
+    /// (`admin::DynamicCheck`), for `/healthz`.
+    pub fn check(&self) -> Result<(), String> {
+        if self.state.closed.load(Ordering::SeqCst) {
+            Err("the Kubernetes client's worker has stopped: every API call fails until the process restarts".into())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Resolves once the worker has stopped.
+    pub async fn closed(&self) {
+        loop {
+            let notified = self.state.notify.notified();
+            if self.state.closed.load(Ordering::SeqCst) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Marks the worker closed when the stack (owned by the worker) is dropped.
+struct Guard(ClientHealth);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.0.state.closed.store(true, Ordering::SeqCst);
+        self.0.state.notify.notify_waiters();
+    }
+}
+
+struct GuardLayer {
+    health: ClientHealth,
+}
+
+impl<S> Layer<S> for GuardLayer {
+    type Service = Guarded<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Guarded {
+            inner,
+            _guard: Guard(self.health.clone()),
+        }
+    }
+}
+
+/// The outermost service of our stack, carrying the guard.
+pub struct Guarded<S> {
+    inner: S,
+    _guard: Guard,
+}
+
+impl<S: Service<R>, R> Service<R> for Guarded<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: R) -> Self::Future {
+        self.inner.call(req)
+    }
+}
+
+// ---- --request-timeout -------------------------------------------------------
+
+/// No reply within `--request-timeout`.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the API server {server} did not answer within {} (--request-timeout)",
+    format_duration(*timeout)
+)]
+pub struct RequestTimeout {
+    pub server: Arc<str>,
+    pub timeout: Duration,
+}
+
+struct TimeoutLayer {
+    timeout: Option<Duration>,
+    server: Arc<str>,
+}
+
+impl<S> Layer<S> for TimeoutLayer {
+    type Service = Timeout<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Timeout {
+            inner,
+            timeout: self.timeout,
+            server: self.server.clone(),
+        }
+    }
+}
+
+/// Bounds each call's response future (until the headers arrive).
+pub struct Timeout<S> {
+    inner: S,
+    timeout: Option<Duration>,
+    server: Arc<str>,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+impl<S, R> Service<R> for Timeout<S>
+where
+    S: Service<R>,
+    S::Future: Send + 'static,
+    S::Error: Into<tower::BoxError>,
+{
+    type Response = S::Response;
+    type Error = tower::BoxError;
+    type Future = BoxFuture<Result<S::Response, tower::BoxError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: R) -> Self::Future {
+        let fut = self.inner.call(req);
+        let Some(timeout) = self.timeout else {
+            return Box::pin(async move { fut.await.map_err(Into::into) });
+        };
+        let server = self.server.clone();
+        Box::pin(async move {
+            match tokio::time::timeout(timeout, fut).await {
+                Ok(r) => r.map_err(Into::into),
+                Err(_) => Err(RequestTimeout { server, timeout }.into()),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Req = http::Request<kube::client::Body>;
+    type Resp = http::Response<http_body_util::Full<bytes::Bytes>>;
+
+    /// A stack whose worker panics on the first request.
+    #[derive(Clone)]
+    struct PanicsWhenPolled;
+
+    impl Service<Req> for PanicsWhenPolled {
+        type Response = Resp;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<Resp, Self::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            panic!("a layer panicked in the client's worker");
+        }
+
+        fn call(&mut self, _: Req) -> Self::Future {
+            unreachable!()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_dead_worker_fails_the_health_check() {
+        let (client, health) = layered(
+            ClientBuilder::new(PanicsWhenPolled, "default"),
+            &ClientOptions::default(),
+            "https://127.0.0.1:6443/".into(),
+        )
+        .unwrap();
+        assert_eq!(health.check(), Ok(()));
+        let err = client.apiserver_version().await.unwrap_err().to_string();
+        assert!(err.contains("closed"), "{err}");
+        tokio::time::timeout(Duration::from_secs(30), health.closed())
+            .await
+            .expect("closed() resolves once the worker is gone");
+        let e = health.check().unwrap_err();
+        assert!(e.contains("worker has stopped"), "{e}");
+    }
+
+    /// Never answers.
+    #[derive(Clone)]
+    struct Silent;
+
+    impl Service<Req> for Silent {
+        type Response = Resp;
+        type Error = std::convert::Infallible;
+        type Future = std::future::Pending<Result<Resp, Self::Error>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Req) -> Self::Future {
+            std::future::pending()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_server_is_named_after_the_request_timeout() {
+        let opts = ClientOptions {
+            request_timeout: Some(Duration::from_secs(7)),
+            ..Default::default()
+        };
+        let (client, health) = layered(
+            ClientBuilder::new(Silent, "default"),
+            &opts,
+            redact_url_credentials("https://admin:hunter2@10.0.0.1:6443/"),
+        )
+        .unwrap();
+        let err = client.apiserver_version().await.unwrap_err();
+        let text = format!("{err}");
+        assert!(
+            text.contains(
+                "the API server https://admin:***@10.0.0.1:6443/ did not answer within 7s (--request-timeout)"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("hunter2"), "{text}");
+        assert_eq!(health.check(), Ok(()));
+    }
+
+    #[test]
+    fn bad_rate_limits_are_refused_not_panicked_on() {
+        let opts = ClientOptions {
+            qps: 1e-300,
+            ..Default::default()
+        };
+        let config = kube::Config::new("https://127.0.0.1:6443".parse().unwrap());
+        let Err(e) = build_client(config, &opts) else {
+            panic!("qps 1e-300 must be refused");
+        };
+        assert!(matches!(e, ClientError::RateLimit(_)), "{e}");
+    }
 }

@@ -273,7 +273,7 @@ impl Host {
                     return Err(e.into());
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "release guard cannot reach the API server yet; retrying");
+                    tracing::warn!(error = %e, "{}", e.waiting_for());
                     self.health.set("release-guard", Err(e.to_string()));
                     tokio::select! {
                         _ = stop.cancelled() => return Ok(false),

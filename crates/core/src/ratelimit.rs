@@ -5,66 +5,164 @@
 //! so every request start (a watch counts once, when it is opened) consumes
 //! one. kube's client drives its stack from one buffer worker, so waiting in
 //! `poll_ready` delays requests in order, as client-go's limiter does.
+//!
+//! The bucket is `governor`'s GCRA limiter (a token bucket in other words:
+//! `burst` requests at once, then one every `1/qps` seconds), driven by
+//! tokio's clock so that paused-time tests see it. The settings are checked
+//! before governor sees them: governor panics on a period or a burst whose
+//! product does not fit in 64-bit nanoseconds, and a panic here kills the
+//! client's worker (every later call fails with "buffer's worker closed
+//! unexpectedly").
 
 use std::future::Future;
+use std::num::NonZeroU32;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use governor::clock::Clock;
+use governor::middleware::NoOpMiddleware;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
+
+/// The smallest positive `--kube-api-qps` (one request every 1000 s).
+pub const MIN_QPS: f64 = 0.001;
+/// The largest `--kube-api-qps` (one request per nanosecond, governor's
+/// resolution).
+pub const MAX_QPS: f64 = 1e9;
+/// The largest `--kube-api-burst`.
+pub const MAX_BURST: u32 = 1_000_000;
+
+/// Settings the limiter cannot work with.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RateLimitError {
+    #[error(
+        "invalid qps {0}: must be 0 (no client-side limit) or a finite number from {MIN_QPS} to {MAX_QPS}"
+    )]
+    Qps(f64),
+    #[error("invalid burst {0}: must be from 1 to {MAX_BURST}")]
+    Burst(u32),
+}
+
+/// Checks a QPS value: 0 (no limit), or finite within [`MIN_QPS`]..=[`MAX_QPS`].
+pub fn validate_qps(qps: f64) -> Result<f64, RateLimitError> {
+    if qps == 0.0 || (qps.is_finite() && (MIN_QPS..=MAX_QPS).contains(&qps)) {
+        Ok(qps)
+    } else {
+        Err(RateLimitError::Qps(qps))
+    }
+}
+
+/// Checks a burst value: 1..=[`MAX_BURST`].
+pub fn validate_burst(burst: u32) -> Result<u32, RateLimitError> {
+    if (1..=MAX_BURST).contains(&burst) {
+        Ok(burst)
+    } else {
+        Err(RateLimitError::Burst(burst))
+    }
+}
+
+/// Called once per request with the time it waited for a token (zero when
+/// one was there), e.g. to feed a metric.
+#[derive(Clone)]
+pub struct WaitObserver(Arc<dyn Fn(Duration) + Send + Sync>);
+
+impl WaitObserver {
+    pub fn new(f: impl Fn(Duration) + Send + Sync + 'static) -> Self {
+        WaitObserver(Arc::new(f))
+    }
+}
+
+impl std::fmt::Debug for WaitObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WaitObserver")
+    }
+}
+
+/// governor's clock, read from tokio's (so `tokio::time::pause` applies).
+#[derive(Clone, Debug)]
+struct TokioClock {
+    start: Instant,
+}
+
+impl Clock for TokioClock {
+    type Instant = Duration;
+
+    fn now(&self) -> Duration {
+        Instant::now().saturating_duration_since(self.start)
+    }
+}
+
+type Limiter = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Duration>>;
 
 /// A token bucket: `qps` tokens per second, at most `burst` saved up.
 #[derive(Debug)]
 pub struct TokenBucket {
-    qps: f64,
-    burst: f64,
-    tokens: f64,
-    last: Instant,
+    /// `None`: unlimited (`qps == 0`).
+    limiter: Option<Limiter>,
+    clock: TokioClock,
 }
 
 impl TokenBucket {
-    /// `qps <= 0` means unlimited.
-    pub fn new(qps: f64, burst: u32) -> Self {
-        let burst = f64::from(burst.max(1));
-        TokenBucket {
-            qps,
-            burst,
-            tokens: burst,
-            last: Instant::now(),
+    /// `qps == 0` means unlimited; other values are checked with
+    /// [`validate_qps`] and [`validate_burst`].
+    pub fn new(qps: f64, burst: u32) -> Result<Self, RateLimitError> {
+        let qps = validate_qps(qps)?;
+        let burst = validate_burst(burst)?;
+        let clock = TokioClock {
+            start: Instant::now(),
+        };
+        if qps == 0.0 {
+            return Ok(TokenBucket {
+                limiter: None,
+                clock,
+            });
         }
+        // In range, 1/qps is 1 ns ..= 1000 s and period × burst ≤ 10^18 ns,
+        // within governor's u64 nanoseconds.
+        let period = Duration::from_secs_f64(1.0 / qps);
+        let quota = Quota::with_period(period)
+            .ok_or(RateLimitError::Qps(qps))?
+            .allow_burst(NonZeroU32::new(burst).ok_or(RateLimitError::Burst(burst))?);
+        Ok(TokenBucket {
+            limiter: Some(RateLimiter::direct_with_clock(quota, clock.clone())),
+            clock,
+        })
     }
 
     /// Takes a token now, or says how long to wait for one.
-    pub fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
-        if self.qps <= 0.0 {
+    pub fn try_take(&self) -> Result<(), Duration> {
+        let Some(limiter) = &self.limiter else {
             return Ok(());
-        }
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.last = now;
-        self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.qps))
-        }
+        };
+        limiter
+            .check()
+            .map_err(|not_until| not_until.wait_time_from(self.clock.now()))
     }
 }
 
 /// The layer.
 #[derive(Clone, Debug)]
 pub struct RateLimitLayer {
-    bucket: Arc<Mutex<TokenBucket>>,
+    bucket: Arc<TokenBucket>,
+    observer: Option<WaitObserver>,
 }
 
 impl RateLimitLayer {
-    pub fn new(qps: f64, burst: u32) -> Self {
-        RateLimitLayer {
-            bucket: Arc::new(Mutex::new(TokenBucket::new(qps, burst))),
-        }
+    pub fn new(qps: f64, burst: u32) -> Result<Self, RateLimitError> {
+        Ok(RateLimitLayer {
+            bucket: Arc::new(TokenBucket::new(qps, burst)?),
+            observer: None,
+        })
+    }
+
+    /// Reports each request's wait for a token to `observer`.
+    pub fn with_observer(mut self, observer: Option<WaitObserver>) -> Self {
+        self.observer = observer;
+        self
     }
 }
 
@@ -75,7 +173,9 @@ impl<S> Layer<S> for RateLimitLayer {
         RateLimit {
             inner,
             bucket: self.bucket.clone(),
+            observer: self.observer.clone(),
             sleep: None,
+            waiting_since: None,
             reserved: false,
         }
     }
@@ -84,8 +184,11 @@ impl<S> Layer<S> for RateLimitLayer {
 /// The service.
 pub struct RateLimit<S> {
     inner: S,
-    bucket: Arc<Mutex<TokenBucket>>,
+    bucket: Arc<TokenBucket>,
+    observer: Option<WaitObserver>,
     sleep: Option<Pin<Box<Sleep>>>,
+    /// When the current request started waiting for a token.
+    waiting_since: Option<Instant>,
     reserved: bool,
 }
 
@@ -105,9 +208,15 @@ where
                 }
                 self.sleep = None;
             }
-            let taken = self.bucket.lock().try_take(Instant::now());
-            match taken {
-                Ok(()) => self.reserved = true,
+            let since = *self.waiting_since.get_or_insert_with(Instant::now);
+            match self.bucket.try_take() {
+                Ok(()) => {
+                    self.reserved = true;
+                    self.waiting_since = None;
+                    if let Some(o) = &self.observer {
+                        (o.0)(since.elapsed());
+                    }
+                }
                 Err(wait) => self.sleep = Some(Box::pin(tokio::time::sleep(wait))),
             }
         }
@@ -123,52 +232,112 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use parking_lot::Mutex;
+    use proptest::prelude::*;
 
-    #[test]
-    fn bucket_allows_burst_then_paces() {
-        let t0 = Instant::now();
-        let mut b = TokenBucket::new(10.0, 3);
+    #[tokio::test(start_paused = true)]
+    async fn bucket_allows_burst_then_paces() {
+        let b = TokenBucket::new(10.0, 3).unwrap();
         for _ in 0..3 {
-            assert!(b.try_take(t0).is_ok());
+            assert!(b.try_take().is_ok());
         }
-        let wait = b.try_take(t0).unwrap_err();
-        assert!(
-            wait > Duration::from_millis(90) && wait <= Duration::from_millis(100),
-            "{wait:?}"
-        );
-        assert!(b.try_take(t0 + Duration::from_millis(100)).is_ok());
+        let wait = b.try_take().unwrap_err();
+        assert_eq!(wait, Duration::from_millis(100));
+        tokio::time::advance(Duration::from_millis(100)).await;
+        assert!(b.try_take().is_ok());
         // Never saves more than `burst`.
-        let later = t0 + Duration::from_secs(60);
+        tokio::time::advance(Duration::from_secs(60)).await;
         for _ in 0..3 {
-            assert!(b.try_take(later).is_ok());
+            assert!(b.try_take().is_ok());
         }
-        assert!(b.try_take(later).is_err());
+        assert!(b.try_take().is_err());
     }
 
     #[test]
     fn zero_qps_is_unlimited() {
-        let mut b = TokenBucket::new(0.0, 1);
-        let t = Instant::now();
+        let b = TokenBucket::new(0.0, 1).unwrap();
         for _ in 0..1000 {
-            assert!(b.try_take(t).is_ok());
+            assert!(b.try_take().is_ok());
+        }
+    }
+
+    #[test]
+    fn bad_settings_are_refused_naming_the_value() {
+        for qps in [
+            1e-300,
+            -1.0,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            1e10,
+        ] {
+            let e = TokenBucket::new(qps, 1).unwrap_err();
+            assert!(matches!(e, RateLimitError::Qps(_)), "{qps}: {e}");
+            assert!(e.to_string().contains(&format!("invalid qps {qps}")), "{e}");
+        }
+        for burst in [0, MAX_BURST + 1, u32::MAX] {
+            assert_eq!(
+                TokenBucket::new(1.0, burst).unwrap_err(),
+                RateLimitError::Burst(burst)
+            );
+        }
+        // The extremes of the ranges work.
+        for (qps, burst) in [(MIN_QPS, MAX_BURST), (MAX_QPS, MAX_BURST), (MIN_QPS, 1)] {
+            let b = TokenBucket::new(qps, burst).unwrap();
+            assert!(b.try_take().is_ok());
         }
     }
 
     #[tokio::test(start_paused = true)]
-    async fn service_waits_for_tokens() {
+    async fn service_waits_for_tokens_and_reports_the_wait() {
         use tower::ServiceExt;
+        let waits = Arc::new(Mutex::new(Vec::new()));
+        let seen = waits.clone();
         let svc = tower::service_fn(|x: u32| async move { Ok::<_, std::convert::Infallible>(x) });
-        let mut svc = RateLimitLayer::new(2.0, 1).layer(svc);
+        let mut svc = RateLimitLayer::new(2.0, 1)
+            .unwrap()
+            .with_observer(Some(WaitObserver::new(move |d| seen.lock().push(d))))
+            .layer(svc);
         let start = Instant::now();
         for i in 0..3 {
             let out = svc.ready().await.unwrap().call(i).await.unwrap();
             assert_eq!(out, i);
         }
         // 1 immediately, then 2 more at 2 qps.
-        assert!(
-            start.elapsed() >= Duration::from_millis(999),
-            "{:?}",
-            start.elapsed()
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+        assert_eq!(
+            *waits.lock(),
+            [
+                Duration::ZERO,
+                Duration::from_millis(500),
+                Duration::from_millis(500)
+            ]
         );
+    }
+
+    proptest! {
+        /// Whatever a flag holds, the limiter refuses it or works: it never
+        /// panics (a panic kills the client's worker).
+        #[test]
+        fn any_setting_is_refused_or_works(qps in any::<f64>(), burst in any::<u32>(), takes in 0usize..50) {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+            rt.block_on(async {
+                match TokenBucket::new(qps, burst) {
+                    Err(_) => {}
+                    Ok(b) => {
+                        for _ in 0..takes {
+                            if let Err(wait) = b.try_take() {
+                                tokio::time::advance(wait.min(Duration::from_secs(3600))).await;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+
+        #[test]
+        fn valid_settings_are_accepted(qps in MIN_QPS..=MAX_QPS, burst in 1u32..=MAX_BURST) {
+            prop_assert!(TokenBucket::new(qps, burst).is_ok());
+        }
     }
 }

@@ -57,12 +57,59 @@ pub enum GuardError {
     },
     #[error("release record ConfigMap {location} is invalid: {message}")]
     Invalid { location: String, message: String },
-    #[error("release record ConfigMap {location}: {source}")]
+    /// The API server answered, and refused (403 without the RBAC, 404
+    /// when the namespace does not exist, ...).
+    #[error(
+        "release record ConfigMap {location}: the API server refused the request: {code} {reason}: {message}"
+    )]
+    Refused {
+        location: String,
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    /// No answer: the API server cannot be reached (or did not answer in
+    /// time).
+    #[error(
+        "release record ConfigMap {location}: cannot reach the API server: {}",
+        crate::errors::display_chain(source)
+    )]
     Api {
         location: String,
-        #[source]
         source: kube::Error,
     },
+}
+
+impl GuardError {
+    /// Wraps an API error: a refusal the server answered, or no answer.
+    fn api(location: &RecordLocation, source: kube::Error) -> Self {
+        match source {
+            kube::Error::Api(status) => GuardError::Refused {
+                location: location.display(),
+                code: status.code,
+                reason: status.reason,
+                message: status.message,
+            },
+            source => GuardError::Api {
+                location: location.display(),
+                source,
+            },
+        }
+    }
+
+    /// What the start-up log says it waits for.
+    pub fn waiting_for(&self) -> &'static str {
+        match self {
+            GuardError::Refused { code: 403, .. } => {
+                "the release guard is not allowed to read or write its record (check the RBAC); retrying"
+            }
+            GuardError::Refused { .. } => {
+                "the API server refused the release guard's request; retrying"
+            }
+            GuardError::Api { .. } => "the release guard cannot reach the API server yet; retrying",
+            GuardError::Skip { .. } | GuardError::Invalid { .. } => "the release guard refused",
+        }
+    }
 }
 
 impl RecordLocation {
@@ -140,10 +187,7 @@ pub async fn read(
     match api.get_opt(&location.name).await {
         Ok(Some(cm)) => parse(&cm, location).map(Some),
         Ok(None) => Ok(None),
-        Err(source) => Err(GuardError::Api {
-            location: location.display(),
-            source,
-        }),
+        Err(source) => Err(GuardError::api(location, source)),
     }
 }
 
@@ -179,10 +223,7 @@ pub async fn record(
     let pp = PatchParams::apply("protection-manager").force();
     api.patch(&location.name, &pp, &Patch::Apply(body))
         .await
-        .map_err(|source| GuardError::Api {
-            location: location.display(),
-            source,
-        })?;
+        .map_err(|source| GuardError::api(location, source))?;
     Ok(true)
 }
 
@@ -238,6 +279,46 @@ mod tests {
         assert!(msg.contains("--skip-release-check"), "{msg}");
         let e = check(Some(&rec(Version::new(0, 0))), Version::new(0, 3), &loc()).unwrap_err();
         assert!(e.to_string().contains("0.0 → 0.1 → 0.2 → 0.3"), "{e}");
+    }
+
+    #[test]
+    fn api_errors_say_whether_the_server_refused_or_did_not_answer() {
+        let status = |code: u16, reason: &str| {
+            kube::Error::Api(
+                kube::core::Status {
+                    code,
+                    reason: reason.into(),
+                    message: format!("namespaces \"pm\" {reason}"),
+                    ..kube::core::Status::failure("", "")
+                }
+                .boxed(),
+            )
+        };
+        let e = GuardError::api(&loc(), status(404, "NotFound"));
+        assert_eq!(
+            e.to_string(),
+            "release record ConfigMap pm/protection-manager-release: the API server refused the request: 404 NotFound: namespaces \"pm\" NotFound"
+        );
+        assert_eq!(
+            e.waiting_for(),
+            "the API server refused the release guard's request; retrying"
+        );
+        let e = GuardError::api(&loc(), status(403, "Forbidden"));
+        assert!(e.waiting_for().contains("check the RBAC"), "{e}");
+        let e = GuardError::api(
+            &loc(),
+            kube::Error::Service("the API server https://10.0.0.1:6443/ did not answer within 30s (--request-timeout)".into()),
+        );
+        assert!(
+            e.to_string().starts_with(
+                "release record ConfigMap pm/protection-manager-release: cannot reach the API server: ServiceError: the API server https://10.0.0.1:6443/ did not answer"
+            ),
+            "{e}"
+        );
+        assert_eq!(
+            e.waiting_for(),
+            "the release guard cannot reach the API server yet; retrying"
+        );
     }
 
     #[test]

@@ -187,6 +187,9 @@ impl Options {
                     cfg = cfg.with_token_file(t.clone());
                 }
                 let p = HttpProvider::new(cfg).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+                for w in credential_warnings(&p) {
+                    tracing::warn!(endpoint = %p.endpoint(), "{w}");
+                }
                 Some(Arc::new(p))
             }
         };
@@ -200,6 +203,27 @@ impl Options {
             resync_period: (!self.lb_resync_period.is_zero()).then_some(self.lb_resync_period),
         })
     }
+}
+
+/// What is unsafe or unusual about how the provider authenticates, to warn
+/// about at start-up.
+pub fn credential_warnings(p: &HttpProvider) -> Vec<String> {
+    let mut out = Vec::new();
+    let token = p.token_file().is_some();
+    let userinfo = p.endpoint_has_credentials();
+    if p.endpoint_is_plain_http() && (token || userinfo) {
+        out.push(format!(
+            "--lb-provider-endpoint is plain http://: the {} travels unencrypted and anyone on the network path can read it; use https://",
+            if token { "bearer token" } else { "password in the URL" }
+        ));
+    }
+    if !token && !userinfo {
+        out.push(
+            "no --lb-provider-token-file: calls to the load-balancer API carry no credentials"
+                .to_owned(),
+        );
+    }
+    out
 }
 
 /// The controllers of this crate: `service-lb-cleanup`.
@@ -327,6 +351,45 @@ mod tests {
         }
         // Unprefixed classes are label-style keys too.
         assert!(validate_class("internal-vip").is_ok());
+    }
+
+    #[test]
+    fn credentials_are_warned_about_and_never_shown() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "t0ken").unwrap();
+        let provider = |endpoint: &str, token_file: Option<&std::path::Path>| {
+            let mut cfg = HttpProviderConfig::new(endpoint);
+            if let Some(t) = token_file {
+                cfg = cfg.with_token_file(t);
+            }
+            HttpProvider::new(cfg).unwrap()
+        };
+        let w = credential_warnings(&provider("http://lb.example/", Some(&token)));
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("plain http://: the bearer token travels unencrypted"),
+            "{w:?}"
+        );
+        let p = provider("http://admin:s3cret@lb.example/", None);
+        let w = credential_warnings(&p);
+        assert!(
+            w[0].contains("the password in the URL travels unencrypted"),
+            "{w:?}"
+        );
+        assert_eq!(p.endpoint(), "http://admin:***@lb.example/");
+        assert!(!format!("{p:?}").contains("s3cret"));
+        let w = credential_warnings(&provider("https://lb.example/", None));
+        assert_eq!(
+            w,
+            ["no --lb-provider-token-file: calls to the load-balancer API carry no credentials"]
+        );
+        assert!(credential_warnings(&provider("https://lb.example/", Some(&token))).is_empty());
+        // A malformed URL with a password is refused without showing it.
+        let e = HttpProvider::new(HttpProviderConfig::new("http://admin:pa/ss@lb.example/"))
+            .unwrap_err()
+            .to_string();
+        assert!(!e.contains("pa/ss") && !e.contains("admin:pa"), "{e}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use protection_core::duration::parse_duration;
 use protection_core::featuregate::FeatureGates;
 use protection_core::release::{self, BINARY_VERSION, EMULATION_FLOOR};
 use protection_core::version::Version;
+use protection_core::{names, ratelimit};
 
 use crate::logging::LogFormat;
 
@@ -48,12 +49,12 @@ pub struct ExplainArgs {
     pub target: String,
 
     /// Namespace of a PVC or Service (default `default`).
-    #[arg(long, short = 'n')]
+    #[arg(long, short = 'n', value_parser = namespace_arg)]
     pub namespace: Option<String>,
 
     /// Name of the manager's leader Lease (looked up in every namespace).
     /// Default: any Lease written by protection-manager's leader election.
-    #[arg(long)]
+    #[arg(long, value_parser = object_name_arg)]
     pub lease_name: Option<String>,
 
     #[command(flatten)]
@@ -71,6 +72,20 @@ pub struct ClientArgs {
     /// The kubeconfig context to use.
     #[arg(long)]
     pub context: Option<String>,
+
+    /// The length of time to wait before giving up on a single server
+    /// request (until its reply starts; a watch until it is open), as
+    /// kubectl's flag: a duration (`30s`, `1m`) or whole seconds; 0 waits for
+    /// ever.
+    #[arg(long, default_value = "30s", value_parser = request_timeout_arg)]
+    pub request_timeout: Duration,
+}
+
+impl ClientArgs {
+    /// `--request-timeout` as the client takes it (`None`: no bound).
+    pub fn request_timeout(&self) -> Option<Duration> {
+        (!self.request_timeout.is_zero()).then_some(self.request_timeout)
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -82,11 +97,11 @@ pub struct ReleaseCheckArgs {
     /// Namespace of the release record (the manager's namespace). Default:
     /// $POD_NAMESPACE, else the in-cluster service account's namespace, else
     /// `default`.
-    #[arg(long, short = 'n')]
+    #[arg(long, short = 'n', value_parser = namespace_arg)]
     pub namespace: Option<String>,
 
     /// Name of the release record ConfigMap.
-    #[arg(long, default_value = protection_core::release_guard::DEFAULT_RECORD_NAME)]
+    #[arg(long, default_value = protection_core::release_guard::DEFAULT_RECORD_NAME, value_parser = object_name_arg)]
     pub release_record_name: String,
 
     /// Report a skip but succeed anyway.
@@ -106,6 +121,56 @@ fn version_arg(s: &str) -> Result<Version, String> {
 
 fn duration_arg(s: &str) -> Result<Duration, String> {
     parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// kubectl's `--request-timeout`: whole seconds, or a duration with a unit.
+pub fn request_timeout_arg(s: &str) -> Result<Duration, String> {
+    if let Ok(secs) = s.trim().parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    parse_duration(s).map_err(|_| {
+        format!(
+            "invalid timeout value {s:?}. Timeout must be a single integer in seconds, or an integer followed by a corresponding time unit (e.g. 1s | 2m | 3h)"
+        )
+    })
+}
+
+/// A namespace: a DNS-1123 label, with apimachinery's message.
+fn namespace_arg(s: &str) -> Result<String, String> {
+    let errs = names::dns1123_label_errors(s);
+    if errs.is_empty() {
+        Ok(s.to_owned())
+    } else {
+        Err(errs.join(", "))
+    }
+}
+
+/// A ConfigMap or Lease name: a DNS-1123 subdomain, with apimachinery's
+/// message.
+fn object_name_arg(s: &str) -> Result<String, String> {
+    let errs = names::dns1123_subdomain_errors(s);
+    if errs.is_empty() {
+        Ok(s.to_owned())
+    } else {
+        Err(errs.join(", "))
+    }
+}
+
+/// `--kube-api-qps`: 0 (no limit) or a finite rate in range.
+fn qps_arg(s: &str) -> Result<f64, String> {
+    let qps: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number"))?;
+    ratelimit::validate_qps(qps).map_err(|e| e.to_string())
+}
+
+/// `--log-level`: a level, or comma-separated tracing directives. A bare
+/// word that is not a level is refused: tracing would read it as a target
+/// name and log nothing a user expects (`--log-level=verbose`).
+pub fn log_level_arg(s: &str) -> Result<String, String> {
+    crate::logging::validate_level(s)?;
+    Ok(s.to_owned())
 }
 
 #[derive(Debug, Clone, Args)]
@@ -171,11 +236,11 @@ pub struct RunArgs {
     pub client: ClientArgs,
 
     /// Client-side request rate limit (requests per second); 0 disables it.
-    #[arg(long, default_value_t = 50.0)]
+    #[arg(long, default_value_t = 50.0, value_parser = qps_arg)]
     pub kube_api_qps: f64,
 
     /// Client-side burst allowance.
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=i64::from(ratelimit::MAX_BURST)))]
     pub kube_api_burst: u32,
 
     /// Maximum concurrent reconciles per controller.
@@ -192,7 +257,7 @@ pub struct RunArgs {
     pub log_format: LogFormat,
 
     /// Log level, or a tracing filter such as `info,kube=warn`.
-    #[arg(long, env = "PROTECTION_MANAGER_LOG_LEVEL", default_value = "info")]
+    #[arg(long, env = "PROTECTION_MANAGER_LOG_LEVEL", default_value = "info", value_parser = log_level_arg)]
     pub log_level: String,
 
     /// Address of the admin server (/metrics, /healthz, /readyz).
@@ -217,12 +282,12 @@ pub struct RunArgs {
     pub leader_elect_retry_period: Duration,
 
     /// Name of the Lease object used for leader election.
-    #[arg(long, default_value = "protection-manager")]
+    #[arg(long, default_value = "protection-manager", value_parser = object_name_arg)]
     pub leader_elect_resource_name: String,
 
     /// Namespace of the Lease. Default: $POD_NAMESPACE, else the in-cluster
     /// service account's namespace, else `default`.
-    #[arg(long)]
+    #[arg(long, value_parser = namespace_arg)]
     pub leader_elect_resource_namespace: Option<String>,
 
     /// Bound on the time controllers get to finish in-flight work after
@@ -237,7 +302,7 @@ pub struct RunArgs {
 
     /// Name of the ConfigMap (in the lease namespace) that records the release
     /// last run in this cluster.
-    #[arg(long, default_value = protection_core::release_guard::DEFAULT_RECORD_NAME)]
+    #[arg(long, default_value = protection_core::release_guard::DEFAULT_RECORD_NAME, value_parser = object_name_arg)]
     pub release_record_name: String,
 
     /// How often the API server is pinged for the readiness check.

@@ -74,7 +74,13 @@ fn main() -> ExitCode {
     }
 }
 
+/// Prints the error and each cause once (kube's errors repeat their cause
+/// in their own text, so `{:#}` would print it two or three times).
 fn fail(e: &anyhow::Error) -> ExitCode {
-    eprintln!("Error: {e:#}");
+    let e: &(dyn std::error::Error + 'static) = e.as_ref();
+    eprintln!(
+        "Error: {}",
+        protection_core::redact::redact_url_credentials(&protection_core::errors::display_chain(e))
+    );
     ExitCode::FAILURE
 }

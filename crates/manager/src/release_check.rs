@@ -16,11 +16,14 @@ pub async fn client(args: &ClientArgs) -> Result<kube::Client> {
         qps: 0.0,
         burst: 1,
         user_agent: format!("protection-manager/{}", env!("CARGO_PKG_VERSION")),
+        request_timeout: args.request_timeout(),
+        rate_limit_observer: None,
     };
     let config = load_config(&opts)
         .await
         .context("loading the Kubernetes client configuration")?;
-    Ok(build_client(config, &opts)?)
+    let (client, _health) = build_client(config, &opts)?;
+    Ok(client)
 }
 
 /// Returns the line to print on success; an error carries the guard's reason.
@@ -30,6 +33,7 @@ pub async fn release_check(args: &ReleaseCheckArgs) -> Result<String> {
         namespace: manager_namespace(args.namespace.clone()),
         name: args.release_record_name.clone(),
     };
+    protection_core::names::validate_namespace("--namespace", &location.namespace)?;
     let running = args.emulated_version;
     let recorded = release_guard::read(&client, &location).await?;
     match release_guard::check(recorded.as_ref(), running, &location) {

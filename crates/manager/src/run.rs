@@ -3,13 +3,13 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use protection_core::client::{ClientOptions, build_client, load_config};
+use protection_core::client::{ClientOptions, build_client, load_config, server_url};
 use protection_core::controllers::{self, ControllerDescriptor};
 use protection_core::host::{Host, HostConfig, ReleaseGuardConfig};
 use protection_core::leader::LeaderElectionConfig;
 use protection_core::metrics::Metrics;
 use protection_core::release_guard::RecordLocation;
-use protection_core::{admin, release};
+use protection_core::{admin, names, release};
 
 use crate::cli::RunArgs;
 use crate::logging;
@@ -36,10 +36,28 @@ pub async fn run(args: RunArgs) -> Result<()> {
     }
     let emulated = gates.emulated_version();
     let flag = controllers::parse_flag(&args.controllers);
+    // kube-controller-manager accepts an empty list and starts nothing while
+    // reporting healthy; a manager that runs nothing is a mistake (usually
+    // an empty template value), so it is refused. `*,-a,-b,...` still turns
+    // every controller off explicitly.
+    if flag.is_empty() {
+        anyhow::bail!(
+            "validation failed for '--controllers': the list is empty, so no controller would run; use '*' for the default set, 'name' to add one, '-name' to turn one off"
+        );
+    }
     let selected = controllers::select(descriptors(&args)?, &flag, emulated)
         .map_err(|e| anyhow::anyhow!("validation failed for '--controllers': {e}"))?;
+    if selected.is_empty() {
+        tracing::warn!(
+            controllers = %args.controllers,
+            emulated_version = %emulated,
+            "no controller is selected: the manager runs none and only serves its admin endpoints"
+        );
+    }
     let identity = identity();
     let namespace = lease_namespace(&args);
+    // The namespace may come from $POD_NAMESPACE or the service account.
+    names::validate_namespace("--leader-elect-resource-namespace", &namespace)?;
     let leader_election = if args.leader_elect {
         let le = LeaderElectionConfig {
             lease_name: args.leader_elect_resource_name.clone(),
@@ -61,11 +79,14 @@ pub async fn run(args: RunArgs) -> Result<()> {
         qps: args.kube_api_qps,
         burst: args.kube_api_burst,
         user_agent: format!("protection-manager/{}", env!("CARGO_PKG_VERSION")),
+        request_timeout: args.client.request_timeout(),
+        rate_limit_observer: None,
     };
     let config = load_config(&opts)
         .await
         .context("loading the Kubernetes client configuration")?;
-    let client = build_client(config, &opts)?;
+    let server = server_url(&config);
+    let (client, client_health) = build_client(config, &opts)?;
 
     let metrics = Metrics::new()?;
     metrics.set_build_info(env!("CARGO_PKG_VERSION"), &gates);
@@ -78,6 +99,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         admin_address = %listener.local_addr().map(|a| a.to_string()).unwrap_or_default(),
         leader_elect = args.leader_elect,
         identity = %identity,
+        api_server = %server,
         "starting protection-manager"
     );
     if emulated < release::BINARY_VERSION {
@@ -107,7 +129,18 @@ pub async fn run(args: RunArgs) -> Result<()> {
             }),
         },
     );
-    host.run(listener, selected, shutdown_signal()).await?;
+    // A dead client worker fails every API call for ever: stop, so that the
+    // process restarts (what a failing liveness check would do).
+    // (`client_health.check()` has the shape of an admin health check, for
+    // `/healthz` once the admin server has liveness checks.)
+    tokio::select! {
+        r = host.run(listener, selected, shutdown_signal()) => r?,
+        () = client_health.closed() => {
+            let reason = client_health.check().err().unwrap_or_default();
+            tracing::error!("{reason}");
+            anyhow::bail!("{reason}");
+        }
+    }
     tracing::info!("protection-manager stopped");
     Ok(())
 }

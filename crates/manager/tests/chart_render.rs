@@ -151,6 +151,7 @@ fn default_values_render_exactly_these_args() {
                 "--finalizer-profile=project",
                 "--kube-api-qps=50",
                 "--kube-api-burst=100",
+                "--request-timeout=30s",
                 "--concurrency=4",
                 "--log-format=json",
                 "--log-level=info",
@@ -334,6 +335,14 @@ fn every_value_maps_onto_its_flag() {
                 ("kube-api-qps", Some("0")),
                 ("kube-api-burst", Some("1000000")),
             ],
+        ),
+        (
+            &["kubeApi.requestTimeout=0"],
+            &[("request-timeout", Some("0"))],
+        ),
+        (
+            &["kubeApi.requestTimeout=1m30s"],
+            &[("request-timeout", Some("1m30s"))],
         ),
         (
             &["admin.port=9090", "admin.bindAddress=::"],
@@ -823,6 +832,16 @@ fn bad_values_fail_with_the_schema_message() {
             &["string:image.digest=sha256:abc"],
             "image.digest: Does not match pattern",
             "at '/image/digest': 'sha256:abc' does not match pattern",
+        ),
+        (
+            &["kubeApi.burst=1000001"],
+            "kubeApi.burst: Must be less than or equal to 1e+06",
+            "at '/kubeApi/burst': maximum: got 1.000001×10⁰⁶, want 1×10⁰⁶",
+        ),
+        (
+            &["string:kubeApi.requestTimeout=soon"],
+            "kubeApi.requestTimeout: Does not match pattern",
+            "at '/kubeApi/requestTimeout': 'soon' does not match pattern",
         ),
         (
             &["logging.format=xml"],
@@ -1361,5 +1380,152 @@ fn provider_token_comes_from_the_named_secret_as_a_file() {
         );
         assert!(r.deployment()["spec"]["template"]["spec"]["volumes"].is_null());
         assert!(!flags(&r.args()).contains_key("lb-provider-token-file"));
+    }
+}
+
+/// What the manager refuses at start-up, the chart refuses at render time
+/// with the manager's message (issue 15 item 5): leader-election durations
+/// out of order or zero, and a log level that is not one. Each case runs the
+/// binary first: the chart must refuse exactly what it refuses.
+#[test]
+fn leader_election_and_log_level_checks_match_the_binary() {
+    // (lease, renew, retry)
+    let durations: &[(&str, &str, &str)] = &[
+        ("15s", "10s", "2s"),
+        ("10s", "15s", "2s"),
+        ("15s", "15s", "2s"),
+        ("15s", "10s", "10s"),
+        ("15s", "10s", "9s"),
+        ("0", "10s", "2s"),
+        ("15s", "0", "2s"),
+        ("15s", "10s", "0"),
+        ("1m", "1m30s", "2s"),
+        ("15.5s", "10s", "2s"),
+        ("1500ms", "1s", "100ms"),
+        ("2m", "1m0.5s", "500ms"),
+    ];
+    let levels = [
+        "info",
+        "DEBUG",
+        "info,kube=warn",
+        "verbose",
+        "info,kube=loud",
+        "protection_manager=trace",
+        "warn,",
+    ];
+    let helm = Helm::new(HelmVersion::V4);
+    let manager_error = |args: &[String]| -> Option<String> {
+        let mut all: Vec<&str> = vec!["run", "--kubeconfig=/nonexistent/kubeconfig"];
+        all.extend(args.iter().map(String::as_str));
+        let out = support::run_to_end(&all);
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        if stderr.contains("/nonexistent/kubeconfig") {
+            return None;
+        }
+        // clap: "invalid value '...' for '--flag <X>': <message>"; run: "Error: <message>".
+        let msg = match stderr.split_once(">': ") {
+            Some((_, m)) => m,
+            None => stderr
+                .split_once("Error: ")
+                .map_or(stderr.as_str(), |(_, m)| m),
+        };
+        Some(msg.lines().next().unwrap_or_default().trim().to_string())
+    };
+    let compare = |what: &str, binary: Option<String>, values: &[String]| {
+        let mut pairs: Vec<&str> = vec![];
+        pairs.extend(values.iter().map(String::as_str));
+        let args = set(&pairs);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        match (&binary, helm.template("pm", RELEASE_NS, &args)) {
+            (None, Ok(_)) => {}
+            (Some(b), Err(c)) => assert!(
+                c.contains(b.as_str()),
+                "{what}: the chart's message should contain the manager's {b:?}:\n{c}"
+            ),
+            (b, c) => panic!(
+                "{what}: manager says {b:?}, chart says {:?}",
+                c.map(|r| r.args())
+            ),
+        }
+    };
+    let mut refused = 0;
+    for (lease, renew, retry) in durations {
+        let binary = manager_error(&[
+            "--leader-elect=true".into(),
+            format!("--leader-elect-lease-duration={lease}"),
+            format!("--leader-elect-renew-deadline={renew}"),
+            format!("--leader-elect-retry-period={retry}"),
+        ]);
+        refused += usize::from(binary.is_some());
+        compare(
+            &format!("lease {lease}, renew {renew}, retry {retry}"),
+            binary,
+            &[
+                "leaderElection.enabled=true".into(),
+                format!("leaderElection.leaseDuration={lease}"),
+                format!("leaderElection.renewDeadline={renew}"),
+                format!("leaderElection.retryPeriod={retry}"),
+            ],
+        );
+    }
+    for level in levels {
+        let binary = manager_error(&[format!("--log-level={level}")]);
+        refused += usize::from(binary.is_some());
+        // `--set` splits on commas: pass the level as one string.
+        compare(
+            &format!("log level {level:?}"),
+            binary,
+            &[format!(
+                "string:logging.level={}",
+                level.replace(',', "\\,")
+            )],
+        );
+    }
+    // The cases cover both outcomes.
+    assert!(refused >= 8, "{refused} refused");
+    // Without leader election the durations are not used, and not checked.
+    render(
+        &helm,
+        &[
+            "leaderElection.enabled=false",
+            "leaderElection.renewDeadline=1m",
+        ],
+    );
+}
+
+/// Names stay within Kubernetes' 63 characters: a full name that would make
+/// the metrics Service longer is refused (not silently cut, so that two
+/// releases can never end up sharing a truncated name).
+#[test]
+fn a_full_name_too_long_for_the_metrics_service_is_refused() {
+    let ok = "a".repeat(55);
+    let long = "a".repeat(56);
+    for helm in helms() {
+        let r = render(&helm, &[&format!("fullnameOverride={ok}")]);
+        let svc = r.one("Service");
+        let name = svc["metadata"]["name"].as_str().expect("name");
+        assert_eq!(name, format!("{ok}-metrics"));
+        assert_eq!(name.len(), 63);
+        for obj in &r.objects {
+            let n = obj["metadata"]["name"].as_str().unwrap_or_default();
+            assert!(n.len() <= 63, "{n}");
+        }
+
+        let e = render_err(&helm, &[&format!("fullnameOverride={long}")]);
+        assert!(
+            e.contains(&format!(
+                "the full name \"{long}\" (from fullnameOverride) is 56 characters: the metrics Service would be \"{long}-metrics\" (64 characters), longer than the 63 Kubernetes allows"
+            )),
+            "{:?}: {e}",
+            helm.version
+        );
+        // Without the metrics Service the name fits.
+        render(
+            &helm,
+            &[
+                &format!("fullnameOverride={long}"),
+                "metrics.service.enabled=false",
+            ],
+        );
     }
 }

@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use parking_lot::Mutex;
+use protection_core::redact::{REDACTED, redact_loosely, redact_url_credentials};
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 use serde::{Deserialize, Serialize};
@@ -119,6 +120,11 @@ impl TokenFile {
 }
 
 /// A client of the HTTP load-balancer contract.
+///
+/// Credentials in the endpoint URL (`https://user:password@host/`) are sent
+/// (as HTTP basic authentication, by reqwest) but never shown: every URL in
+/// an error, a log line or `Debug` output is redacted
+/// ([`redact_url_credentials`]), and so is every error text reqwest builds.
 pub struct HttpProvider {
     base: Url,
     client: reqwest::Client,
@@ -129,7 +135,7 @@ pub struct HttpProvider {
 impl std::fmt::Debug for HttpProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpProvider")
-            .field("endpoint", &self.base.as_str())
+            .field("endpoint", &self.endpoint())
             .field("token_file", &self.token.as_ref().map(|t| &t.path))
             .finish()
     }
@@ -219,29 +225,24 @@ struct ReplyError {
 
 // ---- helpers --------------------------------------------------------------
 
-/// The start of a body, escaped, for error messages.
+/// The start of a body, escaped, for error messages (URL credentials
+/// redacted, should the server echo one).
 fn quote(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let mut cut: String = text.chars().take(QUOTE_LIMIT).collect();
-    if text.chars().count() > QUOTE_LIMIT {
+    // Only the start is shown; redact a generous prefix of it, so that a URL
+    // straddling the cut is still seen whole.
+    let head = &body[..body.len().min(QUOTE_LIMIT * 64)];
+    let redacted = redact_url_credentials(&String::from_utf8_lossy(head));
+    let mut cut: String = redacted.chars().take(QUOTE_LIMIT).collect();
+    if redacted.chars().count() > QUOTE_LIMIT || head.len() < body.len() {
         cut.push('…');
     }
     format!("{cut:?}")
 }
 
-/// The whole chain of an error, `a: b: c`.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let m = c.to_string();
-        if !s.contains(&m) {
-            s.push_str(": ");
-            s.push_str(&m);
-        }
-        cur = c.source();
-    }
-    s
+/// The whole chain of an error, `a: b: c`, URL credentials redacted
+/// (reqwest's errors quote the request URL).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    redact_url_credentials(&protection_core::errors::display_chain(e))
 }
 
 /// Parses `Retry-After`: delay-seconds or an HTTP date (IMF-fixdate, and the
@@ -264,23 +265,24 @@ pub fn parse_retry_after(value: &str, now: jiff::Timestamp) -> Option<Duration> 
     Some(raw.clamp(MIN_RETRY_AFTER, MAX_RETRY_AFTER))
 }
 
+/// An HTTP date in any of RFC 9110's three forms (IMF-fixdate, RFC 850,
+/// asctime), by the `httpdate` crate (hyper's).
 fn parse_http_date(v: &str) -> Option<jiff::Timestamp> {
-    if let Ok(ts) = jiff::fmt::rfc2822::DateTimeParser::new().parse_timestamp(v) {
-        return Some(ts);
+    let at = httpdate::parse_http_date(v).ok()?;
+    jiff::Timestamp::try_from(at).ok()
+}
+
+/// A URL as it may be shown: the password (or a user-only userinfo, often a
+/// token) replaced by `***`, by the URL's own parts rather than its text.
+fn shown(url: &Url) -> String {
+    let mut u = url.clone();
+    // Both setters only fail for URLs that cannot have credentials.
+    if u.password().is_some() {
+        let _ = u.set_password(Some(REDACTED));
+    } else if !u.username().is_empty() {
+        let _ = u.set_username(REDACTED);
     }
-    // RFC 850: "Sunday, 06-Nov-94 08:49:37 GMT"; asctime: "Sun Nov  6 08:49:37 1994".
-    let collapsed = v.split_whitespace().collect::<Vec<_>>().join(" ");
-    for (fmt, input) in [
-        ("%A, %d-%b-%y %H:%M:%S GMT", v),
-        ("%a %b %d %H:%M:%S %Y", collapsed.as_str()),
-    ] {
-        if let Ok(dt) = jiff::civil::DateTime::strptime(fmt, input)
-            && let Ok(z) = dt.to_zoned(jiff::tz::TimeZone::UTC)
-        {
-            return Some(z.timestamp());
-        }
-    }
-    None
+    u.to_string()
 }
 
 fn valid_hostname(h: &str) -> bool {
@@ -391,16 +393,17 @@ impl HttpProvider {
     /// be read and is not empty.
     pub fn new(config: HttpProviderConfig) -> Result<Self, ProviderError> {
         let cfg = |message: String| ProviderError::Config { message };
+        // A URL that does not parse may still hold a password: redact all
+        // that could be userinfo.
+        let shown = redact_loosely(&config.endpoint);
         let mut base = Url::parse(config.endpoint.trim()).map_err(|e| {
             cfg(format!(
-                "load-balancer endpoint {:?} is not a URL: {e}",
-                config.endpoint
+                "load-balancer endpoint {shown:?} is not a URL: {e}"
             ))
         })?;
         if !matches!(base.scheme(), "http" | "https") || base.cannot_be_a_base() {
             return Err(cfg(format!(
-                "load-balancer endpoint {:?} must be an http:// or https:// URL",
-                config.endpoint
+                "load-balancer endpoint {shown:?} must be an http:// or https:// URL"
             )));
         }
         base.set_query(None);
@@ -428,9 +431,24 @@ impl HttpProvider {
         })
     }
 
-    /// The endpoint URL.
-    pub fn endpoint(&self) -> &str {
-        self.base.as_str()
+    /// The endpoint URL as it may be shown (credentials redacted).
+    pub fn endpoint(&self) -> String {
+        shown(&self.base)
+    }
+
+    /// Whether the endpoint URL carries credentials (userinfo).
+    pub fn endpoint_has_credentials(&self) -> bool {
+        !self.base.username().is_empty() || self.base.password().is_some()
+    }
+
+    /// Whether the endpoint is plain `http://`.
+    pub fn endpoint_is_plain_http(&self) -> bool {
+        self.base.scheme() == "http"
+    }
+
+    /// `METHOD url` for messages, credentials redacted.
+    fn what(method: &Method, url: &Url) -> String {
+        format!("{method} {}", shown(url))
     }
 
     fn url(&self, segments: &[&str]) -> Url {
@@ -453,7 +471,7 @@ impl HttpProvider {
         body: Option<Vec<u8>>,
         limit: usize,
     ) -> Result<Reply, ProviderError> {
-        let what = format!("{method} {url}");
+        let what = Self::what(&method, url);
         let mut req = self
             .client
             .request(method, url.clone())
@@ -603,12 +621,17 @@ impl HttpProvider {
     /// Every load balancer the API holds (`GET /v1/loadbalancers`).
     pub async fn inventory(&self) -> Result<Vec<LbRecord>, ProviderError> {
         let url = self.url(&["v1", "loadbalancers"]);
-        let what = format!("GET {url}");
+        let what = Self::what(&Method::GET, &url);
         let r = self
             .call(Method::GET, &url, None, MAX_INVENTORY_REPLY)
             .await?;
+        self.decode_inventory(&what, &r)
+    }
+
+    /// The inventory in a reply.
+    fn decode_inventory(&self, what: &str, r: &Reply) -> Result<Vec<LbRecord>, ProviderError> {
         if r.status != StatusCode::OK {
-            return Err(self.failure(&what, &r));
+            return Err(self.failure(what, r));
         }
         let inv: ReplyInventory =
             serde_json::from_slice(&r.body).map_err(|e| ProviderError::InvalidReply {
@@ -656,16 +679,9 @@ impl LoadBalancerProvider for HttpProvider {
 
     async fn get(&self, lb: &LbRef) -> Result<Option<LbStatus>, ProviderError> {
         let url = self.lb_url(&lb.uid);
-        let what = format!("GET {url}");
+        let what = Self::what(&Method::GET, &url);
         let r = self.call(Method::GET, &url, None, MAX_REPLY).await?;
-        match r.status {
-            StatusCode::OK => {
-                let reply = self.parse_lb(&what, &r, &lb.uid)?;
-                self.status_of(&what, &r, reply).map(Some)
-            }
-            StatusCode::NOT_FOUND if r.has_code("NotFound") => Ok(None),
-            _ => Err(self.failure(&what, &r)),
-        }
+        self.decode_get(&what, &r, &lb.uid)
     }
 
     async fn ensure(
@@ -675,7 +691,7 @@ impl LoadBalancerProvider for HttpProvider {
         nodes: &[LbNode],
     ) -> Result<LbStatus, ProviderError> {
         let url = self.lb_url(&lb.uid);
-        let what = format!("PUT {url}");
+        let what = Self::what(&Method::PUT, &url);
         let body = encode(&EnsureBody {
             name: &lb.lb_name,
             service: WireService {
@@ -687,19 +703,7 @@ impl LoadBalancerProvider for HttpProvider {
             nodes,
         })?;
         let r = self.call(Method::PUT, &url, Some(body), MAX_REPLY).await?;
-        match r.status {
-            StatusCode::OK | StatusCode::CREATED => {
-                let reply = self.parse_lb(&what, &r, &lb.uid)?;
-                self.status_of(&what, &r, reply)
-            }
-            s if s.is_success() => Err(ProviderError::InvalidReply {
-                message: format!(
-                    "{what}: {s}: PUT must answer 200 or 201 with the load balancer ({})",
-                    r.message()
-                ),
-            }),
-            _ => Err(self.failure(&what, &r)),
-        }
+        self.decode_ensure(&what, &r, &lb.uid)
     }
 
     async fn update_hosts(
@@ -709,9 +713,56 @@ impl LoadBalancerProvider for HttpProvider {
         nodes: &[LbNode],
     ) -> Result<(), ProviderError> {
         let url = self.url(&["v1", "loadbalancers", &lb.uid, "hosts"]);
-        let what = format!("PUT {url}");
+        let what = Self::what(&Method::PUT, &url);
         let body = encode(&HostsBody { nodes })?;
         let r = self.call(Method::PUT, &url, Some(body), MAX_REPLY).await?;
+        self.decode_update_hosts(&what, &r)
+    }
+
+    async fn ensure_deleted(&self, lb: &LbRef) -> Result<(), ProviderError> {
+        let url = self.lb_url(&lb.uid);
+        let what = Self::what(&Method::DELETE, &url);
+        let r = self.call(Method::DELETE, &url, None, MAX_REPLY).await?;
+        self.decode_delete(&what, &r)
+    }
+}
+
+/// What each call makes of its reply (pure, so that any reply can be
+/// tested without a server).
+impl HttpProvider {
+    fn decode_get(
+        &self,
+        what: &str,
+        r: &Reply,
+        uid: &str,
+    ) -> Result<Option<LbStatus>, ProviderError> {
+        match r.status {
+            StatusCode::OK => {
+                let reply = self.parse_lb(what, r, uid)?;
+                self.status_of(what, r, reply).map(Some)
+            }
+            StatusCode::NOT_FOUND if r.has_code("NotFound") => Ok(None),
+            _ => Err(self.failure(what, r)),
+        }
+    }
+
+    fn decode_ensure(&self, what: &str, r: &Reply, uid: &str) -> Result<LbStatus, ProviderError> {
+        match r.status {
+            StatusCode::OK | StatusCode::CREATED => {
+                let reply = self.parse_lb(what, r, uid)?;
+                self.status_of(what, r, reply)
+            }
+            s if s.is_success() => Err(ProviderError::InvalidReply {
+                message: format!(
+                    "{what}: {s}: PUT must answer 200 or 201 with the load balancer ({})",
+                    r.message()
+                ),
+            }),
+            _ => Err(self.failure(what, r)),
+        }
+    }
+
+    fn decode_update_hosts(&self, what: &str, r: &Reply) -> Result<(), ProviderError> {
         match r.status {
             StatusCode::OK | StatusCode::NO_CONTENT => Ok(()),
             s if s.is_success() => Err(ProviderError::InvalidReply {
@@ -720,14 +771,11 @@ impl LoadBalancerProvider for HttpProvider {
                     r.message()
                 ),
             }),
-            _ => Err(self.failure(&what, &r)),
+            _ => Err(self.failure(what, r)),
         }
     }
 
-    async fn ensure_deleted(&self, lb: &LbRef) -> Result<(), ProviderError> {
-        let url = self.lb_url(&lb.uid);
-        let what = format!("DELETE {url}");
-        let r = self.call(Method::DELETE, &url, None, MAX_REPLY).await?;
+    fn decode_delete(&self, what: &str, r: &Reply) -> Result<(), ProviderError> {
         match r.status {
             StatusCode::OK | StatusCode::NO_CONTENT => Ok(()),
             StatusCode::NOT_FOUND if r.has_code("NotFound") => Ok(()),
@@ -748,7 +796,7 @@ impl LoadBalancerProvider for HttpProvider {
                     r.message()
                 ),
             }),
-            _ => Err(self.failure(&what, &r)),
+            _ => Err(self.failure(what, r)),
         }
     }
 }
@@ -878,5 +926,188 @@ mod tests {
             USER_AGENT,
             format!("protection-manager/{}", env!("CARGO_PKG_VERSION"))
         );
+    }
+}
+
+/// Property tests: whatever a load-balancer API answers (any status, any
+/// bytes, any JSON, any `Retry-After`), decoding never panics, and an error
+/// names the call it answers.
+#[cfg(test)]
+mod reply_properties {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    const UID: &str = "7c1e9a5e-uid";
+
+    fn provider() -> HttpProvider {
+        HttpProvider::new(HttpProviderConfig::new("https://u:s3cret@lb.example/api/"))
+            .expect("provider")
+    }
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_filter_map("finite", |f| serde_json::Number::from_f64(f)
+                .map(Value::Number)),
+            ".{0,24}".prop_map(Value::from),
+            Just(Value::from(UID)),
+            Just(Value::from("192.0.2.7")),
+            Just(Value::from("VIP")),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            let key = prop_oneof![
+                Just("uid".to_owned()),
+                Just("name".to_owned()),
+                Just("status".to_owned()),
+                Just("ingress".to_owned()),
+                Just("ip".to_owned()),
+                Just("hostname".to_owned()),
+                Just("ipMode".to_owned()),
+                Just("items".to_owned()),
+                Just("service".to_owned()),
+                Just("error".to_owned()),
+                Just("code".to_owned()),
+                Just("message".to_owned()),
+                "[a-zA-Z]{1,8}",
+            ];
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::vec((key, inner), 0..6)
+                    .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// A load balancer that is nearly right: the contract's shape with
+    /// arbitrary values in it.
+    fn near_valid_lb() -> impl Strategy<Value = Value> {
+        let text = prop_oneof![
+            Just(Value::Null),
+            Just(Value::from("")),
+            Just(Value::from("192.0.2.1")),
+            Just(Value::from("2001:db8::1")),
+            Just(Value::from("lb-1.example.com")),
+            Just(Value::from("VIP")),
+            Just(Value::from("Proxy")),
+            ".{0,16}".prop_map(Value::from),
+        ];
+        let ingress = (text.clone(), text.clone(), text).prop_map(
+            |(ip, hostname, mode)| json!({"ip": ip, "hostname": hostname, "ipMode": mode}),
+        );
+        (
+            prop_oneof![Just(UID.to_owned()), ".{0,12}"],
+            prop::collection::vec(ingress, 0..4),
+        )
+            .prop_map(|(uid, ingress)| json!({"uid": uid, "status": {"ingress": ingress}}))
+    }
+
+    fn body() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..256),
+            json_value().prop_map(|v| v.to_string().into_bytes()),
+            near_valid_lb().prop_map(|v| v.to_string().into_bytes()),
+            near_valid_lb().prop_map(|v| json!({"items": [v]}).to_string().into_bytes()),
+            (".{0,12}", ".{0,40}").prop_map(|(code, message)| {
+                json!({"error": {"code": code, "message": message}})
+                    .to_string()
+                    .into_bytes()
+            }),
+            Just(br#"{"error":{"code":"NotFound","message":"gone"}}"#.to_vec()),
+            Just(br#"{"error":{"code":"ImplementedElsewhere"}}"#.to_vec()),
+        ]
+    }
+
+    fn retry_after() -> impl Strategy<Value = Option<String>> {
+        prop_oneof![
+            Just(None),
+            "[0-9]{1,30}".prop_map(Some),
+            "[ -~]{0,40}".prop_map(Some),
+            Just(Some("Fri, 01 May 2026 12:01:30 GMT".to_owned())),
+            Just(Some("Friday, 01-May-26 12:01:30 GMT".to_owned())),
+        ]
+    }
+
+    fn reply(status: u16, body: Vec<u8>, retry_after: Option<String>) -> Option<Reply> {
+        let status = StatusCode::from_u16(status).ok()?;
+        let mut headers = HeaderMap::new();
+        if let Some(v) = retry_after {
+            headers.insert(
+                reqwest::header::RETRY_AFTER,
+                HeaderValue::from_str(&v).ok()?,
+            );
+        }
+        Some(Reply {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    fn names_the_call<T: std::fmt::Debug>(
+        r: &Result<T, ProviderError>,
+        what: &str,
+    ) -> Result<(), TestCaseError> {
+        if let Err(e) = r
+            && *e != ProviderError::ImplementedElsewhere
+        {
+            let text = e.to_string();
+            prop_assert!(text.contains(what), "{text}");
+            prop_assert!(!text.contains("s3cret"), "{text}");
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn any_reply_is_decoded_or_refused_naming_the_call(
+            status in prop_oneof![100u16..=599, 100u16..=999, Just(200u16), Just(404u16), Just(202u16)],
+            body in body(),
+            retry_after in retry_after(),
+        ) {
+            let Some(r) = reply(status, body, retry_after) else { return Ok(()) };
+            let p = provider();
+            let url = p.lb_url(UID);
+            let what = HttpProvider::what(&Method::GET, &url);
+            prop_assert!(what.contains("u:***@"), "{what}");
+            names_the_call(&p.decode_get(&what, &r, UID), &what)?;
+            names_the_call(&p.decode_ensure(&what, &r, UID), &what)?;
+            names_the_call(&p.decode_update_hosts(&what, &r), &what)?;
+            names_the_call(&p.decode_delete(&what, &r), &what)?;
+            names_the_call(&p.decode_inventory(&what, &r), &what)?;
+        }
+
+        #[test]
+        fn any_retry_after_is_parsed_or_ignored(v in any::<String>(), secs in any::<u64>()) {
+            let now = jiff::Timestamp::now();
+            if let Some(d) = parse_retry_after(&v, now) {
+                prop_assert!((MIN_RETRY_AFTER..=MAX_RETRY_AFTER).contains(&d));
+            }
+            let d = parse_retry_after(&secs.to_string(), now);
+            prop_assert_eq!(d, Some(Duration::from_secs(secs).clamp(MIN_RETRY_AFTER, MAX_RETRY_AFTER)));
+        }
+
+        #[test]
+        fn any_endpoint_is_accepted_or_refused_without_its_password(
+            scheme in prop_oneof![
+                Just("http".to_owned()),
+                Just("https".to_owned()),
+                Just("ftp".to_owned()),
+                "[a-z]{1,5}"
+            ],
+            rest in "[ -~]{0,40}",
+        ) {
+            let endpoint = format!("{scheme}://admin:pw-{rest}@lb.example/");
+            match HttpProvider::new(HttpProviderConfig::new(endpoint)) {
+                Ok(p) => {
+                    prop_assert!(!p.endpoint().contains("pw-"), "{}", p.endpoint());
+                }
+                Err(e) => {
+                    prop_assert!(!e.to_string().contains("pw-"), "{e}");
+                }
+            }
+        }
     }
 }
