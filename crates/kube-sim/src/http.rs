@@ -450,26 +450,50 @@ fn not_acceptable() -> ApiError {
     )
 }
 
+/// The apiserver's `MaxRequestBodyBytes` default (3 MiB).
+pub(crate) const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// `errors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", limit))`
+/// as `limitedReadBody` (endpoints/handlers/rest.go) answers it.
+fn entity_too_large() -> ApiError {
+    ApiError::new(
+        413,
+        "RequestEntityTooLarge",
+        format!("Request entity too large: limit is {MAX_BODY_BYTES}"),
+    )
+}
+
+/// Reads a request body of at most [`MAX_BODY_BYTES`]: a larger
+/// `Content-Length` is refused before reading anything, and a chunked body
+/// is read only up to the limit, so a large body never sits in memory.
+pub(crate) async fn read_limited(req: Request<Incoming>) -> Result<Bytes, ApiError> {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(entity_too_large());
+    }
+    match http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(entity_too_large()),
+        Err(e) => Err(ApiError::bad_request(format!(
+            "error reading request body: {e}"
+        ))),
+    }
+}
+
 async fn read_body(req: Request<Incoming>) -> Result<(Option<String>, Bytes), ApiError> {
     let ct = req
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| ApiError::bad_request(format!("error reading request body: {e}")))?
-        .to_bytes();
-    if body.len() > 3 * 1024 * 1024 {
-        return Err(ApiError::new(
-            413,
-            "RequestEntityTooLarge",
-            "Request entity too large: limit is 3145728",
-        ));
-    }
-    Ok((ct, body))
+    Ok((ct, read_limited(req).await?))
 }
 
 /// Decodes a create/update body (JSON or YAML).
