@@ -650,8 +650,24 @@ async fn resource_request(
             crate::scale::handle(store, rid, &ns, &name, &method, ct.as_deref(), &body, &opts)?;
         return Ok(value_response(200, &scale));
     }
+    if sub.is_none()
+        && !def
+            .verbs()
+            .contains(&k8s_verb(&method, !name.is_empty(), watch))
+    {
+        // The registry does not implement the verb: no route (go-restful).
+        return Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        ));
+    }
     if sub == Some("binding") {
-        return bind_pod(store, &method, req, &ns, &name, &q).await;
+        return bind_pod(store, &method, req, &ns, Some(&name), &q).await;
+    }
+    if def.group.is_empty() && def.resource == "bindings" {
+        // POST namespaces/<ns>/bindings: the pod is the Binding's name.
+        return bind_pod(store, &method, req, &ns, None, &q).await;
     }
     if sub == Some("log") {
         return crate::cluster::logs::serve(state, &method, &ns, &name, &q).await;
@@ -856,14 +872,14 @@ async fn resource_request(
     }
 }
 
-/// POST `pods/<name>/binding` (BindingREST.Create): answers `201` with a
-/// Success `Status`.
+/// POST `pods/<name>/binding` or `bindings` (BindingREST.Create): answers
+/// `201` with a Success `Status`. `url_name`: the pod named in the path.
 async fn bind_pod(
     store: &Store,
     method: &Method,
     req: Request<Incoming>,
     ns: &str,
-    name: &str,
+    url_name: Option<&str>,
     q: &Query,
 ) -> Result<Response<RespBody>, ApiError> {
     let gr = crate::error::GroupResource::new("", "pods/binding");
@@ -884,6 +900,7 @@ async fn bind_pod(
         )));
     }
     let body_name = object::meta_str(&binding, "name");
+    let name = url_name.unwrap_or(body_name);
     if !body_name.is_empty() && body_name != name {
         return Err(ApiError::bad_request(
             "name in URL does not match name in Binding object",
