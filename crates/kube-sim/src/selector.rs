@@ -609,7 +609,8 @@ fn find_unescaped(s: &str, pat: &str) -> Option<usize> {
             i += 2;
             continue;
         }
-        if s[i..].starts_with(pat) {
+        // Bytes, not `str` slicing: `i` may fall inside a multi-byte character.
+        if b[i..].starts_with(pat.as_bytes()) {
             return Some(i);
         }
         i += 1;
@@ -703,6 +704,15 @@ mod tests {
         assert_eq!(e.message, "field label not supported: status.hostIP");
         let empty_node = FieldSelector::parse("spec.nodeName=", pods).unwrap();
         assert!(empty_node.matches(&json!({"metadata":{"name":"a"},"spec":{}})));
+    }
+
+    #[test]
+    fn field_selector_with_an_escaped_multibyte_character_does_not_panic() {
+        // Found by the fuzz suite: a byte index after `\\` fell inside `é`.
+        let pods =
+            &crate::resources::RESOURCES[crate::resources::find("", "v1", "pods").unwrap_or(0)];
+        let e = FieldSelector::parse("a\\é=x", pods).unwrap_err();
+        assert_eq!(e.message, "field label not supported: a\\é");
     }
 
     #[test]
