@@ -11,7 +11,7 @@ export HELM4 := $(TOOLS_BIN)/helm4
 export KUBECTL_PINNED := $(TOOLS_BIN)/kubectl
 export KUBECTL_SYSTEM := /usr/bin/kubectl
 
-.PHONY: all build test lint fmt fmt-check clippy tools clean
+.PHONY: all build test lint fmt fmt-check clippy tools clean fuzz
 
 all: build
 
@@ -29,6 +29,14 @@ test: tools fmt-check
 	$(CARGO) test --workspace --doc
 
 lint: fmt-check clippy
+
+# Property tests of the parsers a user or the API can feed, with many more
+# cases than `make test` runs (proptest's default, 256 per property).
+# One `cargo test` line per suite; FUZZ_CASES cases per property.
+FUZZ_CASES ?= 20000
+fuzz:
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p kube-sim --test fuzz
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p cloud-sim --test fuzz
 
 fmt:
 	$(CARGO) fmt --all

@@ -71,6 +71,10 @@ pub struct Config {
     pub auth: Auth,
     /// Faults active from the start.
     pub faults: FaultSet,
+    /// The `ipMode` of each reported ingress: `Some("VIP")` by default,
+    /// `None` for none (a provider that predates `ipMode`; the API server
+    /// then defaults it).
+    pub ingress_ip_mode: Option<String>,
 }
 
 impl Default for Config {
@@ -84,6 +88,7 @@ impl Default for Config {
             ip_range: IpRange::TEST_NET_3,
             auth: Auth::None,
             faults: FaultSet::default(),
+            ingress_ip_mode: Some("VIP".to_owned()),
         }
     }
 }
@@ -121,6 +126,11 @@ impl Config {
 
     pub fn with_faults(mut self, faults: FaultSet) -> Self {
         self.faults = faults;
+        self
+    }
+
+    pub fn with_ingress_ip_mode(mut self, ip_mode: Option<&str>) -> Self {
+        self.ingress_ip_mode = ip_mode.map(str::to_owned);
         self
     }
 }
@@ -164,7 +174,8 @@ impl std::fmt::Debug for CloudSim {
 impl CloudSim {
     /// Loads the state, binds the listener and starts serving.
     pub async fn start(config: Config) -> Result<Self, SimError> {
-        let store = Store::open(config.state_file.clone(), config.ip_range, config.fsync)?;
+        let mut store = Store::open(config.state_file.clone(), config.ip_range, config.fsync)?;
+        store.set_ip_mode(config.ingress_ip_mode.clone());
         let auth = auth::Authenticator::new(config.auth.clone())?;
         let faults = Faults::new(config.faults.clone())?;
         let listener = tokio::net::TcpListener::bind(config.listen)

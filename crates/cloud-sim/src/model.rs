@@ -171,6 +171,8 @@ pub struct ErrorDetail {
 /// Error codes of the contract.
 pub mod codes {
     pub const INVALID_REQUEST: &str = "InvalidRequest";
+    /// 413: the request body is larger than the server accepts.
+    pub const REQUEST_TOO_LARGE: &str = "RequestTooLarge";
     pub const UNAUTHORIZED: &str = "Unauthorized";
     pub const FORBIDDEN: &str = "Forbidden";
     pub const NOT_FOUND: &str = "NotFound";

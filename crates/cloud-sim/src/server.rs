@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
@@ -20,7 +20,7 @@ use crate::stats::{AddressStats, Counters, Outcome, Stats};
 use crate::store::{ApiError, Applied, Store};
 
 /// Largest request body accepted (a PUT carries the node list).
-const BODY_LIMIT: usize = 16 * 1024 * 1024;
+pub(crate) const BODY_LIMIT: usize = 16 * 1024 * 1024;
 
 pub(crate) struct Shared {
     pub store: Store,
@@ -69,7 +69,6 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
                     .into(),
             )
         })
-        .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(shared)
 }
 
@@ -276,6 +275,43 @@ async fn hang(
     }
 }
 
+fn too_large() -> ApiError {
+    ApiError {
+        status: 413,
+        code: codes::REQUEST_TOO_LARGE,
+        message: format!("the request body is larger than the limit of {BODY_LIMIT} bytes"),
+        outcome: Outcome::BadRequest,
+    }
+}
+
+/// Reads a request body of at most [`BODY_LIMIT`] bytes: a larger
+/// `Content-Length` is refused before reading, a chunked body is read only
+/// up to the limit. Called after the caller is authorized, so an
+/// unauthenticated client cannot make the server read anything.
+async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+    use http_body_util::BodyExt;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > BODY_LIMIT as u64) {
+        return Err(too_large());
+    }
+    match http_body_util::Limited::new(body, BODY_LIMIT)
+        .collect()
+        .await
+    {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Err(e) => Err(ApiError {
+            status: 400,
+            code: codes::INVALID_REQUEST,
+            message: format!("cannot read the request body: {e}"),
+            outcome: Outcome::BadRequest,
+        }),
+    }
+}
+
 fn parse_body<T: serde::de::DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
     serde_json::from_slice(body).map_err(|e| ApiError {
         status: 400,
@@ -355,12 +391,43 @@ async fn perform(shared: &Shared, action: Action) -> (Outcome, Response) {
     result.unwrap_or_else(|e| e)
 }
 
-async fn run(shared: Arc<Shared>, headers: HeaderMap, action: Action) -> Response {
-    let op = action.op();
+/// A call as routed: the body, if the operation has one, is not read yet.
+enum Call {
+    Ensure(String, Body),
+    Hosts(String, Body),
+    Plain(Action),
+}
+
+impl Call {
+    fn op(&self) -> Operation {
+        match self {
+            Call::Ensure(..) => Operation::Put,
+            Call::Hosts(..) => Operation::Hosts,
+            Call::Plain(a) => a.op(),
+        }
+    }
+}
+
+async fn run(shared: Arc<Shared>, headers: HeaderMap, call: Call) -> Response {
+    let op = call.op();
     let rec = Recorder::new(shared.clone(), op);
     if let Some((outcome, resp)) = authorize(&shared, &headers) {
         return rec.finish(outcome, resp);
     }
+    let action = match call {
+        Call::Plain(a) => a,
+        Call::Ensure(uid, body) | Call::Hosts(uid, body) => {
+            let bytes = match read_body(&headers, body).await {
+                Ok(b) => b,
+                Err(e) => return rec.finish(e.outcome, api_error(&e)),
+            };
+            if op == Operation::Put {
+                Action::Ensure(uid, bytes)
+            } else {
+                Action::Hosts(uid, bytes)
+            }
+        }
+    };
     // Subscribe before drawing, so that a clear right after the draw still
     // releases a hang.
     let changed = shared.faults.subscribe();
@@ -412,18 +479,18 @@ async fn ensure(
     State(shared): State<Arc<Shared>>,
     Path(uid): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
-    run(shared, headers, Action::Ensure(uid, body)).await
+    run(shared, headers, Call::Ensure(uid, body)).await
 }
 
 async fn hosts(
     State(shared): State<Arc<Shared>>,
     Path(uid): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
-    run(shared, headers, Action::Hosts(uid, body)).await
+    run(shared, headers, Call::Hosts(uid, body)).await
 }
 
 async fn get_one(
@@ -431,7 +498,7 @@ async fn get_one(
     Path(uid): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    run(shared, headers, Action::Get(uid)).await
+    run(shared, headers, Call::Plain(Action::Get(uid))).await
 }
 
 async fn delete(
@@ -439,11 +506,11 @@ async fn delete(
     Path(uid): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    run(shared, headers, Action::Delete(uid)).await
+    run(shared, headers, Call::Plain(Action::Delete(uid))).await
 }
 
 async fn list(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    run(shared, headers, Action::List).await
+    run(shared, headers, Call::Plain(Action::List)).await
 }
 
 fn admin_auth(shared: &Shared, headers: &HeaderMap) -> Option<Response> {
@@ -457,14 +524,14 @@ async fn get_faults(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Re
     json(StatusCode::OK, &shared.faults.get())
 }
 
-async fn put_faults(
-    State(shared): State<Arc<Shared>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn put_faults(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
     if let Some(resp) = admin_auth(&shared, &headers) {
         return resp;
     }
+    let body = match read_body(&headers, body).await {
+        Ok(b) => b,
+        Err(e) => return api_error(&e),
+    };
     let set = match parse_body::<FaultSet>(&body) {
         Ok(s) => s,
         Err(e) => return api_error(&e),
@@ -486,11 +553,15 @@ async fn put_op_faults(
     State(shared): State<Arc<Shared>>,
     Path(op): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
     if let Some(resp) = admin_auth(&shared, &headers) {
         return resp;
     }
+    let body = match read_body(&headers, body).await {
+        Ok(b) => b,
+        Err(e) => return api_error(&e),
+    };
     let op: Operation = match op.parse() {
         Ok(op) => op,
         Err(e) => {

@@ -110,6 +110,8 @@ pub(crate) struct Store {
     inner: Mutex<Inner>,
     range: IpRange,
     persist: Option<Persister>,
+    /// The `ipMode` reported on each ingress (`None`: none reported).
+    ip_mode: Option<String>,
 }
 
 /// Result of a mutating call: what happened, the load balancer, and the
@@ -279,17 +281,23 @@ fn validate_spec(spec: &Spec) -> Result<Option<Ipv4Addr>, ApiError> {
     }
 }
 
-fn status_for(ip: Ipv4Addr) -> Status {
+fn status_for(ip: Ipv4Addr, ip_mode: Option<&str>) -> Status {
     Status {
         ingress: vec![Ingress {
             ip: Some(ip.to_string()),
             hostname: None,
-            ip_mode: Some("VIP".to_owned()),
+            ip_mode: ip_mode.map(str::to_owned),
         }],
     }
 }
 
 impl Store {
+    /// The `ipMode` reported on each ingress from now on (`None`: none, as a
+    /// provider that predates `ipMode`).
+    pub fn set_ip_mode(&mut self, ip_mode: Option<String>) {
+        self.ip_mode = ip_mode;
+    }
+
     /// Opens the state file (creating it when absent) or, without a file, an
     /// empty in-memory state.
     pub fn open(path: Option<PathBuf>, range: IpRange, fsync: bool) -> Result<Self, StateError> {
@@ -351,6 +359,7 @@ impl Store {
                 durable: Arc::new(tokio::sync::Mutex::new(0)),
                 writes: Arc::new(AtomicU64::new(0)),
             }),
+            ip_mode: Some("VIP".to_owned()),
         };
         if must_write && let Some(p) = &store.persist {
             // Create the file now: an unwritable location fails at start.
@@ -511,7 +520,7 @@ impl Store {
                     })?
             }
         };
-        let status = status_for(ip);
+        let status = status_for(ip, self.ip_mode.as_deref());
         match existing {
             Some(lb)
                 if lb.name == req.name

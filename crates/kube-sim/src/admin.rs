@@ -23,7 +23,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 
@@ -79,9 +78,9 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
     let method = req.method().clone();
     let path = req.uri().path().trim_end_matches('/').to_string();
     let query = req.uri().query().map(str::to_string);
-    let body = match req.into_body().collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => return bad(format!("reading body: {e}")),
+    let body = match crate::http::read_limited(req).await {
+        Ok(b) => b,
+        Err(e) => return crate::http::error_response(&e),
     };
     let json_body = || -> Result<Value, String> {
         if body.iter().all(u8::is_ascii_whitespace) {

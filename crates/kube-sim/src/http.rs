@@ -450,26 +450,50 @@ fn not_acceptable() -> ApiError {
     )
 }
 
+/// The apiserver's `MaxRequestBodyBytes` default (3 MiB).
+pub(crate) const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// `errors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", limit))`
+/// as `limitedReadBody` (endpoints/handlers/rest.go) answers it.
+fn entity_too_large() -> ApiError {
+    ApiError::new(
+        413,
+        "RequestEntityTooLarge",
+        format!("Request entity too large: limit is {MAX_BODY_BYTES}"),
+    )
+}
+
+/// Reads a request body of at most [`MAX_BODY_BYTES`]: a larger
+/// `Content-Length` is refused before reading anything, and a chunked body
+/// is read only up to the limit, so a large body never sits in memory.
+pub(crate) async fn read_limited(req: Request<Incoming>) -> Result<Bytes, ApiError> {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(entity_too_large());
+    }
+    match http_body_util::Limited::new(req.into_body(), MAX_BODY_BYTES)
+        .collect()
+        .await
+    {
+        Ok(b) => Ok(b.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(entity_too_large()),
+        Err(e) => Err(ApiError::bad_request(format!(
+            "error reading request body: {e}"
+        ))),
+    }
+}
+
 async fn read_body(req: Request<Incoming>) -> Result<(Option<String>, Bytes), ApiError> {
     let ct = req
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let body = req
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| ApiError::bad_request(format!("error reading request body: {e}")))?
-        .to_bytes();
-    if body.len() > 3 * 1024 * 1024 {
-        return Err(ApiError::new(
-            413,
-            "RequestEntityTooLarge",
-            "Request entity too large: limit is 3145728",
-        ));
-    }
-    Ok((ct, body))
+    Ok((ct, read_limited(req).await?))
 }
 
 /// Decodes a create/update body (JSON or YAML).
@@ -626,8 +650,24 @@ async fn resource_request(
             crate::scale::handle(store, rid, &ns, &name, &method, ct.as_deref(), &body, &opts)?;
         return Ok(value_response(200, &scale));
     }
+    if sub.is_none()
+        && !def
+            .verbs()
+            .contains(&k8s_verb(&method, !name.is_empty(), watch))
+    {
+        // The registry does not implement the verb: no route (go-restful).
+        return Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        ));
+    }
     if sub == Some("binding") {
-        return bind_pod(store, &method, req, &ns, &name, &q).await;
+        return bind_pod(store, &method, req, &ns, Some(&name), &q).await;
+    }
+    if def.group.is_empty() && def.resource == "bindings" {
+        // POST namespaces/<ns>/bindings: the pod is the Binding's name.
+        return bind_pod(store, &method, req, &ns, None, &q).await;
     }
     if sub == Some("log") {
         return crate::cluster::logs::serve(state, &method, &ns, &name, &q).await;
@@ -832,14 +872,14 @@ async fn resource_request(
     }
 }
 
-/// POST `pods/<name>/binding` (BindingREST.Create): answers `201` with a
-/// Success `Status`.
+/// POST `pods/<name>/binding` or `bindings` (BindingREST.Create): answers
+/// `201` with a Success `Status`. `url_name`: the pod named in the path.
 async fn bind_pod(
     store: &Store,
     method: &Method,
     req: Request<Incoming>,
     ns: &str,
-    name: &str,
+    url_name: Option<&str>,
     q: &Query,
 ) -> Result<Response<RespBody>, ApiError> {
     let gr = crate::error::GroupResource::new("", "pods/binding");
@@ -860,6 +900,7 @@ async fn bind_pod(
         )));
     }
     let body_name = object::meta_str(&binding, "name");
+    let name = url_name.unwrap_or(body_name);
     if !body_name.is_empty() && body_name != name {
         return Err(ApiError::bad_request(
             "name in URL does not match name in Binding object",

@@ -58,8 +58,16 @@ impl ResourceDef {
     pub fn list_kind(&self) -> String {
         format!("{}List", self.kind)
     }
-    /// The verbs discovery lists for the main resource.
+    /// The verbs discovery lists for the main resource (and the only ones
+    /// it answers).
     pub fn verbs(&self) -> Vec<&'static str> {
+        match (self.group, self.resource) {
+            // BindingREST is only a Creater; ComponentStatus only a Getter and
+            // Lister (pkg/registry/core/{pod/storage,componentstatus}).
+            ("", "bindings") => return vec!["create"],
+            ("", "componentstatuses") => return vec!["get", "list"],
+            _ => {}
+        }
         let mut v = vec!["create", "delete"];
         if self.delete_collection {
             v.push("deletecollection");
@@ -136,6 +144,38 @@ pub static RESOURCES: &[ResourceDef] = &[
     res!(
         "",
         "v1",
+        "bindings",
+        "Binding",
+        "binding",
+        ns = true,
+        short = &[],
+        cat = &[],
+        status = false,
+        name = DnsSubdomain,
+        generation = false,
+        cou = false,
+        fields = &[],
+        dc = false
+    ),
+    res!(
+        "",
+        "v1",
+        "componentstatuses",
+        "ComponentStatus",
+        "componentstatus",
+        ns = false,
+        short = &["cs"],
+        cat = &[],
+        status = false,
+        name = DnsSubdomain,
+        generation = false,
+        cou = false,
+        fields = &[],
+        dc = false
+    ),
+    res!(
+        "",
+        "v1",
         "configmaps",
         "ConfigMap",
         "configmap",
@@ -179,6 +219,22 @@ pub static RESOURCES: &[ResourceDef] = &[
         generation = false,
         cou = true,
         fields = EVENT_FIELDS,
+        dc = true
+    ),
+    res!(
+        "",
+        "v1",
+        "limitranges",
+        "LimitRange",
+        "limitrange",
+        ns = true,
+        short = &["limits"],
+        cat = &[],
+        status = false,
+        name = DnsSubdomain,
+        generation = false,
+        cou = false,
+        fields = &[],
         dc = true
     ),
     res!(
@@ -259,6 +315,54 @@ pub static RESOURCES: &[ResourceDef] = &[
         generation = true,
         cou = false,
         fields = POD_FIELDS,
+        dc = true
+    ),
+    res!(
+        "",
+        "v1",
+        "podtemplates",
+        "PodTemplate",
+        "podtemplate",
+        ns = true,
+        short = &[],
+        cat = &[],
+        status = false,
+        name = DnsSubdomain,
+        generation = false,
+        cou = false,
+        fields = &[],
+        dc = true
+    ),
+    res!(
+        "",
+        "v1",
+        "replicationcontrollers",
+        "ReplicationController",
+        "replicationcontroller",
+        ns = true,
+        short = &["rc"],
+        cat = &["all"],
+        status = true,
+        name = DnsSubdomain,
+        generation = true,
+        cou = false,
+        fields = &[],
+        dc = true
+    ),
+    res!(
+        "",
+        "v1",
+        "resourcequotas",
+        "ResourceQuota",
+        "resourcequota",
+        ns = true,
+        short = &["quota"],
+        cat = &[],
+        status = true,
+        name = DnsSubdomain,
+        generation = false,
+        cou = false,
+        fields = &[],
         dc = true
     ),
     res!(

@@ -31,44 +31,381 @@ pub struct LabelSelector {
     reqs: Vec<Requirement>,
 }
 
-fn parse_err(detail: impl std::fmt::Display) -> ApiError {
-    ApiError::bad_request(format!("unable to parse requirement: {detail}"))
+/// The label-selector lexer's tokens (labels/selector.go `Token`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tok {
+    Error,
+    End,
+    ClosePar,
+    Comma,
+    Not,
+    DoubleEq,
+    Eq,
+    Gt,
+    Ident,
+    In,
+    Lt,
+    NotEq,
+    NotIn,
+    OpenPar,
 }
 
-/// Splits on commas that are not inside parentheses.
-fn split_top(s: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut depth = 0i32;
-    let mut start = 0;
-    for (i, c) in s.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                out.push(&s[start..i]);
-                start = i + 1;
+/// `string2token`: the literals with a token of their own.
+fn keyword(s: &[u8]) -> Option<Tok> {
+    Some(match s {
+        b")" => Tok::ClosePar,
+        b"," => Tok::Comma,
+        b"!" => Tok::Not,
+        b"==" => Tok::DoubleEq,
+        b"=" => Tok::Eq,
+        b">" => Tok::Gt,
+        b"in" => Tok::In,
+        b"<" => Tok::Lt,
+        b"!=" => Tok::NotEq,
+        b"notin" => Tok::NotIn,
+        b"(" => Tok::OpenPar,
+        _ => return None,
+    })
+}
+
+fn is_whitespace(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\r' | b'\n')
+}
+
+fn is_special(c: u8) -> bool {
+    matches!(c, b'=' | b'!' | b'(' | b')' | b',' | b'>' | b'<')
+}
+
+/// The byte lexer of labels/selector.go; a NUL byte ends the input there,
+/// as upstream's `read` returns 0 at the end.
+struct Lexer<'a> {
+    s: &'a [u8],
+    pos: usize,
+}
+
+impl Lexer<'_> {
+    fn read(&mut self) -> u8 {
+        match self.s.get(self.pos) {
+            Some(&b) => {
+                self.pos += 1;
+                b
             }
-            _ => {}
+            None => 0,
         }
     }
-    out.push(&s[start..]);
-    out
+
+    fn unread(&mut self) {
+        self.pos = self.pos.saturating_sub(1);
+    }
+
+    fn text(buf: &[u8]) -> String {
+        String::from_utf8_lossy(buf).into_owned()
+    }
+
+    fn id_or_keyword(&mut self) -> (Tok, String) {
+        let mut buf = Vec::new();
+        loop {
+            let c = self.read();
+            if c == 0 {
+                break;
+            }
+            if is_special(c) || is_whitespace(c) {
+                self.unread();
+                break;
+            }
+            buf.push(c);
+        }
+        (keyword(&buf).unwrap_or(Tok::Ident), Self::text(&buf))
+    }
+
+    /// The longest run of special symbols that is a token (`===` lexes as
+    /// `==` then `=`).
+    fn special(&mut self) -> (Tok, String) {
+        let mut last: Option<(Tok, String)> = None;
+        let mut buf = Vec::new();
+        loop {
+            let c = self.read();
+            if c == 0 {
+                break;
+            }
+            if !is_special(c) {
+                self.unread();
+                break;
+            }
+            buf.push(c);
+            match keyword(&buf) {
+                Some(t) => last = Some((t, Self::text(&buf))),
+                None if last.is_some() => {
+                    self.unread();
+                    break;
+                }
+                None => {}
+            }
+        }
+        last.unwrap_or_else(|| {
+            (
+                Tok::Error,
+                format!("error expected: keyword found '{}'", Self::text(&buf)),
+            )
+        })
+    }
+
+    fn lex(&mut self) -> (Tok, String) {
+        let mut c = self.read();
+        while is_whitespace(c) {
+            c = self.read();
+        }
+        if c == 0 {
+            return (Tok::End, String::new());
+        }
+        self.unread();
+        if is_special(c) {
+            self.special()
+        } else {
+            self.id_or_keyword()
+        }
+    }
 }
 
-fn check_key(key: &str) -> Result<(), ApiError> {
-    let errs = crate::validation::qualified_name(key);
-    if let Some(e) = errs.first() {
-        return Err(parse_err(format!("key: Invalid value: {key:?}: {e}")));
-    }
-    Ok(())
+/// In a `Values` context `in` and `notin` are identifiers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ctx {
+    KeyAndOperator,
+    Values,
 }
 
-fn check_value(v: &str) -> Result<(), ApiError> {
-    let errs = crate::validation::label_value(v);
-    if let Some(e) = errs.first() {
-        return Err(parse_err(format!("values[0]: Invalid value: {v:?}: {e}")));
+struct Parser {
+    items: Vec<(Tok, String)>,
+    pos: usize,
+}
+
+impl Parser {
+    fn new(s: &str) -> Parser {
+        let mut l = Lexer {
+            s: s.as_bytes(),
+            pos: 0,
+        };
+        let mut items = Vec::new();
+        loop {
+            let item = l.lex();
+            let end = item.0 == Tok::End;
+            items.push(item);
+            if end {
+                break;
+            }
+        }
+        Parser { items, pos: 0 }
     }
-    Ok(())
+
+    fn item(&self, i: usize, ctx: Ctx) -> (Tok, String) {
+        let (t, l) = self
+            .items
+            .get(i)
+            .cloned()
+            .unwrap_or((Tok::End, String::new()));
+        match t {
+            Tok::In | Tok::NotIn if ctx == Ctx::Values => (Tok::Ident, l),
+            _ => (t, l),
+        }
+    }
+
+    fn lookahead(&self, ctx: Ctx) -> (Tok, String) {
+        self.item(self.pos, ctx)
+    }
+
+    fn consume(&mut self, ctx: Ctx) -> (Tok, String) {
+        self.pos += 1;
+        self.item(self.pos - 1, ctx)
+    }
+
+    fn parse(&mut self) -> Result<Vec<Requirement>, String> {
+        let mut reqs = Vec::new();
+        loop {
+            let (t, lit) = self.lookahead(Ctx::Values);
+            match t {
+                Tok::Ident | Tok::Not => {
+                    let r = self
+                        .requirement()
+                        .map_err(|e| format!("unable to parse requirement: {e}"))?;
+                    reqs.push(r);
+                    let (t, l) = self.consume(Ctx::Values);
+                    match t {
+                        Tok::End => return Ok(reqs),
+                        Tok::Comma => {
+                            let (t2, l2) = self.lookahead(Ctx::Values);
+                            if t2 != Tok::Ident && t2 != Tok::Not {
+                                return Err(format!(
+                                    "found '{l2}', expected: identifier after ','"
+                                ));
+                            }
+                        }
+                        _ => return Err(format!("found '{l}', expected: ',' or 'end of string'")),
+                    }
+                }
+                Tok::End => return Ok(reqs),
+                _ => {
+                    return Err(format!(
+                        "found '{lit}', expected: !, identifier, or 'end of string'"
+                    ));
+                }
+            }
+        }
+    }
+
+    fn requirement(&mut self) -> Result<Requirement, String> {
+        let (key, op) = self.key_and_inferred_operator()?;
+        if let Some(op) = op {
+            return Ok(Requirement { key, op });
+        }
+        let (t, lit) = self.consume(Ctx::KeyAndOperator);
+        let values = match t {
+            Tok::In | Tok::NotIn => self.values()?,
+            Tok::Eq | Tok::DoubleEq | Tok::NotEq | Tok::Gt | Tok::Lt => self.exact_value()?,
+            _ => {
+                return Err(format!(
+                    "found '{lit}', expected: in, notin, =, ==, !=, gt, lt"
+                ));
+            }
+        };
+        new_requirement(key, t, values)
+    }
+
+    /// `parseKeyAndInferOperator`: `Some` operator for `key` and `!key`.
+    fn key_and_inferred_operator(&mut self) -> Result<(String, Option<Op>), String> {
+        let (mut t, mut lit) = self.consume(Ctx::Values);
+        let not = t == Tok::Not;
+        if not {
+            (t, lit) = self.consume(Ctx::Values);
+        }
+        if t != Tok::Ident {
+            return Err(format!("found '{lit}', expected: identifier"));
+        }
+        let errs = crate::validation::qualified_name(&lit);
+        if !errs.is_empty() {
+            // field.Invalid on the parser's nil path.
+            return Err(format!(
+                "<nil>: Invalid value: {lit:?}: {}",
+                errs.join("; ")
+            ));
+        }
+        let (next, _) = self.lookahead(Ctx::Values);
+        if not {
+            return Ok((lit, Some(Op::DoesNotExist)));
+        }
+        if next == Tok::End || next == Tok::Comma {
+            return Ok((lit, Some(Op::Exists)));
+        }
+        Ok((lit, None))
+    }
+
+    /// `parseValues`: `(a,b,c)`, a sorted set.
+    fn values(&mut self) -> Result<Vec<String>, String> {
+        let (t, lit) = self.consume(Ctx::Values);
+        if t != Tok::OpenPar {
+            return Err(format!("found '{lit}' expected: '('"));
+        }
+        let (t, lit) = self.lookahead(Ctx::Values);
+        match t {
+            Tok::Ident | Tok::Comma => {
+                let s = self.identifiers()?;
+                let (t, _) = self.consume(Ctx::Values);
+                if t != Tok::ClosePar {
+                    return Err(format!("found '{lit}', expected: ')'"));
+                }
+                Ok(s)
+            }
+            Tok::ClosePar => {
+                self.consume(Ctx::Values);
+                Ok(vec![String::new()])
+            }
+            _ => Err(format!("found '{lit}', expected: ',', ')' or identifier")),
+        }
+    }
+
+    /// `parseIdentifiersList`.
+    fn identifiers(&mut self) -> Result<Vec<String>, String> {
+        let mut s = std::collections::BTreeSet::new();
+        loop {
+            let (t, lit) = self.consume(Ctx::Values);
+            match t {
+                Tok::Ident => {
+                    s.insert(lit);
+                    let (t2, l2) = self.lookahead(Ctx::Values);
+                    match t2 {
+                        Tok::Comma => continue,
+                        Tok::ClosePar => return Ok(s.into_iter().collect()),
+                        _ => return Err(format!("found '{l2}', expected: ',' or ')'")),
+                    }
+                }
+                Tok::Comma => {
+                    if s.is_empty() {
+                        s.insert(String::new());
+                    }
+                    let (t2, _) = self.lookahead(Ctx::Values);
+                    if t2 == Tok::ClosePar {
+                        s.insert(String::new());
+                        return Ok(s.into_iter().collect());
+                    }
+                    if t2 == Tok::Comma {
+                        s.insert(String::new());
+                    }
+                }
+                _ => return Err(format!("found '{lit}', expected: ',', or identifier")),
+            }
+        }
+    }
+
+    /// `parseExactValue`: one value, possibly empty.
+    fn exact_value(&mut self) -> Result<Vec<String>, String> {
+        let (t, _) = self.lookahead(Ctx::Values);
+        if t == Tok::End || t == Tok::Comma {
+            return Ok(vec![String::new()]);
+        }
+        let (t, lit) = self.consume(Ctx::Values);
+        if t == Tok::Ident {
+            return Ok(vec![lit]);
+        }
+        Err(format!("found '{lit}', expected: identifier"))
+    }
+}
+
+/// `NewRequirement` for a binary operator: the values' checks, aggregated
+/// as `field.ErrorList.ToAggregate` prints them.
+fn new_requirement(key: String, t: Tok, values: Vec<String>) -> Result<Requirement, String> {
+    let mut errs = Vec::new();
+    if matches!(t, Tok::Gt | Tok::Lt) {
+        for (i, v) in values.iter().enumerate() {
+            if v.parse::<i64>().is_err() {
+                errs.push(format!(
+                    "values[{i}]: Invalid value: {v:?}: for 'Gt', 'Lt' operators, the value must be an integer"
+                ));
+            }
+        }
+    }
+    for (i, v) in values.iter().enumerate() {
+        let e = crate::validation::label_value(v);
+        if !e.is_empty() {
+            errs.push(format!(
+                "values[{i}][{key}]: Invalid value: {v:?}: {}",
+                e.join("; ")
+            ));
+        }
+    }
+    match errs.len() {
+        0 => {}
+        1 => return Err(errs.remove(0)),
+        _ => return Err(format!("[{}]", errs.join(", "))),
+    }
+    let first = values.first().cloned().unwrap_or_default();
+    let op = match t {
+        Tok::In => Op::In(values),
+        Tok::NotIn => Op::NotIn(values),
+        Tok::NotEq => Op::NotEquals(first),
+        Tok::Gt => Op::Gt(first.parse().unwrap_or_default()),
+        Tok::Lt => Op::Lt(first.parse().unwrap_or_default()),
+        _ => Op::Equals(first),
+    };
+    Ok(Requirement { key, op })
 }
 
 impl LabelSelector {
@@ -120,114 +457,10 @@ impl LabelSelector {
         LabelSelector { reqs }
     }
 
+    /// `labels.Parse`, with upstream's error texts (a 400 `BadRequest`).
     pub fn parse(s: &str) -> Result<LabelSelector, ApiError> {
-        let mut reqs = Vec::new();
-        if s.trim().is_empty() {
-            return Ok(LabelSelector { reqs });
-        }
-        for part in split_top(s) {
-            let p = part.trim();
-            if p.is_empty() {
-                return Err(parse_err("found '', expected: identifier"));
-            }
-            let req = if let Some(key) = p.strip_prefix('!') {
-                let key = key.trim();
-                check_key(key)?;
-                Requirement {
-                    key: key.into(),
-                    op: Op::DoesNotExist,
-                }
-            } else if let Some(i) = p.find("!=") {
-                let (k, v) = (p[..i].trim(), p[i + 2..].trim());
-                check_key(k)?;
-                check_value(v)?;
-                Requirement {
-                    key: k.into(),
-                    op: Op::NotEquals(v.into()),
-                }
-            } else if let Some(i) = p.find("==") {
-                let (k, v) = (p[..i].trim(), p[i + 2..].trim());
-                check_key(k)?;
-                check_value(v)?;
-                Requirement {
-                    key: k.into(),
-                    op: Op::Equals(v.into()),
-                }
-            } else if let Some(i) = p.find('=') {
-                let (k, v) = (p[..i].trim(), p[i + 1..].trim());
-                check_key(k)?;
-                check_value(v)?;
-                Requirement {
-                    key: k.into(),
-                    op: Op::Equals(v.into()),
-                }
-            } else if let Some(i) = p.find('>') {
-                let (k, v) = (p[..i].trim(), p[i + 1..].trim());
-                check_key(k)?;
-                let n = v.parse::<i64>().map_err(|_| {
-                    parse_err("for 'Gt', 'Lt' operators, the value must be an integer")
-                })?;
-                Requirement {
-                    key: k.into(),
-                    op: Op::Gt(n),
-                }
-            } else if let Some(i) = p.find('<') {
-                let (k, v) = (p[..i].trim(), p[i + 1..].trim());
-                check_key(k)?;
-                let n = v.parse::<i64>().map_err(|_| {
-                    parse_err("for 'Gt', 'Lt' operators, the value must be an integer")
-                })?;
-                Requirement {
-                    key: k.into(),
-                    op: Op::Lt(n),
-                }
-            } else if let Some(open) = p.find('(') {
-                let head = p[..open].trim();
-                let close = p
-                    .rfind(')')
-                    .ok_or_else(|| parse_err("found '', expected: ')'"))?;
-                let values: Vec<String> = p[open + 1..close]
-                    .split(',')
-                    .map(|v| v.trim().to_string())
-                    .filter(|v| !v.is_empty())
-                    .collect();
-                for v in &values {
-                    check_value(v)?;
-                }
-                let mut words = head.split_whitespace();
-                let key = words.next().unwrap_or("");
-                let op = words.next().unwrap_or("");
-                check_key(key)?;
-                match op {
-                    "in" => Requirement {
-                        key: key.into(),
-                        op: Op::In(values),
-                    },
-                    "notin" => Requirement {
-                        key: key.into(),
-                        op: Op::NotIn(values),
-                    },
-                    other => {
-                        return Err(parse_err(format!(
-                            "found '{other}', expected: in, notin, =, ==, !=, gt, lt"
-                        )));
-                    }
-                }
-            } else {
-                if p.contains(char::is_whitespace) {
-                    return Err(parse_err(format!(
-                        "found '{}', expected: in, notin, =, ==, !=, gt, lt",
-                        p.split_whitespace().nth(1).unwrap_or("")
-                    )));
-                }
-                check_key(p)?;
-                Requirement {
-                    key: p.into(),
-                    op: Op::Exists,
-                }
-            };
-            reqs.push(req);
-        }
+        let mut reqs = Parser::new(s).parse().map_err(ApiError::bad_request)?;
+        reqs.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(LabelSelector { reqs })
     }
 
@@ -376,7 +609,8 @@ fn find_unescaped(s: &str, pat: &str) -> Option<usize> {
             i += 2;
             continue;
         }
-        if s[i..].starts_with(pat) {
+        // Bytes, not `str` slicing: `i` may fall inside a multi-byte character.
+        if b[i..].starts_with(pat.as_bytes()) {
             return Some(i);
         }
         i += 1;
@@ -470,5 +704,51 @@ mod tests {
         assert_eq!(e.message, "field label not supported: status.hostIP");
         let empty_node = FieldSelector::parse("spec.nodeName=", pods).unwrap();
         assert!(empty_node.matches(&json!({"metadata":{"name":"a"},"spec":{}})));
+    }
+
+    #[test]
+    fn field_selector_with_an_escaped_multibyte_character_does_not_panic() {
+        // Found by the fuzz suite: a byte index after `\\` fell inside `é`.
+        let pods =
+            &crate::resources::RESOURCES[crate::resources::find("", "v1", "pods").unwrap_or(0)];
+        let e = FieldSelector::parse("a\\é=x", pods).unwrap_err();
+        assert_eq!(e.message, "field label not supported: a\\é");
+    }
+
+    #[test]
+    fn label_selector_errors_are_upstreams() {
+        let cases = [
+            (
+                "a===b",
+                "unable to parse requirement: found '=', expected: identifier",
+            ),
+            (
+                "!",
+                "unable to parse requirement: found '', expected: identifier",
+            ),
+            ("a,", "found '', expected: identifier after ','"),
+            (
+                "=a",
+                "found '=', expected: !, identifier, or 'end of string'",
+            ),
+            (
+                "a in b",
+                "unable to parse requirement: found 'b' expected: '('",
+            ),
+            (
+                "a_ =b",
+                "unable to parse requirement: <nil>: Invalid value: \"a_\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')",
+            ),
+        ];
+        for (sel, want) in cases {
+            let e = LabelSelector::parse(sel).unwrap_err();
+            assert_eq!((e.code, e.message.as_str()), (400, want), "{sel}");
+        }
+        // Keywords are values after an operator; sets are sorted.
+        let l = labels(json!({"a": "in", "b": "y"}));
+        for sel in ["a=in", "a in (notin,in)", "b in (,y)", "b notin ()"] {
+            let s = LabelSelector::parse(sel).unwrap_or_else(|e| panic!("{sel}: {e}"));
+            assert!(s.matches(Some(&l)), "{sel}");
+        }
     }
 }

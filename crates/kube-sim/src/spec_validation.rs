@@ -164,7 +164,228 @@ pub fn validate_create(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
         }
         _ => {}
     }
+    errs.extend(data_size(def, obj));
     errs
+}
+
+/// `core.MaxSecretSize`: what a ConfigMap's or a Secret's data may total.
+pub const MAX_DATA_SIZE: usize = 1024 * 1024;
+
+/// The length of a base64 `[]byte` field once decoded (an undecodable one
+/// counts as its text; the decoder refuses it elsewhere).
+fn decoded_len(v: &Value) -> usize {
+    use base64::Engine;
+    let s = v.as_str().unwrap_or_default();
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .map(|b| b.len())
+        .unwrap_or(s.len())
+}
+
+/// The size limits of `ValidateConfigMap` (data plus binaryData, the error
+/// on the whole object, path `[]`) and `ValidateSecret` (data, path `data`).
+fn data_size(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
+    let sum = |key: &str, f: &dyn Fn(&Value) -> usize| -> usize {
+        obj.get(key)
+            .and_then(Value::as_object)
+            .map(|m| m.values().map(f).sum())
+            .unwrap_or(0)
+    };
+    let (total, field) = match (def.group, def.resource) {
+        ("", "configmaps") => (
+            sum("data", &|v| v.as_str().map(str::len).unwrap_or(0))
+                + sum("binaryData", &decoded_len),
+            "[]",
+        ),
+        ("", "secrets") => (sum("data", &decoded_len), "data"),
+        _ => return Vec::new(),
+    };
+    if total <= MAX_DATA_SIZE {
+        return Vec::new();
+    }
+    vec![FieldError {
+        kind: FieldErrorType::TooLong,
+        field: field.into(),
+        value: None,
+        detail: format!("may not be more than {MAX_DATA_SIZE} bytes"),
+    }]
+}
+
+/// Spec validation of an update of the main resource
+/// (`ValidatePersistentVolumeClaimUpdate`, `ValidateServiceUpdate`'s
+/// loadBalancerClass rule, and the data size limits).
+pub fn validate_update(def: &ResourceDef, new: &Value, old: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    match (def.group, def.resource) {
+        ("", "persistentvolumeclaims") => pvc_update(new, old, &mut errs),
+        ("", "services") => {
+            let lb =
+                |s: &Value| s.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer");
+            let class = |s: &Value| {
+                s.pointer("/spec/loadBalancerClass")
+                    .filter(|v| !v.is_null())
+                    .cloned()
+            };
+            if lb(old) && lb(new) && class(old) != class(new) {
+                // A nil *string renders as "null" in a field error.
+                errs.push(FieldError::invalid(
+                    "spec.loadBalancerClass",
+                    class(new).unwrap_or_else(|| json!("null")),
+                    "may not change once set",
+                ));
+            }
+        }
+        _ => {}
+    }
+    errs.extend(data_size(def, new));
+    errs
+}
+
+/// A spec with quantities compared by value and nulls as absent, as
+/// `apiequality.Semantic.DeepEqual` compares them.
+fn semantic_spec(spec: Option<&Value>) -> serde_json::Map<String, Value> {
+    let mut m = spec.and_then(Value::as_object).cloned().unwrap_or_default();
+    m.retain(|_, v| !v.is_null());
+    if let Some(Value::Object(res)) = m.get_mut("resources") {
+        for list in ["requests", "limits"] {
+            if let Some(Value::Object(q)) = res.get_mut(list) {
+                for v in q.values_mut() {
+                    if let Some(n) = v
+                        .as_str()
+                        .and_then(crate::cluster::util::parse_quantity)
+                        .and_then(serde_json::Number::from_f64)
+                    {
+                        *v = Value::Number(n);
+                    }
+                }
+            }
+        }
+    }
+    m
+}
+
+fn storage_request(pvc: &Value) -> Option<f64> {
+    pvc.pointer("/spec/resources/requests/storage")
+        .and_then(Value::as_str)
+        .and_then(crate::cluster::util::parse_quantity)
+}
+
+/// `ValidatePersistentVolumeClaimUpdate`: the spec is immutable except
+/// a first `volumeName`, a first `storageClassName`, the storage request of
+/// a bound claim and `volumeAttributesClassName`; a request may shrink only
+/// down to above `status.capacity`; `volumeMode` is immutable.
+fn pvc_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
+    const BETA_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
+    let mut old_c = semantic_spec(old.get("spec"));
+    let mut new_c = semantic_spec(new.get("spec"));
+    let absent = |m: &serde_json::Map<String, Value>, k: &str| {
+        m.get(k).is_none_or(|v| v.as_str() == Some(""))
+    };
+    if absent(&old_c, "volumeName") {
+        match new_c.get("volumeName") {
+            Some(v) => old_c.insert("volumeName".into(), v.clone()),
+            None => old_c.remove("volumeName"),
+        };
+    }
+    let old_ann = old
+        .pointer(&format!(
+            "/metadata/annotations/{}",
+            BETA_CLASS.replace('/', "~1")
+        ))
+        .and_then(Value::as_str);
+    let new_ann = new
+        .pointer(&format!(
+            "/metadata/annotations/{}",
+            BETA_CLASS.replace('/', "~1")
+        ))
+        .and_then(Value::as_str);
+    let old_sc = old_c.get("storageClassName").and_then(Value::as_str);
+    let new_sc = new_c.get("storageClassName").and_then(Value::as_str);
+    let from_annotation = old_ann.is_some()
+        && old_sc.is_none()
+        && new_sc.is_some()
+        && new_sc == old_ann
+        && (new_ann.is_none() || new_ann == old_ann);
+    let from_nil = new_sc.is_some() && old_sc.is_none() && (old_ann.is_none() || new_sc == old_ann);
+    if from_annotation || from_nil {
+        new_c.remove("storageClassName");
+    }
+    let bound = new.pointer("/status/phase").and_then(Value::as_str) == Some("Bound");
+    if bound
+        && let Some(Value::Object(req)) = new_c
+            .get_mut("resources")
+            .and_then(|r| r.get_mut("requests"))
+    {
+        match old_c
+            .get("resources")
+            .and_then(|r| r.get("requests"))
+            .and_then(|r| r.get("storage"))
+        {
+            Some(v) => req.insert("storage".into(), v.clone()),
+            None => req.remove("storage"),
+        };
+    }
+    match old_c.get("volumeAttributesClassName") {
+        Some(v) => new_c.insert("volumeAttributesClassName".into(), v.clone()),
+        None => new_c.remove("volumeAttributesClassName"),
+    };
+    if old_c != new_c {
+        errs.push(FieldError::forbidden(
+            "spec",
+            format!(
+                "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n{}",
+                spec_diff(&old_c, &new_c)
+            ),
+        ));
+    }
+    let status_size = old
+        .pointer("/status/capacity/storage")
+        .and_then(Value::as_str)
+        .and_then(crate::cluster::util::parse_quantity)
+        .unwrap_or(0.0);
+    if let (Some(new_size), Some(old_size)) = (storage_request(new), storage_request(old))
+        && new_size < old_size
+        && new_size <= status_size
+    {
+        // RecoverVolumeExpansionFailure (GA): down to above the capacity.
+        errs.push(FieldError::forbidden(
+            "spec.resources.requests.storage",
+            "field can not be less than status.capacity",
+        ));
+    }
+    let mode = |v: &Value| v.pointer("/spec/volumeMode").cloned();
+    if mode(new) != mode(old) {
+        // Upstream's path for this one is `volumeMode`, without `spec.`.
+        errs.push(FieldError::invalid(
+            "volumeMode",
+            mode(new).unwrap_or_else(|| json!("null")),
+            "field is immutable",
+        ));
+    }
+}
+
+/// The difference of two specs, one `-`/`+` line pair per changed field.
+/// Upstream prints go-cmp's `cmp.Diff`, whose format is deliberately
+/// unstable; clients can only show it, so kube-sim renders its own.
+fn spec_diff(old: &serde_json::Map<String, Value>, new: &serde_json::Map<String, Value>) -> String {
+    let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    let mut out = String::from("  v1.PersistentVolumeClaimSpec{\n");
+    for k in keys {
+        let (o, n) = (old.get(k), new.get(k));
+        if o == n {
+            continue;
+        }
+        if let Some(o) = o {
+            out.push_str(&format!("- \t{k}: {o},\n"));
+        }
+        if let Some(n) = n {
+            out.push_str(&format!("+ \t{k}: {n},\n"));
+        }
+    }
+    out.push_str("  }\n");
+    out
 }
 
 /// The selector must be set and match the template's labels; the template
@@ -253,6 +474,71 @@ mod tests {
         assert_eq!(
             e[0].to_string(),
             "spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"b\"}: `selector` does not match template `labels`"
+        );
+    }
+
+    fn pvc(storage: &str, extra: Value) -> Value {
+        let mut v = json!({"metadata": {"name": "c"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": storage}}, "volumeMode": "Filesystem"}});
+        if let (Some(m), Value::Object(e)) = (v.as_object_mut(), extra) {
+            for (k, x) in e {
+                if k == "spec" {
+                    if let (Some(Value::Object(s)), Value::Object(xs)) = (m.get_mut("spec"), x) {
+                        s.extend(xs);
+                    }
+                } else {
+                    m.insert(k, x);
+                }
+            }
+        }
+        v
+    }
+
+    fn texts(e: Vec<FieldError>) -> Vec<String> {
+        e.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn bound_claim_requests_may_grow_and_shrink_only_above_capacity() {
+        let d = def("", "persistentvolumeclaims");
+        let bound = json!({"spec": {"volumeName": "pv"}, "status": {"phase": "Bound", "capacity": {"storage": "2Gi"}}});
+        let old = pvc("2Gi", bound.clone());
+        assert!(validate_update(d, &pvc("3Gi", bound.clone()), &old).is_empty());
+        let expanded = pvc("3Gi", bound.clone());
+        // Back from a failed expansion, down to above the capacity: fine.
+        assert!(validate_update(d, &pvc("2560Mi", bound.clone()), &expanded).is_empty());
+        assert_eq!(
+            texts(validate_update(d, &pvc("1Gi", bound.clone()), &expanded)),
+            [
+                "spec.resources.requests.storage: Forbidden: field can not be less than status.capacity"
+            ]
+        );
+        // The same quantity in another unit is no change.
+        assert!(validate_update(d, &pvc("2048Mi", bound), &old).is_empty());
+    }
+
+    #[test]
+    fn claim_spec_allows_a_first_volume_name_and_class_only() {
+        let d = def("", "persistentvolumeclaims");
+        let old = pvc("1Gi", json!({}));
+        let named = pvc("1Gi", json!({"spec": {"volumeName": "pv-1"}}));
+        assert!(validate_update(d, &named, &old).is_empty());
+        let classed = pvc("1Gi", json!({"spec": {"storageClassName": "fast"}}));
+        assert!(validate_update(d, &classed, &old).is_empty());
+        let renamed = pvc("1Gi", json!({"spec": {"volumeName": "pv-2"}}));
+        let e = texts(validate_update(d, &renamed, &named));
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].starts_with("spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n"),
+            "{e:?}"
+        );
+        assert!(e[0].contains("- \tvolumeName: \"pv-1\""), "{e:?}");
+        assert!(e[0].contains("+ \tvolumeName: \"pv-2\""), "{e:?}");
+        let block = pvc("1Gi", json!({"spec": {"volumeMode": "Block"}}));
+        let e = texts(validate_update(d, &block, &old));
+        assert_eq!(
+            e.last().map(String::as_str),
+            Some("volumeMode: Invalid value: \"Block\": field is immutable")
         );
     }
 }

@@ -1253,6 +1253,9 @@ impl Store {
             def.namespaced,
         );
         errs.extend(validate_meta_update(&new, old));
+        if subresource.is_none() {
+            errs.extend(crate::spec_validation::validate_update(def, &new, old));
+        }
         if !errs.is_empty() {
             return Err(ApiError::invalid(def.group, def.kind, &name, &errs));
         }

@@ -57,6 +57,27 @@ fn default_container(c: &mut Value) {
     }
 }
 
+/// `SetDefaults_Service` for a LoadBalancer (pkg/apis/core/v1/defaults.go,
+/// feature LoadBalancerIPMode, GA): every status ingress with an `ip` and no
+/// `ipMode` gets `ipMode: VIP`.
+fn default_ingress_ip_mode(svc: &mut Value) {
+    let Some(Value::Array(ingress)) = svc.pointer_mut("/status/loadBalancer/ingress") else {
+        return;
+    };
+    for ing in ingress {
+        let Some(m) = ing.as_object_mut() else {
+            continue;
+        };
+        let has_ip = m
+            .get("ip")
+            .and_then(Value::as_str)
+            .is_some_and(|ip| !ip.is_empty());
+        if has_ip && m.get("ipMode").is_none_or(Value::is_null) {
+            m.insert("ipMode".into(), json!("VIP"));
+        }
+    }
+}
+
 /// `SetDefaults_PodSpec` and friends.
 fn default_pod_spec(spec: &mut Value) {
     let Some(m) = spec.as_object_mut() else {
@@ -198,6 +219,9 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
                         }
                     }
                 }
+            }
+            if ty == "LoadBalancer" {
+                default_ingress_ip_mode(obj);
             }
         }
         ("", "persistentvolumes") => {

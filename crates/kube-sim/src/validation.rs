@@ -285,16 +285,60 @@ pub fn validate_object_meta(meta: &Value, rule: NameRule, namespaced: bool) -> V
         }
     }
     if let Some(fins) = meta.get("finalizers").and_then(Value::as_array) {
-        for (i, f) in fins.iter().enumerate() {
-            let field = format!("metadata.finalizers[{i}]");
-            match f.as_str() {
-                Some(s) => {
-                    for m in qualified_name(s) {
-                        errs.push(FieldError::invalid(&field, json!(s), m));
-                    }
+        errs.extend(validate_finalizers(fins));
+    }
+    errs
+}
+
+/// The finalizers without a domain that the core API accepts
+/// (`helper.IsStandardFinalizerName`).
+const STANDARD_FINALIZERS: &[&str] = &["kubernetes", "orphan", "foregroundDeletion"];
+
+/// apimachinery's `ValidateFinalizers` (each name a qualified name, reported
+/// at `metadata.finalizers` without an index; `orphan` and
+/// `foregroundDeletion` not both), then the core API's
+/// `validateKubeFinalizerName` for each (a name without a domain must be a
+/// standard one, reported at `metadata.finalizers[i]`), in that order, as
+/// pkg/apis/core/validation `ValidateObjectMeta` appends them.
+fn validate_finalizers(fins: &[Value]) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let names: Vec<Option<&str>> = fins.iter().map(Value::as_str).collect();
+    for (i, f) in fins.iter().enumerate() {
+        match names[i] {
+            Some(s) => {
+                for m in qualified_name(s) {
+                    errs.push(FieldError::invalid("metadata.finalizers", json!(s), m));
                 }
-                None => errs.push(FieldError::invalid(&field, f.clone(), "must be a string")),
             }
+            None => errs.push(FieldError::invalid(
+                &format!("metadata.finalizers[{i}]"),
+                f.clone(),
+                "must be a string",
+            )),
+        }
+    }
+    if names.contains(&Some("orphan")) && names.contains(&Some("foregroundDeletion")) {
+        let quoted: Vec<String> = names.iter().flatten().map(|n| format!("{n:?}")).collect();
+        errs.push(FieldError {
+            kind: crate::error::FieldErrorType::Invalid,
+            field: "metadata.finalizers".into(),
+            value: None,
+            detail: format!(
+                "[]string{{{}}}: finalizer orphan and foregroundDeletion cannot be both set",
+                quoted.join(", ")
+            ),
+        });
+    }
+    for (i, name) in names.iter().enumerate() {
+        if let Some(s) = name
+            && !s.contains('/')
+            && !STANDARD_FINALIZERS.contains(s)
+        {
+            errs.push(FieldError::invalid(
+                &format!("metadata.finalizers[{i}]"),
+                json!(s),
+                "name is neither a standard finalizer name nor is it fully qualified",
+            ));
         }
     }
     errs

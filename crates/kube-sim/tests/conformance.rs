@@ -426,7 +426,7 @@ async fn finalizers_and_deletion_exactly() {
         .unwrap();
     assert_eq!(upd.metadata.deletion_timestamp, Some(ts));
     // No new finalizers while deleting.
-    let p = json!({"metadata": {"finalizers": ["example.com/hold", "x"]}});
+    let p = json!({"metadata": {"finalizers": ["example.com/hold", "example.com/x"]}});
     let e = status(
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&p))
             .await
@@ -434,7 +434,7 @@ async fn finalizers_and_deletion_exactly() {
     );
     assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
     assert!(
-        e.message.ends_with("metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"x\"}"),
+        e.message.ends_with("metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"example.com/x\"}"),
         "{}",
         e.message
     );
@@ -1952,5 +1952,551 @@ async fn core_and_events_v1_events_are_one_resource() {
     let e = status(v1.get("from-v1").await.unwrap_err());
     assert_eq!(e.code, 404);
     assert_eq!(e.message, "events.events.k8s.io \"from-v1\" not found");
+    t.cleanup_namespace(&ns).await;
+}
+
+// ------------------------------------------------------------------------
+// Issue 15: what a real kube-apiserver 1.36 answers where kube-sim used to
+// answer differently. Each test states the real server's text.
+
+/// pkg/apis/core/validation `validateKubeFinalizerName`: a finalizer without
+/// a domain must be `kubernetes`, `orphan` or `foregroundDeletion`. Real:
+/// 422 `ConfigMap "nodomain" is invalid: metadata.finalizers[0]: Invalid
+/// value: "nodomain": name is neither a standard finalizer name nor is it
+/// fully qualified`.
+#[tokio::test]
+async fn domainless_finalizer_that_is_not_standard_is_422() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-fin").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let mut c = cm("nodomain", &[]);
+    c.metadata.finalizers = Some(vec!["nodomain".into()]);
+    let e = status(api.create(&PostParams::default(), &c).await.unwrap_err());
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        e.message,
+        "ConfigMap \"nodomain\" is invalid: metadata.finalizers[0]: Invalid value: \"nodomain\": name is neither a standard finalizer name nor is it fully qualified"
+    );
+    // The standard names are accepted without a domain.
+    let mut ok = cm("standard", &[]);
+    ok.metadata.finalizers = Some(vec!["kubernetes".into(), "orphan".into()]);
+    api.create(&PostParams::default(), &ok)
+        .await
+        .unwrap_or_else(|e| panic!("standard finalizers refused: {e}"));
+    // And so is an update that adds a non-standard one refused.
+    let e = status(
+        api.patch(
+            "standard",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["kubernetes", "orphan", "other"]}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(
+        e.message,
+        "ConfigMap \"standard\" is invalid: metadata.finalizers[2]: Invalid value: \"other\": name is neither a standard finalizer name nor is it fully qualified"
+    );
+    api.patch(
+        "standard",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("clearing finalizers: {e}"));
+    t.cleanup_namespace(&ns).await;
+}
+
+/// apimachinery `ValidateFinalizers` reports an invalid name at
+/// `metadata.finalizers` without an index; with the core rule's error the
+/// aggregate is a list. Real: `ConfigMap "badfin" is invalid:
+/// [metadata.finalizers: Invalid value: "not a name!": name part must
+/// consist of ...`.
+#[tokio::test]
+async fn invalid_finalizer_name_error_has_no_index_and_is_a_list() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-badfin").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let mut c = cm("badfin", &[]);
+    c.metadata.finalizers = Some(vec!["not a name!".into()]);
+    let e = status(api.create(&PostParams::default(), &c).await.unwrap_err());
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        e.message,
+        "ConfigMap \"badfin\" is invalid: [metadata.finalizers: Invalid value: \"not a name!\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]'), metadata.finalizers[0]: Invalid value: \"not a name!\": name is neither a standard finalizer name nor is it fully qualified]"
+    );
+    let fields: Vec<String> = e
+        .details
+        .map(|d| d.causes.into_iter().map(|c| c.field).collect())
+        .unwrap_or_default();
+    assert_eq!(fields, ["metadata.finalizers", "metadata.finalizers[0]"]);
+    t.cleanup_namespace(&ns).await;
+}
+
+/// structured-merge-diff cannot type an applied list given as a map. Real:
+/// 500 `failed to create typed patch object (/ssa; /v1, Kind=ConfigMap):
+/// .metadata.finalizers: expected list, got &{map[bad:1]}`.
+#[tokio::test]
+async fn server_side_apply_with_a_wrong_type_is_500_typed_patch_error() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-ssatype").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let e = status(
+        api.patch(
+            "ssa",
+            &PatchParams::apply("conformance"),
+            &Patch::Apply(json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "ssa", "finalizers": {"bad": 1}},
+            })),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(e.code, 500);
+    assert_eq!(
+        e.message,
+        "failed to create typed patch object (/ssa; /v1, Kind=ConfigMap): .metadata.finalizers: expected list, got &{map[bad:1]}"
+    );
+    // Nothing was created.
+    assert!(
+        api.get_opt("ssa")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .is_none()
+    );
+    // A map given as a list is refused the same way.
+    let e = status(
+        api.patch(
+            "ssa",
+            &PatchParams::apply("conformance"),
+            &Patch::Apply(json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "ssa", "labels": ["a"]},
+            })),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(
+        (e.code, e.message.as_str()),
+        (
+            500,
+            "failed to create typed patch object (/ssa; /v1, Kind=ConfigMap): .metadata.labels: expected map, got &{[a]}"
+        )
+    );
+    t.cleanup_namespace(&ns).await;
+}
+
+/// `ValidatePersistentVolumeClaimUpdate`: shrinking a pending claim's
+/// request changes an immutable spec. Real: 422 `PersistentVolumeClaim "c"
+/// is invalid: spec: Forbidden: spec is immutable after creation except
+/// resources.requests and volumeAttributesClassName for bound claims`
+/// followed by a diff (go-cmp's, whose format is deliberately unstable).
+#[tokio::test]
+async fn pending_claim_spec_is_immutable() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-pvcimm").await;
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(t.client.clone(), &ns);
+    let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "c"},
+        "spec": {"storageClassName": "", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "2Gi"}}},
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    api.create(&PostParams::default(), &pvc)
+        .await
+        .unwrap_or_else(|e| panic!("creating the claim: {e}"));
+    let e = status(
+        api.patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"resources": {"requests": {"storage": "1Gi"}}}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    let head = "PersistentVolumeClaim \"c\" is invalid: spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n";
+    assert!(e.message.starts_with(head), "{}", e.message);
+    assert!(
+        e.message[head.len()..].contains("resources"),
+        "{}",
+        e.message
+    );
+    // Another spec field: the same error. A label: fine.
+    let e = status(
+        api.patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"accessModes": ["ReadWriteMany"]}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert!(e.message.starts_with(head), "{}", e.message);
+    api.patch(
+        "c",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("a metadata change was refused: {e}"));
+    t.cleanup_namespace(&ns).await;
+}
+
+/// `validateLoadBalancerClassField`: real 422 `Service "lb" is invalid:
+/// spec.loadBalancerClass: Invalid value: "y.io/lb": may not change once
+/// set`.
+#[tokio::test]
+async fn load_balancer_class_may_not_change_once_set() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-lbclass").await;
+    let api: Api<Service> = Api::namespaced(t.client.clone(), &ns);
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "lb"},
+        "spec": {"type": "LoadBalancer", "loadBalancerClass": "x.io/lb", "ports": [{"port": 80}]},
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    api.create(&PostParams::default(), &svc)
+        .await
+        .unwrap_or_else(|e| panic!("creating the service: {e}"));
+    let e = status(
+        api.patch(
+            "lb",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"loadBalancerClass": "y.io/lb"}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        e.message,
+        "Service \"lb\" is invalid: spec.loadBalancerClass: Invalid value: \"y.io/lb\": may not change once set"
+    );
+    let e = status(
+        api.patch(
+            "lb",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"loadBalancerClass": null}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(
+        e.message,
+        "Service \"lb\" is invalid: spec.loadBalancerClass: Invalid value: \"null\": may not change once set"
+    );
+    t.cleanup_namespace(&ns).await;
+}
+
+/// `SetDefaults_Service` (LoadBalancerIPMode, GA): a status ingress written
+/// as `{ip}` is stored and returned as `{ip, ipMode: VIP}`; a hostname-only
+/// ingress gets none.
+#[tokio::test]
+async fn status_ingress_ip_is_defaulted_to_ip_mode_vip() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-ipmode").await;
+    let api: Api<Service> = Api::namespaced(t.client.clone(), &ns);
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "lb"},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    api.create(&PostParams::default(), &svc)
+        .await
+        .unwrap_or_else(|e| panic!("creating the service: {e}"));
+    let patched = api
+        .patch_status(
+            "lb",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [
+                {"ip": "203.0.113.7"},
+                {"hostname": "lb.example.com"},
+                {"ip": "203.0.113.8", "ipMode": "Proxy"},
+            ]}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("patching the status: {e}"));
+    let ingress = serde_json::to_value(
+        patched
+            .status
+            .and_then(|s| s.load_balancer)
+            .and_then(|l| l.ingress),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        ingress,
+        json!([
+            {"ip": "203.0.113.7", "ipMode": "VIP"},
+            {"hostname": "lb.example.com"},
+            {"ip": "203.0.113.8", "ipMode": "Proxy"},
+        ])
+    );
+    t.cleanup_namespace(&ns).await;
+}
+
+/// labels.Parse lexes `===` as `==` then `=`. Real: 400 `unable to parse
+/// requirement: found '=', expected: identifier`.
+#[tokio::test]
+async fn label_selector_triple_equals_is_400_with_upstream_text() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-selparse").await;
+    let api: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let cases = [
+        (
+            "a===b",
+            "unable to parse requirement: found '=', expected: identifier",
+        ),
+        ("a,,b", "found ',', expected: identifier after ','"),
+        (
+            "a b",
+            "unable to parse requirement: found 'b', expected: in, notin, =, ==, !=, gt, lt",
+        ),
+        ("a=b c", "found 'c', expected: ',' or 'end of string'"),
+        (
+            "a in (x",
+            "unable to parse requirement: found '', expected: ',' or ')'",
+        ),
+        (
+            "a>x",
+            "unable to parse requirement: values[0]: Invalid value: \"x\": for 'Gt', 'Lt' operators, the value must be an integer",
+        ),
+    ];
+    for (sel, want) in cases {
+        let e = status(
+            api.list(&ListParams::default().labels(sel))
+                .await
+                .unwrap_err(),
+        );
+        assert_eq!((e.code, e.message.as_str()), (400, want), "{sel}");
+    }
+    t.cleanup_namespace(&ns).await;
+}
+
+/// `ValidateConfigMap` / `ValidateSecret`: data may total 1 MiB
+/// (`core.MaxSecretSize`). Real: 422 `ConfigMap "big" is invalid: []: Too
+/// long: may not be more than 1048576 bytes` (kubectl prints it after
+/// "The "); a Secret's error is on `data`.
+#[tokio::test]
+async fn config_map_and_secret_data_over_one_mebibyte_is_422() {
+    let t = Target::new().await;
+    let ns = t.namespace("conf-big").await;
+    let cms: Api<ConfigMap> = Api::namespaced(t.client.clone(), &ns);
+    let mut big = cm("big", &[]);
+    big.data = Some(BTreeMap::from([(
+        "k".to_string(),
+        "x".repeat(1024 * 1024 + 512 * 1024),
+    )]));
+    let e = status(cms.create(&PostParams::default(), &big).await.unwrap_err());
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        e.message,
+        "ConfigMap \"big\" is invalid: []: Too long: may not be more than 1048576 bytes"
+    );
+    // Exactly 1 MiB is accepted; growing past it by an update is refused.
+    let mut limit = cm("limit", &[]);
+    limit.data = Some(BTreeMap::from([("k".to_string(), "x".repeat(1024 * 1024))]));
+    cms.create(&PostParams::default(), &limit)
+        .await
+        .unwrap_or_else(|e| panic!("1 MiB refused: {e}"));
+    let e = status(
+        cms.patch(
+            "limit",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"more": "y"}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(
+        e.message,
+        "ConfigMap \"limit\" is invalid: []: Too long: may not be more than 1048576 bytes"
+    );
+    let secrets: Api<Secret> = Api::namespaced(t.client.clone(), &ns);
+    let mut s = secret("big", &[]);
+    s.string_data = Some(BTreeMap::from([(
+        "k".to_string(),
+        "x".repeat(1024 * 1024 + 1),
+    )]));
+    let e = status(
+        secrets
+            .create(&PostParams::default(), &s)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        e.message,
+        "Secret \"big\" is invalid: data: Too long: may not be more than 1048576 bytes"
+    );
+    t.cleanup_namespace(&ns).await;
+}
+
+/// Discovery of the core group lists every core resource of a real
+/// server, with its kind, scope, verbs and short names; the ones kube-sim
+/// added for this answer list/get (or create, for bindings).
+#[tokio::test]
+async fn core_discovery_lists_every_core_resource() {
+    let t = Target::new().await;
+    let list = t
+        .client
+        .list_core_api_resources("v1")
+        .await
+        .unwrap_or_else(|e| panic!("core discovery: {e}"));
+    let names: Vec<&str> = list
+        .resources
+        .iter()
+        .filter(|r| !r.name.contains('/'))
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "bindings",
+            "componentstatuses",
+            "configmaps",
+            "endpoints",
+            "events",
+            "limitranges",
+            "namespaces",
+            "nodes",
+            "persistentvolumeclaims",
+            "persistentvolumes",
+            "pods",
+            "podtemplates",
+            "replicationcontrollers",
+            "resourcequotas",
+            "secrets",
+            "serviceaccounts",
+            "services",
+        ]
+    );
+    let full = [
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    ];
+    /// (resource, kind, namespaced, verbs, short names).
+    type Want<'a> = (&'a str, &'a str, bool, &'a [&'a str], &'a [&'a str]);
+    let want: [Want<'_>; 6] = [
+        ("bindings", "Binding", true, &["create"], &[]),
+        (
+            "componentstatuses",
+            "ComponentStatus",
+            false,
+            &["get", "list"],
+            &["cs"],
+        ),
+        ("limitranges", "LimitRange", true, &full, &["limits"]),
+        ("podtemplates", "PodTemplate", true, &full, &[]),
+        (
+            "replicationcontrollers",
+            "ReplicationController",
+            true,
+            &full,
+            &["rc"],
+        ),
+        ("resourcequotas", "ResourceQuota", true, &full, &["quota"]),
+    ];
+    for (name, kind, namespaced, verbs, short) in want {
+        let r = list
+            .resources
+            .iter()
+            .find(|r| r.name == name)
+            .unwrap_or_else(|| panic!("{name} missing"));
+        assert_eq!(r.kind, kind, "{name}");
+        assert_eq!(r.namespaced, namespaced, "{name}");
+        assert_eq!(r.verbs, verbs, "{name}");
+        assert_eq!(r.short_names.clone().unwrap_or_default(), short, "{name}");
+    }
+    for sub in ["replicationcontrollers/status", "resourcequotas/status"] {
+        assert!(
+            list.resources.iter().any(|r| r.name == sub),
+            "{sub} missing"
+        );
+    }
+
+    // The new resources answer what their verbs say.
+    let ns = t.namespace("conf-core").await;
+    let lr: Api<k8s_openapi::api::core::v1::LimitRange> = Api::namespaced(t.client.clone(), &ns);
+    let obj: k8s_openapi::api::core::v1::LimitRange = serde_json::from_value(json!({
+        "metadata": {"name": "lr"},
+        "spec": {"limits": [{"type": "Container", "default": {"cpu": "100m"}}]},
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    lr.create(&PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("creating a LimitRange: {e}"));
+    assert_eq!(
+        lr.list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("listing LimitRanges: {e}"))
+            .items
+            .len(),
+        1
+    );
+    let rq: Api<k8s_openapi::api::core::v1::ResourceQuota> = Api::namespaced(t.client.clone(), &ns);
+    assert!(
+        rq.list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("listing ResourceQuotas: {e}"))
+            .items
+            .is_empty()
+    );
+    let pt: Api<k8s_openapi::api::core::v1::PodTemplate> = Api::namespaced(t.client.clone(), &ns);
+    assert!(
+        pt.get_opt("none")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .is_none()
+    );
+    let rc: Api<k8s_openapi::api::core::v1::ReplicationController> =
+        Api::namespaced(t.client.clone(), &ns);
+    assert!(
+        rc.list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("listing ReplicationControllers: {e}"))
+            .items
+            .is_empty()
+    );
+    let cs: Api<k8s_openapi::api::core::v1::ComponentStatus> = Api::all(t.client.clone());
+    cs.list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("listing ComponentStatuses: {e}"));
+    if let Some(sim) = t.sim() {
+        // ComponentStatus is read-only: no create route.
+        let (code, body) = common::raw(
+            sim,
+            "POST",
+            "/api/v1/componentstatuses",
+            "application/json",
+            r#"{"metadata":{"name":"x"}}"#,
+        )
+        .await;
+        assert_eq!(code, 405, "{body}");
+        // POST bindings binds the pod named by the Binding.
+        let pods: Api<Pod> = Api::namespaced(t.client.clone(), &ns);
+        pods.create(&PostParams::default(), &pod("p"))
+            .await
+            .unwrap_or_else(|e| panic!("creating a pod: {e}"));
+        let (code, body) = common::raw(
+            sim,
+            "POST",
+            &format!("/api/v1/namespaces/{ns}/bindings"),
+            "application/json",
+            r#"{"kind":"Binding","apiVersion":"v1","metadata":{"name":"p"},"target":{"kind":"Node","name":"node-1"}}"#,
+        )
+        .await;
+        assert_eq!(code, 201, "{body}");
+        let p = pods.get("p").await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.spec.and_then(|s| s.node_name).as_deref(), Some("node-1"));
+    }
     t.cleanup_namespace(&ns).await;
 }

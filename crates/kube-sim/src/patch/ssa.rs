@@ -182,12 +182,50 @@ fn fs_walk(ty: Ty<'_>, v: &Value, path: &Path, set: &mut Set) -> Result<(), Stri
             }
             Ok(())
         }
-        // null or a value of the wrong JSON type: owned as a leaf.
+        // A list or a map given as another JSON type: structured-merge-diff
+        // refuses to build the typed object (typed/helpers.go listValue,
+        // mapValue).
+        (Shape::List, _) if !v.is_null() => Err(format!(
+            "{}: expected list, got &{{{}}}",
+            path_string(path),
+            go_format(v)
+        )),
+        (Shape::Struct | Shape::Map, _) if !v.is_null() => Err(format!(
+            "{}: expected map, got &{{{}}}",
+            path_string(path),
+            go_format(v)
+        )),
+        // null or a scalar: owned as a leaf.
         _ => {
             if !v.is_null() {
                 set.insert(path);
             }
             Ok(())
+        }
+    }
+}
+
+/// How Go's `%v` prints a decoded JSON value (maps with sorted keys).
+fn go_format(v: &Value) -> String {
+    match v {
+        Value::Null => "<nil>".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => s.clone(),
+        Value::Array(a) => format!(
+            "[{}]",
+            a.iter().map(go_format).collect::<Vec<_>>().join(" ")
+        ),
+        Value::Object(m) => {
+            let mut kv: Vec<(&String, &Value)> = m.iter().collect();
+            kv.sort_by(|a, b| a.0.cmp(b.0));
+            format!(
+                "map[{}]",
+                kv.iter()
+                    .map(|(k, v)| format!("{k}:{}", go_format(v)))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )
         }
     }
 }
@@ -848,8 +886,9 @@ pub(crate) fn apply(
         .unwrap_or("");
     let config_set = to_field_set(ty, config).map_err(|e| {
         PatchError::ServerError(format!(
-            "failed to create typed patch object ({ns}/{name}; {gv}, Kind={}): {e}",
-            gvk.kind
+            // schema.GroupVersionKind.String(): `group/version, Kind=kind`.
+            "failed to create typed patch object ({ns}/{name}; {}/{}, Kind={}): {e}",
+            gvk.group, gvk.version, gvk.kind
         ))
     })?;
 

@@ -259,7 +259,7 @@ fn apply_errors_match_upstream() {
             name: "an unknown field is a plain error from ObjectToTyped (500, no reason)",
             cfg: json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}, "dataa": {}}),
             code: 500,
-            message: "failed to create typed patch object (ns/c; v1, Kind=ConfigMap): .dataa: field not declared in schema",
+            message: "failed to create typed patch object (ns/c; /v1, Kind=ConfigMap): .dataa: field not declared in schema",
         },
         Case {
             name: "wrong apiVersion is 400",
