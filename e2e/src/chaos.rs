@@ -195,7 +195,9 @@ impl ChaosReport {
                 self.seed
             ),
             format!("finalizers: {}", self.profile),
-            if self.create_time_policies.is_empty() {
+            if self.profile == Profile::UpstreamWithAdmission {
+                "create-time policy: not rendered (upstream profile: the admission plugin adds the finalizers; a deletion in the creation window is a violation)".to_string()
+            } else if self.create_time_policies.is_empty() {
                 "create-time policy: none (deletions in the creation window are counted, not violations)".to_string()
             } else {
                 format!(

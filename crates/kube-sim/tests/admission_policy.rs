@@ -186,7 +186,9 @@ async fn finalizer_policy_adds_on_create_only_like_the_admission_plugin() {
         "*"
     );
 
-    let cases: &[(&str, Option<&[&str]>, &[&str])] = &[
+    // (name, finalizers given, finalizers wanted)
+    type Case<'a> = (&'a str, Option<&'a [&'a str]>, &'a [&'a str]);
+    let cases: &[Case<'_>] = &[
         ("none", None, &[PVC_FINALIZER]),
         ("empty", Some(&[]), &[PVC_FINALIZER]),
         ("present", Some(&[PVC_FINALIZER]), &[PVC_FINALIZER]),

@@ -41,8 +41,15 @@ fn template(helm: &Helm, api: Option<&str>, pairs: &[&str]) -> Result<Rendered, 
     helm.template("pm", "protection", &a)
 }
 
-/// (apiVersion, policy name, resource, finalizer) of each rendered policy.
-fn policies(r: &Rendered) -> Vec<(String, String, String, String)> {
+/// (apiVersion, policy name, resource, finalizer) of a rendered policy.
+type PolicyRow = (String, String, String, String);
+
+/// A render case: name, the API version the cluster serves, `--set` pairs,
+/// the policies wanted.
+type Case<'a> = (&'a str, Option<&'a str>, Vec<&'a str>, Vec<PolicyRow>);
+
+/// The rows of each rendered policy.
+fn policies(r: &Rendered) -> Vec<PolicyRow> {
     let bindings = r.of_kind("MutatingAdmissionPolicyBinding");
     r.of_kind("MutatingAdmissionPolicy")
         .into_iter()
@@ -79,7 +86,7 @@ fn policies(r: &Rendered) -> Vec<(String, String, String, String)> {
         .collect()
 }
 
-fn both(api: &str) -> Vec<(String, String, String, String)> {
+fn both(api: &str) -> Vec<PolicyRow> {
     vec![
         (
             api.to_string(),
@@ -100,14 +107,9 @@ fn both(api: &str) -> Vec<(String, String, String, String)> {
 fn rendered_per_api_profile_release_gate_and_controller() {
     let v1 = "admissionregistration.k8s.io/v1";
     let beta = "admissionregistration.k8s.io/v1beta1";
-    let none: Vec<(String, String, String, String)> = Vec::new();
+    let none: Vec<PolicyRow> = Vec::new();
     let pvc_only = vec![both(v1).remove(0)];
-    let cases: Vec<(
-        &str,
-        Option<&str>,
-        Vec<&str>,
-        Vec<(String, String, String, String)>,
-    )> = vec![
+    let cases: Vec<Case<'_>> = vec![
         ("1.36: v1, auto", Some(V1), vec![], both(v1)),
         (
             "1.34-1.35: v1beta1, auto",

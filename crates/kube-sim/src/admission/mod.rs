@@ -530,11 +530,10 @@ fn resources_match(
     let name = meta_str(obj, "name");
     let rules = mr.get("resourceRules").and_then(Value::as_array);
     match rules {
-        Some(r) if !r.is_empty() => {
-            if !r.iter().any(|rule| rule_matches(rule, a, name)) {
-                return false;
-            }
+        Some(r) if !r.is_empty() && !r.iter().any(|rule| rule_matches(rule, a, name)) => {
+            return false;
         }
+        Some(r) if !r.is_empty() => {}
         _ if require_rules => return false,
         _ => {}
     }
