@@ -32,12 +32,19 @@ use crate::release::{CONTAINER, LB_CLASS, ManagerRelease};
 /// Which finalizer names, and who adds them first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Profile {
-    /// The chart's default `project` names, added by the manager after
-    /// creation: a claim created and deleted before the manager added its
-    /// finalizer (e.g. while no leader runs) is unprotected by design
-    /// (crates/pv-protection/README.md); such deletions are counted, and
-    /// invariant 1 holds for every object that carried a finalizer.
+    /// The chart's defaults: `project` names and createTimeProtection=auto,
+    /// so the chart's MutatingAdmissionPolicy adds the finalizers at creation
+    /// where the cluster serves the API (kube-sim does; Kubernetes 1.36, or
+    /// 1.34-1.35 with the API on). With the policy installed every claim and
+    /// volume carries its finalizer from creation, and a deletion in the
+    /// creation window is a violation (invariant 1 for all of them). Where
+    /// the API is missing, the manager adds them after creation: a claim
+    /// created and deleted before that is unprotected by design
+    /// (crates/pv-protection/README.md) and counted, not a violation.
     Project,
+    /// `project` names with createTimeProtection=false: the manager adds
+    /// them after creation; the creation window is counted.
+    ProjectWithoutPolicy,
     /// `finalizerProfile=upstream` with kube-sim's StorageObjectInUseProtection
     /// admission emulation on, as a cluster whose built-in controllers are
     /// off: every claim and volume carries its finalizer from creation, and
@@ -48,7 +55,12 @@ pub enum Profile {
 impl std::fmt::Display for Profile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            Profile::Project => "project finalizers (added by the manager)",
+            Profile::Project => {
+                "project finalizers (chart defaults: the create-time policy where served)"
+            }
+            Profile::ProjectWithoutPolicy => {
+                "project finalizers added by the manager (createTimeProtection=false)"
+            }
             Profile::UpstreamWithAdmission => {
                 "upstream finalizers added at creation by the admission plugin"
             }
@@ -124,12 +136,17 @@ impl ChaosConfig {
     /// finalizer profile.
     pub fn values(&self) -> Vec<String> {
         let profile = match self.profile {
-            Profile::Project => "project",
+            Profile::Project | Profile::ProjectWithoutPolicy => "project",
             Profile::UpstreamWithAdmission => "upstream",
+        };
+        let create_time = match self.profile {
+            Profile::ProjectWithoutPolicy => "false",
+            _ => "auto",
         };
         vec![
             "replicaCount=2".to_string(),
             format!("finalizerProfile={profile}"),
+            format!("createTimeProtection.enabled={create_time}"),
             format!(
                 "leaderElection.leaseDuration={}s",
                 self.lease_duration.as_secs()
@@ -151,6 +168,9 @@ impl ChaosConfig {
 pub struct ChaosReport {
     pub seed: u64,
     pub profile: Profile,
+    /// The create-time MutatingAdmissionPolicies the chart installed (none:
+    /// the creation window was counted, not a violation).
+    pub create_time_policies: Vec<String>,
     pub fault_phase: Duration,
     pub total: Duration,
     /// Churn operations by name (successful / failed).
@@ -175,6 +195,16 @@ impl ChaosReport {
                 self.seed
             ),
             format!("finalizers: {}", self.profile),
+            if self.profile == Profile::UpstreamWithAdmission {
+                "create-time policy: not rendered (upstream profile: the admission plugin adds the finalizers; a deletion in the creation window is a violation)".to_string()
+            } else if self.create_time_policies.is_empty() {
+                "create-time policy: none (deletions in the creation window are counted, not violations)".to_string()
+            } else {
+                format!(
+                    "create-time policy: {} (a deletion in the creation window is a violation)",
+                    self.create_time_policies.join(", ")
+                )
+            },
             format!(
                 "fault phase {:.0}s, cleanup {:.1}s, total {:.0}s",
                 self.fault_phase.as_secs_f64(),
@@ -665,6 +695,12 @@ pub async fn run(
     let values = cfg.values();
     let sets: Vec<&str> = values.iter().map(String::as_str).collect();
     rel.install(&sets, true).await?;
+    let create_time_policies = rel.create_time_policies().await?;
+    if cfg.profile == Profile::Project && create_time_policies.is_empty() {
+        println!(
+            "NOTE: the cluster serves no MutatingAdmissionPolicy API: no create-time policy, the creation window is counted"
+        );
+    }
     let own = h.own_release()?;
     rel.wait_running_as(&own).await?;
     let monitor = Monitor::start(
@@ -674,7 +710,10 @@ pub async fn run(
             lease: Some((rel.namespace.clone(), rel.lease_name().to_string())),
             lease_duration: cfg.lease_duration,
             retry_period: cfg.retry_period,
-            strict: cfg.profile == Profile::UpstreamWithAdmission,
+            // Every claim and volume carries its finalizer from creation:
+            // the creation window is a violation.
+            strict: cfg.profile == Profile::UpstreamWithAdmission
+                || !create_time_policies.is_empty(),
         },
     )
     .await?;
@@ -826,6 +865,7 @@ pub async fn run(
     Ok(ChaosReport {
         seed: cfg.seed,
         profile: cfg.profile,
+        create_time_policies,
         fault_phase,
         total: started.elapsed(),
         ops: churn.ops,

@@ -318,6 +318,41 @@ impl ManagerRelease {
             .map(|n| (n, holder)))
     }
 
+    /// The create-time MutatingAdmissionPolicies this release installed
+    /// (chart value createTimeProtection), sorted by name: served as
+    /// admissionregistration.k8s.io/v1, else v1beta1; none where the cluster
+    /// serves neither.
+    pub async fn create_time_policies(&self) -> Result<Vec<String>> {
+        use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+        for version in ["v1", "v1beta1"] {
+            let gvk = GroupVersionKind::gvk(
+                "admissionregistration.k8s.io",
+                version,
+                "MutatingAdmissionPolicy",
+            );
+            let api: Api<DynamicObject> = Api::all_with(
+                self.client.clone(),
+                &ApiResource::from_gvk_with_plural(&gvk, "mutatingadmissionpolicies"),
+            );
+            let lp =
+                ListParams::default().labels(&format!("app.kubernetes.io/instance={}", self.name));
+            match api.list(&lp).await {
+                Ok(list) => {
+                    let mut names: Vec<String> = list.items.iter().map(|p| p.name_any()).collect();
+                    names.sort();
+                    return Ok(names);
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => continue,
+                Err(e) => {
+                    return Err(e).ctx(|| {
+                        format!("listing admissionregistration.k8s.io/{version} MutatingAdmissionPolicies")
+                    });
+                }
+            }
+        }
+        Ok(Vec::new())
+    }
+
     /// Pods, their phase/readiness and restarts, and the Deployment status,
     /// for failure messages.
     pub async fn diagnostics(&self) -> String {

@@ -22,6 +22,7 @@ fn runtime() -> tokio::runtime::Runtime {
 async fn short_chaos(seed: u64, profile: Profile) -> Result<()> {
     let mut opts = HarnessOptions::new(match profile {
         Profile::Project => "chaos",
+        Profile::ProjectWithoutPolicy => "chaos-np",
         Profile::UpstreamWithAdmission => "chaos-up",
     });
     opts.seed = seed;
@@ -56,6 +57,14 @@ async fn short_chaos(seed: u64, profile: Profile) -> Result<()> {
         for l in report.lines() {
             println!("{l}");
         }
+        // kube-sim serves MutatingAdmissionPolicy: the project profile runs
+        // with the chart's create-time policy, so the creation window is a
+        // violation (the monitor is strict) and must stay at 0.
+        if profile == Profile::Project && h.is_sim() && report.create_time_policies.is_empty() {
+            return Err(Error::Check(format!(
+                "the chart installed no create-time policy on kube-sim (seed {seed})"
+            )));
+        }
         if report.kills.is_empty() {
             return Err(Error::Check(format!("no leader was killed during the run (seed {seed})")));
         }
@@ -68,8 +77,9 @@ async fn short_chaos(seed: u64, profile: Profile) -> Result<()> {
         report.monitor.ok().map_err(|e| Error::Check(format!("seed {seed}: {e}")))?;
         let c = &report.monitor.counts;
         h.verified(format!(
-            "no claim or volume disappeared in use: {} PVC and {} PV deletions checked ({} PVCs and {} PVs held Terminating while in use; {} claims deleted in use before any finalizer, the creation window)",
-            c.pvc_deletions_checked, c.pv_deletions_checked, c.pvcs_held_while_in_use, c.pvs_held_while_bound, c.unprotected_pvcs_deleted_in_use
+            "no claim or volume disappeared in use: {} PVC and {} PV deletions checked ({} PVCs and {} PVs held Terminating while in use; {} claims and {} volumes deleted in use before any finalizer, the creation window{})",
+            c.pvc_deletions_checked, c.pv_deletions_checked, c.pvcs_held_while_in_use, c.pvs_held_while_bound, c.unprotected_pvcs_deleted_in_use, c.unprotected_pvs_deleted_bound,
+            if report.create_time_policies.is_empty() { "" } else { ", closed by the create-time policy" }
         ));
         h.verified(format!(
             "no orphaned load balancer: {} Service deletions and {} inventory sweeps checked",

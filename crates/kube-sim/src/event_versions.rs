@@ -71,9 +71,14 @@ pub fn v1_rid() -> Option<ResId> {
     resources::find("events.k8s.io", "v1", "events")
 }
 
-/// The resource whose storage `rid` uses, if it is a view of another.
+/// The resource whose storage `rid` uses, if it is a view of another
+/// (events.k8s.io/v1 Events; the admissionregistration v1beta1 policy kinds,
+/// see [`crate::admission::versions`]).
 pub fn storage_of(rid: ResId) -> Option<ResId> {
-    (Some(rid) == v1_rid()).then(core_rid).flatten()
+    (Some(rid) == v1_rid())
+        .then(core_rid)
+        .flatten()
+        .or_else(|| crate::admission::versions::storage_of(rid))
 }
 
 fn reorder(m: Map<String, Value>, kind: &str, api_version: &str, order: &[&str]) -> Value {
@@ -96,6 +101,9 @@ fn reorder(m: Map<String, Value>, kind: &str, api_version: &str, order: &[&str])
 
 /// A stored core/v1 Event as events.k8s.io/v1.
 pub fn core_to_v1(v: &Value) -> Value {
+    if let Some(view) = crate::admission::versions::to_view(v) {
+        return view;
+    }
     let Value::Object(m) = v else {
         return v.clone();
     };
@@ -114,6 +122,9 @@ pub fn core_to_v1(v: &Value) -> Value {
 
 /// An events.k8s.io/v1 Event as core/v1 (for storage).
 pub fn v1_to_core(v: &Value) -> Value {
+    if let Some(stored) = crate::admission::versions::to_storage(v) {
+        return stored;
+    }
     let Value::Object(m) = v else {
         return v.clone();
     };

@@ -12,6 +12,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod admin;
+pub mod admission;
 pub mod cluster;
 pub mod controllers;
 pub mod discovery;

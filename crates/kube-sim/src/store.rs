@@ -847,7 +847,7 @@ impl Store {
         }
         prune(def, &mut obj);
         let now = object::now_string();
-        self.before_create(rid, &mut obj, &now)?;
+        self.before_create(rid, &mut obj, &now, opts.dry_run)?;
         patch::track_update(
             None,
             &mut obj,
@@ -864,7 +864,13 @@ impl Store {
 
     /// rest.BeforeCreate: system fields, generateName, strategy, admission,
     /// validation.
-    fn before_create(&self, rid: ResId, obj: &mut Value, now: &str) -> Result<(), ApiError> {
+    fn before_create(
+        &self,
+        rid: ResId,
+        obj: &mut Value,
+        now: &str,
+        dry_run: bool,
+    ) -> Result<(), ApiError> {
         let def = &RESOURCES[rid];
         {
             let m = object::meta_mut(obj);
@@ -907,12 +913,24 @@ impl Store {
         if def.group.is_empty() && def.resource == "persistentvolumeclaims" {
             self.default_storage_class(obj);
         }
+        // MutatingAdmissionPolicy, after the built-in plugins, before validation.
+        self.mutating_admission(
+            &crate::admission::Attributes {
+                def,
+                operation: crate::admission::Operation::Create,
+                subresource: None,
+                old: None,
+                dry_run,
+            },
+            obj,
+        )?;
         let mut errs = crate::validation::validate_object_meta(
             obj.get("metadata").unwrap_or(&Value::Null),
             def.name_rule,
             def.namespaced,
         );
         errs.extend(crate::spec_validation::validate_create(def, obj));
+        errs.extend(crate::admission::prepare(def, obj));
         if !errs.is_empty() {
             let name = meta_str(obj, "name").to_string();
             return Err(ApiError::invalid(def.group, def.kind, &name, &errs));
@@ -1102,7 +1120,7 @@ impl Store {
                     let core = event_versions::v1_to_core(&obj);
                     let mut core = core;
                     let cdef = &RESOURCES[srid];
-                    self.before_create(srid, &mut core, &now)?;
+                    self.before_create(srid, &mut core, &now, opts.dry_run)?;
                     let core = canonicalize(core, cdef.kind, &cdef.api_version());
                     return match self.commit_create(srid, core, false, opts.dry_run) {
                         Ok(s) => Ok((view(&s)?, true)),
@@ -1110,7 +1128,7 @@ impl Store {
                         Err(e) => Err(event_versions::view_error(e)),
                     };
                 }
-                self.before_create(rid, &mut obj, &now)?;
+                self.before_create(rid, &mut obj, &now, opts.dry_run)?;
                 let obj = canonicalize(obj, def.kind, &def.api_version());
                 return match self.commit_create(rid, obj, false, opts.dry_run) {
                     Ok(s) => Ok((s, true)),
@@ -1205,6 +1223,18 @@ impl Store {
             }
         }
         strategy::apply_defaults(def, &mut new);
+        // MutatingAdmissionPolicy: before the strategy, validation and the
+        // "no new finalizers while deleting" rule, as in kube-apiserver.
+        self.mutating_admission(
+            &crate::admission::Attributes {
+                def,
+                operation: crate::admission::Operation::Update,
+                subresource,
+                old: Some(old),
+                dry_run: opts.dry_run,
+            },
+            &mut new,
+        )?;
         strategy::prepare_for_update(def, &mut new, old, subresource, now);
         if def.group.is_empty() && def.resource == "services" && subresource.is_none() {
             // A type change may need a cluster IP or node ports.
@@ -1256,6 +1286,7 @@ impl Store {
         if subresource.is_none() {
             errs.extend(crate::spec_validation::validate_update(def, &new, old));
         }
+        errs.extend(crate::admission::prepare(def, &mut new));
         if !errs.is_empty() {
             return Err(ApiError::invalid(def.group, def.kind, &name, &errs));
         }
@@ -1658,7 +1689,7 @@ impl Store {
         let def = &RESOURCES[rid];
         let mut obj = obj;
         let now = object::now_string();
-        self.before_create(rid, &mut obj, &now)?;
+        self.before_create(rid, &mut obj, &now, false)?;
         let obj = canonicalize(obj, def.kind, &def.api_version());
         self.commit_create(rid, obj, false, false)
     }

@@ -32,10 +32,14 @@ struct Args {
     /// default lease timings.
     #[arg(long)]
     short: bool,
-    /// Finalizer names: `project` (the chart's default; the manager adds
-    /// them after creation) or `upstream` (with kube-sim's admission
-    /// emulation adding them at creation; sim only).
-    #[arg(long, default_value = "project", value_parser = ["project", "upstream"])]
+    /// Finalizer names: `project` (the chart's defaults: its create-time
+    /// MutatingAdmissionPolicy adds them at creation where the cluster
+    /// serves the API, and a deletion in the creation window is then a
+    /// violation), `project-no-policy` (createTimeProtection=false: the
+    /// manager adds them after creation, the window is counted) or
+    /// `upstream` (with kube-sim's admission emulation adding them at
+    /// creation; sim only).
+    #[arg(long, default_value = "project", value_parser = ["project", "project-no-policy", "upstream"])]
     profile: String,
 }
 
@@ -70,8 +74,10 @@ async fn run(args: Args) -> Result<bool> {
     } else {
         ChaosConfig::long(seed, args.duration)
     };
-    if args.profile == "upstream" {
-        cfg.profile = Profile::UpstreamWithAdmission;
+    match args.profile.as_str() {
+        "upstream" => cfg.profile = Profile::UpstreamWithAdmission,
+        "project-no-policy" => cfg.profile = Profile::ProjectWithoutPolicy,
+        _ => {}
     }
     println!(
         "chaos: seed {seed}, fault phase {:?}, lease {:?}",

@@ -7,6 +7,9 @@
 //! deletions still clean up; 0.2 → 0.1 (rollback by one): finalizers kept,
 //! deletion still works, no orphaned load balancer, nothing stuck;
 //! 0.2 → 0.3: the gate is locked (the chart and the manager refuse it off).
+//! The chart's create-time MutatingAdmissionPolicy follows the add gate: none
+//! at 0.1, installed at 0.2 (a new claim carries the finalizer in the create
+//! response), removed by the rollback to 0.1 (finalizers still removed).
 
 use std::time::Duration;
 
@@ -177,6 +180,69 @@ async fn pvc_round_trip(app: &App<'_>, name: &str, finalizer: bool) -> Result<()
     app.wait_gone(&app.pvcs(), name).await
 }
 
+/// The chart's create-time policy at this phase: with `on`, the release's
+/// two policies exist and a new claim carries the pvc-protection finalizer
+/// in the create response itself (no manager write); without, there is no
+/// policy and a new claim has no finalizer when created. The claim is then
+/// deleted. In cluster mode without the MutatingAdmissionPolicy API the
+/// policy cannot exist: said, and only the "off" half is checked.
+async fn create_time(app: &App<'_>, rel: &ManagerRelease, on: bool, claim: &str) -> Result<String> {
+    let h = app.h;
+    let policies = rel.create_time_policies().await?;
+    let want = vec![
+        format!("{}-pv-protection", rel.fullname),
+        format!("{}-pvc-protection", rel.fullname),
+    ];
+    let on = if on && policies.is_empty() && !h.is_sim() {
+        h.skip_in_cluster(
+            "the create-time policy (the cluster serves no MutatingAdmissionPolicy API)",
+        );
+        false
+    } else {
+        on
+    };
+    if on {
+        ensure!(
+            policies == want,
+            "create-time policies: want {want:?}, have {policies:?}"
+        );
+    } else {
+        ensure!(
+            policies.is_empty(),
+            "no create-time policy expected, have {policies:?}"
+        );
+    }
+    let obj: PersistentVolumeClaim = serde_json::from_value(objects::dynamic_pvc(&h.run, claim))
+        .map_err(|e| crate::Error::Check(format!("claim json: {e}")))?;
+    let created = app
+        .pvcs()
+        .create(&Default::default(), &obj)
+        .await
+        .ctx(|| format!("create pvc {claim}"))?;
+    let f = finalizers(&created.metadata);
+    if on {
+        ensure!(
+            f == [PVC_FINALIZER.to_string()],
+            "the claim {claim} was created without the finalizer under the create-time policy: {f:?}"
+        );
+    } else {
+        ensure!(
+            f.is_empty(),
+            "the claim {claim} got {f:?} at creation with no policy"
+        );
+    }
+    app.delete("pvc", claim, false, &[]).await?;
+    app.wait_gone(&app.pvcs(), claim).await?;
+    Ok(if on {
+        format!(
+            "create-time policies {}: a new claim carried {PVC_FINALIZER} in the create response",
+            policies.join(", ")
+        )
+    } else {
+        "no create-time policy: a new claim had no finalizer when created".to_string()
+    })
+}
+
 /// The phase walk 0.0 → 0.1 → 0.2 → (rollback) 0.1 → 0.2 → 0.3, with the
 /// KEP's checks at each step, then the locked gate at 0.3.
 pub async fn phases(app: &App<'_>, rel: &ManagerRelease) -> Result<()> {
@@ -254,6 +320,8 @@ pub async fn phases(app: &App<'_>, rel: &ManagerRelease) -> Result<()> {
     lb_round_trip(app, "web-01", false).await?;
     pvc_round_trip(app, "scratch-01", false).await?;
     h.verified("0.1: nothing broken: a new LB Service gets a load balancer without finalizer and its deletion deletes it; an unused claim deletes at once");
+    let said = create_time(app, rel, false, "created-01").await?;
+    h.verified(format!("0.1 (gate off): {said}"));
     let _ = since;
 
     // --- 0.1 → 0.2: back-fill.
@@ -285,6 +353,10 @@ pub async fn phases(app: &App<'_>, rel: &ManagerRelease) -> Result<()> {
     lb_round_trip(app, "web-02", true).await?;
     pvc_round_trip(app, "scratch-02", true).await?;
     h.verified("0.2: deletions still clean up: a new LB Service (finalizer, load balancer) and an unused claim (finalizer) are deleted completely");
+    let said = create_time(app, rel, true, "created-02").await?;
+    h.verified(format!(
+        "0.2 (gate on): {said}; its deletion completed (the manager removed the finalizer)"
+    ));
 
     // --- 0.2 → 0.1: rollback by one.
     let rev_01 = 2;
@@ -332,6 +404,10 @@ pub async fn phases(app: &App<'_>, rel: &ManagerRelease) -> Result<()> {
         );
     }
     h.verified("0.1 after the rollback: the Service, PV and PVC keep their finalizers (no write by the manager)");
+    let said = create_time(app, rel, false, "created-03").await?;
+    h.verified(format!(
+        "0.1 after the rollback: the policy went with the gate; {said}"
+    ));
     // Deletion still works at 0.1 on objects with finalizers.
     app.delete("pvc", &f.pvc, false, &[]).await?;
     wait::holds_for(

@@ -1,7 +1,11 @@
 //! `make bench-sim`: sustained create and patch rates of kube-sim and the
 //! watch fan-out latency, driven by kube-rs clients in the same process.
 //!
-//! Usage: kube-sim-bench [--objects N] [--watchers W] [--clients 1,16]
+//! `--policies P` binds P MutatingAdmissionPolicies that match every
+//! ConfigMap create and update (a match condition and a one-label JSON
+//! patch each), to measure the cost of admission on the write path.
+//!
+//! Usage: kube-sim-bench [--objects N] [--watchers W] [--clients 1,16] [--policies P]
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,6 +23,7 @@ struct Args {
     objects: usize,
     watchers: usize,
     clients: Vec<usize>,
+    policies: usize,
 }
 
 fn parse_args() -> Result<Args> {
@@ -26,12 +31,16 @@ fn parse_args() -> Result<Args> {
         objects: 10_000,
         watchers: 10,
         clients: vec![1, 16],
+        policies: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let val = it.next().with_context(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--objects" => a.objects = val.parse().with_context(|| format!("--objects {val:?}"))?,
+            "--policies" => {
+                a.policies = val.parse().with_context(|| format!("--policies {val:?}"))?
+            }
             "--watchers" => {
                 a.watchers = val.parse().with_context(|| format!("--watchers {val:?}"))?
             }
@@ -46,7 +55,7 @@ fn parse_args() -> Result<Args> {
                     .collect::<Result<_>>()?
             }
             other => bail!(
-                "unknown flag {other}; usage: kube-sim-bench [--objects N] [--watchers W] [--clients 1,16]"
+                "unknown flag {other}; usage: kube-sim-bench [--objects N] [--watchers W] [--clients 1,16] [--policies P]"
             ),
         }
     }
@@ -63,7 +72,48 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i.min(sorted.len() - 1)]
 }
 
-async fn run(objects: usize, watchers: usize, clients: usize) -> Result<()> {
+/// Binds `n` MutatingAdmissionPolicies on ConfigMap create and update.
+async fn install_policies(client: &kube::Client, n: usize) -> Result<()> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let res = |kind: &str, plural: &str| {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind),
+            plural,
+        )
+    };
+    let policies: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &res("MutatingAdmissionPolicy", "mutatingadmissionpolicies"),
+    );
+    let bindings: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &res(
+            "MutatingAdmissionPolicyBinding",
+            "mutatingadmissionpolicybindings",
+        ),
+    );
+    for i in 0..n {
+        let name = format!("bench-{i}");
+        let policy: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}]},
+                "matchConditions": [{"name": "unlabelled", "expression": format!("!has(object.metadata.labels) || !('policy-{i}' in object.metadata.labels)")}],
+                "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": format!("[JSONPatch{{op: 'add', path: '/metadata/labels/policy-{i}', value: 'yes'}}]")}}],
+            },
+        }))?;
+        policies.create(&PostParams::default(), &policy).await?;
+        let binding: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
+            "metadata": {"name": name}, "spec": {"policyName": name},
+        }))?;
+        bindings.create(&PostParams::default(), &binding).await?;
+    }
+    Ok(())
+}
+
+async fn run(objects: usize, watchers: usize, clients: usize, policies: usize) -> Result<()> {
     let sim = KubeSim::start(SimConfig {
         history_window: objects * 2 + 100,
         request_log_capacity: 1000,
@@ -71,6 +121,7 @@ async fn run(objects: usize, watchers: usize, clients: usize) -> Result<()> {
     })
     .await?;
     let admin = sim.try_client_as("bench").await?;
+    install_policies(&admin, policies).await?;
     let api: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
     let rv = api
         .list(&ListParams::default().limit(1))
@@ -205,9 +256,10 @@ async fn run(objects: usize, watchers: usize, clients: usize) -> Result<()> {
 async fn main() -> Result<()> {
     let args = parse_args()?;
     println!(
-        "kube-sim bench: {} objects, {} watchers, kube-rs clients in-process ({} cores)",
+        "kube-sim bench: {} objects, {} watchers, {} mutating admission policies, kube-rs clients in-process ({} cores)",
         args.objects,
         args.watchers,
+        args.policies,
         std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1)
@@ -225,7 +277,7 @@ async fn main() -> Result<()> {
         "max ms"
     );
     for c in args.clients.clone() {
-        run(args.objects, args.watchers, c).await?;
+        run(args.objects, args.watchers, c, args.policies).await?;
     }
     println!(
         "(events = watch events delivered across all watchers; latency = write request start -> watcher receipt)"

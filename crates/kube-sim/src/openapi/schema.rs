@@ -16,6 +16,12 @@ use serde_json::{Map, Value};
 /// The vendored definitions (upstream swagger form).
 pub(crate) const DEFINITIONS_JSON: &str = include_str!("k8s-v1.33-definitions.json");
 
+/// The MutatingAdmissionPolicy types of admissionregistration.k8s.io v1 and
+/// v1beta1 (Kubernetes v1.36.0, newer than the rest of the schema; see
+/// `vendor/trim_admission_definitions.py`), merged into the same index.
+pub(crate) const ADMISSION_DEFINITIONS_JSON: &str =
+    include_str!("k8s-v1.36-admissionregistration.json");
+
 /// Kubernetes version the vendored schema comes from.
 pub const SCHEMA_KUBERNETES_VERSION: &str = "v1.33.0";
 
@@ -35,13 +41,10 @@ pub fn schemas() -> &'static Schemas {
 
 impl Schemas {
     fn parse(text: &str) -> Schemas {
-        let defs = match serde_json::from_str::<Value>(text) {
-            Ok(Value::Object(mut root)) => match root.remove("definitions") {
-                Some(Value::Object(defs)) => defs,
-                _ => Map::new(),
-            },
-            _ => Map::new(),
-        };
+        let mut defs = Self::definitions_of(text);
+        if !defs.is_empty() {
+            defs.extend(Self::definitions_of(ADMISSION_DEFINITIONS_JSON));
+        }
         if defs.is_empty() {
             tracing::error!(
                 "kube-sim: vendored OpenAPI definitions did not parse; schema-aware features are off"
@@ -64,6 +67,16 @@ impl Schemas {
             }
         }
         Schemas { defs, by_gvk }
+    }
+
+    fn definitions_of(text: &str) -> Map<String, Value> {
+        match serde_json::from_str::<Value>(text) {
+            Ok(Value::Object(mut root)) => match root.remove("definitions") {
+                Some(Value::Object(defs)) => defs,
+                _ => Map::new(),
+            },
+            _ => Map::new(),
+        }
     }
 
     /// All definitions (name -> upstream swagger schema).

@@ -17,6 +17,8 @@ use serde_json::{Map, Value, json};
 pub mod fieldpath;
 mod json;
 mod ssa;
+
+pub(crate) use ssa::merge_apply_configuration;
 mod strategic;
 
 /// The message upstream's `NewGenericServerResponse(422, ...)` puts in the

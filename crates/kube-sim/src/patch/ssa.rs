@@ -957,6 +957,57 @@ fn strip_nulls(v: &mut Value) {
     }
 }
 
+/// The merge of a MutatingAdmissionPolicy `ApplyConfiguration` mutation:
+/// structured-merge-diff's typed merge of `config` over `obj`. As upstream,
+/// a configuration may not set an atomic list, map or struct (it would
+/// replace values it does not name); the error names the first one.
+pub(crate) fn merge_apply_configuration(
+    gvk: &Gvk<'_>,
+    obj: &Value,
+    config: &Value,
+) -> Result<Value, String> {
+    fn check_atomic(ty: Ty<'_>, v: &Value, path: &str) -> Result<(), String> {
+        match v {
+            Value::Object(m) => {
+                if ty.is_leaf(Some(v)) {
+                    return Err(format!(
+                        "may not mutate atomic arrays, maps or structs: {path}"
+                    ));
+                }
+                for (k, fv) in m {
+                    let ft = ty.field(k).unwrap_or(Ty::Deduced);
+                    check_atomic(ft, fv, &format!("{path}.{k}"))?;
+                }
+                Ok(())
+            }
+            Value::Array(items) => {
+                if ty.is_leaf(Some(v)) {
+                    return Err(format!(
+                        "may not mutate atomic arrays, maps or structs: {path}"
+                    ));
+                }
+                let it = ty.items();
+                for (i, item) in items.iter().enumerate() {
+                    check_atomic(it, item, &format!("{path}[{i}]"))?;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+    let ty = Ty::root(gvk.group, gvk.version, gvk.kind);
+    if let Value::Object(m) = config {
+        for (k, v) in m {
+            if k == "apiVersion" || k == "kind" {
+                continue;
+            }
+            let ft = ty.field(k).unwrap_or(Ty::Deduced);
+            check_atomic(ft, v, &format!(".{k}"))?;
+        }
+    }
+    Ok(merge(ty, Some(obj), Some(config)).unwrap_or_else(|| obj.clone()))
+}
+
 #[cfg(test)]
 #[path = "ssa_tests.rs"]
 mod tests;

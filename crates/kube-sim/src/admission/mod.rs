@@ -1,0 +1,840 @@
+//! MutatingAdmissionPolicy (KEP-3962; admissionregistration.k8s.io v1 in
+//! Kubernetes 1.36, v1beta1 in 1.34-1.35): policies and bindings are served
+//! like any resource ([`versions`]); every create and update of another
+//! resource runs the bound policies before strategy and validation, as the
+//! `MutatingAdmissionPolicy` plugin of kube-apiserver does (after the
+//! built-in plugins: StorageObjectInUseProtection, DefaultStorageClass).
+//!
+//! Supported: `matchConstraints` and a binding's `matchResources`
+//! (resourceRules and excludeResourceRules with operations, apiGroups,
+//! apiVersions, resources with subresources and wildcards, resourceNames,
+//! scope; namespaceSelector; objectSelector), `matchConditions`,
+//! `variables`, mutations of `patchType` `JSONPatch` and
+//! `ApplyConfiguration`, `failurePolicy` Fail/Ignore and
+//! `reinvocationPolicy` Never/IfNeeded (one reinvocation round, when a later
+//! policy changed the object). The CEL subset is described in [`cel`].
+//! Refused with a 422 at create or update: `paramKind` (kube-sim has no
+//! parameter resources), an expression that does not compile or uses what
+//! kube-sim cannot evaluate, and the API's own validation rules.
+//!
+//! Differences from kube-apiserver a test could see: `request.userInfo` is
+//! empty; admission on create runs after the name is generated and the uid
+//! set (upstream: before); a failure under `failurePolicy: Fail` is a 500
+//! InternalError naming the policy, the binding and the cause.
+
+pub mod cel;
+pub mod versions;
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use ::cel::{Env, Value as CelValue};
+use parking_lot::Mutex;
+use serde_json::{Value, json};
+
+use crate::error::{ApiError, FieldError};
+use crate::object::meta_str;
+use crate::resources::{self, ResourceDef};
+use crate::selector::LabelSelector;
+use crate::store::Store;
+use cel::{Compiled, Structs};
+use versions::{BINDINGS, GROUP, POLICIES};
+
+/// The operation of an admission request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Create,
+    Update,
+}
+
+impl Operation {
+    fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+        }
+    }
+}
+
+/// What the write path knows about a request.
+pub struct Attributes<'a> {
+    pub def: &'static ResourceDef,
+    pub operation: Operation,
+    pub subresource: Option<&'a str>,
+    pub old: Option<&'a Value>,
+    pub dry_run: bool,
+}
+
+fn is_policy_kind(def: &ResourceDef) -> bool {
+    def.group == GROUP && (def.resource == POLICIES || def.resource == BINDINGS)
+}
+
+// ------------------------------------------------------------ validation
+
+const OPERATIONS: &[&str] = &["CREATE", "UPDATE", "CONNECT", "*"];
+
+/// Defaults and validates a MutatingAdmissionPolicy or binding (the
+/// registry strategy's defaulting and `ValidateMutatingAdmissionPolicy`);
+/// no-op for other kinds. The errors go into the usual 422.
+pub fn prepare(def: &ResourceDef, obj: &mut Value) -> Vec<FieldError> {
+    if !is_policy_kind(def) {
+        return Vec::new();
+    }
+    if def.resource == POLICIES {
+        default_policy(obj);
+        validate_policy(obj)
+    } else {
+        default_binding(obj);
+        validate_binding(obj)
+    }
+}
+
+fn default_match_resources(mr: &mut Value) {
+    let Some(m) = mr.as_object_mut() else {
+        return;
+    };
+    m.entry("matchPolicy")
+        .or_insert_with(|| json!("Equivalent"));
+    m.entry("namespaceSelector").or_insert_with(|| json!({}));
+    m.entry("objectSelector").or_insert_with(|| json!({}));
+    for key in ["resourceRules", "excludeResourceRules"] {
+        if let Some(rules) = m.get_mut(key).and_then(Value::as_array_mut) {
+            for r in rules {
+                if let Some(r) = r.as_object_mut() {
+                    r.entry("scope").or_insert_with(|| json!("*"));
+                }
+            }
+        }
+    }
+}
+
+fn default_policy(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    spec.entry("failurePolicy").or_insert_with(|| json!("Fail"));
+    spec.entry("reinvocationPolicy")
+        .or_insert_with(|| json!("Never"));
+    if let Some(mc) = spec.get_mut("matchConstraints") {
+        default_match_resources(mc);
+    }
+}
+
+fn default_binding(obj: &mut Value) {
+    if let Some(mr) = obj.pointer_mut("/spec/matchResources") {
+        default_match_resources(mr);
+    }
+}
+
+fn validate_rules(path: &str, rules: &Value, errs: &mut Vec<FieldError>) {
+    let Some(rules) = rules.as_array() else {
+        return;
+    };
+    for (i, r) in rules.iter().enumerate() {
+        let p = format!("{path}[{i}]");
+        for key in ["apiGroups", "apiVersions", "resources", "operations"] {
+            let list = r.get(key).and_then(Value::as_array);
+            match list {
+                None => errs.push(FieldError::required(&format!("{p}.{key}"), "")),
+                Some(l) if l.is_empty() => {
+                    errs.push(FieldError::required(&format!("{p}.{key}"), ""))
+                }
+                Some(l) => {
+                    if l.len() > 1 && l.iter().any(|v| v == "*") {
+                        errs.push(FieldError::invalid(
+                            &format!("{p}.{key}"),
+                            Value::Array(l.clone()),
+                            "if '*' is present, must not specify other values",
+                        ));
+                    }
+                    if key == "operations" {
+                        for (j, op) in l.iter().enumerate() {
+                            if !op.as_str().is_some_and(|o| OPERATIONS.contains(&o)) {
+                                errs.push(FieldError::not_supported(
+                                    &format!("{p}.{key}[{j}]"),
+                                    op.clone(),
+                                    OPERATIONS,
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(s) = r.get("scope")
+            && !s
+                .as_str()
+                .is_some_and(|s| ["Cluster", "Namespaced", "*"].contains(&s))
+        {
+            errs.push(FieldError::not_supported(
+                &format!("{p}.scope"),
+                s.clone(),
+                &["Cluster", "Namespaced", "*"],
+            ));
+        }
+    }
+}
+
+fn validate_match_resources(
+    path: &str,
+    mr: &Value,
+    require_rules: bool,
+    errs: &mut Vec<FieldError>,
+) {
+    match mr.get("resourceRules") {
+        Some(r) if r.as_array().is_some_and(|a| !a.is_empty()) => {
+            validate_rules(&format!("{path}.resourceRules"), r, errs)
+        }
+        _ if require_rules => errs.push(FieldError::required(&format!("{path}.resourceRules"), "")),
+        _ => {}
+    }
+    if let Some(r) = mr.get("excludeResourceRules") {
+        validate_rules(&format!("{path}.excludeResourceRules"), r, errs);
+    }
+    if let Some(mp) = mr.get("matchPolicy")
+        && !mp
+            .as_str()
+            .is_some_and(|s| ["Exact", "Equivalent"].contains(&s))
+    {
+        errs.push(FieldError::not_supported(
+            &format!("{path}.matchPolicy"),
+            mp.clone(),
+            &["Equivalent", "Exact"],
+        ));
+    }
+}
+
+fn validate_policy(obj: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let spec = obj.get("spec").cloned().unwrap_or(Value::Null);
+    if spec.get("paramKind").is_some_and(|p| !p.is_null()) {
+        errs.push(FieldError::forbidden(
+            "spec.paramKind",
+            "kube-sim does not support parameter resources; use a policy without paramKind",
+        ));
+    }
+    match spec.get("matchConstraints") {
+        Some(mc) if mc.is_object() => {
+            validate_match_resources("spec.matchConstraints", mc, true, &mut errs)
+        }
+        _ => errs.push(FieldError::required("spec.matchConstraints", "")),
+    }
+    for (key, valid) in [
+        ("failurePolicy", &["Fail", "Ignore"][..]),
+        ("reinvocationPolicy", &["IfNeeded", "Never"][..]),
+    ] {
+        if let Some(v) = spec.get(key)
+            && !v.as_str().is_some_and(|s| valid.contains(&s))
+        {
+            errs.push(FieldError::not_supported(
+                &format!("spec.{key}"),
+                v.clone(),
+                valid,
+            ));
+        }
+    }
+    // Compile every expression once: a policy that cannot run is refused.
+    match compile_spec(&spec) {
+        Ok(_) => {}
+        Err(e) => errs.extend(e),
+    }
+    errs
+}
+
+fn validate_binding(obj: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    match obj.pointer("/spec/policyName").and_then(Value::as_str) {
+        Some(p) if !p.is_empty() => {}
+        _ => errs.push(FieldError::required("spec.policyName", "")),
+    }
+    if let Some(mr) = obj.pointer("/spec/matchResources")
+        && mr.is_object()
+    {
+        validate_match_resources("spec.matchResources", mr, false, &mut errs);
+    }
+    errs
+}
+
+// ------------------------------------------------------------ compiling
+
+/// A policy's expressions, compiled, with the environment they run in.
+pub struct CompiledPolicy {
+    env: Arc<Env>,
+    variables: Vec<(String, Compiled)>,
+    conditions: Vec<(String, Compiled)>,
+    mutations: Vec<Mutation>,
+}
+
+enum MutationKind {
+    JsonPatch,
+    Apply,
+}
+
+struct Mutation {
+    kind: MutationKind,
+    expr: Compiled,
+}
+
+fn duplicate(field: &str, value: Value) -> FieldError {
+    FieldError {
+        kind: crate::error::FieldErrorType::Duplicate,
+        field: field.to_string(),
+        value: Some(value),
+        detail: String::new(),
+    }
+}
+
+fn expr_error(path: &str, src: &str, e: &str) -> FieldError {
+    FieldError::invalid(path, json!(src), format!("compilation failed: {e}"))
+}
+
+/// Compiles a policy spec; the errors name each expression that fails.
+fn compile_spec(spec: &Value) -> Result<CompiledPolicy, Vec<FieldError>> {
+    let mut errs = Vec::new();
+    let mut variables = Vec::new();
+    let mut declared: Vec<String> = Vec::new();
+    for (i, v) in spec
+        .get("variables")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let name = v.get("name").and_then(Value::as_str).unwrap_or("");
+        let src = v.get("expression").and_then(Value::as_str).unwrap_or("");
+        let is_ident = !name.is_empty()
+            && name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !is_ident {
+            errs.push(FieldError::invalid(
+                &format!("spec.variables[{i}].name"),
+                json!(name),
+                "name is not a valid CEL identifier",
+            ));
+            continue;
+        }
+        if declared.iter().any(|d| d == name) {
+            errs.push(duplicate(&format!("spec.variables[{i}].name"), json!(name)));
+            continue;
+        }
+        match cel::compile(src, Structs::None, &declared) {
+            Ok(c) => variables.push((name.to_string(), c)),
+            Err(e) => errs.push(expr_error(
+                &format!("spec.variables[{i}].expression"),
+                src,
+                &e,
+            )),
+        }
+        declared.push(name.to_string());
+    }
+    let mut conditions = Vec::new();
+    let conds = spec
+        .get("matchConditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if conds.len() > 64 {
+        errs.push(FieldError {
+            kind: crate::error::FieldErrorType::TooLong,
+            field: "spec.matchConditions".into(),
+            value: None,
+            detail: "must have at most 64 items".into(),
+        });
+    }
+    for (i, c) in conds.iter().enumerate() {
+        let name = c.get("name").and_then(Value::as_str).unwrap_or("");
+        let src = c.get("expression").and_then(Value::as_str).unwrap_or("");
+        if name.is_empty() {
+            errs.push(FieldError::required(
+                &format!("spec.matchConditions[{i}].name"),
+                "",
+            ));
+        }
+        if conditions.iter().any(|(n, _)| n == name) {
+            errs.push(duplicate(
+                &format!("spec.matchConditions[{i}].name"),
+                json!(name),
+            ));
+        }
+        match cel::compile(src, Structs::None, &declared) {
+            Ok(comp) => conditions.push((name.to_string(), comp)),
+            Err(e) => errs.push(expr_error(
+                &format!("spec.matchConditions[{i}].expression"),
+                src,
+                &e,
+            )),
+        }
+    }
+    let mut mutations = Vec::new();
+    let muts = spec
+        .get("mutations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if muts.is_empty() {
+        errs.push(FieldError::required(
+            "spec.mutations",
+            "mutations must contain at least one item",
+        ));
+    }
+    for (i, m) in muts.iter().enumerate() {
+        let p = format!("spec.mutations[{i}]");
+        let pt = m.get("patchType").and_then(Value::as_str).unwrap_or("");
+        let (kind, field, structs) = match pt {
+            "JSONPatch" => (MutationKind::JsonPatch, "jsonPatch", Structs::JsonPatch),
+            "ApplyConfiguration" => (MutationKind::Apply, "applyConfiguration", Structs::Object),
+            "" => {
+                errs.push(FieldError::required(&format!("{p}.patchType"), ""));
+                continue;
+            }
+            other => {
+                errs.push(FieldError::not_supported(
+                    &format!("{p}.patchType"),
+                    json!(other),
+                    &["ApplyConfiguration", "JSONPatch"],
+                ));
+                continue;
+            }
+        };
+        let other_field = if field == "jsonPatch" {
+            "applyConfiguration"
+        } else {
+            "jsonPatch"
+        };
+        if m.get(other_field).is_some_and(|v| !v.is_null()) {
+            errs.push(FieldError::forbidden(
+                &format!("{p}.{other_field}"),
+                format!("must not be set when patchType is {pt}"),
+            ));
+        }
+        let src = m
+            .get(field)
+            .and_then(|f| f.get("expression"))
+            .and_then(Value::as_str);
+        let Some(src) = src.filter(|s| !s.trim().is_empty()) else {
+            errs.push(FieldError::required(&format!("{p}.{field}.expression"), ""));
+            continue;
+        };
+        match cel::compile(src, structs, &declared) {
+            Ok(expr) => mutations.push(Mutation { kind, expr }),
+            Err(e) => errs.push(expr_error(&format!("{p}.{field}.expression"), src, &e)),
+        }
+    }
+    if !errs.is_empty() {
+        return Err(errs);
+    }
+    let all = variables
+        .iter()
+        .map(|(_, c)| c)
+        .chain(conditions.iter().map(|(_, c)| c))
+        .chain(mutations.iter().map(|m| &m.expr));
+    let env =
+        cel::policy_env(all).map_err(|e| vec![FieldError::invalid("spec", Value::Null, e)])?;
+    Ok(CompiledPolicy {
+        env,
+        variables,
+        conditions,
+        mutations,
+    })
+}
+
+/// Compiled policies by their spec's text (policies are compiled once, not
+/// per request; two kube-sims in one process share the cache safely since
+/// the key is the content).
+static COMPILED: LazyLock<Mutex<HashMap<String, Arc<CompiledPolicy>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn compiled(spec: &Value) -> Result<Arc<CompiledPolicy>, String> {
+    let key = spec.to_string();
+    if let Some(c) = COMPILED.lock().get(&key) {
+        return Ok(c.clone());
+    }
+    let c = Arc::new(compile_spec(spec).map_err(|errs| {
+        errs.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    })?);
+    let mut cache = COMPILED.lock();
+    if cache.len() > 512 {
+        cache.clear();
+    }
+    cache.insert(key, c.clone());
+    Ok(c)
+}
+
+// ------------------------------------------------------------ matching
+
+fn str_list(v: Option<&Value>) -> Vec<&str> {
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+fn rule_matches(rule: &Value, a: &Attributes<'_>, name: &str) -> bool {
+    let op = a.operation.as_str();
+    let ops = str_list(rule.get("operations"));
+    if !ops.iter().any(|o| *o == "*" || *o == op) {
+        return false;
+    }
+    let groups = str_list(rule.get("apiGroups"));
+    if !groups.iter().any(|g| *g == "*" || *g == a.def.group) {
+        return false;
+    }
+    let versions = str_list(rule.get("apiVersions"));
+    if !versions.iter().any(|v| *v == "*" || *v == a.def.version) {
+        return false;
+    }
+    let sub = a.subresource.unwrap_or("");
+    let resources = str_list(rule.get("resources"));
+    let res_ok = resources.iter().any(|r| {
+        let (rr, rs) = r.split_once('/').unwrap_or((r, ""));
+        let res = rr == "*" || rr == a.def.resource;
+        let subr = if rs.is_empty() {
+            sub.is_empty()
+        } else {
+            rs == "*" || rs == sub
+        };
+        res && subr
+    });
+    if !res_ok {
+        return false;
+    }
+    let names = str_list(rule.get("resourceNames"));
+    if !names.is_empty() && !names.contains(&name) {
+        return false;
+    }
+    match rule.get("scope").and_then(Value::as_str).unwrap_or("*") {
+        "Cluster" => !a.def.namespaced,
+        "Namespaced" => a.def.namespaced,
+        _ => true,
+    }
+}
+
+fn labels(v: Option<&Value>) -> Option<&serde_json::Map<String, Value>> {
+    v.and_then(|o| o.pointer("/metadata/labels"))
+        .and_then(Value::as_object)
+}
+
+/// `matchResources` of a policy (`require_rules`) or a binding.
+fn resources_match(
+    mr: &Value,
+    a: &Attributes<'_>,
+    obj: &Value,
+    ns_obj: Option<&Value>,
+    require_rules: bool,
+) -> bool {
+    let name = meta_str(obj, "name");
+    let rules = mr.get("resourceRules").and_then(Value::as_array);
+    match rules {
+        Some(r) if !r.is_empty() && !r.iter().any(|rule| rule_matches(rule, a, name)) => {
+            return false;
+        }
+        Some(r) if !r.is_empty() => {}
+        _ if require_rules => return false,
+        _ => {}
+    }
+    if mr
+        .get("excludeResourceRules")
+        .and_then(Value::as_array)
+        .is_some_and(|r| r.iter().any(|rule| rule_matches(rule, a, name)))
+    {
+        return false;
+    }
+    if let Some(sel) = mr.get("namespaceSelector").filter(|s| !s.is_null()) {
+        let sel = LabelSelector::from_label_selector(sel);
+        let target = if a.def.group.is_empty() && a.def.resource == "namespaces" {
+            Some(obj)
+        } else if a.def.namespaced {
+            ns_obj
+        } else {
+            None
+        };
+        // Other cluster-scoped objects are never skipped by it.
+        if (a.def.namespaced || a.def.resource == "namespaces")
+            && !sel.is_empty()
+            && !sel.matches(labels(target))
+        {
+            return false;
+        }
+    }
+    if let Some(sel) = mr.get("objectSelector").filter(|s| !s.is_null()) {
+        let sel = LabelSelector::from_label_selector(sel);
+        if !sel.is_empty() && !sel.matches(labels(Some(obj))) && !sel.matches(labels(a.old)) {
+            return false;
+        }
+    }
+    true
+}
+
+// ------------------------------------------------------------ evaluating
+
+/// One policy with one of its bindings, matched for a request.
+struct Invocation {
+    policy: String,
+    binding: String,
+    spec: Value,
+    reinvoke: bool,
+    fail: bool,
+}
+
+fn request_value(a: &Attributes<'_>, obj: &Value, ns: &str) -> Value {
+    let gvk = json!({"group": a.def.group, "version": a.def.version, "kind": a.def.kind});
+    let gvr = json!({"group": a.def.group, "version": a.def.version, "resource": a.def.resource});
+    let sub = a.subresource.unwrap_or("");
+    json!({
+        "uid": uuid::Uuid::new_v4().to_string(),
+        "kind": gvk, "resource": gvr, "subResource": sub,
+        "requestKind": gvk, "requestResource": gvr, "requestSubResource": sub,
+        "name": meta_str(obj, "name"), "namespace": ns,
+        "operation": a.operation.as_str(),
+        "userInfo": {},
+        "dryRun": a.dry_run,
+        "options": {},
+    })
+}
+
+/// Runs one invocation on `obj`. `Ok(true)` when it changed the object.
+fn invoke(
+    inv: &Invocation,
+    a: &Attributes<'_>,
+    obj: &mut Value,
+    ns_obj: Option<&Value>,
+) -> Result<bool, String> {
+    let policy = compiled(&inv.spec)?;
+    let ns = if a.def.namespaced {
+        meta_str(obj, "namespace").to_string()
+    } else {
+        String::new()
+    };
+    let mut current = obj.clone();
+    let old = a.old.map(cel::to_cel).unwrap_or(CelValue::Null);
+    let request = cel::to_cel(&request_value(a, &current, &ns));
+    let ns_val = ns_obj.map(cel::to_cel).unwrap_or(CelValue::Null);
+    let null = CelValue::Null;
+    let bind = |object: &CelValue, vars: &CelValue| -> Vec<(&'static str, CelValue)> {
+        vec![
+            ("object", object.clone()),
+            ("oldObject", old.clone()),
+            ("request", request.clone()),
+            ("namespaceObject", ns_val.clone()),
+            ("params", null.clone()),
+            ("variables", vars.clone()),
+        ]
+    };
+    let eval_vars = |object: &CelValue| -> Result<CelValue, String> {
+        let mut vars: Vec<(String, Value)> = Vec::new();
+        for (name, c) in &policy.variables {
+            let so_far = cel::to_cel(&Value::Object(vars.iter().cloned().collect()));
+            let b = bind(object, &so_far);
+            let refs: Vec<(&str, &CelValue)> = b.iter().map(|(n, v)| (*n, v)).collect();
+            let v = cel::eval(&policy.env, c, &refs)
+                .map_err(|e| format!("variable '{name}' resulted in error: {e}"))?;
+            vars.push((name.clone(), cel::to_json(&v)?));
+        }
+        Ok(cel::to_cel(&Value::Object(vars.into_iter().collect())))
+    };
+    let object = cel::to_cel(&current);
+    let vars = eval_vars(&object)?;
+    // matchConditions: any false skips; else any error fails.
+    let mut cond_err = None;
+    for (name, c) in &policy.conditions {
+        let b = bind(&object, &vars);
+        let refs: Vec<(&str, &CelValue)> = b.iter().map(|(n, v)| (*n, v)).collect();
+        match cel::eval(&policy.env, c, &refs) {
+            Ok(CelValue::Bool(false)) => return Ok(false),
+            Ok(CelValue::Bool(true)) => {}
+            Ok(other) => {
+                cond_err.get_or_insert(format!(
+                    "matchCondition '{name}' must evaluate to bool, got {}",
+                    other.type_of()
+                ));
+            }
+            Err(e) => {
+                cond_err.get_or_insert(format!("matchCondition '{name}' resulted in error: {e}"));
+            }
+        }
+    }
+    if let Some(e) = cond_err {
+        return Err(e);
+    }
+    for m in &policy.mutations {
+        let object = cel::to_cel(&current);
+        let b = bind(&object, &vars);
+        let refs: Vec<(&str, &CelValue)> = b.iter().map(|(n, v)| (*n, v)).collect();
+        let out = cel::eval(&policy.env, &m.expr, &refs)
+            .map_err(|e| format!("expression '{}' resulted in error: {e}", m.expr.source))?;
+        match m.kind {
+            MutationKind::JsonPatch => {
+                let items = match &out {
+                    CelValue::List(l) => l.clone(),
+                    other => {
+                        return Err(format!(
+                            "JSONPatch expression must return a list of JSONPatch, got {}",
+                            other.type_of()
+                        ));
+                    }
+                };
+                if let Some(bad) = items
+                    .iter()
+                    .find(|i| cel::struct_name(i) != Some("JSONPatch"))
+                {
+                    return Err(format!(
+                        "JSONPatch expression must return a list of JSONPatch, got an item of type {}",
+                        bad.type_of()
+                    ));
+                }
+                let ops = cel::to_json(&out)?;
+                let patch: json_patch::Patch =
+                    serde_json::from_value(ops).map_err(|e| format!("invalid JSONPatch: {e}"))?;
+                json_patch::patch(&mut current, &patch).map_err(|e| format!("JSON Patch: {e}"))?;
+            }
+            MutationKind::Apply => {
+                if cel::struct_name(&out) != Some("Object") {
+                    return Err(format!(
+                        "ApplyConfiguration expression must return an Object, got {}",
+                        cel::struct_name(&out).unwrap_or(&out.type_of().to_string())
+                    ));
+                }
+                let config = cel::to_json(&out)?;
+                let gvk = crate::patch::Gvk {
+                    group: a.def.group,
+                    version: a.def.version,
+                    kind: a.def.kind,
+                };
+                current = crate::patch::merge_apply_configuration(&gvk, &current, &config)
+                    .map_err(|e| format!("error applying patch: {e}"))?;
+            }
+        }
+    }
+    let changed = current != *obj;
+    *obj = current;
+    Ok(changed)
+}
+
+impl Store {
+    /// The bound MutatingAdmissionPolicies for a request, in upstream's
+    /// order (policies by name, then their bindings by name).
+    fn invocations(
+        &self,
+        a: &Attributes<'_>,
+        obj: &Value,
+        ns_obj: Option<&Value>,
+    ) -> Vec<Invocation> {
+        let (Some(prid), Some(brid)) = (
+            resources::find(GROUP, "v1", POLICIES),
+            resources::find(GROUP, "v1", BINDINGS),
+        ) else {
+            return Vec::new();
+        };
+        let (bindings, _) = self.snapshot(brid, None);
+        if bindings.is_empty() {
+            return Vec::new();
+        }
+        let (policies, _) = self.snapshot(prid, None);
+        let mut out = Vec::new();
+        let mut policies: Vec<_> = policies.iter().collect();
+        policies.sort_by(|x, y| meta_str(&x.value, "name").cmp(meta_str(&y.value, "name")));
+        let mut bindings: Vec<_> = bindings.iter().collect();
+        bindings.sort_by(|x, y| meta_str(&x.value, "name").cmp(meta_str(&y.value, "name")));
+        for p in policies {
+            let pname = meta_str(&p.value, "name");
+            let spec = p.value.get("spec").cloned().unwrap_or(Value::Null);
+            let Some(mc) = spec.get("matchConstraints") else {
+                continue;
+            };
+            if !resources_match(mc, a, obj, ns_obj, true) {
+                continue;
+            }
+            for b in &bindings {
+                if b.value.pointer("/spec/policyName").and_then(Value::as_str) != Some(pname) {
+                    continue;
+                }
+                if let Some(mr) = b
+                    .value
+                    .pointer("/spec/matchResources")
+                    .filter(|m| !m.is_null())
+                    && !resources_match(mr, a, obj, ns_obj, false)
+                {
+                    continue;
+                }
+                out.push(Invocation {
+                    policy: pname.to_string(),
+                    binding: meta_str(&b.value, "name").to_string(),
+                    spec: spec.clone(),
+                    reinvoke: spec.get("reinvocationPolicy").and_then(Value::as_str)
+                        == Some("IfNeeded"),
+                    fail: spec.get("failurePolicy").and_then(Value::as_str) != Some("Ignore"),
+                });
+            }
+        }
+        out
+    }
+
+    /// Runs the MutatingAdmissionPolicies bound to this request on `obj`.
+    pub(crate) fn mutating_admission(
+        &self,
+        a: &Attributes<'_>,
+        obj: &mut Value,
+    ) -> Result<(), ApiError> {
+        if is_policy_kind(a.def) {
+            // Policies never match the policy kinds themselves.
+            return Ok(());
+        }
+        let ns_obj = if a.def.namespaced {
+            let ns = meta_str(obj, "namespace").to_string();
+            resources::find("", "v1", "namespaces")
+                .and_then(|rid| self.get(rid, "", &ns).ok())
+                .map(|s| s.value.clone())
+        } else {
+            None
+        };
+        let invocations = self.invocations(a, obj, ns_obj.as_ref());
+        if invocations.is_empty() {
+            return Ok(());
+        }
+        // First round; remember what each IfNeeded invocation left behind.
+        let mut after: Vec<Option<Value>> = Vec::with_capacity(invocations.len());
+        for inv in &invocations {
+            self.run_invocation(inv, a, obj, ns_obj.as_ref())?;
+            after.push(inv.reinvoke.then(|| obj.clone()));
+        }
+        // Reinvocation: once, for IfNeeded policies whose output a later
+        // policy changed.
+        for (i, inv) in invocations.iter().enumerate() {
+            let changed_later = after[i].as_ref().is_some_and(|snap| snap != obj);
+            if inv.reinvoke && changed_later {
+                self.run_invocation(inv, a, obj, ns_obj.as_ref())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn run_invocation(
+        &self,
+        inv: &Invocation,
+        a: &Attributes<'_>,
+        obj: &mut Value,
+        ns_obj: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let before = obj.clone();
+        match invoke(inv, a, obj, ns_obj) {
+            Ok(_) => Ok(()),
+            Err(e) if !inv.fail => {
+                tracing::warn!(
+                    policy = %inv.policy, binding = %inv.binding,
+                    "mutating admission policy failed, ignored (failurePolicy Ignore): {e}"
+                );
+                *obj = before;
+                Ok(())
+            }
+            Err(e) => Err(ApiError::internal(format!(
+                "policy '{}' with binding '{}' denied request: {e}",
+                inv.policy, inv.binding
+            ))),
+        }
+    }
+}
