@@ -72,8 +72,18 @@ pub async fn load_config(opts: &ClientOptions) -> Result<kube::Config, ClientErr
 
 /// Builds the client from a resolved configuration.
 pub fn build_client(
+    config: kube::Config,
+    opts: &ClientOptions,
+) -> Result<kube::Client, ClientError> {
+    build_client_observed(config, opts, None)
+}
+
+/// [`build_client`], recording the client's requests and rate-limiter waits
+/// (see [`crate::client_metrics`]) when `metrics` is given.
+pub fn build_client_observed(
     mut config: kube::Config,
     opts: &ClientOptions,
+    metrics: Option<&crate::client_metrics::ClientMetrics>,
 ) -> Result<kube::Client, ClientError> {
     if !opts.user_agent.is_empty() {
         let ua = HeaderValue::from_str(&opts.user_agent)
@@ -81,8 +91,10 @@ pub fn build_client(
         config.headers.retain(|(k, _)| k != header::USER_AGENT);
         config.headers.push((header::USER_AGENT, ua));
     }
-    let builder = ClientBuilder::try_from(config)?;
-    Ok(builder
-        .with_layer(&RateLimitLayer::new(opts.qps, opts.burst))
-        .build())
+    let builder =
+        ClientBuilder::try_from(config)?.with_layer(&RateLimitLayer::new(opts.qps, opts.burst));
+    Ok(match metrics {
+        Some(m) => builder.with_layer(&m.layer()).build(),
+        None => builder.build(),
+    })
 }

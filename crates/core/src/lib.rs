@@ -13,6 +13,7 @@
 
 pub mod admin;
 pub mod client;
+pub mod client_metrics;
 pub mod controllers;
 pub mod duration;
 pub mod events;
@@ -21,6 +22,7 @@ pub mod finalizer;
 pub mod host;
 pub mod leader;
 pub mod metrics;
+pub mod metrics_server;
 pub mod ratelimit;
 pub mod release;
 pub mod release_guard;
