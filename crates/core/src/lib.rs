@@ -10,6 +10,9 @@
 //! * [`controllers`] and [`host`]: controller descriptors, the `--controllers`
 //!   flag, leader election ([`leader`]), the admin server ([`admin`]),
 //!   [`metrics`], [`events`] and graceful shutdown.
+//! * [`client_metrics`]: the Kubernetes client's requests and rate-limiter
+//!   waits; [`metrics_server`]: `/metrics` over HTTPS behind TokenReview and
+//!   SubjectAccessReview.
 
 pub mod admin;
 pub mod client;
