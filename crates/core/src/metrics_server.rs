@@ -45,7 +45,8 @@ pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(10);
 /// Bound on the cache's entries; past it, expired entries are dropped, then
 /// all of them.
 const CACHE_CAPACITY: usize = 4096;
-/// Bound on a TLS handshake, so that a silent client cannot hold a task.
+/// Bound on a TLS handshake and on the wait for a request's headers, so that
+/// a silent client cannot hold a task.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Where the serving certificate comes from.
@@ -384,10 +385,13 @@ where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let svc = TowerToHyperService::new(app);
-    if let Err(e) = hyper::server::conn::http1::Builder::new()
-        .serve_connection(io, svc)
-        .await
-    {
+    // A client that opens a connection (or keeps one alive) without sending
+    // a request does not hold it for ever.
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HANDSHAKE_TIMEOUT);
+    if let Err(e) = builder.serve_connection(io, svc).await {
         tracing::debug!(error = %e, "metrics connection ended with an error");
     }
 }
@@ -482,6 +486,43 @@ mod tests {
             );
         }
         assert_eq!(tr.load(Ordering::SeqCst), 3, "a zero TTL caches nothing");
+    }
+
+    /// A connection that sends nothing is closed (after the handshake or
+    /// header timeout), with and without TLS.
+    #[tokio::test(start_paused = true)]
+    async fn silent_connections_are_closed() {
+        use tokio::io::AsyncReadExt;
+        let metrics = Metrics::new().unwrap();
+        for tls in [
+            None,
+            Some(
+                tls_config(&TlsSource::SelfSigned {
+                    names: vec!["localhost".into()],
+                })
+                .unwrap(),
+            ),
+        ] {
+            let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let stop = CancellationToken::new();
+            let server = tokio::spawn(serve(
+                listener,
+                metrics.clone(),
+                ServeOptions { tls, auth: None },
+                stop.clone(),
+            ));
+            let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let mut buf = Vec::new();
+            // EOF or a reset (the server closed it) within the (paused,
+            // auto-advancing) clock's 10 minutes; a held connection times out.
+            let read =
+                tokio::time::timeout(Duration::from_secs(600), conn.read_to_end(&mut buf)).await;
+            assert!(read.is_ok(), "a silent connection was kept open");
+            assert!(buf.is_empty(), "{buf:?}");
+            stop.cancel();
+            server.await.unwrap();
+        }
     }
 
     #[test]
