@@ -15,7 +15,13 @@ export KUBECTL_SYSTEM := /usr/bin/kubectl
 
 all: build
 
-tools: $(TOOLS_BIN)/helm4 $(TOOLS_BIN)/helm3 $(TOOLS_BIN)/kubectl
+tools: $(TOOLS_BIN)/helm4 $(TOOLS_BIN)/helm3 $(TOOLS_BIN)/kubectl prometheus-tools
+
+# promtool and prometheus (Debian's package) for the alert tests; a no-op once
+# both are on PATH.
+.PHONY: prometheus-tools
+prometheus-tools:
+	@./hack/install-prometheus.sh
 
 $(TOOLS_BIN)/helm4 $(TOOLS_BIN)/helm3 $(TOOLS_BIN)/kubectl: hack/install-tools.sh
 	./hack/install-tools.sh $(TOOLS_DIR)

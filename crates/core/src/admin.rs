@@ -6,6 +6,12 @@
 //! Bodies follow kube-apiserver's healthz conventions: `ok` on success;
 //! `?verbose` lists each check as `[+]name ok` / `[-]name failed: reason`, and a
 //! failure always lists the checks followed by `readyz check failed`.
+//!
+//! The admin server is plain HTTP without authentication, so the binary binds
+//! it to loopback by default ([`DEFAULT_ADDRESS`]); a pod sets its address
+//! explicitly for the kubelet's probes. When the secure metrics server runs
+//! ([`crate::metrics_server`]), `/metrics` is served there only and answers
+//! 404 here, naming where it moved.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -21,6 +27,11 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
+
+/// The admin server's default address: loopback, since nothing on it is
+/// authenticated (kube-controller-manager's insecure port was loopback-only
+/// too).
+pub const DEFAULT_ADDRESS: &str = "127.0.0.1:8080";
 
 /// A check evaluated at request time.
 pub type DynamicCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
@@ -128,6 +139,16 @@ struct VerboseQuery {
 }
 
 async fn metrics_handler(State(s): State<AdminState>) -> Response {
+    if let Some(url) = s.metrics.served_elsewhere() {
+        return (
+            StatusCode::NOT_FOUND,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            format!(
+                "/metrics is served by the secure metrics server at {url} (--metrics-bind-address), with authentication\n"
+            ),
+        )
+            .into_response();
+    }
     match s.metrics.encode() {
         Ok(text) => (
             StatusCode::OK,
@@ -203,6 +224,51 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_address_is_loopback() {
+        let addr: SocketAddr = DEFAULT_ADDRESS.parse().unwrap();
+        assert!(addr.ip().is_loopback(), "{addr}");
+        assert_eq!(addr.port(), 8080);
+    }
+
+    #[tokio::test]
+    async fn metrics_move_to_the_secure_server() {
+        let metrics = Metrics::new().unwrap();
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve(
+            listener,
+            metrics.clone(),
+            Health::new(),
+            stop.clone(),
+        ));
+        let get = |path: &'static str| async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            s.write_all(
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+            .await
+            .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            out
+        };
+        let before = get("/metrics").await;
+        assert!(before.starts_with("HTTP/1.1 200"), "{before}");
+        assert!(before.contains("protection_manager_leader"), "{before}");
+        metrics.set_served_elsewhere("https://0.0.0.0:8443/metrics".into());
+        let after = get("/metrics").await;
+        assert!(after.starts_with("HTTP/1.1 404"), "{after}");
+        assert!(after.contains("https://0.0.0.0:8443/metrics"), "{after}");
+        assert!(!after.contains("protection_manager_leader"), "{after}");
+        let health = get("/healthz").await;
+        assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+        stop.cancel();
+        server.await.unwrap().unwrap();
+    }
 
     #[test]
     fn readyz_bodies_follow_kube_conventions() {

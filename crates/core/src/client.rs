@@ -140,8 +140,18 @@ pub fn server_url(config: &kube::Config) -> String {
 /// Builds the client from a resolved configuration; the [`ClientHealth`]
 /// tells whether its worker still runs.
 pub fn build_client(
+    config: kube::Config,
+    opts: &ClientOptions,
+) -> Result<(kube::Client, ClientHealth), ClientError> {
+    build_client_observed(config, opts, None)
+}
+
+/// [`build_client`], recording the client's requests and rate-limiter waits
+/// (see [`crate::client_metrics`]) when `metrics` is given.
+pub fn build_client_observed(
     mut config: kube::Config,
     opts: &ClientOptions,
+    metrics: Option<&crate::client_metrics::ClientMetrics>,
 ) -> Result<(kube::Client, ClientHealth), ClientError> {
     if !opts.user_agent.is_empty() {
         let ua = HeaderValue::from_str(&opts.user_agent)
@@ -154,7 +164,7 @@ pub fn build_client(
         server: server.clone(),
         source,
     })?;
-    layered(builder, opts, server)
+    layered(builder, opts, server, metrics)
 }
 
 /// Puts our layers on a kube client stack and builds the client.
@@ -162,6 +172,7 @@ pub fn layered<S, B>(
     builder: ClientBuilder<S>,
     opts: &ClientOptions,
     server: String,
+    metrics: Option<&crate::client_metrics::ClientMetrics>,
 ) -> Result<(kube::Client, ClientHealth), ClientError>
 where
     S: Service<http::Request<kube::client::Body>, Response = http::Response<B>> + Send + 'static,
@@ -174,16 +185,21 @@ where
         .map_err(ClientError::RateLimit)?
         .with_observer(opts.rate_limit_observer.clone());
     let health = ClientHealth::new();
-    let client = builder
+    let guard = GuardLayer {
+        health: health.clone(),
+    };
+    let limited = builder
         .with_layer(&TimeoutLayer {
             timeout: opts.request_timeout.filter(|d| !d.is_zero()),
             server: Arc::from(server),
         })
-        .with_layer(&rate)
-        .with_layer(&GuardLayer {
-            health: health.clone(),
-        })
-        .build();
+        .with_layer(&rate);
+    // The metrics layer sits outside the rate limiter, so the time its
+    // `poll_ready` stays pending is the request's rate-limiter wait.
+    let client = match metrics {
+        Some(m) => limited.with_layer(&m.layer()).with_layer(&guard).build(),
+        None => limited.with_layer(&guard).build(),
+    };
     Ok((client, health))
 }
 
@@ -373,6 +389,7 @@ mod tests {
             ClientBuilder::new(PanicsWhenPolled, "default"),
             &ClientOptions::default(),
             "https://127.0.0.1:6443/".into(),
+            None,
         )
         .unwrap();
         assert_eq!(health.check(), Ok(()));
@@ -413,6 +430,7 @@ mod tests {
             ClientBuilder::new(Silent, "default"),
             &opts,
             redact_url_credentials("https://admin:hunter2@10.0.0.1:6443/"),
+            None,
         )
         .unwrap();
         let err = client.apiserver_version().await.unwrap_err();

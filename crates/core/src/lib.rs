@@ -10,9 +10,13 @@
 //! * [`controllers`] and [`host`]: controller descriptors, the `--controllers`
 //!   flag, leader election ([`leader`]), the admin server ([`admin`]),
 //!   [`metrics`], [`events`] and graceful shutdown.
+//! * [`client_metrics`]: the Kubernetes client's requests and rate-limiter
+//!   waits; [`metrics_server`]: `/metrics` over HTTPS behind TokenReview and
+//!   SubjectAccessReview.
 
 pub mod admin;
 pub mod client;
+pub mod client_metrics;
 pub mod controllers;
 pub mod duration;
 pub mod errors;
@@ -23,6 +27,7 @@ pub mod host;
 pub mod leader;
 pub mod metrics;
 pub mod names;
+pub mod metrics_server;
 pub mod ratelimit;
 pub mod redact;
 pub mod release;

@@ -6,6 +6,10 @@
 //! the number of objects Terminating with our finalizer plus the age of the
 //! oldest one (the "stuck Terminating" alert of the finalizer-pattern
 //! literature: alert when the oldest age keeps growing).
+//!
+//! Process-wide: the Kubernetes client's requests and rate-limiter waits
+//! ([`crate::client_metrics`]) and, on Linux, the process's CPU, memory and
+//! file descriptors (`protection_manager_process_*`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,6 +22,7 @@ use prometheus::{
     TextEncoder,
 };
 
+use crate::client_metrics::ClientMetrics;
 use crate::featuregate::FeatureGates;
 
 const PREFIX: &str = "protection_manager";
@@ -41,7 +46,11 @@ pub struct Metrics {
     leader: IntGauge,
     build_info: IntGaugeVec,
     feature_enabled: IntGaugeVec,
+    client: ClientMetrics,
     trackers: Mutex<HashMap<String, Arc<TerminatingTracker>>>,
+    /// Where `/metrics` is served when not on the plain admin server (the
+    /// secure metrics server's URL), for the admin server's 404.
+    served_elsewhere: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -146,6 +155,13 @@ impl Metrics {
         registry.register(Box::new(leader.clone()))?;
         registry.register(Box::new(build_info.clone()))?;
         registry.register(Box::new(feature_enabled.clone()))?;
+        let client = ClientMetrics::register(&registry)?;
+        #[cfg(target_os = "linux")]
+        if let Ok(pid) = prometheus::process_collector::pid_t::try_from(std::process::id()) {
+            registry.register(Box::new(
+                prometheus::process_collector::ProcessCollector::new(pid, PREFIX),
+            ))?;
+        }
         Ok(Arc::new(Metrics {
             registry,
             reconciles,
@@ -159,7 +175,9 @@ impl Metrics {
             leader,
             build_info,
             feature_enabled,
+            client,
             trackers: Mutex::new(HashMap::new()),
+            served_elsewhere: Mutex::new(None),
         }))
     }
 
@@ -167,6 +185,23 @@ impl Metrics {
     /// metrics (e.g. provider call latency).
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// The Kubernetes client's metrics (its layer goes into the client; see
+    /// [`crate::client::build_client_observed`]).
+    pub fn client(&self) -> &ClientMetrics {
+        &self.client
+    }
+
+    /// Declares that `/metrics` is served at `url` (the secure metrics
+    /// server), so the plain admin server stops exposing it.
+    pub fn set_served_elsewhere(&self, url: String) {
+        *self.served_elsewhere.lock() = Some(url);
+    }
+
+    /// Where `/metrics` is served if not on the admin server.
+    pub fn served_elsewhere(&self) -> Option<String> {
+        self.served_elsewhere.lock().clone()
     }
 
     /// The handle a controller records through.
@@ -183,6 +218,8 @@ impl Metrics {
         }
         self.finalizers_added.with_label_values(&[name]);
         self.finalizers_removed.with_label_values(&[name]);
+        self.reconcile_duration.with_label_values(&[name]);
+        self.cleanup_duration.with_label_values(&[name]);
         self.controller_ready.with_label_values(&[name]).set(0);
         ControllerMetrics {
             name: name.to_string(),
@@ -398,6 +435,24 @@ mod tests {
             "protection_manager_leader 1",
             "protection_manager_build_info{emulated_version=\"0.3\",version=\"0.3\"} 1",
             "protection_manager_feature_enabled{name=\"ServiceLoadBalancerFinalizer\",stage=\"GA\"} 1",
+            "protection_manager_kube_client_rate_limiter_wait_seconds_count 0",
+            "# TYPE protection_manager_process_resident_memory_bytes gauge",
+            "# TYPE protection_manager_process_cpu_seconds_total counter",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_controller_s_series_exist_before_its_first_reconcile() {
+        // Dashboards and alerts see 0, not "no data", on a fresh leader.
+        let m = Metrics::new().unwrap();
+        m.controller("pv-protection");
+        let text = m.encode().unwrap();
+        for needle in [
+            "protection_manager_reconcile_duration_seconds_count{controller=\"pv-protection\"} 0",
+            "protection_manager_cleanup_duration_seconds_count{controller=\"pv-protection\"} 0",
+            "protection_manager_controller_ready{controller=\"pv-protection\"} 0",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

@@ -271,6 +271,13 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
         code: 0,
         latency_ms: 0.0,
     };
+    let review = crate::reviews::Review::of_path(&path);
+    if let Some(r) = review {
+        rec.verb = k8s_verb(&method, false, false).to_string();
+        rec.api_group = r.group().to_string();
+        rec.api_version = "v1".to_string();
+        rec.resource = r.resource().to_string();
+    }
     let target = match &routed {
         Ok(Some(t)) => {
             let watch = t.watch_path || query.flag("watch");
@@ -299,6 +306,10 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
     }
     let resp = if let Some((code, retry, message)) = &decision.error {
         error_response(&injected_error(*code, *retry, message.as_deref(), &rec))
+    } else if let Some(r) = review {
+        crate::reviews::handle(&state, req, r)
+            .await
+            .unwrap_or_else(|e| error_response(&e))
     } else {
         match (routed, target) {
             (Err(e), _) => error_response(&e),

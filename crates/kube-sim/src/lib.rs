@@ -27,6 +27,7 @@ pub mod patch;
 pub mod protobuf;
 pub mod requests;
 pub mod resources;
+pub mod reviews;
 pub mod scale;
 pub mod selector;
 pub mod spec_validation;

@@ -260,8 +260,10 @@ pub struct RunArgs {
     #[arg(long, env = "PROTECTION_MANAGER_LOG_LEVEL", default_value = "info", value_parser = log_level_arg)]
     pub log_level: String,
 
-    /// Address of the admin server (/metrics, /healthz, /readyz).
-    #[arg(long, default_value = "0.0.0.0:8080")]
+    /// Address of the admin server (/metrics, /healthz, /readyz): plain HTTP
+    /// without authentication, so loopback by default; a pod sets its own
+    /// address (the chart does) for the kubelet's probes.
+    #[arg(long, default_value = protection_core::admin::DEFAULT_ADDRESS)]
     pub admin_address: SocketAddr,
 
     /// Start a leader election client and gain leadership before running the
@@ -320,6 +322,32 @@ pub struct RunArgs {
         next_help_heading = "Load-balancer cleanup (service-lb-cleanup)"
     )]
     pub lb: lb_cleanup::Options,
+
+    /// Serve /metrics on this address instead of the admin server (which then
+    /// answers 404 there), over HTTPS with authentication unless
+    /// --metrics-secure=false. Unset: /metrics stays on the admin server.
+    #[arg(long, help_heading = "Metrics serving")]
+    pub metrics_bind_address: Option<SocketAddr>,
+
+    /// On --metrics-bind-address: HTTPS, and every scrape authenticated by a
+    /// TokenReview of its bearer token and authorized by a
+    /// SubjectAccessReview (get on the non-resource URL /metrics), as
+    /// kube-controller-manager does. false: plain HTTP, anyone may read.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", help_heading = "Metrics serving")]
+    pub metrics_secure: bool,
+
+    /// PEM certificate (chain) of the metrics server. Default: a self-signed
+    /// certificate generated at start.
+    #[arg(long, requires_all = ["metrics_tls_private_key_file", "metrics_bind_address"], help_heading = "Metrics serving")]
+    pub metrics_tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key of --metrics-tls-cert-file.
+    #[arg(
+        long,
+        requires = "metrics_tls_cert_file",
+        help_heading = "Metrics serving"
+    )]
+    pub metrics_tls_private_key_file: Option<PathBuf>,
 }
 
 pub fn version_text() -> String {
@@ -424,6 +452,46 @@ mod tests {
         assert!(get(&["run"]));
         assert!(get(&["run", "--leader-elect"]));
         assert!(!get(&["run", "--leader-elect=false"]));
+    }
+
+    #[test]
+    fn admin_address_defaults_to_loopback() {
+        let Command::Run(r) = parse(&["run"]).unwrap().command else {
+            unreachable!()
+        };
+        assert!(r.admin_address.ip().is_loopback(), "{}", r.admin_address);
+        assert_eq!(r.admin_address.port(), 8080);
+        assert!(r.metrics_bind_address.is_none());
+        assert!(r.metrics_secure);
+    }
+
+    #[test]
+    fn metrics_certificate_flags_come_in_pairs_with_an_address() {
+        assert!(
+            parse(&[
+                "run",
+                "--metrics-bind-address=127.0.0.1:8443",
+                "--metrics-tls-cert-file=/c"
+            ])
+            .is_err()
+        );
+        assert!(
+            parse(&[
+                "run",
+                "--metrics-tls-cert-file=/c",
+                "--metrics-tls-private-key-file=/k"
+            ])
+            .is_err()
+        );
+        assert!(
+            parse(&[
+                "run",
+                "--metrics-bind-address=127.0.0.1:8443",
+                "--metrics-tls-cert-file=/c",
+                "--metrics-tls-private-key-file=/k"
+            ])
+            .is_ok()
+        );
     }
 
     #[test]

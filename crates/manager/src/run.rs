@@ -3,13 +3,14 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use protection_core::client::{ClientOptions, build_client, load_config, server_url};
+use protection_core::client::{ClientOptions, build_client_observed, load_config, server_url};
 use protection_core::controllers::{self, ControllerDescriptor};
 use protection_core::host::{Host, HostConfig, ReleaseGuardConfig};
 use protection_core::leader::LeaderElectionConfig;
 use protection_core::metrics::Metrics;
 use protection_core::release_guard::RecordLocation;
-use protection_core::{admin, names, release};
+use protection_core::{admin, metrics_server, names, release};
+use tokio_util::sync::CancellationToken;
 
 use crate::cli::RunArgs;
 use crate::logging;
@@ -86,11 +87,12 @@ pub async fn run(args: RunArgs) -> Result<()> {
         .await
         .context("loading the Kubernetes client configuration")?;
     let server = server_url(&config);
-    let (client, client_health) = build_client(config, &opts)?;
-
     let metrics = Metrics::new()?;
+    let (client, client_health) = build_client_observed(config, &opts, Some(metrics.client()))?;
+
     metrics.set_build_info(env!("CARGO_PKG_VERSION"), &gates);
     let listener = admin::bind(args.admin_address).await?;
+    let metrics_server = start_metrics_server(&args, &metrics, &client).await?;
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         emulated_version = %emulated,
@@ -131,18 +133,82 @@ pub async fn run(args: RunArgs) -> Result<()> {
     );
     // A dead client worker fails every API call for ever: stop, so that the
     // process restarts (what a failing liveness check would do).
-    // (`client_health.check()` has the shape of an admin health check, for
-    // `/healthz` once the admin server has liveness checks.)
-    tokio::select! {
-        r = host.run(listener, selected, shutdown_signal()) => r?,
+    let result = tokio::select! {
+        r = host.run(listener, selected, shutdown_signal()) => r,
         () = client_health.closed() => {
             let reason = client_health.check().err().unwrap_or_default();
             tracing::error!("{reason}");
-            anyhow::bail!("{reason}");
+            Err(anyhow::anyhow!("{reason}"))
         }
+    };
+    if let Some((stop, task)) = metrics_server {
+        stop.cancel();
+        let _ = task.await;
     }
+    result?;
     tracing::info!("protection-manager stopped");
     Ok(())
+}
+
+/// The secure metrics server of `--metrics-bind-address` (none without it).
+async fn start_metrics_server(
+    args: &RunArgs,
+    metrics: &Arc<Metrics>,
+    client: &kube::Client,
+) -> Result<Option<(CancellationToken, tokio::task::JoinHandle<()>)>> {
+    let Some(addr) = args.metrics_bind_address else {
+        return Ok(None);
+    };
+    let listener = metrics_server::bind(addr).await?;
+    let bound = listener
+        .local_addr()
+        .with_context(|| format!("metrics server on {addr}"))?;
+    let mut opts = metrics_server::ServeOptions::default();
+    if args.metrics_secure {
+        let source = match (
+            &args.metrics_tls_cert_file,
+            &args.metrics_tls_private_key_file,
+        ) {
+            (Some(cert), Some(key)) => metrics_server::TlsSource::Files {
+                cert: cert.clone(),
+                key: key.clone(),
+            },
+            _ => {
+                let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string()];
+                names.extend(std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()));
+                metrics_server::TlsSource::SelfSigned { names }
+            }
+        };
+        opts.tls = Some(
+            metrics_server::tls_config(&source)
+                .context("--metrics-tls-cert-file / --metrics-tls-private-key-file")?,
+        );
+        opts.auth = Some(Arc::new(metrics_server::DelegatingAuth::new(
+            client.clone(),
+            metrics_server::DEFAULT_CACHE_TTL,
+        )));
+    }
+    let scheme = if args.metrics_secure { "https" } else { "http" };
+    let url = format!("{scheme}://{bound}{}", metrics_server::METRICS_PATH);
+    metrics.set_served_elsewhere(url.clone());
+    tracing::info!(
+        %url,
+        authentication = if args.metrics_secure { "TokenReview + SubjectAccessReview" } else { "none" },
+        certificate = match (args.metrics_secure, &args.metrics_tls_cert_file) {
+            (false, _) => "none".to_string(),
+            (true, Some(f)) => f.display().to_string(),
+            (true, None) => "self-signed".to_string(),
+        },
+        "serving metrics"
+    );
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(metrics_server::serve(
+        listener,
+        metrics.clone(),
+        opts,
+        stop.clone(),
+    ));
+    Ok(Some((stop, task)))
 }
 
 /// Resolves on SIGTERM or SIGINT.

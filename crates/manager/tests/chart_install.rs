@@ -547,6 +547,8 @@ fn manager_started_from_the_installed_deployment_stays_within_its_rbac() {
                     // may be taken.
                     assert!(addr.ends_with(&format!(":{admin_port}")), "{addr}");
                     format!("--admin-address=127.0.0.1:{admin}")
+                } else if a.starts_with("--metrics-bind-address=") {
+                    format!("--metrics-bind-address=127.0.0.1:{}", support::free_port())
                 } else if let Some(file) = a.strip_prefix("--lb-provider-token-file=") {
                     let rel = file
                         .strip_prefix(&format!("{token_mount}/"))

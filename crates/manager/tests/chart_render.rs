@@ -94,6 +94,7 @@ topologySpreadConstraints:
 priorityClassName: system-cluster-critical
 metrics:
   serviceMonitor: {enabled: true, labels: {release: prometheus}}
+  tlsSecret: pm-metrics-tls
 "#,
     )
     .expect("write values");
@@ -156,6 +157,8 @@ fn default_values_render_exactly_these_args() {
                 "--log-format=json",
                 "--log-level=info",
                 "--admin-address=0.0.0.0:8080",
+                "--metrics-bind-address=0.0.0.0:8443",
+                "--metrics-secure=true",
                 "--leader-elect=false",
                 "--leader-elect-resource-namespace=protection",
                 "--release-record-name=pm-protection-manager-release",
@@ -481,10 +484,18 @@ fn every_rendered_flag_is_a_flag_of_the_binary() {
     );
 }
 
+/// The manager's ClusterRole (the other is the scrapers' metrics-reader).
+fn manager_cluster_role(r: &Rendered) -> &Value {
+    r.of_kind("ClusterRole")
+        .into_iter()
+        .find(|c| c["metadata"]["name"] == "pm-protection-manager")
+        .expect("the manager's ClusterRole")
+}
+
 /// `verb group/resource` strings granted by the ClusterRole.
 fn cluster_grants(r: &Rendered) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
-    for rule in r.one("ClusterRole")["rules"].as_array().expect("rules") {
+    for rule in manager_cluster_role(r)["rules"].as_array().expect("rules") {
         for verb in rule["verbs"].as_array().expect("verbs") {
             for g in rule["apiGroups"].as_array().expect("apiGroups") {
                 for res in rule["resources"].as_array().expect("resources") {
@@ -530,7 +541,13 @@ const LB: &[&str] = &[
     "list core/nodes",
     "watch core/nodes",
 ];
-const EVENTS: &[&str] = &["create events.k8s.io/events", "patch events.k8s.io/events"];
+const EVENTS: &[&str] = &[
+    "create events.k8s.io/events",
+    "patch events.k8s.io/events",
+    // The secure metrics server's reviews (metrics.secure, on by default).
+    "create authentication.k8s.io/tokenreviews",
+    "create authorization.k8s.io/subjectaccessreviews",
+];
 
 #[test]
 fn rbac_rules_follow_the_enabled_controllers() {
@@ -586,7 +603,7 @@ fn rbac_rules_follow_the_enabled_controllers() {
                 helm.version
             );
             assert_eq!(
-                r.one("ClusterRole")["metadata"]["annotations"]["protection-manager.io/controllers"],
+                manager_cluster_role(&r)["metadata"]["annotations"]["protection-manager.io/controllers"],
                 *names,
                 "{:?} values {values:?}",
                 helm.version
@@ -1014,7 +1031,7 @@ fn controller_selection_matches_the_binary() {
         let values: Vec<&str> = values.iter().map(String::as_str).collect();
         let r = render(&helm, &values);
         let chart: Vec<String> =
-            r.one("ClusterRole")["metadata"]["annotations"]["protection-manager.io/controllers"]
+            manager_cluster_role(&r)["metadata"]["annotations"]["protection-manager.io/controllers"]
                 .as_str()
                 .unwrap_or_default()
                 .split(',')
@@ -1108,7 +1125,10 @@ fn the_pod_is_hardened() {
         // Probes on the admin port, which is the --admin-address port.
         assert_eq!(
             c["ports"],
-            serde_json::json!([{"name": "admin", "containerPort": 8080, "protocol": "TCP"}])
+            serde_json::json!([
+                {"name": "admin", "containerPort": 8080, "protocol": "TCP"},
+                {"name": "metrics", "containerPort": 8443, "protocol": "TCP"}
+            ])
         );
         assert_eq!(
             c["livenessProbe"]["httpGet"],
@@ -1181,6 +1201,7 @@ fn every_object_carries_the_standard_labels() {
         assert_eq!(
             r.kinds(),
             vec![
+                "ClusterRole",
                 "ClusterRole",
                 "ClusterRoleBinding",
                 "Deployment",
@@ -1290,7 +1311,7 @@ fn metrics_service_and_optional_service_monitor() {
         assert_eq!(svc["spec"]["type"], "ClusterIP");
         assert_eq!(
             svc["spec"]["ports"],
-            serde_json::json!([{"name": "metrics", "port": 8080, "targetPort": "admin", "protocol": "TCP"}])
+            serde_json::json!([{"name": "metrics", "port": 8443, "targetPort": "metrics", "protocol": "TCP", "appProtocol": "https"}])
         );
         assert_eq!(
             svc["spec"]["selector"],
@@ -1311,7 +1332,12 @@ fn metrics_service_and_optional_service_monitor() {
         assert_eq!(sm["metadata"]["labels"]["release"], "prometheus");
         assert_eq!(
             sm["spec"]["endpoints"],
-            serde_json::json!([{"port": "metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s"}])
+            serde_json::json!([{
+                "port": "metrics", "path": "/metrics", "interval": "15s", "scrapeTimeout": "10s",
+                "scheme": "https",
+                "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+                "tlsConfig": {"insecureSkipVerify": true}
+            }])
         );
         // It selects the metrics Service by that Service's labels.
         let svc = r.one("Service");
