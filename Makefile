@@ -36,14 +36,6 @@ test: tools fmt-check
 
 lint: fmt-check clippy
 
-# Property tests of the parsers a user or the API can feed, with many more
-# cases than `make test` runs (proptest's default, 256 per property).
-# One `cargo test` line per suite; FUZZ_CASES cases per property.
-FUZZ_CASES ?= 20000
-fuzz:
-	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p kube-sim --test fuzz
-	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p cloud-sim --test fuzz
-
 fmt:
 	$(CARGO) fmt --all
 
@@ -61,7 +53,8 @@ clean:
 # `make test` runs every property test with proptest's default 256 cases;
 # `make fuzz` runs the parser properties with FUZZ_CASES cases each (the
 # parsers a user or the API can feed: flags, durations, versions, names,
-# URL redaction, the load-balancer provider's replies). A failure prints
+# URL redaction, the load-balancer provider's replies, kube-sim's selectors
+# and patches, cloud-sim's request bodies). A failure prints
 # the minimal input and proptest keeps it under proptest-regressions/.
 FUZZ_CASES ?= 20000
 
@@ -70,6 +63,8 @@ fuzz:
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p protection-core --lib -- duration:: names:: redact:: ratelimit::
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p protection-core --test parser_properties
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p lb-cleanup --lib -- provider::http::reply_properties
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p kube-sim --test fuzz
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p cloud-sim --test fuzz
 
 # --- Container image and Helm chart -------------------------------------------
 # `make image` needs docker or podman (the development machines have neither:

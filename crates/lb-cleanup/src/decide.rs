@@ -211,14 +211,28 @@ fn str_eq(a: &Option<String>, b: &Option<String>) -> bool {
     a.as_deref().unwrap_or("") == b.as_deref().unwrap_or("")
 }
 
+/// The IP mode an ingress item has once stored: kube-apiserver (1.30+)
+/// defaults an absent `ipMode` to `VIP` when `ip` is set.
+fn stored_ip_mode(x: &LoadBalancerIngress) -> &str {
+    match x.ip_mode.as_deref().unwrap_or("") {
+        "" if !x.ip.as_deref().unwrap_or("").is_empty() => "VIP",
+        mode => mode,
+    }
+}
+
 /// cloud-provider `service/helpers.LoadBalancerStatusEqual`: the same
 /// ingress items in the same order, compared by IP, hostname and IP mode.
+///
+/// Deviation (docs/upstream-semantics.md §9): the IP mode is compared as the
+/// API server stores it ([`stored_ip_mode`]). A provider that reports
+/// `{ip}` would otherwise differ from the stored `{ip, ipMode: VIP}` on every
+/// sync and the status would be re-patched each time.
 pub fn ingress_equal(a: &[LoadBalancerIngress], b: &[LoadBalancerIngress]) -> bool {
     a.len() == b.len()
         && a.iter().zip(b).all(|(x, y)| {
             str_eq(&x.ip, &y.ip)
                 && str_eq(&x.hostname, &y.hostname)
-                && str_eq(&x.ip_mode, &y.ip_mode)
+                && stored_ip_mode(x) == stored_ip_mode(y)
         })
 }
 
@@ -606,6 +620,20 @@ mod tests {
         assert!(ingress_equal(
             &[i("1.1.1.1", Some(""), None)],
             &[i("1.1.1.1", None, Some(""))]
+        ));
+        // An absent IP mode next to an IP is the server's default, VIP.
+        assert!(ingress_equal(
+            &[i("1.1.1.1", None, None)],
+            &[i("1.1.1.1", None, Some("VIP"))]
+        ));
+        assert!(!ingress_equal(
+            &[i("1.1.1.1", None, None)],
+            &[i("1.1.1.1", None, Some("Proxy"))]
+        ));
+        // A hostname-only item gets no default.
+        assert!(!ingress_equal(
+            &[i("", Some("lb.example.com"), None)],
+            &[i("", Some("lb.example.com"), Some("VIP"))]
         ));
     }
 }

@@ -92,9 +92,6 @@ async fn no_status_rewrite_when_the_provider_reports_ip_mode() {
 /// A provider that reports no `ipMode`: the controller writes `{ip}`, the
 /// server stores `{ip, ipMode: VIP}`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails: lb-cleanup's decide::ingress_equal compares ipMode strictly, so each sync \
-            re-patches the status (one PATCH services/status per sync); the lb-cleanup owner \
-            should treat a missing reported ipMode as the server's default VIP"]
 async fn no_status_rewrite_when_the_server_defaults_ip_mode() {
     let writes = writes_after_provisioning(None).await;
     assert!(
