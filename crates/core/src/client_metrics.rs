@@ -289,7 +289,9 @@ mod tests {
         });
         // 1 request per second, no burst beyond one: the second and third
         // requests wait one second each.
-        let limited = crate::ratelimit::RateLimitLayer::new(1.0, 1).layer(backend);
+        let limited = crate::ratelimit::RateLimitLayer::new(1.0, 1)
+            .unwrap()
+            .layer(backend);
         let mut svc = metrics.layer().layer(limited);
         for path in [
             "/api/v1/persistentvolumes/pv-1",

@@ -134,7 +134,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
     // A dead client worker fails every API call for ever: stop, so that the
     // process restarts (what a failing liveness check would do).
     let result = tokio::select! {
-        r = host.run(listener, selected, shutdown_signal()) => r,
+        r = host.run(listener, selected, shutdown_signal()) => r.map_err(anyhow::Error::from),
         () = client_health.closed() => {
             let reason = client_health.check().err().unwrap_or_default();
             tracing::error!("{reason}");
