@@ -81,11 +81,31 @@ async fn becomes_ready_leads_records_its_release_and_releases_the_lease_on_sigte
     )
     .await;
 
+    // Ready does not mean leading: a replica waiting for the Lease is ready
+    // too (a standby), so the lease and the record are waited for.
     let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    wait_for(
+        Duration::from_secs(60),
+        "the lease has a holder",
+        async || holder(&leases).await.is_some(),
+    )
+    .await;
     let h = holder(&leases).await.expect("the lease has a holder");
     println!("verified: /readyz passes and the lease is held by {h}");
 
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    wait_for(
+        Duration::from_secs(60),
+        "the leader recorded its release",
+        async || {
+            cms.get_opt("protection-manager-release")
+                .await
+                .ok()
+                .flatten()
+                .is_some()
+        },
+    )
+    .await;
     let rec = cms
         .get("protection-manager-release")
         .await
