@@ -248,7 +248,7 @@ mod tests {
 
     /// Every row of upstream `TestPVCProtectionController`
     /// (pvc_protection_controller_test.go at 025f2834, with the gate rows of
-    /// 0c4236dd), then the edge cases of UPSTREAM_SEMANTICS.md §3.5/§3.10.
+    /// 0c4236dd), then the edge cases of docs/upstream-semantics.md §3.5/§3.10.
     /// Upstream's "fails -> controller retries" rows repeat the same actions
     /// per attempt; each attempt is the row below, and the retry loop itself
     /// is covered by the kube-sim tests.

@@ -1,4 +1,4 @@
-//! The upstream e2e scenarios (UPSTREAM_SEMANTICS.md §6.1, §6.2), ported:
+//! The upstream e2e scenarios (docs/upstream-semantics.md §6.1, §6.2), ported:
 //! PVC protection (3), PV protection (2) and the load-balancer cleanup
 //! finalizer, against the manager installed by the chart.
 

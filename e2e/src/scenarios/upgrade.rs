@@ -1,5 +1,5 @@
 //! Upgrade and downgrade through `helm upgrade` / `helm rollback`, with the
-//! KEP's checks (UPSTREAM_SEMANTICS.md §5.11, §6.3): one binary plays each
+//! KEP's checks (docs/upstream-semantics.md §5.11, §6.3): one binary plays each
 //! release through the chart's `emulatedVersion` (or two builds, with
 //! `E2E_OLD_BIN` / `E2E_NEW_BIN`).
 //!
