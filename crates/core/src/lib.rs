@@ -16,6 +16,8 @@ pub mod client;
 pub mod controllers;
 pub mod duration;
 pub mod events;
+#[cfg(test)]
+mod fake_api;
 pub mod featuregate;
 pub mod finalizer;
 pub mod host;
@@ -24,10 +26,12 @@ pub mod metrics;
 pub mod ratelimit;
 pub mod release;
 pub mod release_guard;
+pub mod runtime;
 pub mod version;
 
 pub use controllers::{
-    ControllerContext, ControllerDescriptor, ControllerError, ControllerResult, ReadySignal,
+    ControllerContext, ControllerDescriptor, ControllerError, ControllerInfo, ControllerResult,
+    FinalizerNames, PolicyRule, ReadySignal,
 };
 pub use featuregate::FeatureGates;
 pub use finalizer::{

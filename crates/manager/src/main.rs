@@ -3,6 +3,7 @@
 //! controller crates' descriptors.
 
 mod cli;
+mod controllers;
 mod explain;
 mod logging;
 mod release_check;
@@ -35,6 +36,12 @@ fn main() -> ExitCode {
                 Err(e) => return fail(&anyhow::anyhow!("starting the async runtime: {e}")),
             };
             match rt.block_on(explain::explain(&args)) {
+                // A missing object is an error, as for kubectl: the text
+                // names it, on stderr, and the exit code is non-zero.
+                Ok(report) if !report.found => {
+                    eprint!("{}", report.render(k8s_openapi::jiff::Timestamp::now()));
+                    ExitCode::FAILURE
+                }
                 Ok(report) => {
                     print!("{}", report.render(k8s_openapi::jiff::Timestamp::now()));
                     ExitCode::SUCCESS

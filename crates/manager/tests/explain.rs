@@ -124,9 +124,17 @@ async fn explains_a_claim_held_by_a_pod_and_a_claim_that_is_free() {
             .and_then(|o| o.is_none().then_some(()))
     })
     .await;
-    let text = explain(&sim, &["pvc/data"]);
+    let out = std::process::Command::new(support::BIN)
+        .args(["explain", "pvc/data"])
+        .arg(format!("--kubeconfig={}", sim.kubeconfig_path().display()))
+        .output()
+        .expect("run explain");
+    assert!(
+        !out.status.success(),
+        "explain of a missing object must fail"
+    );
     assert_eq!(
-        text.trim(),
+        String::from_utf8_lossy(&out.stderr).trim(),
         "PersistentVolumeClaim default/data does not exist (already deleted, or never created)."
     );
     let out = std::process::Command::new(support::BIN)
