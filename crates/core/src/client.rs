@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 use tower::{Layer, Service};
 
 use crate::duration::format_duration;
-use crate::ratelimit::{RateLimitError, RateLimitLayer, WaitObserver};
+use crate::ratelimit::{RateLimitError, RateLimitLayer};
 use crate::redact::redact_url_credentials;
 
 /// The default of `--request-timeout`. kube-rs lists in pages of 500
@@ -51,8 +51,6 @@ pub struct ClientOptions {
     /// Bound on each call until the response headers arrive (a watch is
     /// bounded until it is open, not for its life). `None`: no bound.
     pub request_timeout: Option<Duration>,
-    /// Told each request's wait for a rate-limit token.
-    pub rate_limit_observer: Option<WaitObserver>,
 }
 
 impl Default for ClientOptions {
@@ -64,7 +62,6 @@ impl Default for ClientOptions {
             burst: 1,
             user_agent: String::new(),
             request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
-            rate_limit_observer: None,
         }
     }
 }
@@ -181,9 +178,9 @@ where
     B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
     B::Error: Into<tower::BoxError>,
 {
-    let rate = RateLimitLayer::new(opts.qps, opts.burst)
-        .map_err(ClientError::RateLimit)?
-        .with_observer(opts.rate_limit_observer.clone());
+    // The rate-limiter wait is measured by the metrics layer outside it
+    // (`client_metrics`), so the limiter needs no observer here.
+    let rate = RateLimitLayer::new(opts.qps, opts.burst).map_err(ClientError::RateLimit)?;
     let health = ClientHealth::new();
     let guard = GuardLayer {
         health: health.clone(),

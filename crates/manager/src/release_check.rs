@@ -17,7 +17,6 @@ pub async fn client(args: &ClientArgs) -> Result<kube::Client> {
         burst: 1,
         user_agent: format!("protection-manager/{}", env!("CARGO_PKG_VERSION")),
         request_timeout: args.request_timeout(),
-        rate_limit_observer: None,
     };
     let config = load_config(&opts)
         .await

@@ -81,7 +81,6 @@ pub async fn run(args: RunArgs) -> Result<()> {
         burst: args.kube_api_burst,
         user_agent: format!("protection-manager/{}", env!("CARGO_PKG_VERSION")),
         request_timeout: args.client.request_timeout(),
-        rate_limit_observer: None,
     };
     let config = load_config(&opts)
         .await
