@@ -342,7 +342,7 @@ mod tests {
     }
 
     /// The plan-level half of upstream `TestSyncLoadBalancerIfNeeded`
-    /// (§5.13): which branch, and whether a finalizer patch is planned. The
+    /// (docs/upstream-semantics.md §5.13): which branch, and whether a finalizer patch is planned. The
     /// provider calls and status patches are checked against a fake provider
     /// in `sync::tests`, which runs the same table end to end.
     #[test]

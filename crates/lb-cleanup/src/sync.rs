@@ -20,7 +20,7 @@ use crate::provider::{
     LbNode, LbRef, LbSpec, LoadBalancerProvider, ProviderError, SpecError, same_node_set,
 };
 
-/// Event reasons, exactly upstream's (§5.9).
+/// Event reasons, exactly upstream's (docs/upstream-semantics.md §5.9).
 pub mod reasons {
     pub const ENSURING_LOAD_BALANCER: &str = "EnsuringLoadBalancer";
     pub const ENSURED_LOAD_BALANCER: &str = "EnsuredLoadBalancer";
@@ -1025,7 +1025,7 @@ pub(crate) mod tests {
         p.get("status").is_some()
     }
 
-    /// Upstream `TestSyncLoadBalancerIfNeeded` (§5.13), run end to end
+    /// Upstream `TestSyncLoadBalancerIfNeeded` (docs/upstream-semantics.md §5.13), run end to end
     /// against a fake provider and writer: op, cloud calls, status patch,
     /// finalizer patch. Where upstream counts two patches for a cleanup we
     /// send one that does both (see `decide`), so the table lists the
