@@ -21,7 +21,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::events::EventRecorder;
 use crate::featuregate::FeatureGates;
+use crate::finalizer::FinalizerProfile;
 use crate::metrics::ControllerMetrics;
+use crate::release::GateDecl;
 use crate::version::Version;
 
 /// What a controller's run function returns when it stops on its own.
@@ -48,27 +50,76 @@ impl ControllerError {
 /// cancelled, having stopped taking new work.
 pub type RunFn = Box<dyn FnOnce(ControllerContext) -> BoxFuture<'static, ControllerResult> + Send>;
 
-/// One controller as the host knows it.
-pub struct ControllerDescriptor {
+/// One cluster-wide RBAC rule a controller needs (the chart grants it when
+/// the controller runs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PolicyRule {
+    pub api_groups: &'static [&'static str],
+    pub resources: &'static [&'static str],
+    pub verbs: &'static [&'static str],
+}
+
+/// A controller's finalizer under each [`FinalizerProfile`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FinalizerNames {
+    pub project: &'static str,
+    pub upstream: &'static str,
+}
+
+impl FinalizerNames {
+    pub fn get(self, profile: FinalizerProfile) -> &'static str {
+        match profile {
+            FinalizerProfile::Project => self.project,
+            FinalizerProfile::Upstream => self.upstream,
+        }
+    }
+
+    /// Whether `finalizer` is this controller's under some profile.
+    pub fn owns(self, finalizer: &str) -> bool {
+        finalizer == self.project || finalizer == self.upstream
+    }
+}
+
+/// What the manager knows of a controller without starting it: enough for
+/// `--controllers`, the gate registry, `explain` and the chart's RBAC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ControllerInfo {
     pub name: &'static str,
     /// Other accepted spellings (e.g. kube-controller-manager's long names).
     pub aliases: &'static [&'static str],
     pub enabled_by_default: bool,
     /// The release it appeared in.
     pub since: Version,
-    /// Feature gates it reads (documentation and `feature-gates` output).
-    pub gates: &'static [&'static str],
+    /// Feature gates it reads, with their history: the binary's gate
+    /// registry (and so `--feature-gates` and `feature-gates`) is the union
+    /// of its controllers' gates.
+    pub gates: &'static [GateDecl],
+    /// The finalizer it owns.
+    pub finalizer: FinalizerNames,
+    /// The API access it needs, besides Events, Leases and the release
+    /// record (which every controller's host needs).
+    pub rbac: &'static [PolicyRule],
+}
+
+/// One controller as the host knows it: its [`ControllerInfo`] and how to
+/// start it.
+pub struct ControllerDescriptor {
+    pub info: &'static ControllerInfo,
     pub run: RunFn,
+}
+
+impl std::ops::Deref for ControllerDescriptor {
+    type Target = ControllerInfo;
+
+    fn deref(&self) -> &ControllerInfo {
+        self.info
+    }
 }
 
 impl fmt::Debug for ControllerDescriptor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ControllerDescriptor")
-            .field("name", &self.name)
-            .field("aliases", &self.aliases)
-            .field("enabled_by_default", &self.enabled_by_default)
-            .field("since", &self.since)
-            .field("gates", &self.gates)
+            .field("info", self.info)
             .finish_non_exhaustive()
     }
 }
@@ -222,7 +273,7 @@ mod tests {
     use super::*;
 
     fn desc(name: &'static str, on: bool, since: Version) -> ControllerDescriptor {
-        ControllerDescriptor {
+        let info = Box::leak(Box::new(ControllerInfo {
             name,
             aliases: if name == "pv-protection" {
                 &["persistentvolume-protection-controller"]
@@ -232,6 +283,14 @@ mod tests {
             enabled_by_default: on,
             since,
             gates: &[],
+            finalizer: FinalizerNames {
+                project: "x.io/f",
+                upstream: "kubernetes.io/f",
+            },
+            rbac: &[],
+        }));
+        ControllerDescriptor {
+            info,
             run: Box::new(|_| Box::pin(async { Ok(()) })),
         }
     }

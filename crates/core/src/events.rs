@@ -2,7 +2,8 @@
 //! or release. Publishing never fails a reconcile: an Event that cannot be
 //! written is logged and dropped, as client-go's recorder does.
 
-use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{Event as CoreEvent, ObjectReference};
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 /// A cheap-to-clone recorder bound to one reporting controller.
@@ -98,6 +99,54 @@ fn truncate(mut s: String, max: usize) -> String {
         s.push_str("...");
     }
     s
+}
+
+/// A compact view of an Event (core/v1 carries both APIs' fields).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventView {
+    pub type_: String,
+    pub reason: String,
+    pub note: String,
+    pub first: Option<Timestamp>,
+    pub last: Option<Timestamp>,
+    pub count: i32,
+    pub source: String,
+}
+
+impl EventView {
+    pub fn from_core(e: &CoreEvent) -> EventView {
+        let first = e
+            .first_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .or_else(|| e.event_time.as_ref().map(|t| t.0));
+        let last = e
+            .series
+            .as_ref()
+            .and_then(|s| s.last_observed_time.as_ref().map(|t| t.0))
+            .or_else(|| e.last_timestamp.as_ref().map(|t| t.0))
+            .or(first);
+        let count = e
+            .series
+            .as_ref()
+            .and_then(|s| s.count)
+            .or(e.count)
+            .unwrap_or(1);
+        EventView {
+            type_: e.type_.clone().unwrap_or_default(),
+            reason: e.reason.clone().unwrap_or_default(),
+            note: e.message.clone().unwrap_or_default(),
+            first,
+            last,
+            count,
+            source: e
+                .reporting_component
+                .clone()
+                .filter(|s| !s.is_empty())
+                .or_else(|| e.source.as_ref().and_then(|s| s.component.clone()))
+                .unwrap_or_default(),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -35,6 +35,7 @@ use crate::featuregate::FeatureGates;
 use crate::leader::{Elector, LeaderElectionConfig, LeaderError};
 use crate::metrics::Metrics;
 use crate::release_guard::{self, GuardError, RecordLocation};
+use crate::runtime::Backoff;
 use crate::version::Version;
 
 /// How the host runs.
@@ -233,7 +234,8 @@ impl Host {
         let Some(g) = &self.cfg.release_guard else {
             return Ok(true);
         };
-        let mut delay = Duration::from_millis(500);
+        // 0.5 s doubling to 10 s between attempts.
+        let backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(10));
         loop {
             let attempt = async {
                 let recorded = release_guard::read(&self.client, &g.location).await?;
@@ -277,9 +279,8 @@ impl Host {
                     self.health.set("release-guard", Err(e.to_string()));
                     tokio::select! {
                         _ = stop.cancelled() => return Ok(false),
-                        _ = tokio::time::sleep(delay) => {}
+                        _ = tokio::time::sleep(backoff.next("release-guard")) => {}
                     }
-                    delay = (delay * 2).min(Duration::from_secs(10));
                 }
             }
         }
@@ -431,5 +432,281 @@ async fn ping_loop(client: kube::Client, health: Health, every: Duration, stop: 
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    use k8s_openapi::jiff::Timestamp;
+    use tokio::sync::{mpsc, oneshot};
+    use tokio::time::{Instant, sleep};
+
+    use super::*;
+    use crate::controllers::{ControllerError, ControllerInfo, FinalizerNames};
+    use crate::fake_api::FakeApi;
+    use crate::release::{BINARY_VERSION, gates_at};
+
+    const NS: &str = "pm";
+    const LEASE: &str = "protection-manager";
+
+    fn config(leader_election: bool) -> HostConfig {
+        HostConfig {
+            leader_election: leader_election.then(|| LeaderElectionConfig {
+                lease_name: LEASE.into(),
+                lease_namespace: NS.into(),
+                identity: "me".into(),
+                lease_duration: Duration::from_secs(15),
+                renew_deadline: Duration::from_secs(10),
+                retry_period: Duration::from_secs(2),
+            }),
+            shutdown_timeout: Duration::from_secs(5),
+            concurrency: 1,
+            identity: "me".into(),
+            ping_interval: Duration::from_secs(1),
+            release_guard: None,
+        }
+    }
+
+    fn host(api: &FakeApi, cfg: HostConfig) -> Host {
+        let gates = gates_at(BINARY_VERSION, &[]).expect("binary version is emulatable");
+        let metrics = Metrics::new().expect("metrics register");
+        Host::new(api.client(), Arc::new(gates), metrics, cfg)
+    }
+
+    fn info(name: &'static str) -> &'static ControllerInfo {
+        Box::leak(Box::new(ControllerInfo {
+            name,
+            aliases: &[],
+            enabled_by_default: true,
+            since: Version::new(0, 1),
+            gates: &[],
+            finalizer: FinalizerNames {
+                project: "x.io/f",
+                upstream: "kubernetes.io/f",
+            },
+            rbac: &[],
+        }))
+    }
+
+    /// What a test controller reports.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Seen {
+        Started,
+        Stopping,
+    }
+
+    /// A controller that reports start and stop, becomes ready after
+    /// `sync` (its caches), and stops when told.
+    fn well_behaved(sync: Duration, seen: mpsc::UnboundedSender<Seen>) -> ControllerDescriptor {
+        ControllerDescriptor {
+            info: info("good"),
+            run: Box::new(move |ctx| {
+                Box::pin(async move {
+                    let _ = seen.send(Seen::Started);
+                    tokio::select! {
+                        _ = ctx.shutdown.cancelled() => {}
+                        _ = sleep(sync) => {
+                            ctx.ready.set(true);
+                            ctx.shutdown.cancelled().await;
+                        }
+                    }
+                    let _ = seen.send(Seen::Stopping);
+                    Ok(())
+                })
+            }),
+        }
+    }
+
+    /// Sets its flag when dropped (the host abandoned the task).
+    struct DropFlag(Arc<AtomicBool>);
+    impl Drop for DropFlag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    async fn admin() -> TcpListener {
+        TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ready_only_once_the_api_server_answers_and_every_cache_synced() {
+        let api = FakeApi::new();
+        api.set_down(true);
+        let h = host(&api, config(false));
+        let health = h.health();
+        let (seen_tx, mut seen) = mpsc::unbounded_channel();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let run = tokio::spawn(h.run(
+            admin().await,
+            vec![well_behaved(Duration::from_secs(30), seen_tx)],
+            async {
+                let _ = stop_rx.await;
+            },
+        ));
+        assert_eq!(seen.recv().await, Some(Seen::Started));
+        sleep(Duration::from_secs(5)).await;
+        assert!(!health.is_ready(), "the API server does not answer");
+        assert!(
+            health.readyz(true).1.contains("ping"),
+            "{}",
+            health.readyz(true).1
+        );
+        api.set_down(false);
+        sleep(Duration::from_secs(5)).await;
+        assert!(
+            !health.is_ready(),
+            "the controller's caches have not synced"
+        );
+        assert!(
+            health
+                .readyz(true)
+                .1
+                .contains("caches not synced yet: good"),
+            "{}",
+            health.readyz(true).1
+        );
+        sleep(Duration::from_secs(30)).await;
+        assert!(health.is_ready(), "{}", health.readyz(true).1);
+        let _ = stop_tx.send(());
+        assert!(run.await.expect("host task").is_ok());
+        assert_eq!(seen.recv().await, Some(Seen::Stopping));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_waits_for_a_controller_at_most_the_shutdown_timeout() {
+        let api = FakeApi::new();
+        let h = host(&api, config(false));
+        let dropped = Arc::new(AtomicBool::new(false));
+        let flag = dropped.clone();
+        let stubborn = ControllerDescriptor {
+            info: info("stubborn"),
+            run: Box::new(move |_ctx| {
+                Box::pin(async move {
+                    let _guard = DropFlag(flag);
+                    // Ignores the shutdown token.
+                    std::future::pending::<()>().await;
+                    Ok(())
+                })
+            }),
+        };
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let run = tokio::spawn(h.run(admin().await, vec![stubborn], async {
+            let _ = stop_rx.await;
+        }));
+        sleep(Duration::from_secs(1)).await;
+        let asked = Instant::now();
+        let _ = stop_tx.send(());
+        assert!(run.await.expect("host task").is_ok(), "a shutdown is clean");
+        let waited = asked.elapsed();
+        assert!(
+            waited >= Duration::from_secs(5) && waited < Duration::from_secs(6),
+            "the host waits the shutdown timeout (5s of paused time), then returns; waited {waited:?}"
+        );
+        sleep(Duration::from_millis(1)).await;
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "the stubborn controller was abandoned"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_controller_that_fails_stops_the_host_with_its_error() {
+        let api = FakeApi::new();
+        let h = host(&api, config(false));
+        let failing = ControllerDescriptor {
+            info: info("failing"),
+            run: Box::new(|_ctx| {
+                Box::pin(async {
+                    sleep(Duration::from_secs(3)).await;
+                    Err(ControllerError::new("failing", "cannot watch"))
+                })
+            }),
+        };
+        let err = h
+            .run(admin().await, vec![failing], std::future::pending())
+            .await
+            .expect_err("a failed controller is fatal");
+        assert_eq!(err.to_string(), "controller failing: cannot watch");
+    }
+
+    fn now_micro() -> serde_json::Value {
+        serde_json::to_value(MicroTime(Timestamp::now())).unwrap_or_default()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_is_ready_and_runs_nothing_while_another_replica_leads() {
+        let api = FakeApi::new();
+        // Another replica holds a fresh Lease (kube-lease-manager reads
+        // expiry from the wall clock, which paused time does not move).
+        let client = api.client();
+        let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+            kube::Api::namespaced(client, NS);
+        let mut lease = k8s_openapi::api::coordination::v1::Lease::default();
+        lease.metadata.name = Some(LEASE.into());
+        leases
+            .create(&Default::default(), &lease)
+            .await
+            .expect("seed the lease");
+        api.patch_lease(
+            NS,
+            LEASE,
+            serde_json::json!({"holderIdentity": "other", "renewTime": now_micro(),
+                               "acquireTime": now_micro(), "leaseDurationSeconds": 3600}),
+        );
+        let h = host(&api, config(true));
+        let health = h.health();
+        let (seen_tx, mut seen) = mpsc::unbounded_channel();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let run = tokio::spawn(h.run(
+            admin().await,
+            vec![well_behaved(Duration::ZERO, seen_tx)],
+            async {
+                let _ = stop_rx.await;
+            },
+        ));
+        sleep(Duration::from_secs(60)).await;
+        assert!(seen.try_recv().is_err(), "no controller runs on a standby");
+        assert!(health.is_ready(), "{}", health.readyz(true).1);
+        let _ = stop_tx.send(());
+        assert!(run.await.expect("host task").is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leading_runs_the_controllers_and_losing_the_lease_stops_them_with_an_error() {
+        let api = FakeApi::new();
+        let h = host(&api, config(true));
+        let health = h.health();
+        let (seen_tx, mut seen) = mpsc::unbounded_channel();
+        let run = tokio::spawn(h.run(
+            admin().await,
+            vec![well_behaved(Duration::from_secs(1), seen_tx)],
+            std::future::pending(),
+        ));
+        assert_eq!(seen.recv().await, Some(Seen::Started), "gained the lease");
+        let holder = api
+            .lease(NS, LEASE)
+            .and_then(|l| l.pointer("/spec/holderIdentity").cloned());
+        assert_eq!(holder, Some(serde_json::json!("me")));
+        sleep(Duration::from_secs(3)).await;
+        assert!(health.is_ready(), "{}", health.readyz(true).1);
+        // Another replica takes the Lease over.
+        api.patch_lease(
+            NS,
+            LEASE,
+            serde_json::json!({"holderIdentity": "other", "renewTime": now_micro()}),
+        );
+        let err = run
+            .await
+            .expect("host task")
+            .expect_err("losing the lease is fatal");
+        assert!(err.to_string().starts_with("leaderelection lost:"), "{err}");
+        assert_eq!(seen.recv().await, Some(Seen::Stopping));
+        assert!(!health.is_ready(), "{}", health.readyz(true).1);
     }
 }

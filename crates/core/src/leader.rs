@@ -13,7 +13,7 @@
 //!   Because `renew_deadline < lease_duration`, the old leader stops before
 //!   any other replica may take over: the same margin client-go gives.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
@@ -21,6 +21,7 @@ use kube::Api;
 use kube_lease_manager::{LeaseCreateMode, LeaseManagerBuilder};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::duration::format_duration;
@@ -201,7 +202,7 @@ impl Elector {
                     match self.leases.get_opt(&self.cfg.lease_name).await {
                         Ok(Some(lease)) => {
                             last_ok = Instant::now();
-                            if let Some(reason) = self.check_lease(&lease, Timestamp::now()) {
+                            if let Some(reason) = check_lease(&self.cfg, &lease, Timestamp::now()) {
                                 return LeaderError::Lost(reason);
                             }
                         }
@@ -221,29 +222,6 @@ impl Elector {
         }
     }
 
-    /// `Some(reason)` when the Lease says we are no longer a valid holder.
-    fn check_lease(&self, lease: &Lease, now: Timestamp) -> Option<String> {
-        let spec = lease.spec.as_ref();
-        let holder = spec.and_then(|s| s.holder_identity.as_deref());
-        if holder != Some(self.cfg.identity.as_str()) {
-            return Some(format!(
-                "the lease is held by {}",
-                holder.unwrap_or("nobody")
-            ));
-        }
-        let renewed = spec.and_then(|s| s.renew_time.as_ref()).map(|t| t.0)?;
-        let age = now.duration_since(renewed);
-        let deadline = self.cfg.renew_deadline;
-        if age.as_secs_f64() > deadline.as_secs_f64() {
-            return Some(format!(
-                "failed to renew the lease within the renew deadline ({}); last renewal {:.1}s ago",
-                format_duration(deadline),
-                age.as_secs_f64()
-            ));
-        }
-        None
-    }
-
     /// Gives the lease up (if held) and stops competing.
     pub async fn release(self, timeout: Duration) {
         let Elector {
@@ -257,6 +235,31 @@ impl Elector {
             Err(_) => tracing::warn!("timed out releasing the leader lease"),
         }
     }
+}
+
+/// `Some(reason)` when the Lease says `cfg.identity` is no longer a valid
+/// holder at `now`: someone else holds it, or our last renewal is older
+/// than the renew deadline.
+fn check_lease(cfg: &LeaderElectionConfig, lease: &Lease, now: Timestamp) -> Option<String> {
+    let spec = lease.spec.as_ref();
+    let holder = spec.and_then(|s| s.holder_identity.as_deref());
+    if holder != Some(cfg.identity.as_str()) {
+        return Some(format!(
+            "the lease is held by {}",
+            holder.unwrap_or("nobody")
+        ));
+    }
+    let renewed = spec.and_then(|s| s.renew_time.as_ref()).map(|t| t.0)?;
+    let age = now.duration_since(renewed);
+    let deadline = cfg.renew_deadline;
+    if age.as_secs_f64() > deadline.as_secs_f64() {
+        return Some(format!(
+            "failed to renew the lease within the renew deadline ({}); last renewal {:.1}s ago",
+            format_duration(deadline),
+            age.as_secs_f64()
+        ));
+    }
+    None
 }
 
 #[cfg(test)]
@@ -295,5 +298,92 @@ mod tests {
         assert_eq!(cfg(4, 3, 1).grace_secs(), 3);
         // Never 0 nor the whole duration.
         assert_eq!(cfg(2, 1, 1).grace_secs(), 1);
+    }
+
+    fn lease(holder: Option<&str>, renewed: Option<Timestamp>) -> Lease {
+        use k8s_openapi::api::coordination::v1::LeaseSpec;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_string),
+                renew_time: renewed.map(MicroTime),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn check_lease_keeps_a_fresh_lease_of_ours() {
+        let c = cfg(15, 10, 2);
+        let t0 = Timestamp::UNIX_EPOCH;
+        let at = |s: i64| t0 + k8s_openapi::jiff::SignedDuration::from_secs(s);
+        assert_eq!(check_lease(&c, &lease(Some("me"), Some(t0)), at(0)), None);
+        assert_eq!(
+            check_lease(&c, &lease(Some("me"), Some(t0)), at(10)),
+            None,
+            "exactly the renew deadline is still in time"
+        );
+        // No renewTime yet (just acquired): nothing to judge.
+        assert_eq!(check_lease(&c, &lease(Some("me"), None), at(100)), None);
+    }
+
+    #[test]
+    fn check_lease_loses_to_another_holder_or_a_missed_renew_deadline() {
+        let c = cfg(15, 10, 2);
+        let t0 = Timestamp::UNIX_EPOCH;
+        let at = |s: i64| t0 + k8s_openapi::jiff::SignedDuration::from_secs(s);
+        assert_eq!(
+            check_lease(&c, &lease(Some("other"), Some(t0)), at(0)).as_deref(),
+            Some("the lease is held by other")
+        );
+        assert_eq!(
+            check_lease(&c, &lease(None, None), at(0)).as_deref(),
+            Some("the lease is held by nobody")
+        );
+        assert_eq!(
+            check_lease(&c, &Lease::default(), at(0)).as_deref(),
+            Some("the lease is held by nobody")
+        );
+        assert_eq!(
+            check_lease(&c, &lease(Some("me"), Some(t0)), at(11)).as_deref(),
+            Some(
+                "failed to renew the lease within the renew deadline (10s); last renewal 11.0s ago"
+            )
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_watchdog_reports_a_takeover_within_a_retry_period() {
+        let api = crate::fake_api::FakeApi::new();
+        let c = cfg(15, 10, 2);
+        let mut e = Elector::start(api.client(), c.clone())
+            .await
+            .expect("join the election");
+        let never = CancellationToken::new();
+        assert!(
+            e.wait_leading(&never).await.expect("lead"),
+            "an unheld lease is taken"
+        );
+        let renew = serde_json::to_value(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(Timestamp::now()),
+        )
+        .unwrap_or_default();
+        api.patch_lease(
+            &c.lease_namespace,
+            &c.lease_name,
+            serde_json::json!({"holderIdentity": "other", "renewTime": renew}),
+        );
+        let started = tokio::time::Instant::now();
+        let reason = e.lost().await;
+        assert!(
+            started.elapsed() <= c.retry_period,
+            "read at the next tick ({:?})",
+            started.elapsed()
+        );
+        assert_eq!(
+            reason.to_string(),
+            "leaderelection lost: the lease is held by other"
+        );
     }
 }

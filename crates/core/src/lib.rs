@@ -21,6 +21,8 @@ pub mod controllers;
 pub mod duration;
 pub mod errors;
 pub mod events;
+#[cfg(test)]
+mod fake_api;
 pub mod featuregate;
 pub mod finalizer;
 pub mod host;
@@ -32,10 +34,12 @@ pub mod ratelimit;
 pub mod redact;
 pub mod release;
 pub mod release_guard;
+pub mod runtime;
 pub mod version;
 
 pub use controllers::{
-    ControllerContext, ControllerDescriptor, ControllerError, ControllerResult, ReadySignal,
+    ControllerContext, ControllerDescriptor, ControllerError, ControllerInfo, ControllerResult,
+    FinalizerNames, PolicyRule, ReadySignal,
 };
 pub use featuregate::FeatureGates;
 pub use finalizer::{

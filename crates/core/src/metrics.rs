@@ -420,7 +420,14 @@ mod tests {
         m.set_leader(true);
         m.set_build_info(
             "0.3",
-            &crate::release::gates_at(crate::release::BINARY_VERSION).unwrap(),
+            &crate::release::gates_at(
+                crate::release::BINARY_VERSION,
+                &[crate::release::GateDecl {
+                    name: "ServiceLoadBalancerFinalizer",
+                    history: crate::release::PHASED_ADD,
+                }],
+            )
+            .unwrap(),
         );
         let text = m.encode().unwrap();
         for needle in [

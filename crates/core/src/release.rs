@@ -1,20 +1,25 @@
 //! The project's release train: which release this binary is, how far back it
-//! can emulate, and how each feature gate moved from release to release.
+//! can emulate, and the stages a gate moves through from release to release.
 //!
-//! | release | StorageObjectInUseProtection | ServiceLoadBalancerFinalizer | controllers |
-//! |---------|------------------------------|------------------------------|-------------|
-//! | 0.0     | (PreAlpha: absent)           | (PreAlpha: absent)           | none        |
-//! | 0.1     | Alpha, default off           | Alpha, default off           | remove-only by default |
-//! | 0.2     | Beta, default on             | Beta, default on             | add + remove |
-//! | 0.3     | GA, locked on                | GA, locked on                | add + remove |
+//! The gates themselves are declared by the controller crates ([`GateDecl`],
+//! in their descriptors); core knows no gate name. Most follow
+//! [`PHASED_ADD`]:
+//!
+//! | release | a finalizer-addition gate | controllers |
+//! |---------|---------------------------|-------------|
+//! | 0.0     | (PreAlpha: absent)        | none        |
+//! | 0.1     | Alpha, default off        | remove-only by default |
+//! | 0.2     | Beta, default on          | add + remove |
+//! | 0.3     | GA, locked on             | add + remove |
 //!
 //! Removing a finalizer is never gated: a release that knows a finalizer can
 //! always take it off, so downgrading by one release never strands one (the
-//! KEP's "ship removal one release before addition").
+//! KEP's "ship removal one release before addition",
+//! docs/upstream-semantics.md §5.11).
 
 use std::sync::Arc;
 
-use crate::featuregate::{FeatureGates, FeatureSpec, Registry, Stage};
+use crate::featuregate::{FeatureGates, FeatureSpec, RegistrationError, Registry, Stage};
 use crate::version::Version;
 
 /// The release this binary is.
@@ -24,33 +29,39 @@ pub const EMULATION_FLOOR: Version = Version::new(0, 0);
 /// The release at which the protection controllers appeared.
 pub const CONTROLLERS_SINCE: Version = Version::new(0, 1);
 
-/// Gates the PV/PVC finalizer *addition* (removal is never gated).
-pub const STORAGE_OBJECT_IN_USE_PROTECTION: &str = "StorageObjectInUseProtection";
-/// Gates the Service load-balancer cleanup finalizer *addition*.
-pub const SERVICE_LOAD_BALANCER_FINALIZER: &str = "ServiceLoadBalancerFinalizer";
-
-/// Alpha off at 0.1, Beta on at 0.2, GA locked on at 0.3.
-fn phased_add_gate() -> Vec<FeatureSpec> {
-    vec![
-        FeatureSpec::new(Version::new(0, 1), Stage::Alpha, false, false),
-        FeatureSpec::new(Version::new(0, 2), Stage::Beta, true, false),
-        FeatureSpec::new(Version::new(0, 3), Stage::GA, true, true),
-    ]
+/// A feature gate a controller crate declares, with its history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GateDecl {
+    pub name: &'static str,
+    /// The gate's specs, oldest first (component-base `VersionedSpecs`).
+    pub history: &'static [FeatureSpec],
 }
 
-/// Every gate this binary knows, with its full history.
-pub fn registry() -> Arc<Registry> {
+/// Alpha off at 0.1, Beta on at 0.2, GA locked on at 0.3: the train of a
+/// gate that phases a finalizer's addition in.
+pub const PHASED_ADD: &[FeatureSpec] = &[
+    FeatureSpec::new(Version::new(0, 1), Stage::Alpha, false, false),
+    FeatureSpec::new(Version::new(0, 2), Stage::Beta, true, false),
+    FeatureSpec::new(Version::new(0, 3), Stage::GA, true, true),
+];
+
+/// The registry of `gates` (a gate declared twice with the same history,
+/// e.g. by two controllers that read it, is registered once).
+pub fn registry(gates: &[GateDecl]) -> Result<Arc<Registry>, RegistrationError> {
     let mut r = Registry::new();
-    for name in [
-        STORAGE_OBJECT_IN_USE_PROTECTION,
-        SERVICE_LOAD_BALANCER_FINALIZER,
-    ] {
-        // The specs above are valid by construction; the registry test proves it.
-        if let Err(e) = r.add(name, phased_add_gate()) {
-            unreachable!("built-in feature gate {name} is invalid: {e}");
-        }
+    for g in gates {
+        r.add(g.name, g.history.to_vec())?;
     }
-    Arc::new(r)
+    Ok(Arc::new(r))
+}
+
+/// Why the gates of a release cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GatesError {
+    #[error(transparent)]
+    Range(#[from] EmulationRangeError),
+    #[error("built-in feature gate is invalid: {0}")]
+    Registration(#[from] RegistrationError),
 }
 
 /// An `--emulated-version` outside what this binary can play.
@@ -75,10 +86,10 @@ pub fn validate_emulated_version(v: Version) -> Result<Version, EmulationRangeEr
     Ok(v)
 }
 
-/// The gates at `emulated`, with every default in place.
-pub fn gates_at(emulated: Version) -> Result<FeatureGates, EmulationRangeError> {
+/// `gates` at `emulated`, with every default in place.
+pub fn gates_at(emulated: Version, gates: &[GateDecl]) -> Result<FeatureGates, GatesError> {
     Ok(FeatureGates::new(
-        registry(),
+        registry(gates)?,
         validate_emulated_version(emulated)?,
     ))
 }
@@ -86,6 +97,18 @@ pub fn gates_at(emulated: Version) -> Result<FeatureGates, EmulationRangeError> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const STORAGE: GateDecl = GateDecl {
+        name: "StorageObjectInUseProtection",
+        history: PHASED_ADD,
+    };
+    const SERVICE: GateDecl = GateDecl {
+        name: "ServiceLoadBalancerFinalizer",
+        history: PHASED_ADD,
+    };
+    const STORAGE_OBJECT_IN_USE_PROTECTION: &str = STORAGE.name;
+    const SERVICE_LOAD_BALANCER_FINALIZER: &str = SERVICE.name;
+    const BOTH: &[GateDecl] = &[STORAGE, SERVICE, STORAGE];
 
     #[test]
     fn both_gates_follow_the_train() {
@@ -97,7 +120,7 @@ mod tests {
             (Version::new(0, 3), Stage::GA, true, true),
         ];
         for (v, stage, default, locked) in train {
-            let g = gates_at(v).unwrap();
+            let g = gates_at(v, BOTH).unwrap();
             for gate in [
                 STORAGE_OBJECT_IN_USE_PROTECTION,
                 SERVICE_LOAD_BALANCER_FINALIZER,
@@ -115,19 +138,19 @@ mod tests {
 
     #[test]
     fn gate_flag_behaviour_per_release() {
-        let mut g = gates_at(Version::new(0, 3)).unwrap();
+        let mut g = gates_at(Version::new(0, 3), BOTH).unwrap();
         assert_eq!(
             g.set_from_flag("ServiceLoadBalancerFinalizer=false")
                 .unwrap_err()
                 .to_string(),
             "cannot set feature gate ServiceLoadBalancerFinalizer to false, feature is locked to true"
         );
-        let mut g = gates_at(Version::new(0, 2)).unwrap();
+        let mut g = gates_at(Version::new(0, 2), BOTH).unwrap();
         g.set_from_flag("ServiceLoadBalancerFinalizer=false")
             .unwrap();
         assert!(!g.enabled(SERVICE_LOAD_BALANCER_FINALIZER));
         assert!(g.enabled(STORAGE_OBJECT_IN_USE_PROTECTION));
-        let mut g = gates_at(Version::new(0, 1)).unwrap();
+        let mut g = gates_at(Version::new(0, 1), BOTH).unwrap();
         g.set_from_flag("StorageObjectInUseProtection=true")
             .unwrap();
         assert!(g.enabled(STORAGE_OBJECT_IN_USE_PROTECTION));
@@ -144,5 +167,27 @@ mod tests {
             "emulation version 9.9 is not between [0.0, 0.3]"
         );
         assert!(validate_emulated_version(Version::new(0, 4)).is_err());
+    }
+
+    #[test]
+    fn an_invalid_declared_gate_is_an_error_not_a_panic() {
+        const BAD: &[FeatureSpec] = &[
+            FeatureSpec::new(Version::new(0, 2), Stage::Beta, true, false),
+            FeatureSpec::new(Version::new(0, 1), Stage::Alpha, false, false),
+        ];
+        let e = gates_at(
+            BINARY_VERSION,
+            &[GateDecl {
+                name: "Bad",
+                history: BAD,
+            }],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("built-in feature gate is invalid: feature gate \"Bad\""),
+            "{e}"
+        );
+        assert!(gates_at(Version::new(9, 9), &[]).is_err());
     }
 }

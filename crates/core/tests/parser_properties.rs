@@ -5,13 +5,25 @@
 //! default number of cases; `make fuzz` runs many more (PROPTEST_CASES).
 
 use proptest::prelude::*;
-use protection_core::controllers::{self, ControllerDescriptor};
-use protection_core::release::{self, BINARY_VERSION};
+use protection_core::controllers::{self, ControllerDescriptor, ControllerInfo, FinalizerNames};
+use protection_core::release::{self, BINARY_VERSION, GateDecl};
 use protection_core::version::Version;
 
 const GATES: [&str; 2] = [
     "StorageObjectInUseProtection",
     "ServiceLoadBalancerFinalizer",
+];
+
+/// The gates as the controller crates declare them (core knows no gate name).
+const DECLS: &[GateDecl] = &[
+    GateDecl {
+        name: GATES[0],
+        history: release::PHASED_ADD,
+    },
+    GateDecl {
+        name: GATES[1],
+        history: release::PHASED_ADD,
+    },
 ];
 
 /// Text near the flag's grammar: gate names (real, misspelt, `AllAlpha`),
@@ -59,7 +71,7 @@ fn controller_flag() -> impl Strategy<Value = String> {
 }
 
 fn desc(name: &'static str, on: bool, since: Version) -> ControllerDescriptor {
-    ControllerDescriptor {
+    let info = Box::leak(Box::new(ControllerInfo {
         name,
         aliases: if name == "pv-protection" {
             &["persistentvolume-protection-controller"]
@@ -69,6 +81,14 @@ fn desc(name: &'static str, on: bool, since: Version) -> ControllerDescriptor {
         enabled_by_default: on,
         since,
         gates: &[],
+        finalizer: FinalizerNames {
+            project: "x.io/f",
+            upstream: "kubernetes.io/f",
+        },
+        rbac: &[],
+    }));
+    ControllerDescriptor {
+        info,
         run: Box::new(|_| Box::pin(async { Ok(()) })),
     }
 }
@@ -85,7 +105,7 @@ fn table() -> Vec<ControllerDescriptor> {
 proptest! {
     #[test]
     fn feature_gate_flags_are_applied_or_refused(flag in gate_flag(), minor in 0u32..=3) {
-        let mut gates = release::gates_at(Version::new(0, minor)).expect("in range");
+        let mut gates = release::gates_at(Version::new(0, minor), DECLS).expect("in range");
         let before = gates.summary();
         match gates.set_from_flag(&flag) {
             Ok(_warnings) => {
@@ -115,7 +135,7 @@ proptest! {
 
     #[test]
     fn any_text_as_feature_gates_never_panics(flag in any::<String>()) {
-        let mut gates = release::gates_at(BINARY_VERSION).expect("in range");
+        let mut gates = release::gates_at(BINARY_VERSION, DECLS).expect("in range");
         let _ = gates.set_from_flag(&flag);
     }
 

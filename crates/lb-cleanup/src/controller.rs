@@ -9,7 +9,11 @@
 //! * A kube-runtime [`Controller`] runs [`reconcile`] per Service (never two
 //!   at once for one Service, at most `--concurrency` in all), with upstream's
 //!   per-Service backoff (5 s doubling to 300 s, reset on success) and a
-//!   provider's `Retry-After` honoured exactly.
+//!   provider's `Retry-After` honoured exactly. The watch, the reflector, the
+//!   Terminating gauge, the write expectations, the backoff, the resync and
+//!   the readiness are `protection_core::runtime`'s; this module adds the
+//!   informer-handler filter, the node sync and the deletion of vanished
+//!   Services.
 //! * A Service that vanishes while cached (synced, cleanup not completed: no
 //!   finalizer) gets its load balancer deleted by a retrying task
 //!   (upstream's `processServiceDeletion`).
@@ -27,19 +31,20 @@ use async_trait::async_trait;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use parking_lot::Mutex;
 use protection_core::events::EventRecorder;
-use protection_core::finalizer::has_finalizer;
-use protection_core::release::SERVICE_LOAD_BALANCER_FINALIZER;
+use protection_core::runtime::{
+    self, Backoff, Observer, PerObject, main_watch, ready_when_synced, resync_stream,
+    retry_after_failure,
+};
 use protection_core::{ControllerContext, ControllerError, ControllerMetrics, ControllerResult};
 use serde_json::Value;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::backoff::{Backoff, MAX_RETRY_DELAY, MIN_RETRY_DELAY};
 use crate::decide::{NodeSet, Policy};
 use crate::metrics::{Instrumented, ProviderMetrics};
 use crate::predicates::{ClassSelector, needs_cleanup, should_sync, wants_load_balancer};
@@ -50,6 +55,19 @@ use crate::sync::{
 
 /// The field manager of our `services/status` patches.
 pub const FIELD_MANAGER: &str = "protection-manager";
+
+/// Upstream `minRetryDelay`: the service queue's per-item base delay.
+pub const MIN_RETRY_DELAY: Duration = Duration::from_secs(5);
+/// Upstream `maxRetryDelay`.
+pub const MAX_RETRY_DELAY: Duration = Duration::from_secs(300);
+
+/// Per-Service memory: backoff (upstream's 5 s → 300 s), and our last
+/// write's answer until the watch delivers it.
+type Memory = PerObject<Arc<Service>>;
+
+fn memory() -> Memory {
+    PerObject::with_backoff(Backoff::new(MIN_RETRY_DELAY, MAX_RETRY_DELAY))
+}
 
 /// What the controller needs besides the host's context.
 #[derive(Clone)]
@@ -151,38 +169,25 @@ impl Targets {
     }
 }
 
-/// Our last write per Service key: the store's resourceVersion it was based
-/// on, and the object the API server answered. Kept only until the watch
-/// delivers that answer.
-type Written = Arc<Mutex<HashMap<String, (String, Arc<Service>)>>>;
-
 /// Shared state of one controller run.
 struct State {
     syncer: Arc<Syncer>,
     targets: Arc<Targets>,
     nodes_synced: watch::Receiver<bool>,
-    backoff: Backoff,
     metrics: ControllerMetrics,
-    /// Our last write per Service key: the store's resourceVersion it was
-    /// based on, and the object the API server answered. A reconcile that
-    /// still sees that resourceVersion (the watch has not delivered our write
-    /// yet) works from our answer instead, so it does not write again.
-    written: Written,
+    /// The backoff, and our last write per Service: a reconcile that still
+    /// sees the version our write started from (the watch has not delivered
+    /// it yet) works from the API server's answer instead, so it does not
+    /// write again.
+    memory: Arc<Memory>,
 }
 
 impl State {
     fn freshest(&self, key: &str, svc: Arc<Service>) -> Arc<Service> {
-        let mut w = self.written.lock();
-        match w.get(key) {
-            Some((rv, after)) if svc.metadata.resource_version.as_ref() == Some(rv) => {
-                after.clone()
-            }
-            Some(_) => {
-                w.remove(key);
-                svc
-            }
-            None => svc,
-        }
+        self.memory
+            .expectations
+            .pending(key, &svc.metadata)
+            .unwrap_or(svc)
     }
 }
 
@@ -202,12 +207,12 @@ async fn reconcile(svc: Arc<Service>, st: Arc<State>) -> Result<Action, Reconcil
         return Err(ReconcileError::NodesGone);
     }
     let key = key_of(&svc);
-    let store_rv = svc.metadata.resource_version.clone().unwrap_or_default();
+    let seen = svc.clone();
     let svc = st.freshest(&key, svc);
     let res = st.syncer.process_service(&svc, st.targets.get()).await;
     match res {
         Ok(out) => {
-            st.backoff.forget(&key);
+            st.memory.backoff.forget(&key);
             if out.finalizer_added {
                 st.metrics.finalizer_added();
             }
@@ -220,11 +225,11 @@ async fn reconcile(svc: Arc<Service>, st: Arc<State>) -> Result<Action, Reconcil
             match out.latest {
                 Some(mut latest) if !out.gone => {
                     latest.metadata.managed_fields = None;
-                    st.written.lock().insert(key, (store_rv, Arc::new(latest)));
+                    st.memory
+                        .expectations
+                        .wrote(&key, &seen.metadata, Arc::new(latest));
                 }
-                _ => {
-                    st.written.lock().remove(&key);
-                }
+                _ => st.memory.expectations.forget(&key),
             }
             timer.finish(true);
             Ok(Action::await_change())
@@ -246,24 +251,28 @@ async fn synced(mut rx: watch::Receiver<bool>) -> bool {
 }
 
 fn error_policy(svc: Arc<Service>, err: &ReconcileError, st: Arc<State>) -> Action {
-    let key = key_of(&svc);
-    let delay = match err {
-        // Upstream: a RetryError is re-added after exactly its delay, without
-        // counting as a rate-limited failure.
-        ReconcileError::Sync(e) if e.retry_after().is_some() => {
-            e.retry_after().unwrap_or(MIN_RETRY_DELAY)
-        }
-        _ => st.backoff.next_delay(&key),
+    // Upstream: a RetryError is re-added after exactly its delay, without
+    // counting as a rate-limited failure.
+    let after = match err {
+        ReconcileError::Sync(e) => e.retry_after(),
+        ReconcileError::NodesGone => None,
     };
-    tracing::warn!(service = %key, error = %err, retry_in = ?delay, "error processing service (will retry)");
-    Action::requeue(delay)
+    retry_after_failure(
+        crate::wiring::CONTROLLER_NAME,
+        &st.memory.backoff,
+        &key_of(&svc),
+        err,
+        after,
+    )
 }
 
 fn service_ref(key_ns: &str, name: &str) -> ObjectRef<Service> {
     ObjectRef::new(name).within(key_ns)
 }
 
-/// The informer-handler filter over the Service watch.
+/// The informer-handler filter over the Service watch (after the reflector
+/// and the observer): which watch events trigger a sync, and which Services
+/// vanished.
 struct ServiceFilter {
     classes: ClassSelector,
     finalizer: String,
@@ -274,12 +283,8 @@ struct ServiceFilter {
     /// During a re-list: objects to release at `InitDone`, and keys seen.
     init_triggers: Vec<Service>,
     init_seen: HashSet<ObjectRef<Service>>,
-    init_terminating: Vec<(String, jiff::Timestamp)>,
-    metrics: ControllerMetrics,
     syncer: Arc<Syncer>,
     deletions: mpsc::UnboundedSender<(String, String)>,
-    synced: watch::Sender<bool>,
-    written: Written,
 }
 
 impl ServiceFilter {
@@ -302,26 +307,6 @@ impl ServiceFilter {
         sync
     }
 
-    fn terminating(&self, svc: &Service) -> Option<jiff::Timestamp> {
-        svc.metadata
-            .deletion_timestamp
-            .as_ref()
-            .filter(|_| has_finalizer(&svc.metadata, &self.finalizer))
-            .map(|t| t.0)
-    }
-
-    /// Forgets our last write to `svc` once the watch delivered it (or
-    /// something after it).
-    fn caught_up(&self, svc: &Service) {
-        let key = key_of(svc);
-        let mut w = self.written.lock();
-        if w.get(&key).is_some_and(|(_, after)| {
-            after.metadata.resource_version == svc.metadata.resource_version
-        }) {
-            w.remove(&key);
-        }
-    }
-
     fn vanished(&self, key: String, uid: String) {
         let _ = self.deletions.send((key, uid));
     }
@@ -330,32 +315,26 @@ impl ServiceFilter {
     fn handle(&mut self, ev: watcher::Event<Service>) -> Vec<Service> {
         match ev {
             watcher::Event::Apply(svc) => {
-                self.caught_up(&svc);
-                self.metrics
-                    .set_terminating(&key_of(&svc), self.terminating(&svc));
-                if self.decide(&svc) { vec![svc] } else { vec![] }
+                if self.decide(&svc) {
+                    vec![svc]
+                } else {
+                    vec![]
+                }
             }
             watcher::Event::Delete(svc) => {
-                let key = key_of(&svc);
-                self.written.lock().remove(&key);
-                self.metrics.set_terminating(&key, None);
                 self.last.remove(&ObjectRef::from_obj(&svc));
                 if let Some(uid) = svc.metadata.uid.clone() {
-                    self.vanished(key, uid);
+                    self.vanished(key_of(&svc), uid);
                 }
                 vec![]
             }
             watcher::Event::Init => {
                 self.init_triggers.clear();
                 self.init_seen.clear();
-                self.init_terminating.clear();
                 vec![]
             }
             watcher::Event::InitApply(svc) => {
                 self.init_seen.insert(ObjectRef::from_obj(&svc));
-                if let Some(ts) = self.terminating(&svc) {
-                    self.init_terminating.push((key_of(&svc), ts));
-                }
                 if self.decide(&svc) {
                     self.init_triggers.push(svc);
                 }
@@ -363,7 +342,6 @@ impl ServiceFilter {
             }
             watcher::Event::InitDone => {
                 // The store now holds the re-listed objects.
-                self.written.lock().clear();
                 let seen = std::mem::take(&mut self.init_seen);
                 self.last.retain(|r, _| seen.contains(r));
                 for (r, arc) in self.last.iter_mut() {
@@ -373,8 +351,6 @@ impl ServiceFilter {
                         *arc = s;
                     }
                 }
-                self.metrics
-                    .reset_terminating(std::mem::take(&mut self.init_terminating));
                 // Deletions missed during a watch gap (kube-runtime does not
                 // synthesise them): cached Services whose UID is not listed.
                 let live: HashSet<String> = self
@@ -388,7 +364,6 @@ impl ServiceFilter {
                         self.vanished(key, cached.uid);
                     }
                 }
-                self.synced.send_replace(true);
                 std::mem::take(&mut self.init_triggers)
             }
         }
@@ -403,7 +378,7 @@ async fn deletion_job(syncer: Arc<Syncer>, key: String, uid: String, stop: Cance
         let delay = match syncer.process_service_deletion(&key, &uid).await {
             Ok(_) => return,
             Err(e) => {
-                let d = e.retry_after().unwrap_or_else(|| backoff.next_delay(&key));
+                let d = e.retry_after().unwrap_or_else(|| backoff.next(&key));
                 tracing::warn!(service = %key, %uid, error = %e, retry_in = ?d, "error deleting the load balancer of a deleted service (will retry)");
                 d
             }
@@ -540,30 +515,6 @@ impl NodeSyncLoop {
     }
 }
 
-/// Upstream's informer resync for pending cleanups.
-async fn resync_loop(
-    every: Duration,
-    services: Store<Service>,
-    finalizer: String,
-    retry: mpsc::UnboundedSender<ObjectRef<Service>>,
-    stop: CancellationToken,
-) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
-        for s in services.state() {
-            if needs_cleanup(&s, &finalizer) {
-                let _ = retry.send(ObjectRef::from_obj(s.as_ref()));
-            }
-        }
-    }
-}
-
 /// Runs the controller until `ctx.shutdown`.
 pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult {
     let name = ctx.name;
@@ -576,7 +527,9 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         ctx.shutdown.cancelled().await;
         return Ok(());
     };
-    let add_finalizer = ctx.gates.enabled(SERVICE_LOAD_BALANCER_FINALIZER);
+    let add_finalizer = ctx
+        .gates
+        .enabled(crate::SERVICE_LOAD_BALANCER_FINALIZER.name);
     let policy = Policy {
         classes: settings.classes.clone(),
         finalizer: settings.finalizer.clone(),
@@ -615,7 +568,6 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
     let (node_reader, node_writer) = reflector::store::<Node>();
     let node_wake = Arc::new(Notify::new());
     let (nodes_synced_tx, nodes_synced) = watch::channel(false);
-    let (svcs_synced_tx, svcs_synced) = watch::channel(false);
     let node_watch = tokio::spawn(watch_nodes(
         Api::all(ctx.client.clone()),
         node_writer,
@@ -627,9 +579,11 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
     // Services.
     let (svc_reader, svc_writer) = reflector::store::<Service>();
     let (retry_tx, retry_rx) = mpsc::unbounded_channel::<ObjectRef<Service>>();
-    let (del_tx, mut del_rx) = mpsc::unbounded_channel::<(String, String)>();
-    let written: Written = Arc::default();
+    let (del_tx, del_rx) = mpsc::unbounded_channel::<(String, String)>();
+    let memory = Arc::new(memory());
     let targets = Arc::new(Targets::new(node_reader));
+    let observer = Observer::new(&settings.finalizer, ctx.metrics.clone());
+    let svcs_synced = observer.listed();
     let mut filter = ServiceFilter {
         classes: settings.classes.clone(),
         finalizer: settings.finalizer.clone(),
@@ -637,22 +591,15 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         last: HashMap::new(),
         init_triggers: Vec::new(),
         init_seen: HashSet::new(),
-        init_terminating: Vec::new(),
-        metrics: ctx.metrics.clone(),
         syncer: syncer.clone(),
         deletions: del_tx,
-        synced: svcs_synced_tx,
-        written: written.clone(),
     };
-    let triggers = watcher(
+    let triggers = main_watch(
         Api::<Service>::all(ctx.client.clone()),
-        watcher::Config::default(),
+        svc_writer,
+        observer,
+        memory.clone(),
     )
-    .default_backoff()
-    // Nothing here reads managedFields; not keeping them roughly halves the
-    // memory of the Service cache.
-    .modify(|s: &mut Service| s.metadata.managed_fields = None)
-    .reflect(svc_writer)
     .flat_map(move |ev| {
         let out: Vec<Result<Service, watcher::Error>> = match ev {
             Ok(ev) => filter.handle(ev).into_iter().map(Ok).collect(),
@@ -661,36 +608,7 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         stream::iter(out)
     });
 
-    let deletions = {
-        let syncer = syncer.clone();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut running: HashSet<(String, String)> = HashSet::new();
-            let mut jobs = tokio::task::JoinSet::new();
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    Some(done) = jobs.join_next(), if !jobs.is_empty() => {
-                        if let Ok(k) = done { running.remove(&k); }
-                    }
-                    msg = del_rx.recv() => match msg {
-                        None => break,
-                        Some(k) => {
-                            if syncer.cached(&k.0).is_some_and(|c| c.uid == k.1) && running.insert(k.clone()) {
-                                let (syncer, stop) = (syncer.clone(), stop.clone());
-                                jobs.spawn(async move {
-                                    deletion_job(syncer, k.0.clone(), k.1.clone(), stop).await;
-                                    k
-                                });
-                            }
-                        }
-                    }
-                }
-            }
-            jobs.shutdown().await;
-        })
-    };
-
+    let deletions = tokio::spawn(run_deletions(syncer.clone(), del_rx, stop.clone()));
     let node_sync = tokio::spawn(
         NodeSyncLoop {
             syncer: syncer.clone(),
@@ -698,61 +616,49 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
             targets: targets.clone(),
             wake: node_wake,
             ready: (svcs_synced.clone(), nodes_synced.clone()),
-            retry: retry_tx.clone(),
+            retry: retry_tx,
             concurrency: usize::from(ctx.concurrency),
         }
         .run(stop.clone()),
     );
-    let resync = settings.resync_period.map(|every| {
-        tokio::spawn(resync_loop(
-            every,
-            svc_reader.clone(),
-            settings.finalizer.clone(),
-            retry_tx.clone(),
-            stop.clone(),
-        ))
-    });
-    drop(retry_tx);
+    let ready = ready_when_synced(
+        name,
+        ctx.ready.clone(),
+        stop.clone(),
+        vec![svcs_synced, nodes_synced.clone()],
+    );
 
-    let ready = {
-        let (s, n, r) = (svcs_synced, nodes_synced.clone(), ctx.ready.clone());
-        tokio::spawn(async move {
-            if synced(s).await && synced(n).await {
-                tracing::info!(controller = name, "caches synced");
-                r.set(true);
-            }
-        })
-    };
-
+    // Upstream's informer resync re-drives only pending cleanups.
+    let finalizer = settings.finalizer.clone();
+    let resync = resync_stream(
+        svc_reader.clone(),
+        settings.resync_period.unwrap_or(Duration::ZERO),
+        move |s| needs_cleanup(s, &finalizer),
+    );
+    let controller = Controller::for_stream(triggers, svc_reader)
+        .reconcile_on(tokio_stream_from(retry_rx))
+        .reconcile_on(resync);
     let state = Arc::new(State {
         syncer,
         targets,
         nodes_synced,
-        backoff: Backoff::default(),
         metrics: ctx.metrics.clone(),
-        written,
+        memory,
     });
-    let retries = tokio_stream_from(retry_rx);
-    Controller::for_stream(triggers, svc_reader)
-        .reconcile_on(retries)
-        .with_config(ControllerConfig::default().concurrency(ctx.concurrency))
-        .graceful_shutdown_on(stop.clone().cancelled_owned())
-        .run(reconcile, error_policy, state)
-        .for_each(|res| async move {
-            match res {
-                Ok(_) => {}
-                Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {}
-                Err(kube::runtime::controller::Error::ObjectNotFound(r)) => {
-                    tracing::debug!(object = %r, "service gone before its sync");
-                }
-                Err(e) => tracing::warn!(error = %e, "service controller stream error"),
-            }
-        })
-        .await;
+    runtime::drive(
+        name,
+        controller,
+        ctx.concurrency,
+        stop.clone(),
+        reconcile,
+        error_policy,
+        state,
+    )
+    .await;
     // The Controller only returns on shutdown.
     stop.cancel();
     ready.abort();
-    for t in [node_watch, node_sync, deletions].into_iter().chain(resync) {
+    for t in [node_watch, node_sync, deletions] {
         let _ = t.await;
     }
     tracing::info!(
@@ -760,6 +666,38 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         "service load-balancer controller stopped"
     );
     Ok(())
+}
+
+/// Deletes the load balancers of vanished Services (upstream's
+/// `processServiceDeletion`), one retrying job per Service UID.
+async fn run_deletions(
+    syncer: Arc<Syncer>,
+    mut vanished: mpsc::UnboundedReceiver<(String, String)>,
+    stop: CancellationToken,
+) {
+    let mut running: HashSet<(String, String)> = HashSet::new();
+    let mut jobs = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            Some(done) = jobs.join_next(), if !jobs.is_empty() => {
+                if let Ok(k) = done { running.remove(&k); }
+            }
+            msg = vanished.recv() => match msg {
+                None => break,
+                Some(k) => {
+                    if syncer.cached(&k.0).is_some_and(|c| c.uid == k.1) && running.insert(k.clone()) {
+                        let (syncer, stop) = (syncer.clone(), stop.clone());
+                        jobs.spawn(async move {
+                            deletion_job(syncer, k.0.clone(), k.1.clone(), stop).await;
+                            k
+                        });
+                    }
+                }
+            }
+        }
+    }
+    jobs.shutdown().await;
 }
 
 fn tokio_stream_from<T: Send + 'static>(
@@ -795,9 +733,8 @@ mod tests {
             syncer,
             targets: Arc::new(Targets::new(reflector::store::<Node>().0)),
             nodes_synced: watch::channel(true).1,
-            backoff: Backoff::default(),
             metrics: metrics.controller("service-lb-cleanup"),
-            written: Written::default(),
+            memory: Arc::new(memory()),
         })
     }
 
@@ -845,7 +782,7 @@ mod tests {
             Action::requeue(Duration::from_secs(5))
         );
         // A success forgets.
-        st.backoff.forget("default/web");
+        st.memory.backoff.forget("default/web");
         assert_eq!(
             error_policy(web, &transient(), st),
             Action::requeue(Duration::from_secs(5))
@@ -883,9 +820,9 @@ mod tests {
         let mut ours = seen.clone();
         ours.metadata.resource_version = Some("11".into());
         ours.metadata.finalizers = Some(vec!["c.io/f".into()]);
-        st.written
-            .lock()
-            .insert("default/web".into(), ("10".into(), Arc::new(ours.clone())));
+        st.memory
+            .expectations
+            .wrote("default/web", &seen.metadata, Arc::new(ours.clone()));
         // The store still has 10: use our answer.
         let got = st.freshest("default/web", Arc::new(seen.clone()));
         assert_eq!(got.metadata.resource_version.as_deref(), Some("11"));
@@ -894,6 +831,153 @@ mod tests {
         newer.metadata.resource_version = Some("12".into());
         let got = st.freshest("default/web", Arc::new(newer));
         assert_eq!(got.metadata.resource_version.as_deref(), Some("12"));
-        assert!(st.written.lock().is_empty());
+        assert!(st.memory.expectations.is_empty());
+    }
+
+    /// A ServiceFilter behind a store, as in `run`: the reflector applies
+    /// each event before the filter sees it.
+    struct FilterRig {
+        filter: ServiceFilter,
+        store: reflector::store::Writer<Service>,
+        vanished: mpsc::UnboundedReceiver<(String, String)>,
+        syncer: Arc<Syncer>,
+    }
+
+    impl FilterRig {
+        fn new() -> Self {
+            let env = crate::sync::tests::env_with(FakeProvider::default(), true);
+            let syncer = Arc::new(env.syncer);
+            let (reader, store) = reflector::store::<Service>();
+            let (tx, vanished) = mpsc::unbounded_channel();
+            FilterRig {
+                filter: ServiceFilter {
+                    classes: syncer.policy.classes.clone(),
+                    finalizer: syncer.policy.finalizer.clone(),
+                    reader,
+                    last: HashMap::new(),
+                    init_triggers: Vec::new(),
+                    init_seen: HashSet::new(),
+                    syncer: syncer.clone(),
+                    deletions: tx,
+                },
+                store,
+                vanished,
+                syncer,
+            }
+        }
+
+        /// The names of the Services the event triggers.
+        fn feed(&mut self, ev: watcher::Event<Service>) -> Vec<String> {
+            self.store.apply_watcher_event(&ev);
+            self.filter
+                .handle(ev)
+                .into_iter()
+                .map(|s| s.metadata.name.unwrap_or_default())
+                .collect()
+        }
+
+        fn vanished(&mut self) -> Vec<(String, String)> {
+            let mut out = Vec::new();
+            while let Ok(v) = self.vanished.try_recv() {
+                out.push(v);
+            }
+            out
+        }
+    }
+
+    fn at(mut s: Service, rv: &str) -> Service {
+        s.metadata.resource_version = Some(rv.into());
+        s
+    }
+
+    #[test]
+    fn filter_syncs_a_new_load_balancer_and_a_relevant_change_only() {
+        let mut rig = FilterRig::new();
+        let web = at(svc("web", "LoadBalancer", "TCP"), "1");
+        assert_eq!(rig.feed(watcher::Event::Apply(web.clone())), ["web"]);
+        // Our own status write: a new version, nothing upstream's update
+        // handler looks at changed.
+        let mut status = at(web.clone(), "2");
+        status.status = Some(Default::default());
+        assert!(rig.feed(watcher::Event::Apply(status.clone())).is_empty());
+        // An annotation change is a relevant update.
+        let mut annotated = at(status, "3");
+        annotated.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
+        assert_eq!(rig.feed(watcher::Event::Apply(annotated)), ["web"]);
+        // Not a LoadBalancer: never synced.
+        let cip = at(svc("cip", "ClusterIP", "TCP"), "1");
+        assert!(rig.feed(watcher::Event::Apply(cip)).is_empty());
+    }
+
+    #[test]
+    fn filter_re_drives_a_pending_cleanup_on_every_event() {
+        let mut rig = FilterRig::new();
+        let mut gone = at(svc("web", "LoadBalancer", "TCP"), "5");
+        gone.metadata.finalizers = Some(vec![rig.syncer.policy.finalizer.clone()]);
+        gone.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+        );
+        assert_eq!(rig.feed(watcher::Event::Apply(gone.clone())), ["web"]);
+        assert_eq!(
+            rig.feed(watcher::Event::Apply(gone)),
+            ["web"],
+            "the same object again (a resync) still needs cleanup"
+        );
+    }
+
+    #[test]
+    fn filter_releases_a_relists_triggers_once_the_store_holds_them() {
+        let mut rig = FilterRig::new();
+        let web = at(svc("web", "LoadBalancer", "TCP"), "1");
+        assert!(rig.feed(watcher::Event::Init).is_empty());
+        assert!(rig.feed(watcher::Event::InitApply(web.clone())).is_empty());
+        assert!(
+            rig.filter.reader.get(&ObjectRef::from_obj(&web)).is_none(),
+            "not in the store before InitDone"
+        );
+        assert_eq!(rig.feed(watcher::Event::InitDone), ["web"]);
+        assert!(rig.filter.reader.get(&ObjectRef::from_obj(&web)).is_some());
+        // The same object re-listed again after a watch gap: nothing to do.
+        rig.feed(watcher::Event::Init);
+        rig.feed(watcher::Event::InitApply(web.clone()));
+        assert!(rig.feed(watcher::Event::InitDone).is_empty());
+        // A Service that no longer wants a load balancer is forgotten: when
+        // it wants one again, that is an add.
+        rig.feed(watcher::Event::Init);
+        assert!(rig.feed(watcher::Event::InitDone).is_empty());
+        assert_eq!(rig.feed(watcher::Event::Apply(web)), ["web"]);
+    }
+
+    #[tokio::test]
+    async fn filter_reports_deleted_services_and_deletions_missed_during_a_gap() {
+        let mut rig = FilterRig::new();
+        let web = at(svc("web", "LoadBalancer", "TCP"), "1");
+        let db = at(svc("db", "LoadBalancer", "TCP"), "1");
+        for s in [&web, &db] {
+            rig.feed(watcher::Event::Apply(s.clone()));
+            rig.syncer
+                .process_service(s, NodeSet::default())
+                .await
+                .unwrap();
+        }
+        assert_eq!(
+            rig.syncer.cached_all().len(),
+            2,
+            "both load balancers synced"
+        );
+        rig.feed(watcher::Event::Delete(web));
+        assert_eq!(
+            rig.vanished(),
+            [("default/web".to_string(), "uid-web".to_string())]
+        );
+        // db is deleted while the watch is down: the re-list does not list
+        // it, and the cache still knows its load balancer.
+        rig.feed(watcher::Event::Init);
+        rig.feed(watcher::Event::InitDone);
+        let missed = rig.vanished();
+        assert!(
+            missed.contains(&("default/db".to_string(), "uid-db".to_string())),
+            "{missed:?}"
+        );
     }
 }

@@ -11,9 +11,9 @@
 //! * [`provider`]: the [`provider::LoadBalancerProvider`] trait and the
 //!   `http` provider.
 
-pub mod backoff;
 pub mod controller;
 pub mod decide;
+pub mod explain;
 pub mod metrics;
 pub mod predicates;
 pub mod provider;
@@ -21,6 +21,6 @@ pub mod sync;
 mod wiring;
 
 pub use wiring::{
-    ConfigError, DEFAULT_CLASS, Options, PROJECT_FINALIZER, UPSTREAM_FINALIZER, descriptors,
-    finalizer_name,
+    ConfigError, DEFAULT_CLASS, GATES, INFO, INFOS, Options, PROJECT_FINALIZER,
+    SERVICE_LOAD_BALANCER_FINALIZER, UPSTREAM_FINALIZER, descriptors, finalizer_name,
 };

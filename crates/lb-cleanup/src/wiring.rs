@@ -6,8 +6,10 @@ use std::time::Duration;
 
 use protection_core::duration::parse_duration;
 use protection_core::finalizer::{PROJECT_DOMAIN, validate_finalizer_name};
-use protection_core::release::{CONTROLLERS_SINCE, SERVICE_LOAD_BALANCER_FINALIZER};
-use protection_core::{ControllerDescriptor, FinalizerProfile};
+use protection_core::release::{CONTROLLERS_SINCE, GateDecl, PHASED_ADD};
+use protection_core::{
+    ControllerDescriptor, ControllerInfo, FinalizerNames, FinalizerProfile, PolicyRule,
+};
 
 use crate::controller::{self, Settings};
 use crate::predicates::ClassSelector;
@@ -18,6 +20,16 @@ use crate::provider::http::{
 
 /// The controller's name (`--controllers`).
 pub const CONTROLLER_NAME: &str = "service-lb-cleanup";
+
+/// Gates the Service load-balancer cleanup finalizer *addition* (removal is
+/// never gated).
+pub const SERVICE_LOAD_BALANCER_FINALIZER: GateDecl = GateDecl {
+    name: "ServiceLoadBalancerFinalizer",
+    history: PHASED_ADD,
+};
+
+/// The gates the controller reads.
+pub const GATES: &[GateDecl] = &[SERVICE_LOAD_BALANCER_FINALIZER];
 /// cloud-controller-manager's name for the upstream controller.
 pub const CONTROLLER_ALIASES: &[&str] = &["service-lb-controller"];
 
@@ -41,11 +53,44 @@ pub const UPSTREAM_FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanu
 
 /// The finalizer name of a profile.
 pub fn finalizer_name(profile: FinalizerProfile) -> &'static str {
-    match profile {
-        FinalizerProfile::Project => PROJECT_FINALIZER,
-        FinalizerProfile::Upstream => UPSTREAM_FINALIZER,
-    }
+    INFO.finalizer.get(profile)
 }
+
+/// The controllers of this crate, as the manager knows them.
+pub const INFOS: &[&ControllerInfo] = &[&INFO];
+
+/// The controller as the manager knows it without starting it. RBAC as
+/// upstream's `system:controller:service-controller` less what we do not
+/// do: no `services` writes (the finalizer goes through `services/status`,
+/// docs/upstream-semantics.md §5.1).
+pub const INFO: ControllerInfo = ControllerInfo {
+    name: CONTROLLER_NAME,
+    aliases: CONTROLLER_ALIASES,
+    enabled_by_default: true,
+    since: CONTROLLERS_SINCE,
+    gates: GATES,
+    finalizer: FinalizerNames {
+        project: PROJECT_FINALIZER,
+        upstream: UPSTREAM_FINALIZER,
+    },
+    rbac: &[
+        PolicyRule {
+            api_groups: &[""],
+            resources: &["services"],
+            verbs: &["get", "list", "watch"],
+        },
+        PolicyRule {
+            api_groups: &[""],
+            resources: &["services/status"],
+            verbs: &["patch"],
+        },
+        PolicyRule {
+            api_groups: &[""],
+            resources: &["nodes"],
+            verbs: &["list", "watch"],
+        },
+    ],
+};
 
 fn duration_arg(s: &str) -> Result<Duration, String> {
     parse_duration(s).map_err(|e| e.to_string())
@@ -233,11 +278,7 @@ pub fn descriptors(
 ) -> Result<Vec<ControllerDescriptor>, ConfigError> {
     let settings = opts.settings(profile)?;
     Ok(vec![ControllerDescriptor {
-        name: CONTROLLER_NAME,
-        aliases: CONTROLLER_ALIASES,
-        enabled_by_default: true,
-        since: CONTROLLERS_SINCE,
-        gates: &[SERVICE_LOAD_BALANCER_FINALIZER],
+        info: &INFO,
         run: Box::new(move |ctx| Box::pin(controller::run(ctx, settings))),
     }])
 }
@@ -400,6 +441,7 @@ mod tests {
         assert_eq!(d[0].aliases, ["service-lb-controller"]);
         assert!(d[0].enabled_by_default);
         assert_eq!(d[0].since, CONTROLLERS_SINCE);
-        assert_eq!(d[0].gates, ["ServiceLoadBalancerFinalizer"]);
+        assert_eq!(d[0].gates.len(), 1);
+        assert_eq!(d[0].gates[0].name, "ServiceLoadBalancerFinalizer");
     }
 }

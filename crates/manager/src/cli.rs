@@ -192,7 +192,7 @@ impl GateArgs {
     /// Resolves the gates; errors carry upstream's texts, prefixed the way
     /// pflag reports a bad flag value.
     pub fn gates(&self) -> Result<(FeatureGates, Vec<String>)> {
-        let mut gates = release::gates_at(self.emulated_version)?;
+        let mut gates = crate::controllers::gates_at(self.emulated_version)?;
         let warnings = gates.set_from_flag(&self.feature_gates).map_err(|e| {
             anyhow::anyhow!(
                 "invalid argument {:?} for \"--feature-gates\" flag: {e}",

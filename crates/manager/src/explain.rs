@@ -1,12 +1,12 @@
 //! `protection-manager explain <kind>/<name> [-n ns]`: why is this object
 //! Terminating (or: what would hold it)?
 //!
-//! The answer is computed from the same rules the controllers use (the
-//! pvc-protection `podUsesPVC` rule over a live pod list, the PV `Bound`
-//! rule, the load-balancer cleanup state machine's events), read live from the
-//! API server, so it does not depend on the manager being up. It also says
-//! when a finalizer is owned by someone else, and whether a manager currently
-//! holds its leader lease.
+//! This module only fetches objects and prints: the answer comes from the
+//! controllers' own `explain` functions (`pv_protection::explain`,
+//! `lb_cleanup::explain`), over objects read live from the API server, so it
+//! does not depend on the manager being up. It also says when a finalizer is
+//! owned by someone else, and whether a manager currently holds its leader
+//! lease.
 
 use std::fmt::Write as _;
 
@@ -16,10 +16,12 @@ use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim,
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Api;
-use kube::api::ListParams;
-use protection_core::FinalizerProfile;
-use pv_protection::index::{PodUse, Via, live_users};
-use pv_protection::pod::PodFacts;
+use kube::api::{ApiResource, DynamicObject, ListParams};
+use lb_cleanup::explain::LbState;
+use protection_core::events::EventView;
+use pv_protection::explain::{UnreadablePod, explain_pv, explain_pvc, read_pod};
+use pv_protection::index::{PodUse, Via};
+use pv_protection::objects::{PvFacts, PvcFacts};
 
 use crate::cli::ExplainArgs;
 use crate::release_check::client;
@@ -66,19 +68,7 @@ pub fn parse_target(target: &str) -> Result<(Kind, String)> {
 
 /// Which controller owns a finalizer, if it is one of ours (either profile).
 pub fn owner_of(finalizer: &str) -> Option<&'static str> {
-    for profile in [FinalizerProfile::Project, FinalizerProfile::Upstream] {
-        let (pv, pvc) = pv_protection::finalizer_names(profile);
-        if finalizer == pv {
-            return Some("pv-protection");
-        }
-        if finalizer == pvc {
-            return Some("pvc-protection");
-        }
-        if finalizer == lb_cleanup::finalizer_name(profile) {
-            return Some("service-lb-cleanup");
-        }
-    }
-    None
+    crate::controllers::owner_of(finalizer)
 }
 
 /// What holds an object, in the order a user should read it.
@@ -86,6 +76,9 @@ pub fn owner_of(finalizer: &str) -> Option<&'static str> {
 pub enum Holder {
     /// pvc-protection keeps the claim: these pods use it.
     PodsUseClaim(Vec<PodUse>),
+    /// No pod known to use the claim, but these could not be read: whether
+    /// pvc-protection keeps it cannot be told.
+    PodsUnreadable(Vec<UnreadablePod>),
     /// pv-protection keeps the volume: it is Bound (to this claim).
     VolumeBound { claim: Option<String> },
     /// service-lb-cleanup has not deleted the load balancer yet.
@@ -95,124 +88,6 @@ pub enum Holder {
     Releasable { controller: &'static str },
     /// A finalizer protection-manager does not own.
     Foreign(String),
-}
-
-/// What the events say about a Service's load balancer cleanup.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct LbState {
-    /// The last failure (reason, note), when the latest LB event is one.
-    pub failing: Option<Failure>,
-    /// Whether a DeletingLoadBalancer was ever reported.
-    pub deleting_seen: bool,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Failure {
-    pub reason: String,
-    pub note: String,
-    pub since: Option<Timestamp>,
-    pub last: Option<Timestamp>,
-    pub count: i32,
-}
-
-/// A compact view of an Event (core/v1 carries both APIs' fields).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventView {
-    pub type_: String,
-    pub reason: String,
-    pub note: String,
-    pub first: Option<Timestamp>,
-    pub last: Option<Timestamp>,
-    pub count: i32,
-    pub source: String,
-}
-
-impl EventView {
-    fn from_core(e: &Event) -> EventView {
-        let first = e
-            .first_timestamp
-            .as_ref()
-            .map(|t| t.0)
-            .or_else(|| e.event_time.as_ref().map(|t| t.0));
-        let last = e
-            .series
-            .as_ref()
-            .and_then(|s| s.last_observed_time.as_ref().map(|t| t.0))
-            .or_else(|| e.last_timestamp.as_ref().map(|t| t.0))
-            .or(first);
-        let count = e
-            .series
-            .as_ref()
-            .and_then(|s| s.count)
-            .or(e.count)
-            .unwrap_or(1);
-        EventView {
-            type_: e.type_.clone().unwrap_or_default(),
-            reason: e.reason.clone().unwrap_or_default(),
-            note: e.message.clone().unwrap_or_default(),
-            first,
-            last,
-            count,
-            source: e
-                .reporting_component
-                .clone()
-                .filter(|s| !s.is_empty())
-                .or_else(|| e.source.as_ref().and_then(|s| s.component.clone()))
-                .unwrap_or_default(),
-        }
-    }
-}
-
-const LB_FAILURES: [&str; 2] = [
-    lb_cleanup::sync::reasons::DELETE_LOAD_BALANCER_FAILED,
-    lb_cleanup::sync::reasons::SYNC_LOAD_BALANCER_FAILED,
-];
-
-/// The controller's failure notes end in `(failing since T)`; explain prints the
-/// streak's start itself, so the suffix would only repeat it.
-fn without_failing_since(note: &str) -> &str {
-    match note.rfind(" (failing since ") {
-        Some(i) if note.ends_with(')') => &note[..i],
-        _ => note,
-    }
-}
-
-/// Reads the LB cleanup state from a Service's events (oldest first).
-pub fn lb_state(events: &[EventView]) -> LbState {
-    let lb_events: Vec<&EventView> = events
-        .iter()
-        .filter(|e| e.reason.contains("LoadBalancer"))
-        .collect();
-    let deleting_seen = lb_events
-        .iter()
-        .any(|e| e.reason == lb_cleanup::sync::reasons::DELETING_LOAD_BALANCER);
-    let latest = lb_events.iter().max_by_key(|e| e.last);
-    let failing = latest
-        .filter(|e| LB_FAILURES.contains(&e.reason.as_str()))
-        .map(|e| {
-            // The first failure of the current streak: the earliest failure event
-            // not followed by a success.
-            let since = lb_events
-                .iter()
-                .filter(|f| LB_FAILURES.contains(&f.reason.as_str()))
-                .filter_map(|f| f.first)
-                .min();
-            Failure {
-                reason: e.reason.clone(),
-                note: without_failing_since(&e.note).to_owned(),
-                since,
-                last: e.last,
-                count: lb_events
-                    .iter()
-                    .filter(|f| LB_FAILURES.contains(&f.reason.as_str()))
-                    .map(|f| f.count.max(1))
-                    .sum(),
-            }
-        });
-    LbState {
-        failing,
-        deleting_seen,
-    }
 }
 
 /// Everything `explain` prints, computed.
@@ -316,6 +191,16 @@ impl Report {
                             if users.len() == 1 { "that pod" } else { "those pods" }
                         )
                     }
+                    Holder::PodsUnreadable(pods) => {
+                        let who: Vec<String> = pods
+                            .iter()
+                            .map(|p| format!("pod {ns}/{} ({})", p.name, p.error))
+                            .collect();
+                        format!(
+                            "pvc-protection cannot tell whether the claim is free: no readable pod uses it, but {} could not be read. The controller keeps its finalizer while a pod may use the claim.",
+                            who.join(", ")
+                        )
+                    }
                     Holder::VolumeBound { claim } => match claim {
                         Some(c) => format!(
                             "held by pv-protection: the volume is Bound to claim {c}. It goes once the volume leaves Bound: delete the claim (the volume then becomes Released)."
@@ -397,6 +282,35 @@ impl Report {
     }
 }
 
+impl Report {
+    /// Each of the object's finalizers that nothing found holds: a foreign
+    /// one, or one of ours the controller will remove (releasable).
+    fn add_finalizer_holders(&mut self) {
+        if self.deleting_since.is_some() {
+            for f in &self.finalizers {
+                match owner_of(f) {
+                    None => self.holders.push(Holder::Foreign(f.clone())),
+                    Some(c) => {
+                        let held = self.holders.iter().any(|h| {
+                            matches!(
+                                (c, h),
+                                (
+                                    "pvc-protection",
+                                    Holder::PodsUseClaim(_) | Holder::PodsUnreadable(_)
+                                ) | ("pv-protection", Holder::VolumeBound { .. })
+                                    | ("service-lb-cleanup", Holder::LoadBalancer(_))
+                            )
+                        });
+                        if !held {
+                            self.holders.push(Holder::Releasable { controller: c });
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Reads everything and builds the report.
 pub async fn explain(args: &ExplainArgs) -> Result<Report> {
     let (kind, name) = parse_target(&args.target)?;
@@ -448,30 +362,27 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
                     format!(" (volume {volume})")
                 }
             ));
-            let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            // Pods as raw objects: one the controller cannot read must be
+            // reported, not dropped (nor fail the whole list).
+            let pods: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), &ns, &ApiResource::erase::<Pod>(&()));
             let list = pods
                 .list(&ListParams::default())
                 .await
                 .with_context(|| format!("listing pods in {ns}"))?;
-            let facts: Vec<PodFacts> = list
-                .items
-                .iter()
-                .filter_map(|p| serde_json::to_value(p).ok())
-                .filter_map(|v| serde_json::from_value(v).ok())
-                .collect();
-            // The claim's controller (upstream `GetControllerOf`), for the
-            // generic-ephemeral-volume ownership rule.
-            let controller = pvc
-                .metadata
-                .owner_references
-                .as_deref()
-                .unwrap_or_default()
-                .iter()
-                .find(|r| r.controller == Some(true))
-                .map(|r| r.uid.clone());
-            let users = live_users(&facts, &ns, &name, controller.as_deref());
-            if !users.is_empty() {
-                report.holders.push(Holder::PodsUseClaim(users));
+            let read = list.items.into_iter().map(|p| {
+                serde_json::to_value(&p)
+                    .map_err(|e| UnreadablePod {
+                        name: p.metadata.name.clone().unwrap_or_default(),
+                        error: e.to_string(),
+                    })
+                    .and_then(read_pod)
+            });
+            let e = explain_pvc(&PvcFacts::from(&pvc), read);
+            if e.in_use() {
+                report.holders.push(Holder::PodsUseClaim(e.users));
+            } else if e.undecided() {
+                report.holders.push(Holder::PodsUnreadable(e.unreadable));
             }
             pvc.metadata
         }
@@ -484,32 +395,19 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
             else {
                 return Ok(report);
             };
-            let phase = pv
-                .status
-                .as_ref()
-                .and_then(|s| s.phase.clone())
-                .unwrap_or_default();
-            let claim = pv
-                .spec
-                .as_ref()
-                .and_then(|s| s.claim_ref.as_ref())
-                .map(|c| {
-                    format!(
-                        "{}/{}",
-                        c.namespace.clone().unwrap_or_default(),
-                        c.name.clone().unwrap_or_default()
-                    )
-                });
+            let e = explain_pv(&PvFacts::from(&pv));
             report.facts.push(format!(
                 "Phase:       {}{}",
-                if phase.is_empty() { "-" } else { &phase },
-                claim
+                e.phase.as_deref().filter(|p| !p.is_empty()).unwrap_or("-"),
+                e.claim
                     .as_ref()
                     .map(|c| format!(" (claim {c})"))
                     .unwrap_or_default()
             ));
-            if phase == "Bound" {
-                report.holders.push(Holder::VolumeBound { claim });
+            if let Some(why) = e.in_use {
+                report
+                    .holders
+                    .push(Holder::VolumeBound { claim: why.claim });
             }
             pv.metadata
         }
@@ -522,28 +420,21 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
             else {
                 return Ok(report);
             };
-            let spec = svc.spec.clone().unwrap_or_default();
-            let ingress: Vec<String> = svc
-                .status
-                .as_ref()
-                .and_then(|s| s.load_balancer.as_ref())
-                .and_then(|l| l.ingress.clone())
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|i| i.ip.or(i.hostname))
-                .collect();
+            let events = events(&client, kind, &svc.metadata).await;
+            let e = lb_cleanup::explain::explain(&svc, &events);
             report.facts.push(format!(
                 "Type:        {} (loadBalancerClass {}){}",
-                spec.type_.clone().unwrap_or_else(|| "ClusterIP".into()),
-                spec.load_balancer_class
-                    .clone()
-                    .unwrap_or_else(|| "none".into()),
-                if ingress.is_empty() {
+                e.type_,
+                e.class.as_deref().unwrap_or("none"),
+                if e.ingress.is_empty() {
                     String::new()
                 } else {
-                    format!(", ingress {}", ingress.join(", "))
+                    format!(", ingress {}", e.ingress.join(", "))
                 }
             ));
+            if let Some(st) = e.cleanup {
+                report.holders.push(Holder::LoadBalancer(st));
+            }
             svc.metadata
         }
     };
@@ -551,37 +442,7 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
     report.deleting_since = meta.deletion_timestamp.as_ref().map(|t| t.0);
     report.finalizers = meta.finalizers.clone().unwrap_or_default();
     report.events = events(&client, kind, &meta).await;
-    if kind == Kind::Service {
-        let ours = report
-            .finalizers
-            .iter()
-            .any(|f| owner_of(f) == Some("service-lb-cleanup"));
-        if ours && report.deleting_since.is_some() {
-            report
-                .holders
-                .push(Holder::LoadBalancer(lb_state(&report.events)));
-        }
-    }
-    if report.deleting_since.is_some() {
-        for f in &report.finalizers {
-            match owner_of(f) {
-                None => report.holders.push(Holder::Foreign(f.clone())),
-                Some(c) => {
-                    let held = report.holders.iter().any(|h| {
-                        matches!(
-                            (c, h),
-                            ("pvc-protection", Holder::PodsUseClaim(_))
-                                | ("pv-protection", Holder::VolumeBound { .. })
-                                | ("service-lb-cleanup", Holder::LoadBalancer(_))
-                        )
-                    });
-                    if !held {
-                        report.holders.push(Holder::Releasable { controller: c });
-                    }
-                }
-            }
-        }
-    }
+    report.add_finalizer_holders();
     Ok(report)
 }
 
@@ -671,23 +532,6 @@ mod tests {
         Timestamp::from_second(1_800_000_000 + s).ok()
     }
 
-    fn ev(reason: &str, first: i64, last: i64, count: i32) -> EventView {
-        EventView {
-            type_: if reason.ends_with("Failed") {
-                "Warning"
-            } else {
-                "Normal"
-            }
-            .into(),
-            reason: reason.into(),
-            note: format!("note of {reason}"),
-            first: ts(first),
-            last: ts(last),
-            count,
-            source: "protection-manager/service-lb-cleanup".into(),
-        }
-    }
-
     #[test]
     fn targets_parse_with_kubectl_kind_names() {
         assert_eq!(
@@ -732,36 +576,6 @@ mod tests {
             Some("service-lb-cleanup")
         );
         assert_eq!(owner_of("example.com/other"), None);
-    }
-
-    #[test]
-    fn lb_failure_streak_reports_first_time_and_last_error() {
-        let events = vec![
-            ev("EnsuredLoadBalancer", 0, 0, 1),
-            ev("DeletingLoadBalancer", 100, 160, 3),
-            ev("SyncLoadBalancerFailed", 101, 161, 3),
-        ];
-        let st = lb_state(&events);
-        let f = st.failing.expect("failing");
-        assert_eq!(f.reason, "SyncLoadBalancerFailed");
-        assert_eq!(f.since, ts(101));
-        assert_eq!(f.count, 3);
-        assert!(st.deleting_seen);
-        // A later success clears the failure.
-        let mut ok = events.clone();
-        ok.push(ev("DeletedLoadBalancer", 200, 200, 1));
-        assert_eq!(lb_state(&ok).failing, None);
-    }
-
-    #[test]
-    fn failure_note_drops_the_controllers_failing_since_suffix() {
-        assert_eq!(
-            without_failing_since(
-                "Error syncing load balancer: 503 (failing since 2026-11-22T12:45:39Z)"
-            ),
-            "Error syncing load balancer: 503"
-        );
-        assert_eq!(without_failing_since("plain (note)"), "plain (note)");
     }
 
     #[test]
@@ -828,6 +642,49 @@ mod tests {
         assert_eq!(
             r.render(Timestamp::UNIX_EPOCH),
             "PersistentVolume pv-9 does not exist (already deleted, or never created).\n"
+        );
+    }
+
+    #[test]
+    fn a_claim_with_an_unreadable_pod_is_never_called_releasable() {
+        let mut r = Report {
+            kind: Kind::Pvc,
+            namespace: Some("demo".into()),
+            name: "data".into(),
+            found: true,
+            deleting_since: ts(0),
+            finalizers: vec!["protection-manager.io/pvc-protection".into()],
+            facts: vec![],
+            holders: vec![Holder::PodsUnreadable(vec![UnreadablePod {
+                name: "odd".into(),
+                error: "invalid type: integer `7`, expected a string".into(),
+            }])],
+            events: vec![],
+            leader: None,
+        };
+        r.add_finalizer_holders();
+        assert!(
+            !r.holders
+                .iter()
+                .any(|h| matches!(h, Holder::Releasable { .. })),
+            "{:?}",
+            r.holders
+        );
+        let text = r.render(ts(5).unwrap_or(Timestamp::UNIX_EPOCH));
+        assert!(
+            text.contains("pvc-protection cannot tell whether the claim is free"),
+            "{text}"
+        );
+        assert!(text.contains("pod demo/odd (invalid type"), "{text}");
+        assert!(!text.contains("nothing uses it any more"), "{text}");
+        // Without the unreadable pod, the same claim is releasable.
+        r.holders.clear();
+        r.add_finalizer_holders();
+        assert_eq!(
+            r.holders,
+            vec![Holder::Releasable {
+                controller: "pvc-protection"
+            }]
         );
     }
 }

@@ -3,6 +3,7 @@
 //! controller crates' descriptors.
 
 mod cli;
+mod controllers;
 mod explain;
 mod logging;
 mod release_check;

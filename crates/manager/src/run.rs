@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use protection_core::client::{ClientOptions, build_client_observed, load_config, server_url};
-use protection_core::controllers::{self, ControllerDescriptor};
+use protection_core::controllers;
 use protection_core::host::{Host, HostConfig, ReleaseGuardConfig};
 use protection_core::leader::LeaderElectionConfig;
 use protection_core::metrics::Metrics;
@@ -16,18 +16,6 @@ use crate::cli::RunArgs;
 use crate::logging;
 
 const IN_CLUSTER_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
-
-/// Every controller this binary has; the host keeps those selected by
-/// `--controllers` that exist at the emulated version.
-fn descriptors(args: &RunArgs) -> Result<Vec<ControllerDescriptor>> {
-    let profile = args.finalizer_profile;
-    let mut all = pv_protection::descriptors(&args.storage, profile)
-        .context("storage protection settings")?;
-    all.extend(
-        lb_cleanup::descriptors(&args.lb, profile).context("load-balancer cleanup settings")?,
-    );
-    Ok(all)
-}
 
 pub async fn run(args: RunArgs) -> Result<()> {
     logging::init(args.log_format, &args.log_level)?;
@@ -46,7 +34,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
             "validation failed for '--controllers': the list is empty, so no controller would run; use '*' for the default set, 'name' to add one, '-name' to turn one off"
         );
     }
-    let selected = controllers::select(descriptors(&args)?, &flag, emulated)
+    let selected = controllers::select(crate::controllers::descriptors(&args)?, &flag, emulated)
         .map_err(|e| anyhow::anyhow!("validation failed for '--controllers': {e}"))?;
     if selected.is_empty() {
         tracing::warn!(

@@ -41,6 +41,7 @@
 //! `FinalizerReleased` when a held deletion is released.
 
 pub mod batch;
+pub mod explain;
 pub mod index;
 pub mod objects;
 pub mod pod;
@@ -55,10 +56,11 @@ mod testutil;
 use std::time::Duration;
 
 use protection_core::duration::{format_duration, parse_duration};
-use protection_core::finalizer::PROJECT_DOMAIN;
 use protection_core::finalizer::validate_finalizer_name;
-use protection_core::release::{CONTROLLERS_SINCE, STORAGE_OBJECT_IN_USE_PROTECTION};
-use protection_core::{ControllerDescriptor, FinalizerProfile};
+use protection_core::release::{CONTROLLERS_SINCE, GateDecl, PHASED_ADD};
+use protection_core::{
+    ControllerDescriptor, ControllerInfo, FinalizerNames, FinalizerProfile, PolicyRule,
+};
 
 pub use runtime::Settings;
 
@@ -105,20 +107,69 @@ pub enum ConfigError {
 
 /// The finalizer names of a profile: `(pv, pvc)`.
 pub fn finalizer_names(profile: FinalizerProfile) -> (String, String) {
-    match profile {
-        FinalizerProfile::Project => (
-            format!("{PROJECT_DOMAIN}/pv-protection"),
-            format!("{PROJECT_DOMAIN}/pvc-protection"),
-        ),
-        FinalizerProfile::Upstream => (
-            "kubernetes.io/pv-protection".to_string(),
-            "kubernetes.io/pvc-protection".to_string(),
-        ),
-    }
+    (
+        PV_INFO.finalizer.get(profile).to_string(),
+        PVC_INFO.finalizer.get(profile).to_string(),
+    )
 }
 
+/// pv-protection as the manager knows it without starting it (RBAC as
+/// upstream's `system:controller:pv-protection-controller`, with `patch`
+/// for our guarded finalizer writes; docs/upstream-semantics.md §2.4).
+pub const PV_INFO: ControllerInfo = ControllerInfo {
+    name: pv_controller::NAME,
+    aliases: &[pv_controller::ALIAS],
+    enabled_by_default: true,
+    since: CONTROLLERS_SINCE,
+    gates: GATES,
+    finalizer: FinalizerNames {
+        project: "protection-manager.io/pv-protection",
+        upstream: "kubernetes.io/pv-protection",
+    },
+    rbac: &[PolicyRule {
+        api_groups: &[""],
+        resources: &["persistentvolumes"],
+        verbs: &["get", "list", "watch", "patch"],
+    }],
+};
+
+/// pvc-protection as the manager knows it without starting it
+/// (docs/upstream-semantics.md §3.7).
+pub const PVC_INFO: ControllerInfo = ControllerInfo {
+    name: pvc_controller::NAME,
+    aliases: &[pvc_controller::ALIAS],
+    enabled_by_default: true,
+    since: CONTROLLERS_SINCE,
+    gates: GATES,
+    finalizer: FinalizerNames {
+        project: "protection-manager.io/pvc-protection",
+        upstream: "kubernetes.io/pvc-protection",
+    },
+    rbac: &[
+        PolicyRule {
+            api_groups: &[""],
+            resources: &["persistentvolumeclaims"],
+            verbs: &["get", "list", "watch", "patch"],
+        },
+        PolicyRule {
+            api_groups: &[""],
+            resources: &["pods"],
+            verbs: &["list", "watch"],
+        },
+    ],
+};
+
+/// The controllers of this crate, as the manager knows them.
+pub const INFOS: &[&ControllerInfo] = &[&PV_INFO, &PVC_INFO];
+
+/// Gates the PV/PVC finalizer *addition* (removal is never gated).
+pub const STORAGE_OBJECT_IN_USE_PROTECTION: GateDecl = GateDecl {
+    name: "StorageObjectInUseProtection",
+    history: PHASED_ADD,
+};
+
 /// The gates both controllers read.
-pub const GATES: &[&str] = &[STORAGE_OBJECT_IN_USE_PROTECTION];
+pub const GATES: &[GateDecl] = &[STORAGE_OBJECT_IN_USE_PROTECTION];
 
 /// The controllers of this crate: `pv-protection` and `pvc-protection`.
 pub fn descriptors(
@@ -143,19 +194,11 @@ pub fn descriptors(
     };
     Ok(vec![
         ControllerDescriptor {
-            name: pv_controller::NAME,
-            aliases: &[pv_controller::ALIAS],
-            enabled_by_default: true,
-            since: CONTROLLERS_SINCE,
-            gates: GATES,
+            info: &PV_INFO,
             run: Box::new(move |ctx| Box::pin(pv_controller::run(ctx, pv_settings))),
         },
         ControllerDescriptor {
-            name: pvc_controller::NAME,
-            aliases: &[pvc_controller::ALIAS],
-            enabled_by_default: true,
-            since: CONTROLLERS_SINCE,
-            gates: GATES,
+            info: &PVC_INFO,
             run: Box::new(move |ctx| Box::pin(pvc_controller::run(ctx, pvc_settings))),
         },
     ])
@@ -198,14 +241,14 @@ mod tests {
                     &["persistentvolume-protection-controller"][..],
                     true,
                     CONTROLLERS_SINCE,
-                    &["StorageObjectInUseProtection"][..]
+                    GATES
                 ),
                 (
                     "pvc-protection",
                     &["persistentvolumeclaim-protection-controller"][..],
                     true,
                     CONTROLLERS_SINCE,
-                    &["StorageObjectInUseProtection"][..]
+                    GATES
                 ),
             ]
         );

@@ -39,6 +39,24 @@ pub fn is_bound(pv: &PvFacts) -> bool {
     pv.status.phase.as_deref() == Some("Bound")
 }
 
+/// `spec.claimRef` as `namespace/name` (`name` without a namespace).
+pub fn claim_of(pv: &PvFacts) -> Option<String> {
+    pv.spec.claim_ref.as_ref().and_then(|c| {
+        let name = c.name.as_deref()?;
+        Some(match c.namespace.as_deref() {
+            Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+            _ => name.to_string(),
+        })
+    })
+}
+
+/// Why `pv` is in use, if it is (Bound).
+pub fn in_use(pv: &PvFacts) -> Option<PvInUse> {
+    is_bound(pv).then(|| PvInUse {
+        claim: claim_of(pv),
+    })
+}
+
 /// The pv-protection decision for `pv`, with `finalizer` as our finalizer
 /// name and `add_enabled` the add phase's gate.
 pub fn decide(pv: &PvFacts, finalizer: &str, add_enabled: bool) -> PvPlan {
@@ -48,17 +66,10 @@ pub fn decide(pv: &PvFacts, finalizer: &str, add_enabled: bool) -> PvPlan {
         if !present {
             return PvPlan::Nothing;
         }
-        if !is_bound(pv) {
-            return PvPlan::RemoveFinalizer;
-        }
-        let claim = pv.spec.claim_ref.as_ref().and_then(|c| {
-            let name = c.name.as_deref()?;
-            Some(match c.namespace.as_deref() {
-                Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
-                _ => name.to_string(),
-            })
-        });
-        return PvPlan::Keep(PvInUse { claim });
+        return match in_use(pv) {
+            None => PvPlan::RemoveFinalizer,
+            Some(why) => PvPlan::Keep(why),
+        };
     }
     if !present && add_enabled {
         return PvPlan::AddFinalizer;

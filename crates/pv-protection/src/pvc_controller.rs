@@ -19,7 +19,8 @@
 //!   decides again for each member with both the index and the list (a user
 //!   in either keeps it). Up to `--concurrency` namespaces are confirmed at
 //!   once, one worker per namespace (upstream's namespace workers).
-//! * Errors retry per PVC with exponential backoff ([`crate::runtime::Backoff`]).
+//! * Errors retry per PVC with exponential backoff
+//!   ([`protection_core::runtime::Backoff`]).
 //!
 //! Kept PVCs (kubernetes #120041). A kept PVC waits for a pod event, as
 //! upstream. The gap upstream has — a pod deleted while the watch was down
@@ -39,17 +40,20 @@ use std::sync::Arc;
 
 use futures::channel::mpsc;
 use futures::{StreamExt, TryStreamExt};
+use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use kube::runtime::controller::{Action, Config as ControllerConfig};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use prometheus::{Histogram, HistogramOpts, IntCounter, Opts};
-use protection_core::finalizer::{PatchStyle, PhasedFinalizer};
+use protection_core::finalizer::PhasedFinalizer;
 use protection_core::metrics::ReconcileTimer;
-use protection_core::release::STORAGE_OBJECT_IN_USE_PROTECTION;
-use protection_core::{ControllerContext, ControllerError, ControllerMetrics, ControllerResult};
+use protection_core::runtime::{
+    self, Executor, Observer, PerObject, Step, main_watch, object_key, phased_finalizer,
+    ready_when_synced, resync_stream, retry_after_failure,
+};
+use protection_core::{ControllerContext, ControllerMetrics, ControllerResult};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -59,10 +63,7 @@ use crate::index::{ClaimKey, PodIndex, live_users};
 use crate::objects::PvcFacts;
 use crate::pod::PodFacts;
 use crate::pvc::{PvcPlan, controller_uid, decide, held_note, released_note};
-use crate::runtime::{
-    ACTION_HELD, ACTION_RELEASED, Error, Observer, PerObject, REASON_HELD, REASON_RELEASED,
-    Settings, object_key, resync_stream,
-};
+use crate::runtime::{Error, Settings};
 
 /// Registered controller name.
 pub const NAME: &str = "pvc-protection";
@@ -112,9 +113,8 @@ impl LiveMetrics {
 
 struct Shared {
     client: kube::Client,
-    finalizer: PhasedFinalizer,
+    executor: Executor,
     metrics: ControllerMetrics,
-    events: protection_core::events::EventRecorder,
     store: Store<Pvc>,
     index: RwLock<PodIndex>,
     synced: tokio::sync::watch::Sender<bool>,
@@ -138,25 +138,19 @@ fn claim_ref(namespace: &str, name: &str) -> ObjectRef<Pvc> {
 
 /// Runs the controller until `ctx.shutdown`.
 pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult {
-    let add_enabled = ctx.gates.enabled(STORAGE_OBJECT_IN_USE_PROTECTION);
-    let finalizer = PhasedFinalizer::new(&settings.finalizer, add_enabled, PatchStyle::JsonPatch)
-        .map_err(|e| ControllerError::new(NAME, e))?
-        .with_metrics(ctx.metrics.clone())
-        .with_field_manager("pvc-protection-controller");
-    tracing::info!(
-        controller = NAME,
-        finalizer = %settings.finalizer,
-        add_enabled,
-        "starting PVC protection controller"
-    );
+    let finalizer = phased_finalizer(
+        &ctx,
+        &settings.finalizer,
+        &crate::STORAGE_OBJECT_IN_USE_PROTECTION,
+        "pvc-protection-controller",
+    )?;
     let api: Api<Pvc> = Api::all(ctx.client.clone());
     let (reader, writer) = reflector::store();
     let (trigger_tx, trigger_rx) = mpsc::unbounded();
     let shared = Arc::new(Shared {
         client: ctx.client.clone(),
-        finalizer: finalizer.clone(),
+        executor: Executor::new(finalizer.clone(), ctx.events.clone()),
         metrics: ctx.metrics.clone(),
-        events: ctx.events.clone(),
         store: reader.clone(),
         index: RwLock::new(PodIndex::new()),
         synced: tokio::sync::watch::Sender::new(false),
@@ -170,59 +164,39 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
     });
 
     let observer = Observer::new(&settings.finalizer, ctx.metrics.clone());
-    let mut listed = observer.listed();
-    let observer = Mutex::new(observer);
-    let state = shared.state.clone();
+    let listed = observer.listed();
     let filter = finalizer.clone();
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .inspect_ok(move |ev| observer.lock().observe(ev, &state))
+    let triggers = main_watch(api, writer, observer, shared.state.clone())
         .applied_objects()
         .try_filter(move |pvc| std::future::ready(wanted(&filter, pvc)));
 
     shared.tasks.spawn(run_pod_watcher(shared.clone()));
-    {
-        let shared = shared.clone();
-        let ready = ctx.ready.clone();
-        shared.clone().tasks.spawn(async move {
-            tokio::select! {
-                _ = shared.shutdown.cancelled() => {}
-                r = async {
-                    let r = listed.wait_for(|l| *l).await.map(|_| ());
-                    shared.wait_synced().await;
-                    r
-                } => if r.is_ok() {
-                    tracing::info!(controller = NAME, "PVC cache and pod index synced");
-                    ready.set(true);
-                }
-            }
-        });
-    }
+    let ready = ready_when_synced(
+        NAME,
+        ctx.ready.clone(),
+        ctx.shutdown.clone(),
+        vec![listed, shared.synced.subscribe()],
+    );
 
     let resync_filter = finalizer.clone();
-    Controller::for_stream(stream, reader.clone())
-        .with_config(ControllerConfig::default().concurrency(ctx.concurrency))
+    let controller = Controller::for_stream(triggers, reader.clone())
         .reconcile_on(trigger_rx)
         .reconcile_on(resync_stream(reader, settings.resync_period, move |pvc| {
             wanted(&resync_filter, pvc)
-        }))
-        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy, shared.clone())
-        .for_each(|res| async move {
-            match res {
-                Ok(_) => {}
-                Err(kube::runtime::controller::Error::ObjectNotFound(r)) => {
-                    tracing::debug!(controller = NAME, object = %r, "object gone before its reconcile")
-                }
-                // Reconcile errors were logged by the error policy.
-                Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {}
-                Err(e) => tracing::warn!(controller = NAME, error = %e, "controller stream error"),
-            }
-        })
-        .await;
+        }));
+    runtime::drive(
+        NAME,
+        controller,
+        ctx.concurrency,
+        ctx.shutdown.clone(),
+        reconcile,
+        error_policy,
+        shared.clone(),
+    )
+    .await;
     // The Controller stopped (shutdown): let in-flight batches finish.
     shared.shutdown.cancel();
+    ready.abort();
     shared.tasks.close();
     shared.tasks.wait().await;
     ctx.ready.set(false);
@@ -393,13 +367,8 @@ impl Shared {
         let ns = pvc.metadata.namespace.as_deref().unwrap_or_default();
         let cached = self.cached_users(pvc);
         let live = live_users(pods, ns, &pvc.name_any(), controller_uid(pvc));
-        let plan = decide(
-            pvc,
-            self.finalizer.name(),
-            self.finalizer.add_enabled(),
-            &cached,
-            Some(&live),
-        );
+        let f = self.executor.finalizer();
+        let plan = decide(pvc, f.name(), f.add_enabled(), &cached, Some(&live));
         tracing::debug!(?plan, "decided with a live pod list");
         self.execute(pvc, plan).await
     }
@@ -408,49 +377,23 @@ impl Shared {
     async fn execute(&self, pvc: &Pvc, plan: PvcPlan) -> Result<(), Error> {
         let ns = pvc.metadata.namespace.as_deref().unwrap_or_default();
         let name = pvc.name_any();
-        let key = object_key(pvc);
-        let api: Api<Pvc> = Api::namespaced(self.client.clone(), ns);
-        match plan {
-            PvcPlan::AddFinalizer => {
-                if self.finalizer.add(&api, pvc).await?.wrote() {
-                    self.state.expectations.wrote(&key, &pvc.metadata);
-                    tracing::info!(finalizer = self.finalizer.name(), "added finalizer to PVC");
-                }
-            }
-            PvcPlan::RemoveFinalizer => {
-                let uid = pvc.metadata.uid.as_deref().unwrap_or_default();
-                let was_held = self.state.events.is_held(uid);
-                if self.finalizer.remove(&api, pvc).await?.wrote() {
-                    self.state.expectations.wrote(&key, &pvc.metadata);
-                    tracing::info!(
-                        finalizer = self.finalizer.name(),
-                        "PVC is unused; removed finalizer"
-                    );
-                    self.state.events.forget(uid);
-                    if was_held {
-                        let note = released_note(ns, &name, self.finalizer.name());
-                        self.events
-                            .normal(&pvc.object_ref(&()), REASON_RELEASED, ACTION_RELEASED, note)
-                            .await;
-                    }
-                }
-            }
-            PvcPlan::Keep(users) => {
-                tracing::debug!(users = users.len(), "keeping PVC because it is being used");
-                let note = held_note(ns, &name, &users);
-                if let Some(uid) = &pvc.metadata.uid
-                    && self.state.events.held(uid, &note)
-                {
-                    self.events
-                        .normal(&pvc.object_ref(&()), REASON_HELD, ACTION_HELD, note)
-                        .await;
-                }
-            }
-            PvcPlan::Nothing => {}
+        let step = match plan {
+            PvcPlan::AddFinalizer => Step::AddFinalizer,
+            PvcPlan::RemoveFinalizer => Step::RemoveFinalizer {
+                why: "the PVC is unused",
+                released: released_note(ns, &name, self.executor.finalizer().name()),
+            },
+            PvcPlan::Keep(users) => Step::Keep {
+                held: held_note(ns, &name, &users),
+            },
+            PvcPlan::Nothing => Step::Nothing,
             PvcPlan::ConfirmLive => {
                 tracing::error!("a final decision asked for another live confirmation; ignoring");
+                Step::Nothing
             }
-        }
+        };
+        let api: Api<Pvc> = Api::namespaced(self.client.clone(), ns);
+        self.executor.execute(&api, pvc, &self.state, step).await?;
         Ok(())
     }
 
@@ -493,13 +436,8 @@ async fn reconcile(pvc: Arc<Pvc>, ctx: Arc<Shared>) -> Result<Action, Error> {
         return Ok(Action::await_change());
     }
     let cached = ctx.cached_users(&pvc);
-    let plan = decide(
-        &pvc,
-        ctx.finalizer.name(),
-        ctx.finalizer.add_enabled(),
-        &cached,
-        None,
-    );
+    let f = ctx.executor.finalizer();
+    let plan = decide(&pvc, f.name(), f.add_enabled(), &cached, None);
     tracing::debug!(pvc = %key, ?plan, "decided from the cache");
     if plan == PvcPlan::ConfirmLive {
         let ns = pvc.metadata.namespace.as_deref().unwrap_or_default();
@@ -515,14 +453,5 @@ async fn reconcile(pvc: Arc<Pvc>, ctx: Arc<Shared>) -> Result<Action, Error> {
 }
 
 fn error_policy(pvc: Arc<Pvc>, err: &Error, ctx: Arc<Shared>) -> Action {
-    let key = object_key(&*pvc);
-    let delay = ctx.state.backoff.next(&key);
-    tracing::warn!(
-        controller = NAME,
-        pvc = %key,
-        error = %err,
-        retry_in = ?delay,
-        "reconcile failed; retrying"
-    );
-    Action::requeue(delay)
+    retry_after_failure(NAME, &ctx.state.backoff, &object_key(&*pvc), err, None)
 }

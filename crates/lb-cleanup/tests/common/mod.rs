@@ -201,7 +201,7 @@ impl Env {
     /// its caches synced.
     pub async fn start(&mut self, ctl: Ctl) {
         self.stop().await;
-        let mut gates = release::gates_at(ctl.version).expect("version");
+        let mut gates = release::gates_at(ctl.version, lb_cleanup::GATES).expect("version");
         gates.set_from_flag(&ctl.gates).expect("gates");
         let client = self.kube.client_as(USER).await;
         let opts = Options {

@@ -142,7 +142,8 @@ impl Harness {
     /// Starts one controller without waiting for it to be ready.
     pub async fn spawn(&self, which: Which) -> Running {
         let client = self.sim.client_as(USER).await;
-        let mut gates = gates_at(self.setup.emulated).expect("emulated version");
+        let mut gates =
+            gates_at(self.setup.emulated, pv_protection::GATES).expect("emulated version");
         gates
             .set_from_flag(&self.setup.feature_gates)
             .expect("--feature-gates");

@@ -1,0 +1,116 @@
+//! The plan executor of the in-use controllers: performs the one write a
+//! `decide()` chose (add or remove our finalizer, one guarded request) and
+//! emits its events (`FinalizerHeld` once per change of reason,
+//! `FinalizerReleased` only for a deletion that was reported held).
+
+use std::fmt::Debug;
+
+use kube::api::Api;
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use super::object_key;
+use super::observer::PerObject;
+use crate::events::EventRecorder;
+use crate::finalizer::{FinalizerError, PhasedFinalizer};
+
+/// Reason of the event emitted when a deletion is held because the object is
+/// in use.
+pub const REASON_HELD: &str = "FinalizerHeld";
+/// Reason of the event emitted when a held deletion is released.
+pub const REASON_RELEASED: &str = "FinalizerReleased";
+/// `action` of the held event.
+pub const ACTION_HELD: &str = "HoldDeletion";
+/// `action` of the released event.
+pub const ACTION_RELEASED: &str = "RemoveFinalizer";
+
+/// One decided step, controller-neutral.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Add our finalizer (one request).
+    AddFinalizer,
+    /// Remove our finalizer (one request); `released` is the note of the
+    /// event reported if the deletion had been reported held, `why` says
+    /// in the log why it goes.
+    RemoveFinalizer { why: &'static str, released: String },
+    /// Keep the finalizer: the object is in use, for the reason `held`.
+    Keep { held: String },
+    /// Already in the desired state.
+    Nothing,
+}
+
+/// Carries out [`Step`]s for one controller.
+#[derive(Clone, Debug)]
+pub struct Executor {
+    finalizer: PhasedFinalizer,
+    events: EventRecorder,
+}
+
+impl Executor {
+    pub fn new(finalizer: PhasedFinalizer, events: EventRecorder) -> Self {
+        Executor { finalizer, events }
+    }
+
+    pub fn finalizer(&self) -> &PhasedFinalizer {
+        &self.finalizer
+    }
+
+    /// Performs `step` on `obj` through `api`, recording our write in
+    /// `state.expectations` and the events in `state.events`.
+    pub async fn execute<K>(
+        &self,
+        api: &Api<K>,
+        obj: &K,
+        state: &PerObject,
+        step: Step,
+    ) -> Result<(), FinalizerError>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        let kind = K::kind(&K::DynamicType::default()).to_string();
+        let key = object_key(obj);
+        let uid = obj.meta().uid.clone().unwrap_or_default();
+        match step {
+            Step::AddFinalizer => {
+                if self.finalizer.add(api, obj).await?.wrote() {
+                    state.expectations.wrote(&key, obj.meta(), ());
+                    tracing::info!(%kind, finalizer = self.finalizer.name(), "added finalizer");
+                }
+            }
+            Step::RemoveFinalizer { why, released } => {
+                let was_held = state.events.is_held(&uid);
+                if self.finalizer.remove(api, obj).await?.wrote() {
+                    state.expectations.wrote(&key, obj.meta(), ());
+                    tracing::info!(%kind, finalizer = self.finalizer.name(), "removed finalizer: {why}");
+                    state.events.forget(&uid);
+                    if was_held {
+                        self.events
+                            .normal(
+                                &obj.object_ref(&K::DynamicType::default()),
+                                REASON_RELEASED,
+                                ACTION_RELEASED,
+                                released,
+                            )
+                            .await;
+                    }
+                }
+            }
+            Step::Keep { held } => {
+                tracing::debug!(%kind, name = %obj.name_any(), "keeping the finalizer: in use");
+                if !uid.is_empty() && state.events.held(&uid, &held) {
+                    self.events
+                        .normal(
+                            &obj.object_ref(&K::DynamicType::default()),
+                            REASON_HELD,
+                            ACTION_HELD,
+                            held,
+                        )
+                        .await;
+                }
+            }
+            Step::Nothing => {}
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,214 @@
+//! The controller runtime every protection controller uses, shaped after
+//! kube-rs' controller-rs (a context, a small reconcile, an error policy)
+//! and kube-controller-manager's per-controller packages (a controller crate
+//! holds its rule and its facts; the plumbing lives here):
+//!
+//! * [`Backoff`]: per-key exponential retry delays;
+//! * [`Expectations`]: "our own write is not in the cache yet";
+//! * [`Observer`] and [`PerObject`]: per-object memory and the Terminating
+//!   gauge kept exact across watch events and re-lists;
+//! * [`Executor`]: one decided finalizer write and its events;
+//! * the skeleton: [`main_watch`] (watch → reflector → observer),
+//!   [`resync_stream`], [`ready_when_synced`], [`drive`] (kube-runtime's
+//!   Controller with our concurrency, shutdown and error logging) and
+//!   [`retry_after_failure`] (the error policy).
+
+pub mod backoff;
+pub mod executor;
+pub mod expectations;
+pub mod observer;
+
+use std::fmt::{Debug, Display};
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::TryFuture;
+use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
+use kube::api::Api;
+use kube::runtime::controller::{
+    Action, Config as ControllerConfig, Controller, Error as CtrlError,
+};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use backoff::Backoff;
+pub use executor::{Executor, Step};
+pub use expectations::Expectations;
+pub use observer::{EventMemory, Observer, PerObject};
+
+use crate::controllers::{ControllerContext, ControllerError, ReadySignal};
+use crate::finalizer::{PatchStyle, PhasedFinalizer};
+use crate::release::GateDecl;
+
+/// The controller's finalizer, phased by `gate`: added only while the gate
+/// is on at the running (or emulated) release, always removed; each write
+/// one guarded JSON patch, counted in the controller's metrics.
+pub fn phased_finalizer(
+    ctx: &ControllerContext,
+    finalizer: &str,
+    gate: &GateDecl,
+    field_manager: &str,
+) -> Result<PhasedFinalizer, ControllerError> {
+    let add_enabled = ctx.gates.enabled(gate.name);
+    let f = PhasedFinalizer::new(finalizer, add_enabled, PatchStyle::JsonPatch)
+        .map_err(|e| ControllerError::new(ctx.name, e))?
+        .with_metrics(ctx.metrics.clone())
+        .with_field_manager(field_manager);
+    tracing::info!(
+        controller = ctx.name,
+        finalizer,
+        gate = gate.name,
+        add_enabled,
+        "starting controller"
+    );
+    Ok(f)
+}
+
+/// The store key of an object: `name` (cluster-scoped) or `namespace/name`.
+pub fn object_key<K: Resource>(obj: &K) -> String {
+    match obj.meta().namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{}", obj.name_any()),
+        _ => obj.name_any(),
+    }
+}
+
+/// A controller's main watch: every object of `api` (managedFields dropped:
+/// nothing reads them, and they are most of an object's memory), into the
+/// reflector `writer`, then through `observer` (which keeps `state` and the
+/// Terminating gauge exact). Yields the watch events for the controller's
+/// trigger filter.
+pub fn main_watch<K, V>(
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    observer: Observer,
+    state: Arc<PerObject<V>>,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+    V: Clone + Send + Sync + 'static,
+{
+    let observer = Mutex::new(observer);
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|o: &mut K| o.meta_mut().managed_fields = None)
+        .reflect(writer)
+        .inspect_ok(move |ev| observer.lock().observe(ev, &state))
+}
+
+/// Every `period`, a reconcile request for every cached object `wanted`
+/// selects: upstream's informer resync (which replays an update for every
+/// object; the handlers then enqueue those they want). Empty when `period`
+/// is zero.
+pub fn resync_stream<K>(
+    store: Store<K>,
+    period: Duration,
+    wanted: impl Fn(&K) -> bool + Send + 'static,
+) -> BoxStream<'static, ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    if period.is_zero() {
+        return stream::empty().boxed();
+    }
+    stream::unfold((), move |()| async move {
+        tokio::time::sleep(period).await;
+        Some(((), ()))
+    })
+    .flat_map(move |()| {
+        let refs: Vec<ObjectRef<K>> = store
+            .state()
+            .iter()
+            .filter(|o| wanted(o))
+            .map(|o| ObjectRef::from_obj(&**o))
+            .collect();
+        tracing::debug!(objects = refs.len(), "resync");
+        stream::iter(refs)
+    })
+    .boxed()
+}
+
+/// Marks the controller ready once every cache in `caches` has synced
+/// (each flag true), unless `shutdown` comes first.
+pub fn ready_when_synced(
+    controller: &'static str,
+    ready: ReadySignal,
+    shutdown: CancellationToken,
+    caches: Vec<watch::Receiver<bool>>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let all = async {
+            for mut rx in caches {
+                if rx.wait_for(|v| *v).await.is_err() {
+                    return false;
+                }
+            }
+            true
+        };
+        tokio::select! {
+            _ = shutdown.cancelled() => {}
+            synced = all => if synced {
+                tracing::info!(controller, "caches synced");
+                ready.set(true);
+            }
+        }
+    })
+}
+
+/// The error policy: logs the failure and requeues `key` after its next
+/// backoff delay (or exactly `after`, when the error asks for a delay, as a
+/// provider's Retry-After; that does not count as a failure).
+pub fn retry_after_failure(
+    controller: &str,
+    backoff: &Backoff,
+    key: &str,
+    err: &dyn Display,
+    after: Option<Duration>,
+) -> Action {
+    let delay = after.unwrap_or_else(|| backoff.next(key));
+    tracing::warn!(controller, object = %key, error = %err, retry_in = ?delay, "reconcile failed; retrying");
+    Action::requeue(delay)
+}
+
+/// Runs `controller` (built with its triggers) until `shutdown`: at most
+/// `concurrency` reconciles at once, never two for one object, in-flight
+/// reconciles finished on shutdown; stream errors logged (reconcile errors
+/// were logged by the error policy).
+pub async fn drive<K, Fut, Ctx>(
+    name: &'static str,
+    controller: Controller<K>,
+    concurrency: u16,
+    shutdown: CancellationToken,
+    reconcile: impl FnMut(Arc<K>, Arc<Ctx>) -> Fut,
+    error_policy: impl Fn(Arc<K>, &Fut::Error, Arc<Ctx>) -> Action,
+    ctx: Arc<Ctx>,
+) where
+    K: Clone + Resource + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Debug + Unpin,
+    Fut: TryFuture<Ok = Action> + Send + 'static,
+    Fut::Error: std::error::Error + Send + 'static,
+    Ctx: Send + Sync + 'static,
+{
+    controller
+        .with_config(ControllerConfig::default().concurrency(concurrency))
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            match res {
+                Ok(_) => {}
+                Err(CtrlError::ObjectNotFound(r)) => {
+                    tracing::debug!(controller = name, object = %r, "object gone before its reconcile")
+                }
+                Err(CtrlError::ReconcilerFailed(..)) => {}
+                Err(e) => tracing::warn!(controller = name, error = %e, "controller stream error"),
+            }
+        })
+        .await;
+}
