@@ -645,16 +645,7 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         metrics: ctx.metrics.clone(),
         memory,
     });
-    runtime::drive(
-        name,
-        controller,
-        ctx.concurrency,
-        stop.clone(),
-        reconcile,
-        error_policy,
-        state,
-    )
-    .await;
+    runtime::drive(&ctx, controller, reconcile, error_policy, state).await;
     // The Controller only returns on shutdown.
     stop.cancel();
     ready.abort();
@@ -792,12 +783,7 @@ mod tests {
     #[test]
     fn services_share_one_node_set_until_it_changes() {
         let (reader, mut writer) = reflector::store::<Node>();
-        let node = |name: &str| -> Node {
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": name}, "spec": {"providerID": format!("sim://{name}")}
-            }))
-            .unwrap()
-        };
+        let node = test_support::objects::node;
         writer.apply_watcher_event(&watcher::Event::Apply(node("a")));
         let t = Targets::new(reader);
         let first = t.get();

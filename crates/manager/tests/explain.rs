@@ -2,13 +2,15 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use kube_sim::{KubeSim, SimConfig};
 use support::{Manager, free_port};
+use test_support::eventually;
+use test_support::objects::{pod, pvc};
 
 const SA_USER: &str = "system:serviceaccount:default:protection-manager";
 
@@ -23,20 +25,6 @@ fn explain(sim: &KubeSim, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "explain {args:?} failed:\n{text}");
     text
-}
-
-async fn eventually<T>(timeout: Duration, what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,26 +45,15 @@ async fn explains_a_claim_held_by_a_pod_and_a_claim_that_is_free() {
     ]);
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let pvc: PersistentVolumeClaim = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "data"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
-    }))
-    .expect("pvc");
-    pvcs.create(&PostParams::default(), &pvc)
+    pvcs.create(&PostParams::default(), &pvc("default", "data", &[]))
         .await
         .expect("create pvc");
-    let pod: Pod = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "web-0"},
-        "spec": {
-            "nodeName": "node-1",
-            "containers": [{"name": "c", "image": "busybox"}],
-            "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "data"}}]
-        }
-    }))
-    .expect("pod");
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .expect("create pod");
+    pods.create(
+        &PostParams::default(),
+        &pod("default", "web-0", "data", Some("node-1")),
+    )
+    .await
+    .expect("create pod");
     eventually(
         Duration::from_secs(60),
         "the claim has its finalizer",

@@ -11,6 +11,7 @@ use kube::Api;
 use kube::api::PostParams;
 use kube_sim::{KubeSim, SimConfig};
 use support::{Manager, free_port, http_get};
+use test_support::until as wait_for;
 
 const SA_USER: &str = "system:serviceaccount:default:protection-manager";
 
@@ -36,17 +37,6 @@ fn manager_args(sim: &KubeSim, admin: u16, extra: &[&str]) -> Vec<String> {
 fn start(args: &[String]) -> Manager {
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     Manager::start(&refs)
-}
-
-async fn wait_for(timeout: Duration, what: &str, mut f: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("timed out after {timeout:?} waiting until {what}");
 }
 
 async fn ready(admin: u16) -> bool {

@@ -92,16 +92,7 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         metrics: ctx.metrics.clone(),
         state,
     });
-    runtime::drive(
-        NAME,
-        controller,
-        ctx.concurrency,
-        ctx.shutdown.clone(),
-        reconcile,
-        error_policy,
-        context,
-    )
-    .await;
+    runtime::drive(&ctx, controller, reconcile, error_policy, context).await;
     ready.abort();
     ctx.ready.set(false);
     tracing::info!(controller = NAME, "PV protection controller stopped");

@@ -184,16 +184,7 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         .reconcile_on(resync_stream(reader, settings.resync_period, move |pvc| {
             wanted(&resync_filter, pvc)
         }));
-    runtime::drive(
-        NAME,
-        controller,
-        ctx.concurrency,
-        ctx.shutdown.clone(),
-        reconcile,
-        error_policy,
-        shared.clone(),
-    )
-    .await;
+    runtime::drive(&ctx, controller, reconcile, error_policy, shared.clone()).await;
     // The Controller stopped (shutdown): let in-flight batches finish.
     shared.shutdown.cancel();
     ready.abort();

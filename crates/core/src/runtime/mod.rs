@@ -177,15 +177,13 @@ pub fn retry_after_failure(
     Action::requeue(delay)
 }
 
-/// Runs `controller` (built with its triggers) until `shutdown`: at most
-/// `concurrency` reconciles at once, never two for one object, in-flight
-/// reconciles finished on shutdown; stream errors logged (reconcile errors
-/// were logged by the error policy).
+/// Runs `controller` (built with its triggers) until the host's shutdown:
+/// at most `--concurrency` reconciles at once, never two for one object,
+/// in-flight reconciles finished on shutdown; stream errors logged
+/// (reconcile errors were logged by the error policy).
 pub async fn drive<K, Fut, Ctx>(
-    name: &'static str,
+    host: &ControllerContext,
     controller: Controller<K>,
-    concurrency: u16,
-    shutdown: CancellationToken,
     reconcile: impl FnMut(Arc<K>, Arc<Ctx>) -> Fut,
     error_policy: impl Fn(Arc<K>, &Fut::Error, Arc<Ctx>) -> Action,
     ctx: Arc<Ctx>,
@@ -196,9 +194,10 @@ pub async fn drive<K, Fut, Ctx>(
     Fut::Error: std::error::Error + Send + 'static,
     Ctx: Send + Sync + 'static,
 {
+    let name = host.name;
     controller
-        .with_config(ControllerConfig::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .with_config(ControllerConfig::default().concurrency(host.concurrency))
+        .graceful_shutdown_on(host.shutdown.clone().cancelled_owned())
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
             match res {

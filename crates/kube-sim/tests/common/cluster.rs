@@ -9,21 +9,14 @@ use kube_sim::{ClusterConfig, ImageMapping, KubeSim, SimConfig};
 use super::tool;
 
 /// Polls `f` until it returns `Some`, for up to `secs` seconds.
-pub async fn within<T, F, Fut>(secs: u64, what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out after {secs}s waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+pub async fn within<T>(secs: u64, what: &str, f: impl AsyncFnMut() -> Option<T>) -> T {
+    test_support::eventually_every(
+        Duration::from_secs(secs),
+        Duration::from_millis(100),
+        what,
+        f,
+    )
+    .await
 }
 
 pub fn kube_sim_bin() -> PathBuf {

@@ -83,21 +83,8 @@ impl Target {
 }
 
 /// Polls `f` until it returns `Some`, for up to 30 s.
-pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out after 30s waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+pub async fn eventually<T>(what: &str, f: impl AsyncFnMut() -> Option<T>) -> T {
+    test_support::eventually(Duration::from_secs(30), what, f).await
 }
 
 /// The API Status of a failed call.

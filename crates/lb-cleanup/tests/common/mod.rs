@@ -2,7 +2,6 @@
 //! cloud-sim.
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,13 +10,12 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube_sim::{KubeSim, RequestFilter, SimConfig};
 use lb_cleanup::Options;
-use protection_core::controllers::{ControllerContext, ReadySignal};
-use protection_core::events::EventRecorder;
+use protection_core::controllers::ReadySignal;
 use protection_core::metrics::Metrics;
 use protection_core::release;
 use protection_core::version::Version;
 use protection_core::{ControllerResult, FinalizerProfile};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -77,49 +75,15 @@ pub struct Env {
     running: Option<Running>,
 }
 
-pub async fn wait_for<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    while start.elapsed() < DEADLINE {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("timed out after {DEADLINE:?} waiting until {what}");
+pub async fn wait_for(what: &str, f: impl AsyncFnMut() -> bool) {
+    test_support::until(DEADLINE, what, f).await
 }
 
 pub fn lb_service(name: &str, class: Option<&str>) -> Service {
-    let mut spec = json!({
-        "type": "LoadBalancer",
-        "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
-        "selector": {"app": name},
-    });
-    if let Some(c) = class {
-        spec["loadBalancerClass"] = json!(c);
-    }
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": spec,
-    }))
-    .expect("service")
+    test_support::objects::lb_service(NS, name, class)
 }
 
-pub fn node(name: &str) -> Node {
-    serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name},
-        "spec": {"providerID": format!("sim://{name}")},
-        "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]},
-    }))
-    .expect("node")
-}
+pub use test_support::objects::node;
 
 pub fn finalizers(s: &Service) -> Vec<String> {
     s.metadata.finalizers.clone().unwrap_or_default()
@@ -212,19 +176,9 @@ impl Env {
         };
         let mut descriptors = lb_cleanup::descriptors(&opts, ctl.profile).expect("descriptors");
         let d = descriptors.remove(0);
-        let cm = self.metrics.controller(d.name);
-        let stop = CancellationToken::new();
-        let ready = ReadySignal::new(Some(cm.clone()));
-        let ctx = ControllerContext {
-            name: d.name,
-            client: client.clone(),
-            gates: Arc::new(gates),
-            metrics: cm,
-            events: EventRecorder::new(client, d.name, Some("test".into())),
-            shutdown: stop.clone(),
-            ready: ready.clone(),
-            concurrency: ctl.concurrency,
-        };
+        let t =
+            test_support::controller_context(d.name, client, gates, &self.metrics, ctl.concurrency);
+        let (ctx, stop, ready) = (t.ctx, t.shutdown, t.ready);
         let task = tokio::spawn((d.run)(ctx));
         let r = ready.clone();
         wait_for("the controller's caches synced", || {

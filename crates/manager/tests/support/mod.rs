@@ -102,15 +102,8 @@ fn dechunk(mut body: &str) -> String {
     out
 }
 
-pub fn wait_until(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while start.elapsed() < timeout {
-        if f() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    panic!("timed out after {timeout:?} waiting until {what}");
+pub fn wait_until(timeout: Duration, what: &str, f: impl FnMut() -> bool) {
+    test_support::until_blocking(timeout, what, f)
 }
 
 /// A running manager process; killed on drop.

@@ -3,7 +3,6 @@
 //! wait, and read the simulator's request log.
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,15 +11,14 @@ use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kube_sim::{KubeSim, RequestFilter, SimConfig};
-use protection_core::events::EventRecorder;
 use protection_core::release::gates_at;
-use protection_core::{
-    ControllerContext, ControllerResult, FinalizerProfile, Metrics, ReadySignal, Version,
-};
+use protection_core::{ControllerResult, FinalizerProfile, Metrics, ReadySignal, Version};
 use pv_protection::{Settings, finalizer_names, pv_controller, pvc_controller};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+pub use test_support::objects::{pod, pv, pvc};
 
 /// The user the controllers authenticate as (the request log's `user`).
 pub const USER: &str = "protection-manager";
@@ -151,19 +149,15 @@ impl Harness {
             Which::Pv => (pv_controller::NAME, self.pv_finalizer.clone()),
             Which::Pvc => (pvc_controller::NAME, self.pvc_finalizer.clone()),
         };
-        let metrics = self.metrics.controller(name);
-        let ready = ReadySignal::new(Some(metrics.clone()));
-        let shutdown = CancellationToken::new();
-        let ctx = ControllerContext {
+        let t = test_support::controller_context(
             name,
-            client: client.clone(),
-            gates: Arc::new(gates),
-            metrics: metrics.clone(),
-            events: EventRecorder::new(client, name, Some("test".into())),
-            shutdown: shutdown.clone(),
-            ready: ready.clone(),
-            concurrency: self.setup.concurrency,
-        };
+            client,
+            gates,
+            &self.metrics,
+            self.setup.concurrency,
+        );
+        let (ctx, shutdown, ready) = (t.ctx, t.shutdown, t.ready);
+        let metrics = ctx.metrics.clone();
         let settings = Settings {
             finalizer,
             resync_period: self.setup.resync,
@@ -349,60 +343,9 @@ impl Harness {
     }
 }
 
-/// A PVC manifest.
-pub fn pvc(ns: &str, name: &str, finalizers: &[&str]) -> PersistentVolumeClaim {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "namespace": ns, "finalizers": finalizers},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
-    }))
-    .expect("PVC manifest")
-}
-
-/// A pod manifest mounting `claim`; scheduled on `node` when given.
-pub fn pod(ns: &str, name: &str, claim: &str, node: Option<&str>) -> Pod {
-    let mut v: Value = json!({
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "containers": [{"name": "app", "image": "busybox", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]
-        }
-    });
-    if let Some(n) = node {
-        v["spec"]["nodeName"] = json!(n);
-    }
-    serde_json::from_value(v).expect("pod manifest")
-}
-
-/// A hostPath PV manifest.
-pub fn pv(name: &str, finalizers: &[&str]) -> PersistentVolume {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "finalizers": finalizers},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "hostPath": {"path": format!("/tmp/{name}")}
-        }
-    }))
-    .expect("PV manifest")
-}
-
-/// Polls `f` every 50 ms until it holds, or panics naming `what` after
-/// [`DEADLINE`].
-pub async fn wait_until<F, Fut>(what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let start = Instant::now();
-    loop {
-        if f().await {
-            return;
-        }
-        if start.elapsed() > DEADLINE {
-            panic!("timed out after {DEADLINE:?} waiting until {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// Polls `f` until it holds, or panics naming `what` after [`DEADLINE`].
+pub async fn wait_until(what: &str, f: impl AsyncFnMut() -> bool) {
+    test_support::until(DEADLINE, what, f).await
 }
 
 /// Prints what a test verifies (visible with `--nocapture`, and in failures).
