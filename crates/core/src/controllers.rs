@@ -376,4 +376,53 @@ mod tests {
         );
         assert!(names("*", Version::new(0, 0)).unwrap().is_empty());
     }
+
+    /// Property (issue 15 item 7): whatever `--controllers` says, the
+    /// selection holds only controllers that exist at the emulated version
+    /// and that the flag enables, or the error names an entry of the flag.
+    /// `make fuzz` runs it with many more cases.
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn controller_flag() -> impl Strategy<Value = String> {
+            let entry = prop_oneof![
+                Just("*".to_owned()),
+                Just("pv-protection".to_owned()),
+                Just("-pv-protection".to_owned()),
+                Just("persistentvolume-protection-controller".to_owned()),
+                Just("newer".to_owned()),
+                Just("-".to_owned()),
+                Just("--".to_owned()),
+                "-?[a-z*-]{0,10}",
+                "[ -~]{0,8}",
+            ];
+            prop::collection::vec(entry, 0..6).prop_map(|e| e.join(","))
+        }
+
+        proptest! {
+            #[test]
+            fn controller_flags_select_or_name_the_unknown_entry(flag in controller_flag(), minor in 0u32..=3) {
+                let at = Version::new(0, minor);
+                let parsed = parse_flag(&flag);
+                prop_assert!(parsed.iter().all(|e| !e.is_empty() && e.trim() == e));
+                match select(table(), &parsed, at) {
+                    Ok(selected) => {
+                        for d in &selected {
+                            prop_assert!(d.since <= at);
+                            prop_assert!(is_enabled(d.name, d.aliases, d.enabled_by_default, &parsed));
+                        }
+                    }
+                    Err(e) => {
+                        let text = e.to_string();
+                        let named = parsed.iter().any(|entry| {
+                            let bare = entry.strip_prefix('-').unwrap_or(entry);
+                            text.contains(&format!("{bare:?}"))
+                        });
+                        prop_assert!(named, "{} does not name an entry of {:?}", text, parsed);
+                    }
+                }
+            }
+        }
+    }
 }

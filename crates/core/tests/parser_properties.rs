@@ -1,11 +1,11 @@
 //! Property tests for the parsers a user feeds the manager through flags
 //! (issue 15 item 7): `--feature-gates`, `--emulated-version` and
-//! `--controllers`. Whatever the text, each refuses it with a message naming
+//! `--controllers` (its property lives beside the controller table in
+//! `controllers.rs`). Whatever the text, each refuses it with a message naming
 //! the input or accepts it, and never panics. `make test` runs proptest's
 //! default number of cases; `make fuzz` runs many more (PROPTEST_CASES).
 
 use proptest::prelude::*;
-use protection_core::controllers::{self, ControllerDescriptor, ControllerInfo, FinalizerNames};
 use protection_core::release::{self, BINARY_VERSION, GateDecl};
 use protection_core::version::Version;
 
@@ -53,53 +53,6 @@ fn gate_flag() -> impl Strategy<Value = String> {
     )
         .prop_map(|(n, eq, v)| format!("{n}{eq}{v}"));
     prop::collection::vec(pair, 0..5).prop_map(|p| p.join(","))
-}
-
-fn controller_flag() -> impl Strategy<Value = String> {
-    let entry = prop_oneof![
-        Just("*".to_owned()),
-        Just("pv-protection".to_owned()),
-        Just("-pv-protection".to_owned()),
-        Just("persistentvolume-protection-controller".to_owned()),
-        Just("newer".to_owned()),
-        Just("-".to_owned()),
-        Just("--".to_owned()),
-        "-?[a-z*-]{0,10}",
-        "[ -~]{0,8}",
-    ];
-    prop::collection::vec(entry, 0..6).prop_map(|e| e.join(","))
-}
-
-fn desc(name: &'static str, on: bool, since: Version) -> ControllerDescriptor {
-    let info = Box::leak(Box::new(ControllerInfo {
-        name,
-        aliases: if name == "pv-protection" {
-            &["persistentvolume-protection-controller"]
-        } else {
-            &[]
-        },
-        enabled_by_default: on,
-        since,
-        gates: &[],
-        finalizer: FinalizerNames {
-            project: "x.io/f",
-            upstream: "kubernetes.io/f",
-        },
-        rbac: &[],
-    }));
-    ControllerDescriptor {
-        info,
-        run: Box::new(|_| Box::pin(async { Ok(()) })),
-    }
-}
-
-fn table() -> Vec<ControllerDescriptor> {
-    vec![
-        desc("pv-protection", true, Version::new(0, 1)),
-        desc("pvc-protection", true, Version::new(0, 1)),
-        desc("optional", false, Version::new(0, 1)),
-        desc("newer", true, Version::new(0, 2)),
-    ]
 }
 
 proptest! {
@@ -153,29 +106,6 @@ proptest! {
                 }
             }
             Err(e) => prop_assert!(e.to_string().contains(&format!("{text:?}")), "{}", e),
-        }
-    }
-
-    #[test]
-    fn controller_flags_select_or_name_the_unknown_entry(flag in controller_flag(), minor in 0u32..=3) {
-        let at = Version::new(0, minor);
-        let parsed = controllers::parse_flag(&flag);
-        prop_assert!(parsed.iter().all(|e| !e.is_empty() && e.trim() == e));
-        match controllers::select(table(), &parsed, at) {
-            Ok(selected) => {
-                for d in &selected {
-                    prop_assert!(d.since <= at);
-                    prop_assert!(controllers::is_enabled(d.name, d.aliases, d.enabled_by_default, &parsed));
-                }
-            }
-            Err(e) => {
-                let text = e.to_string();
-                let named = parsed.iter().any(|entry| {
-                    let bare = entry.strip_prefix('-').unwrap_or(entry);
-                    text.contains(&format!("{bare:?}"))
-                });
-                prop_assert!(named, "{} does not name an entry of {:?}", text, parsed);
-            }
         }
     }
 }

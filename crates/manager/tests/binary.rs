@@ -43,15 +43,7 @@ fn bad_flags_fail_with_upstream_messages() {
             "feature is PreAlpha at emulated version 0.0",
         ),
     ];
-    for (args, want) in cases {
-        let out = support::run_to_end(args);
-        assert!(!out.status.success(), "{args:?} should fail");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            stderr.contains(want),
-            "{args:?}: want {want:?} in stderr:\n{stderr}"
-        );
-    }
+    support::assert_each_refused(cases);
 }
 
 #[test]

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::api::{Api, ListParams, PostParams};
 use kube_sim::{KubeSim, SimConfig};
-use serde_json::json;
 use support::{BIN, Manager, free_port, run_to_end};
+use test_support::objects;
 
 /// Runs the binary to its end, killing it (and failing) if it hangs.
 fn run_bounded(args: &[&str]) -> (bool, String) {
@@ -188,21 +188,12 @@ async fn a_password_in_the_provider_endpoint_stays_out_of_events_and_logs() {
         .await
         .expect("kube-sim");
     let client = sim.client().await;
-    let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": "node-a"}, "spec": {"providerID": "sim://node-a"}
-    }))
-    .expect("node");
     Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &node)
+        .create(&PostParams::default(), &objects::node("node-a"))
         .await
         .expect("create node");
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    let svc: Service = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {"type": "LoadBalancer", "loadBalancerClass": CLASS,
-                 "ports": [{"port": 80, "protocol": "TCP", "targetPort": 8080}]}
-    }))
-    .expect("service");
+    let svc = objects::lb_service("default", "web", Some(CLASS));
     services
         .create(&PostParams::default(), &svc)
         .await

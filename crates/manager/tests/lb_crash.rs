@@ -4,14 +4,14 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cloud_sim::{CloudSim, Config as CloudConfig, HangFault, OpFaults, Operation};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams, PostParams};
 use kube_sim::{KubeSim, RequestFilter, SimConfig};
-use serde_json::json;
 use support::{Manager, free_port, http_get};
+use test_support::objects;
 
 const USER: &str = "protection-manager";
 const FINALIZER: &str = "protection-manager.io/load-balancer-cleanup";
@@ -34,18 +34,9 @@ fn start_manager(sim: &KubeSim, cloud: &CloudSim, admin: u16) -> Manager {
     Manager::start(&refs)
 }
 
-async fn wait_for(what: &str, m: &Manager, mut f: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while start.elapsed() < DEADLINE {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!(
-        "timed out after {DEADLINE:?} waiting until {what}; manager stderr:\n{}",
-        m.stderr()
-    );
+async fn wait_for(what: &str, m: &Manager, f: impl AsyncFnMut() -> bool) {
+    m.wait_for(DEADLINE, Duration::from_millis(100), what, f)
+        .await;
 }
 
 async fn ready(admin: u16) -> bool {
@@ -87,22 +78,13 @@ async fn sigkill_between_lb_deleted_and_finalizer_removed_is_recovered() {
     let client = sim.client().await;
     let nodes: Api<Node> = Api::all(client.clone());
     for n in ["node-a", "node-b"] {
-        let node: Node = serde_json::from_value(json!({
-            "metadata": {"name": n}, "spec": {"providerID": format!("sim://{n}")}
-        }))
-        .expect("node");
         nodes
-            .create(&PostParams::default(), &node)
+            .create(&PostParams::default(), &objects::node(n))
             .await
             .expect("create node");
     }
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    let svc: Service = serde_json::from_value(json!({
-        "metadata": {"name": "web"},
-        "spec": {"type": "LoadBalancer", "loadBalancerClass": CLASS,
-                 "ports": [{"port": 80, "protocol": "TCP", "targetPort": 8080}]}
-    }))
-    .expect("service");
+    let svc = objects::lb_service("default", "web", Some(CLASS));
     let uid = services
         .create(&PostParams::default(), &svc)
         .await
@@ -218,13 +200,5 @@ fn lb_flags_fail_with_clear_messages() {
             "invalid duration \"10\"",
         ),
     ];
-    for (args, want) in cases {
-        let out = support::run_to_end(args);
-        assert!(!out.status.success(), "{args:?} should fail");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            stderr.contains(want),
-            "{args:?}: want {want:?} in stderr:\n{stderr}"
-        );
-    }
+    support::assert_each_refused(cases);
 }

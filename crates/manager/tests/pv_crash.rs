@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod};
@@ -37,18 +37,9 @@ fn start_manager(sim: &KubeSim, admin: u16) -> Manager {
     Manager::start(&refs)
 }
 
-async fn wait_for(what: &str, m: &Manager, mut f: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while start.elapsed() < DEADLINE {
-        if f().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!(
-        "timed out after {DEADLINE:?} waiting until {what}; manager stderr:\n{}",
-        m.stderr()
-    );
+async fn wait_for(what: &str, m: &Manager, f: impl AsyncFnMut() -> bool) {
+    m.wait_for(DEADLINE, Duration::from_millis(200), what, f)
+        .await;
 }
 
 async fn metric(admin: u16, series: &str) -> Option<f64> {

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub mod objects;
+pub mod raw_http;
 
 /// Polls `f` every `every` until it returns `Some`, or panics naming `what`
 /// after `timeout`.

@@ -17,6 +17,20 @@ pub fn run_to_end(args: &[&str]) -> Output {
         .expect("run protection-manager")
 }
 
+/// Runs the binary with each argument list and asserts it fails with the
+/// expected text on stderr.
+pub fn assert_each_refused(cases: &[(&[&str], &str)]) {
+    for (args, want) in cases {
+        let out = run_to_end(args);
+        assert!(!out.status.success(), "{args:?} should fail");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(want),
+            "{args:?}: want {want:?} in stderr:\n{stderr}"
+        );
+    }
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -133,6 +147,28 @@ impl Manager {
 
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+
+    /// Polls `f` every `every` until it holds; after `timeout` panics naming
+    /// `what`, with the manager's stderr (the evidence of why not).
+    pub async fn wait_for(
+        &self,
+        timeout: Duration,
+        every: Duration,
+        what: &str,
+        mut f: impl AsyncFnMut() -> bool,
+    ) {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if f().await {
+                return;
+            }
+            tokio::time::sleep(every).await;
+        }
+        panic!(
+            "timed out after {timeout:?} waiting until {what}; manager stderr:\n{}",
+            self.stderr()
+        );
     }
 
     /// Sends SIGTERM and waits for the exit.
