@@ -65,23 +65,6 @@ pub fn validate_burst(burst: u32) -> Result<u32, RateLimitError> {
     }
 }
 
-/// Called once per request with the time it waited for a token (zero when
-/// one was there), e.g. to feed a metric.
-#[derive(Clone)]
-pub struct WaitObserver(Arc<dyn Fn(Duration) + Send + Sync>);
-
-impl WaitObserver {
-    pub fn new(f: impl Fn(Duration) + Send + Sync + 'static) -> Self {
-        WaitObserver(Arc::new(f))
-    }
-}
-
-impl std::fmt::Debug for WaitObserver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("WaitObserver")
-    }
-}
-
 /// governor's clock, read from tokio's (so `tokio::time::pause` applies).
 #[derive(Clone, Debug)]
 struct TokioClock {
@@ -148,21 +131,13 @@ impl TokenBucket {
 #[derive(Clone, Debug)]
 pub struct RateLimitLayer {
     bucket: Arc<TokenBucket>,
-    observer: Option<WaitObserver>,
 }
 
 impl RateLimitLayer {
     pub fn new(qps: f64, burst: u32) -> Result<Self, RateLimitError> {
         Ok(RateLimitLayer {
             bucket: Arc::new(TokenBucket::new(qps, burst)?),
-            observer: None,
         })
-    }
-
-    /// Reports each request's wait for a token to `observer`.
-    pub fn with_observer(mut self, observer: Option<WaitObserver>) -> Self {
-        self.observer = observer;
-        self
     }
 }
 
@@ -173,9 +148,7 @@ impl<S> Layer<S> for RateLimitLayer {
         RateLimit {
             inner,
             bucket: self.bucket.clone(),
-            observer: self.observer.clone(),
             sleep: None,
-            waiting_since: None,
             reserved: false,
         }
     }
@@ -185,10 +158,7 @@ impl<S> Layer<S> for RateLimitLayer {
 pub struct RateLimit<S> {
     inner: S,
     bucket: Arc<TokenBucket>,
-    observer: Option<WaitObserver>,
     sleep: Option<Pin<Box<Sleep>>>,
-    /// When the current request started waiting for a token.
-    waiting_since: Option<Instant>,
     reserved: bool,
 }
 
@@ -208,15 +178,8 @@ where
                 }
                 self.sleep = None;
             }
-            let since = *self.waiting_since.get_or_insert_with(Instant::now);
             match self.bucket.try_take() {
-                Ok(()) => {
-                    self.reserved = true;
-                    self.waiting_since = None;
-                    if let Some(o) = &self.observer {
-                        (o.0)(since.elapsed());
-                    }
-                }
+                Ok(()) => self.reserved = true,
                 Err(wait) => self.sleep = Some(Box::pin(tokio::time::sleep(wait))),
             }
         }
@@ -232,7 +195,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use parking_lot::Mutex;
     use proptest::prelude::*;
 
     #[tokio::test(start_paused = true)]
@@ -289,24 +251,22 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn service_waits_for_tokens_and_reports_the_wait() {
+    async fn service_waits_for_tokens() {
         use tower::ServiceExt;
-        let waits = Arc::new(Mutex::new(Vec::new()));
-        let seen = waits.clone();
         let svc = tower::service_fn(|x: u32| async move { Ok::<_, std::convert::Infallible>(x) });
-        let mut svc = RateLimitLayer::new(2.0, 1)
-            .unwrap()
-            .with_observer(Some(WaitObserver::new(move |d| seen.lock().push(d))))
-            .layer(svc);
+        let mut svc = RateLimitLayer::new(2.0, 1).unwrap().layer(svc);
         let start = Instant::now();
+        let mut waits = Vec::new();
         for i in 0..3 {
+            let asked = Instant::now();
             let out = svc.ready().await.unwrap().call(i).await.unwrap();
+            waits.push(asked.elapsed());
             assert_eq!(out, i);
         }
         // 1 immediately, then 2 more at 2 qps.
         assert_eq!(start.elapsed(), Duration::from_secs(1));
         assert_eq!(
-            *waits.lock(),
+            waits,
             [
                 Duration::ZERO,
                 Duration::from_millis(500),

@@ -453,7 +453,7 @@ struct NodeSyncLoop {
     wake: Arc<Notify>,
     /// Service and Node watches listed once.
     ready: (watch::Receiver<bool>, watch::Receiver<bool>),
-    retry: mpsc::UnboundedSender<ObjectRef<Service>>,
+    retry: futures::channel::mpsc::UnboundedSender<ObjectRef<Service>>,
     concurrency: usize,
 }
 
@@ -509,7 +509,7 @@ impl NodeSyncLoop {
                 );
             }
             for r in retries {
-                let _ = retry.send(r);
+                let _ = retry.unbounded_send(r);
             }
         }
     }
@@ -578,7 +578,9 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
 
     // Services.
     let (svc_reader, svc_writer) = reflector::store::<Service>();
-    let (retry_tx, retry_rx) = mpsc::unbounded_channel::<ObjectRef<Service>>();
+    // A futures channel is a Stream itself, as `reconcile_on` wants (the
+    // same as pvc-protection's trigger).
+    let (retry_tx, retry_rx) = futures::channel::mpsc::unbounded::<ObjectRef<Service>>();
     let (del_tx, del_rx) = mpsc::unbounded_channel::<(String, String)>();
     let memory = Arc::new(memory());
     let targets = Arc::new(Targets::new(node_reader));
@@ -636,7 +638,7 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         move |s| needs_cleanup(s, &finalizer),
     );
     let controller = Controller::for_stream(triggers, svc_reader)
-        .reconcile_on(tokio_stream_from(retry_rx))
+        .reconcile_on(retry_rx)
         .reconcile_on(resync);
     let state = Arc::new(State {
         syncer,
@@ -689,12 +691,6 @@ async fn run_deletions(
         }
     }
     jobs.shutdown().await;
-}
-
-fn tokio_stream_from<T: Send + 'static>(
-    mut rx: mpsc::UnboundedReceiver<T>,
-) -> impl futures::Stream<Item = T> + Send + 'static {
-    stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
 #[cfg(test)]
