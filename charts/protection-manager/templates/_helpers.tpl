@@ -374,6 +374,8 @@ exactly one flag; `--flag=value` keeps each flag in one list item.
 {{- $args = append $args (printf "--finalizer-profile=%s" $v.finalizerProfile) }}
 {{- $args = append $args (printf "--kube-api-qps=%v" $v.kubeApi.qps) }}
 {{- $args = append $args (printf "--kube-api-burst=%d" (int64 $v.kubeApi.burst)) }}
+{{- $args = append $args (printf "--event-qps=%v" $v.kubeApi.eventQPS) }}
+{{- $args = append $args (printf "--event-burst=%d" (int64 $v.kubeApi.eventBurst)) }}
 {{- $args = append $args (printf "--request-timeout=%v" $v.kubeApi.requestTimeout) }}
 {{- $args = append $args (printf "--concurrency=%d" (int64 $v.concurrency)) }}
 {{- $args = append $args (printf "--log-format=%s" $v.logging.format) }}

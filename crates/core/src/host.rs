@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, Health};
 use crate::controllers::{ControllerContext, ControllerDescriptor, ControllerResult, ReadySignal};
-use crate::events::EventRecorder;
+use crate::events::{EVENT_QUEUE, EventSink};
 use crate::featuregate::FeatureGates;
 use crate::leader::{Elector, LeaderElectionConfig, LeaderError};
 use crate::metrics::Metrics;
@@ -52,6 +52,20 @@ pub struct HostConfig {
     pub ping_interval: Duration,
     /// The release guard (see [`crate::release_guard`]); `None` disables it.
     pub release_guard: Option<ReleaseGuardConfig>,
+    /// The client Events are written with (its own rate limit, so Events
+    /// never spend the finalizer writes' budget); `None`: the host's client.
+    pub events_client: Option<EventsClient>,
+}
+
+/// The client Events are written with (a newtype: `kube::Client` has no
+/// `Debug`).
+#[derive(Clone)]
+pub struct EventsClient(pub kube::Client);
+
+impl std::fmt::Debug for EventsClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EventsClient")
+    }
 }
 
 /// Settings of the release guard.
@@ -295,6 +309,16 @@ impl Host {
         let token = stop.child_token();
         let mut signals: Vec<(&'static str, ReadySignal)> = Vec::new();
         let mut tasks: Vec<(&'static str, JoinHandle<ControllerResult>)> = Vec::new();
+        // One queue and writer for every controller's Events; it ends when
+        // the controllers (the last recorders) are gone.
+        let events = EventSink::start(
+            self.cfg
+                .events_client
+                .as_ref()
+                .map_or_else(|| self.client.clone(), |c| c.0.clone()),
+            EVENT_QUEUE,
+            Some(self.metrics.clone()),
+        );
         for d in controllers {
             let metrics = self.metrics.controller(d.name);
             let ready = ReadySignal::new(Some(metrics.clone()));
@@ -303,11 +327,7 @@ impl Host {
                 client: self.client.clone(),
                 gates: self.gates.clone(),
                 metrics,
-                events: EventRecorder::new(
-                    self.client.clone(),
-                    d.name,
-                    Some(self.cfg.identity.clone()),
-                ),
+                events: events.recorder(d.name, Some(self.cfg.identity.clone())),
                 shutdown: token.clone(),
                 ready: ready.clone(),
                 concurrency: self.cfg.concurrency,
@@ -466,6 +486,7 @@ mod tests {
             concurrency: 1,
             identity: "me".into(),
             ping_interval: Duration::from_secs(1),
+            events_client: None,
             release_guard: None,
         }
     }

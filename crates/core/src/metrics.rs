@@ -39,6 +39,7 @@ pub struct Metrics {
     reconcile_duration: HistogramVec,
     finalizers_added: IntCounterVec,
     finalizers_removed: IntCounterVec,
+    events_dropped: IntCounterVec,
     cleanup_duration: HistogramVec,
     terminating_objects: IntGaugeVec,
     terminating_oldest: IntGaugeVec,
@@ -90,6 +91,14 @@ impl Metrics {
             )
             .namespace(PREFIX),
             &["controller"],
+        )?;
+        let events_dropped = IntCounterVec::new(
+            Opts::new(
+                "events_dropped_total",
+                "Events not written, by controller and why: queue_full (the event queue was full: Events are shed so they never delay a finalizer write) or error (the API server refused the write).",
+            )
+            .namespace(PREFIX),
+            &["controller", "reason"],
         )?;
         let cleanup_duration = HistogramVec::new(
             HistogramOpts::new(
@@ -148,6 +157,7 @@ impl Metrics {
         registry.register(Box::new(reconcile_duration.clone()))?;
         registry.register(Box::new(finalizers_added.clone()))?;
         registry.register(Box::new(finalizers_removed.clone()))?;
+        registry.register(Box::new(events_dropped.clone()))?;
         registry.register(Box::new(cleanup_duration.clone()))?;
         registry.register(Box::new(terminating_objects.clone()))?;
         registry.register(Box::new(terminating_oldest.clone()))?;
@@ -168,6 +178,7 @@ impl Metrics {
             reconcile_duration,
             finalizers_added,
             finalizers_removed,
+            events_dropped,
             cleanup_duration,
             terminating_objects,
             terminating_oldest,
@@ -218,6 +229,9 @@ impl Metrics {
         }
         self.finalizers_added.with_label_values(&[name]);
         self.finalizers_removed.with_label_values(&[name]);
+        for reason in ["queue_full", "error"] {
+            self.events_dropped.with_label_values(&[name, reason]);
+        }
         self.reconcile_duration.with_label_values(&[name]);
         self.cleanup_duration.with_label_values(&[name]);
         self.controller_ready.with_label_values(&[name]).set(0);
@@ -226,6 +240,14 @@ impl Metrics {
             metrics: self.clone(),
             tracker,
         }
+    }
+
+    /// One Event of `controller` was not written, for `reason`
+    /// (`queue_full` or `error`).
+    pub fn event_dropped(&self, controller: &str, reason: &str) {
+        self.events_dropped
+            .with_label_values(&[controller, reason])
+            .inc();
     }
 
     pub fn set_leader(&self, leader: bool) {

@@ -243,6 +243,17 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=i64::from(ratelimit::MAX_BURST)))]
     pub kube_api_burst: u32,
 
+    /// Request rate limit of the separate client that writes Events
+    /// (requests per second; 0 disables it). Events wait in a queue of 1,000
+    /// and never delay a finalizer write; when the queue is full they are
+    /// dropped and counted (protection_manager_events_dropped_total).
+    #[arg(long, default_value_t = 10.0, value_parser = qps_arg)]
+    pub event_qps: f64,
+
+    /// Burst allowance of the Events client.
+    #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(u32).range(1..=i64::from(ratelimit::MAX_BURST)))]
+    pub event_burst: u32,
+
     /// Maximum concurrent reconciles per controller.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
     pub concurrency: u16,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use protection_core::client::{ClientOptions, build_client_observed, load_config, server_url};
 use protection_core::controllers;
-use protection_core::host::{Host, HostConfig, ReleaseGuardConfig};
+use protection_core::host::{EventsClient, Host, HostConfig, ReleaseGuardConfig};
 use protection_core::leader::LeaderElectionConfig;
 use protection_core::metrics::Metrics;
 use protection_core::release_guard::RecordLocation;
@@ -75,6 +75,16 @@ pub async fn run(args: RunArgs) -> Result<()> {
         .context("loading the Kubernetes client configuration")?;
     let server = server_url(&config);
     let metrics = Metrics::new()?;
+    // Events get a client of their own: its own rate limit, so a burst of
+    // Events never spends the budget of finalizer writes.
+    let event_opts = ClientOptions {
+        qps: args.event_qps,
+        burst: args.event_burst,
+        ..opts.clone()
+    };
+    let (events_client, _) =
+        build_client_observed(config.clone(), &event_opts, Some(metrics.client()))
+            .context("building the Events client")?;
     let (client, client_health) = build_client_observed(config, &opts, Some(metrics.client()))?;
 
     metrics.set_build_info(env!("CARGO_PKG_VERSION"), &gates);
@@ -107,6 +117,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
             concurrency: args.concurrency,
             identity,
             ping_interval: args.ping_interval,
+            events_client: Some(EventsClient(events_client)),
             release_guard: Some(ReleaseGuardConfig {
                 location: RecordLocation {
                     namespace,

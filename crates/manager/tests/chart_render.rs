@@ -152,6 +152,8 @@ fn default_values_render_exactly_these_args() {
                 "--finalizer-profile=project",
                 "--kube-api-qps=50",
                 "--kube-api-burst=100",
+                "--event-qps=10",
+                "--event-burst=25",
                 "--request-timeout=30s",
                 "--concurrency=4",
                 "--log-format=json",
