@@ -96,7 +96,9 @@ bench-sim:
 
 # pv-protection and pvc-protection at scale: 10,000 PVs, 10,000 PVCs and
 # 20,000 pods back-filled by the release manager binary against kube-sim,
-# then unused PVCs deleted at 100/s (release build; prints figures).
+# then unused PVCs deleted at 100/s, then ~1,000 used PVCs released by deleting
+# their pods; prints writes per object (finalizer vs Event), peak RSS and the
+# manager's CPU seconds (release build).
 .PHONY: bench bench-pv bench-lb
 bench: bench-pv bench-lb
 

@@ -273,12 +273,164 @@ fn requests_by_verb(sim: &KubeSim, since: u64) -> (usize, Vec<(String, usize)>) 
     (records.len(), v)
 }
 
+/// Finalizer writes (PATCH/PUT of PVCs and PVs) and Event writes among
+/// `by`, as printed per object.
+fn writes(by: &[(String, usize)]) -> (usize, usize) {
+    let mut fin = 0;
+    let mut ev = 0;
+    for (k, n) in by {
+        let mut it = k.split(' ');
+        let (verb, res) = (it.next().unwrap_or(""), it.next().unwrap_or(""));
+        let write = matches!(verb, "patch" | "update" | "create");
+        if write && matches!(res, "persistentvolumeclaims" | "persistentvolumes") {
+            fin += n;
+        } else if write && res == "events" {
+            ev += n;
+        }
+    }
+    (fin, ev)
+}
+
+fn print_writes(by: &[(String, usize)], per: usize, what: &str) {
+    let (fin, ev) = writes(by);
+    println!(
+        "  writes per {what}: {:.3} finalizer writes + {:.3} Event writes (Events are queued apart and may trail into the next phase)",
+        fin as f64 / per.max(1) as f64,
+        ev as f64 / per.max(1) as f64
+    );
+}
+
+/// CPU seconds (user + system) the process `pid` has used so far.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    let tck = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .unwrap_or(100.0);
+    Some((utime + stime) / tck)
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
     let idx = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
     sorted[idx.min(sorted.len() - 1)]
+}
+
+/// Phase 3: used claims released by their pods' deletion. Deletes every
+/// used claim of the first namespaces (about 1,000 at scale 1: each is
+/// mounted by two scheduled pods), checks that none goes while its pods
+/// exist, then deletes those pods (grace period 0) and measures from the
+/// last pod delete to the last claim gone.
+async fn release_used(sim: &KubeSim, client: &Client, s: &Scale) -> Result<()> {
+    let used = s.pvcs_per_ns / 2;
+    let mounting = s.pods_per_ns / 2;
+    if used == 0 || mounting == 0 {
+        return Ok(());
+    }
+    let n_ns = (1000 / used).clamp(1, NAMESPACES);
+    let claims: Vec<(String, String)> = (0..n_ns)
+        .flat_map(|i| (0..used).map(move |j| (ns(i), format!("data-{j:03}"))))
+        .collect();
+    let pods: Vec<(String, String)> = (0..n_ns)
+        .flat_map(|i| (0..mounting).map(move |j| (ns(i), format!("pod-{j:03}"))))
+        .collect();
+    let since = sim.requests().last_seq();
+    concurrently(claims.len(), 32, |k| {
+        let (n, name) = claims[k].clone();
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &n);
+        async move {
+            api.delete(&name, &DeleteParams::default()).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    // Held: every claim stays (Terminating) while its pods exist. Give the
+    // manager a moment to (wrongly) release any, then count.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut still = 0;
+    for i in 0..n_ns {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns(i));
+        still += api
+            .list_metadata(&Default::default())
+            .await?
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_some())
+            .count();
+    }
+    let t_pods = Instant::now();
+    concurrently(pods.len(), 32, |k| {
+        let (n, name) = pods[k].clone();
+        let api: Api<Pod> = Api::namespaced(client.clone(), &n);
+        async move {
+            api.delete(&name, &DeleteParams::default().grace_period(0))
+                .await?;
+            Ok(())
+        }
+    })
+    .await?;
+    let last_pod_delete = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut left = claims.len();
+    while Instant::now() < deadline {
+        left = 0;
+        for i in 0..n_ns {
+            let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns(i));
+            left += api
+                .list_metadata(&Default::default())
+                .await?
+                .items
+                .iter()
+                .filter(|p| p.name_any().as_str() < format!("data-{used:03}").as_str())
+                .count();
+        }
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let done = last_pod_delete.elapsed();
+    let (reqs, by) = requests_by_verb(sim, since);
+    println!();
+    println!(
+        "== release of {} used PVCs ({} pods deleted, sent over {:.1}s) ==",
+        claims.len(),
+        pods.len(),
+        (last_pod_delete - t_pods).as_secs_f64()
+    );
+    println!(
+        "  held Terminating while their pods existed: {still}/{} (must be all)",
+        claims.len()
+    );
+    println!(
+        "  gone: {}/{}; last pod delete → last claim gone: {:.2}s",
+        claims.len() - left,
+        claims.len(),
+        done.as_secs_f64()
+    );
+    println!(
+        "  requests: {reqs} = {:.3} per released PVC",
+        reqs as f64 / claims.len() as f64
+    );
+    print_writes(&by, claims.len(), "released PVC");
+    for (k, n) in &by {
+        println!("    {k:<40} {n}");
+    }
+    Ok(())
 }
 
 fn main() -> Result<()> {
@@ -385,6 +537,7 @@ async fn run() -> Result<()> {
         "  requests: {backfill_requests} = {:.3} per object",
         backfill_requests as f64 / objects as f64
     );
+    print_writes(&backfill_by, objects, "object");
     for (k, n) in &backfill_by {
         println!("    {k:<40} {n}");
     }
@@ -473,9 +626,12 @@ async fn run() -> Result<()> {
         "  requests: {del_requests} = {:.3} per deleted PVC",
         del_requests as f64 / unused.len() as f64
     );
+    print_writes(&del_by, unused.len(), "deleted PVC");
     for (k, n) in &del_by {
         println!("    {k:<40} {n}");
     }
+
+    release_used(&sim, &client, &s).await?;
 
     let hwm = vm_hwm_kib(pid);
     println!();
@@ -485,6 +641,13 @@ async fn run() -> Result<()> {
             kib as f64 / 1024.0
         ),
         None => println!("== manager peak RSS: /proc/{pid}/status not readable =="),
+    }
+    match cpu_seconds(pid) {
+        Some(cpu) => println!(
+            "== manager CPU for the whole run: {cpu:.2} s (user + system, {:.1} s wall) ==",
+            t0.elapsed().as_secs_f64()
+        ),
+        None => println!("== manager CPU: /proc/{pid}/stat not readable =="),
     }
     let _ = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
