@@ -21,19 +21,20 @@
 //! only; nothing is asserted.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use cloud_sim::{CloudSim, Config as CloudConfig, Operation};
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Service};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube_sim::{KubeSim, RequestFilter, SimConfig};
 use serde_json::json;
+use test_support::bench::{concurrently, percentile};
 
 const USER: &str = "protection-manager";
 const NS: &str = "bench";
@@ -63,39 +64,6 @@ fn services_arg() -> Result<usize> {
             Ok(n)
         }
     }
-}
-
-fn manager_bin() -> Result<PathBuf> {
-    if let Ok(p) = std::env::var("PROTECTION_MANAGER_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    // target/<profile>/examples/bench_lb → target/<profile>/protection-manager
-    let exe = std::env::current_exe()?;
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .context("locating the target directory")?;
-    let p = dir.join("protection-manager");
-    if !p.exists() {
-        bail!(
-            "{} not found: build it with `cargo build --release -p protection-manager` (make bench-lb does) or set PROTECTION_MANAGER_BIN",
-            p.display()
-        );
-    }
-    Ok(p)
-}
-
-async fn concurrently<F, Fut>(n: usize, c: usize, f: F) -> Result<()>
-where
-    F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = Result<()>>,
-{
-    stream::iter(0..n)
-        .map(f)
-        .buffer_unordered(c)
-        .try_collect::<Vec<()>>()
-        .await?;
-    Ok(())
 }
 
 fn service(name: &str, ns: &str, lb: bool) -> Result<Service> {
@@ -160,25 +128,6 @@ fn stop(mut child: Child) -> Result<()> {
     child.kill()?;
     child.wait()?;
     Ok(())
-}
-
-fn vm_hwm_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let idx = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
 }
 
 /// Requests by the manager since `since`, by "verb resource[/sub]".
@@ -269,7 +218,7 @@ fn main() -> Result<()> {
 
 async fn run() -> Result<()> {
     let n = services_arg()?;
-    let bin = manager_bin()?;
+    let bin = test_support::bench::manager_bin("bench-lb").map_err(anyhow::Error::msg)?;
     let sim = KubeSim::start(SimConfig {
         history_window: 20 * n.max(1_000),
         request_log_capacity: 40 * n.max(1_000) + 100_000,
@@ -424,6 +373,7 @@ async fn run() -> Result<()> {
     let log02 = dir.join("manager-0.2.log");
     let mut m = start_manager(&bin, &kubeconfig, &cloud.url(), "0.2", admin, &log02)?;
     let pid = m.id();
+    let started_02 = Instant::now();
     wait_until("every Service was back-filled", &mut m, &log02, || {
         seen.lock().finalized.len() >= n
     })
@@ -502,13 +452,7 @@ async fn run() -> Result<()> {
         lifecycle_writes as f64 / n as f64
     );
 
-    match vm_hwm_kib(pid) {
-        Some(kib) => println!(
-            "== manager peak RSS (VmHWM): {:.1} MiB ==",
-            kib as f64 / 1024.0
-        ),
-        None => println!("== manager peak RSS: unavailable (no /proc/{pid}/status) =="),
-    }
+    test_support::bench::print_manager_usage(pid, started_02.elapsed());
     let live: HashSet<String> = services
         .list(&Default::default())
         .await?

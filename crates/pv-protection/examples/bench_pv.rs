@@ -17,19 +17,20 @@
 //! asserted.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::{Client, ResourceExt};
 use kube_sim::{KubeSim, RequestFilter, SimConfig};
 use parking_lot::Mutex;
 use serde_json::json;
+use test_support::bench::{concurrently, percentile};
 
 const USER: &str = "protection-manager";
 const NAMESPACES: usize = 100;
@@ -67,42 +68,8 @@ fn scale() -> Result<Scale> {
     })
 }
 
-fn manager_bin() -> Result<PathBuf> {
-    if let Ok(p) = std::env::var("PROTECTION_MANAGER_BIN") {
-        return Ok(PathBuf::from(p));
-    }
-    // target/<profile>/examples/bench_pv → target/<profile>/protection-manager
-    let exe = std::env::current_exe()?;
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .context("locating the target directory")?;
-    let p = dir.join("protection-manager");
-    if !p.exists() {
-        bail!(
-            "{} not found: build it with `cargo build --release -p protection-manager` (make bench-pv does) or set PROTECTION_MANAGER_BIN",
-            p.display()
-        );
-    }
-    Ok(p)
-}
-
 fn ns(i: usize) -> String {
     format!("bench-{i:03}")
-}
-
-/// Runs `n` futures from `f` with `c` in flight.
-async fn concurrently<F, Fut>(n: usize, c: usize, f: F) -> Result<()>
-where
-    F: Fn(usize) -> Fut,
-    Fut: std::future::Future<Output = Result<()>>,
-{
-    stream::iter(0..n)
-        .map(f)
-        .buffer_unordered(c)
-        .try_collect::<Vec<()>>()
-        .await?;
-    Ok(())
 }
 
 async fn populate(client: &Client, s: &Scale) -> Result<()> {
@@ -204,7 +171,7 @@ async fn calibrate(client: &Client, s: &Scale, c: usize) -> Result<f64> {
 }
 
 fn start_manager(
-    bin: &PathBuf,
+    bin: &Path,
     kubeconfig: &std::path::Path,
     admin: u16,
     log: &std::path::Path,
@@ -242,17 +209,6 @@ fn sample(text: &str, series: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(series).and_then(|r| r.trim().parse().ok()))
         .unwrap_or(0.0)
-}
-
-fn vm_hwm_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find(|l| l.starts_with("VmHWM:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
 }
 
 fn requests_by_verb(sim: &KubeSim, since: u64) -> (usize, Vec<(String, usize)>) {
@@ -298,36 +254,6 @@ fn print_writes(by: &[(String, usize)], per: usize, what: &str) {
         fin as f64 / per.max(1) as f64,
         ev as f64 / per.max(1) as f64
     );
-}
-
-/// CPU seconds (user + system) the process `pid` has used so far.
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces) in parentheses.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = f.get(11)?.parse().ok()?;
-    let stime: f64 = f.get(12)?.parse().ok()?;
-    let tck = Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .trim()
-                .parse::<f64>()
-                .ok()
-        })
-        .unwrap_or(100.0);
-    Some((utime + stime) / tck)
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let idx = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
 }
 
 /// Phase 3: used claims released by their pods' deletion. Deletes every
@@ -442,7 +368,7 @@ fn main() -> Result<()> {
 
 async fn run() -> Result<()> {
     let s = scale()?;
-    let bin = manager_bin()?;
+    let bin = test_support::bench::manager_bin("bench-pv").map_err(anyhow::Error::msg)?;
     let objects = s.pvs + NAMESPACES * s.pvcs_per_ns;
     let sim = KubeSim::start(SimConfig {
         history_window: 4 * objects.max(10_000),
@@ -633,22 +559,8 @@ async fn run() -> Result<()> {
 
     release_used(&sim, &client, &s).await?;
 
-    let hwm = vm_hwm_kib(pid);
     println!();
-    match hwm {
-        Some(kib) => println!(
-            "== manager peak RSS (VmHWM): {:.1} MiB ==",
-            kib as f64 / 1024.0
-        ),
-        None => println!("== manager peak RSS: /proc/{pid}/status not readable =="),
-    }
-    match cpu_seconds(pid) {
-        Some(cpu) => println!(
-            "== manager CPU for the whole run: {cpu:.2} s (user + system, {:.1} s wall) ==",
-            t0.elapsed().as_secs_f64()
-        ),
-        None => println!("== manager CPU: /proc/{pid}/stat not readable =="),
-    }
+    test_support::bench::print_manager_usage(pid, t0.elapsed());
     let _ = Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status();

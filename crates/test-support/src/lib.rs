@@ -11,6 +11,7 @@ use protection_core::{ControllerContext, FeatureGates, Metrics, ReadySignal};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub mod bench;
 pub mod objects;
 pub mod raw_http;
 

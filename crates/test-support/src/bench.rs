@@ -1,0 +1,120 @@
+//! Helpers shared by the benchmarks (`make bench-pv`, `make bench-lb`): the
+//! manager binary to run, bounded concurrency, and what `/proc` says about
+//! the manager's memory and CPU.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use futures::{StreamExt, TryStreamExt, stream};
+
+/// The release manager binary beside the running example
+/// (`target/<profile>/examples/<bench>` → `target/<profile>/protection-manager`),
+/// or `$PROTECTION_MANAGER_BIN`. `make_target` names what builds it.
+pub fn manager_bin(make_target: &str) -> Result<PathBuf, String> {
+    if let Ok(p) = std::env::var("PROTECTION_MANAGER_BIN") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("locating this executable: {e}"))?;
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .ok_or("locating the target directory")?;
+    let p = dir.join("protection-manager");
+    if !p.exists() {
+        return Err(format!(
+            "{} not found: build it with `cargo build --release -p protection-manager` (make {make_target} does) or set PROTECTION_MANAGER_BIN",
+            p.display()
+        ));
+    }
+    Ok(p)
+}
+
+/// Runs `n` futures from `f` with `c` in flight; the first error stops it.
+pub async fn concurrently<F, Fut>(n: usize, c: usize, f: F) -> anyhow::Result<()>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    stream::iter(0..n)
+        .map(f)
+        .buffer_unordered(c)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+/// Peak resident memory (VmHWM) of process `pid`, in KiB.
+pub fn vm_hwm_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// CPU seconds (user + system) process `pid` has used so far.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which is in parentheses and may
+    // hold spaces: utime and stime are the 12th and 13th of them.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    let tck = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .unwrap_or(100.0);
+    Some((utime + stime) / tck)
+}
+
+/// The `p`th percentile of `sorted` (NaN when empty).
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let idx = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[idx.min(sorted.len() - 1)]
+}
+
+/// Prints the peak RSS and CPU seconds of the manager `pid`.
+pub fn print_manager_usage(pid: u32, wall: std::time::Duration) {
+    match vm_hwm_kib(pid) {
+        Some(kib) => println!(
+            "== manager peak RSS (VmHWM): {:.1} MiB ==",
+            kib as f64 / 1024.0
+        ),
+        None => println!("== manager peak RSS: /proc/{pid}/status not readable =="),
+    }
+    match cpu_seconds(pid) {
+        Some(cpu) => println!(
+            "== manager CPU for the whole run: {cpu:.2} s (user + system, over {:.1} s wall) ==",
+            wall.as_secs_f64()
+        ),
+        None => println!("== manager CPU: /proc/{pid}/stat not readable =="),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_memory_and_cpu() {
+        let pid = std::process::id();
+        assert!(vm_hwm_kib(pid).unwrap() > 0);
+        assert!(cpu_seconds(pid).unwrap() >= 0.0);
+        assert_eq!(percentile(&[1.0, 2.0, 3.0], 50.0), 2.0);
+        assert!(percentile(&[], 50.0).is_nan());
+    }
+}
