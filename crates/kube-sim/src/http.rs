@@ -52,6 +52,8 @@ impl hyper::body::Body for RespBody {
 pub(crate) struct State {
     pub store: Arc<Store>,
     pub faults: Faults,
+    /// The opt-in cost model (`--cost-model`).
+    pub cost: Option<crate::cost::CostModel>,
     pub requests: Requests,
     pub server_address: parking_lot::Mutex<String>,
     pub bookmark_interval: Duration,
@@ -303,6 +305,9 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
     });
     if let Some(d) = decision.latency {
         tokio::time::sleep(d).await;
+    }
+    if let Some(c) = &state.cost {
+        c.charge(&rec.verb, &rec.resource).await;
     }
     let resp = if let Some((code, retry, message)) = &decision.error {
         error_response(&injected_error(*code, *retry, message.as_deref(), &rec))

@@ -15,6 +15,7 @@ pub mod admin;
 pub mod admission;
 pub mod cluster;
 pub mod controllers;
+pub mod cost;
 pub mod discovery;
 pub mod error;
 pub mod event_versions;
@@ -108,6 +109,9 @@ pub struct SimConfig {
     /// Emulated cluster components (scheduler, controllers, kubelets, PV
     /// binder); all off by default.
     pub cluster: ClusterConfig,
+    /// What each request costs, as on a real API server (see [`cost`]);
+    /// `None`: answer as fast as kube-sim can.
+    pub cost_model: Option<cost::CostSpec>,
 }
 
 impl Default for SimConfig {
@@ -123,6 +127,7 @@ impl Default for SimConfig {
             bookmark_interval: Duration::from_secs(60),
             pod_graceful_deletion: false,
             cluster: ClusterConfig::default(),
+            cost_model: None,
         }
     }
 }
@@ -183,6 +188,7 @@ impl KubeSim {
         let state = Arc::new(crate::http::State {
             store,
             faults: Faults::new(cfg.seed),
+            cost: cfg.cost_model.clone().map(cost::CostModel::new),
             requests: Requests::new(cfg.request_log_capacity),
             server_address: parking_lot::Mutex::new(addr.to_string()),
             bookmark_interval: cfg.bookmark_interval,

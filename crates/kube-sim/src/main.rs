@@ -64,6 +64,11 @@ struct Args {
     /// Longest CrashLoopBackOff delay in seconds.
     #[arg(long, default_value_t = 300.0)]
     crash_loop_max_seconds: f64,
+    /// Charge each request what it costs a real API server: `real-1.36`
+    /// (kube-apiserver 1.36 + etcd on 2 cores) or a JSON file (see the
+    /// README). Off by default: kube-sim answers as fast as it can.
+    #[arg(long, value_name = "MODEL|FILE")]
+    cost_model: Option<String>,
 }
 
 #[tokio::main]
@@ -102,7 +107,14 @@ async fn main() -> anyhow::Result<()> {
             );
         }
     }
+    let cost_model = args
+        .cost_model
+        .as_deref()
+        .map(kube_sim::cost::CostSpec::load)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     let cfg = kube_sim::SimConfig {
+        cost_model,
         port: args.port,
         bind: args.bind,
         history_window: args.history_window,

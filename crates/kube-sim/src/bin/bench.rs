@@ -24,6 +24,7 @@ struct Args {
     watchers: usize,
     clients: Vec<usize>,
     policies: usize,
+    calibrate: Option<String>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -32,6 +33,7 @@ fn parse_args() -> Result<Args> {
         watchers: 10,
         clients: vec![1, 16],
         policies: 0,
+        calibrate: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -41,6 +43,7 @@ fn parse_args() -> Result<Args> {
             "--policies" => {
                 a.policies = val.parse().with_context(|| format!("--policies {val:?}"))?
             }
+            "--calibrate" => a.calibrate = Some(val),
             "--watchers" => {
                 a.watchers = val.parse().with_context(|| format!("--watchers {val:?}"))?
             }
@@ -55,7 +58,7 @@ fn parse_args() -> Result<Args> {
                     .collect::<Result<_>>()?
             }
             other => bail!(
-                "unknown flag {other}; usage: kube-sim-bench [--objects N] [--watchers W] [--clients 1,16] [--policies P]"
+                "unknown flag {other}; usage: kube-sim-bench [--objects N] [--watchers W] [--clients 1,16] [--policies P] [--calibrate MODEL|FILE]"
             ),
         }
     }
@@ -252,9 +255,135 @@ async fn run(objects: usize, watchers: usize, clients: usize, policies: usize) -
     Ok(())
 }
 
+/// Runs `n` requests from `f` with `c` in flight; answers requests/s.
+async fn rate<F, Fut>(n: usize, c: usize, f: F) -> Result<f64>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let t = Instant::now();
+    futures::stream::iter(0..n)
+        .map(f)
+        .buffer_unordered(c)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+/// `--calibrate MODEL`: the figures the cost model was calibrated to,
+/// measured on kube-sim with that model, beside what the real server did.
+async fn calibrate(model: &str) -> Result<()> {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Service};
+    let spec = kube_sim::cost::CostSpec::load(model).map_err(anyhow::Error::msg)?;
+    let sim = KubeSim::start(SimConfig {
+        cost_model: Some(spec),
+        ..SimConfig::default()
+    })
+    .await?;
+    let client = sim.client().await;
+    let pp = PostParams::default();
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let create_pv = rate(1000, 16, |i| {
+        let pvs = pvs.clone();
+        let pp = pp.clone();
+        async move {
+            let pv: PersistentVolume =
+                serde_json::from_value(json!({"metadata": {"name": format!("pv-{i}")},
+                "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                         "hostPath": {"path": "/d"}}}))?;
+            pvs.create(&pp, &pv).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let create_pvc = rate(1000, 16, |i| {
+        let pvcs = pvcs.clone();
+        let pp = pp.clone();
+        async move {
+            let c: PersistentVolumeClaim = serde_json::from_value(json!({"metadata": {"name": format!("c-{i}")},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}))?;
+            pvcs.create(&pp, &c).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let create_pod = rate(1000, 16, |i| {
+        let pods = pods.clone();
+        let pp = pp.clone();
+        async move {
+            let p: Pod = serde_json::from_value(json!({"metadata": {"name": format!("p-{i}")},
+                "spec": {"containers": [{"name": "a", "image": "busybox"}]}}))?;
+            pods.create(&pp, &p).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    let svcs: Api<Service> = Api::namespaced(client.clone(), "default");
+    let create_svc = rate(300, 16, |i| {
+        let svcs = svcs.clone();
+        let pp = pp.clone();
+        async move {
+            let s: Service =
+                serde_json::from_value(json!({"metadata": {"name": format!("s-{i}")},
+                "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}))?;
+            svcs.create(&pp, &s).await?;
+            Ok(())
+        }
+    })
+    .await?;
+    let patch = |round: usize| {
+        let pvcs = pvcs.clone();
+        move |i: usize| {
+            let pvcs = pvcs.clone();
+            async move {
+                let p = json!([{"op": "add", "path": "/metadata/labels", "value": {"r": round.to_string()}}]);
+                pvcs.patch(
+                    &format!("c-{i}"),
+                    &PatchParams::default(),
+                    &Patch::Json::<()>(serde_json::from_value(p)?),
+                )
+                .await?;
+                Ok(())
+            }
+        }
+    };
+    let serial = rate(500, 1, patch(1)).await?;
+    let ceiling = rate(1000, 64, patch(2)).await?;
+    println!("cost model {model:?} on kube-sim vs the real kube-apiserver 1.36 + etcd (2 cores)");
+    println!(
+        "  {:<44} {:>10} {:>14}",
+        "figure", "kube-sim", "real server"
+    );
+    for (what, got, real) in [
+        (
+            "finalizer-style JSON PATCH, 1 client (/s)",
+            serial,
+            "265-300",
+        ),
+        ("JSON PATCH, 64 in flight (/s)", ceiling, "1000-1200"),
+        ("PV create, 16 clients (/s)", create_pv, "446"),
+        ("PVC create, 16 clients (/s)", create_pvc, "444"),
+        ("pod create, 16 clients (/s)", create_pod, "394"),
+        (
+            "LoadBalancer Service create, 16 clients (/s)",
+            create_svc,
+            "111-117",
+        ),
+    ] {
+        println!("  {what:<44} {got:>10.0} {real:>14}");
+    }
+    sim.shutdown().await;
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = parse_args()?;
+    if let Some(model) = &args.calibrate {
+        return calibrate(model).await;
+    }
     println!(
         "kube-sim bench: {} objects, {} watchers, {} mutating admission policies, kube-rs clients in-process ({} cores)",
         args.objects,
