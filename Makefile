@@ -99,19 +99,26 @@ bench-sim:
 # then unused PVCs deleted at 100/s, then ~1,000 used PVCs released by deleting
 # their pods; prints writes per object (finalizer vs Event), peak RSS and the
 # manager's CPU seconds (release build).
-.PHONY: bench bench-pv bench-lb
-bench: bench-pv bench-lb
+.PHONY: bench bench-cost-model bench-pv bench-lb
+bench: bench-cost-model bench-pv bench-lb
+
+# The cost model's own figures beside the real API server's it was
+# calibrated to (kube-sim --cost-model=real-1.36; see crates/kube-sim/README.md).
+bench-cost-model:
+	$(CARGO) run --release -p kube-sim --bin kube-sim-bench -- --calibrate real-1.36
 
 bench-pv:
 	$(CARGO) build --release -p protection-manager --bin protection-manager
-	$(CARGO) run --release -p pv-protection --example bench_pv
+	$(CARGO) run --release -p pv-protection --example bench_pv -- $(BENCH_ARGS)
+	$(CARGO) run --release -p pv-protection --example bench_pv -- --cost-model real-1.36 $(BENCH_ARGS)
 
 # service-lb-cleanup at scale: 2,000 LoadBalancer Services provisioned at
 # release 0.1, back-filled at 0.2 by the release manager binary against
 # kube-sim and cloud-sim, then deleted at 200/s (release build; prints figures).
 bench-lb:
 	$(CARGO) build --release -p protection-manager --bin protection-manager
-	$(CARGO) run --release -p lb-cleanup --example bench_lb
+	$(CARGO) run --release -p lb-cleanup --example bench_lb -- $(BENCH_ARGS)
+	$(CARGO) run --release -p lb-cleanup --example bench_lb -- --cost-model real-1.36 $(BENCH_ARGS)
 
 # --- End-to-end suite (e2e/, see e2e/README.md) --------------------------------
 # `make e2e`: the lifecycle, upgrade/downgrade and short chaos scenarios, each

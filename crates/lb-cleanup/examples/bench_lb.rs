@@ -219,7 +219,17 @@ fn main() -> Result<()> {
 async fn run() -> Result<()> {
     let n = services_arg()?;
     let bin = test_support::bench::manager_bin("bench-lb").map_err(anyhow::Error::msg)?;
+    // `--cost-model real-1.36` (or a file): kube-sim charges what a real
+    // API server would, so the figures predict one (`make bench` runs both).
+    let cost_model = test_support::bench::arg_value("--cost-model")?
+        .map(|m| kube_sim::cost::CostSpec::load(&m).map_err(anyhow::Error::msg))
+        .transpose()?;
+    match test_support::bench::arg_value("--cost-model")? {
+        Some(m) => println!("kube-sim with cost model {m:?} (a real API server's service times)"),
+        None => println!("kube-sim without a cost model (writes in microseconds)"),
+    }
     let sim = KubeSim::start(SimConfig {
+        cost_model,
         history_window: 20 * n.max(1_000),
         request_log_capacity: 40 * n.max(1_000) + 100_000,
         ..SimConfig::default()

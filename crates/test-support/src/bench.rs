@@ -29,6 +29,19 @@ pub fn manager_bin(make_target: &str) -> Result<PathBuf, String> {
     Ok(p)
 }
 
+/// The value after `flag` on the command line, if the flag is there.
+pub fn arg_value(flag: &str) -> anyhow::Result<Option<String>> {
+    let args: Vec<String> = std::env::args().collect();
+    match args.iter().position(|a| a == flag) {
+        None => Ok(None),
+        Some(i) => args
+            .get(i + 1)
+            .cloned()
+            .map(Some)
+            .ok_or_else(|| anyhow::anyhow!("{flag} needs a value")),
+    }
+}
+
 /// Runs `n` futures from `f` with `c` in flight; the first error stops it.
 pub async fn concurrently<F, Fut>(n: usize, c: usize, f: F) -> anyhow::Result<()>
 where
