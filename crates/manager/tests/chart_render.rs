@@ -918,8 +918,8 @@ fn the_chart_refuses_unsafe_combinations_with_a_clear_message() {
             "extraArgs: --concurrency is already set from the chart's values (--concurrency=4)",
         ),
         (
-            &["emulatedVersion=0.4"],
-            "emulatedVersion: emulation version 0.4 is not between [0.0, 0.3]",
+            &["emulatedVersion=0.5"],
+            "emulatedVersion: emulation version 0.5 is not between [0.0, 0.4]",
         ),
     ];
     for helm in helms() {
@@ -953,8 +953,9 @@ fn gate_checks_match_the_binary_at_every_emulated_version() {
     let gates = [
         "StorageObjectInUseProtection",
         "ServiceLoadBalancerFinalizer",
+        "VolumeAttributesClass",
     ];
-    for version in ["0.0", "0.1", "0.2", "0.3"] {
+    for version in ["0.0", "0.1", "0.2", "0.3", "0.4"] {
         for gate in gates {
             for value in [true, false] {
                 let out = support::run_to_end(&[
@@ -1019,6 +1020,9 @@ fn controller_selection_matches_the_binary() {
             "0.3",
         ),
         ("-pv-protection,pv-protection", "0.3"),
+        ("*", "0.4"),
+        ("*,-vac-protection", "0.4"),
+        ("volumeattributesclass-protection-controller", "0.4"),
     ];
     let dir = support::tempdir();
     let dead = support::free_port();
