@@ -108,6 +108,12 @@ pub struct SimConfig {
     /// Emulated cluster components (scheduler, controllers, kubelets, PV
     /// binder); all off by default.
     pub cluster: ClusterConfig,
+    /// Group versions not served, as `group/version` (kube-apiserver's
+    /// `--runtime-config=storage.k8s.io/v1=false`): absent from discovery,
+    /// 404 on their paths. E.g. `storage.k8s.io/v1` plays a Kubernetes 1.33
+    /// cluster with VolumeAttributesClass at v1beta1 only; with
+    /// `storage.k8s.io/v1beta1` too, a cluster without the API.
+    pub disabled_group_versions: Vec<String>,
 }
 
 impl Default for SimConfig {
@@ -123,6 +129,7 @@ impl Default for SimConfig {
             bookmark_interval: Duration::from_secs(60),
             pod_graceful_deletion: false,
             cluster: ClusterConfig::default(),
+            disabled_group_versions: Vec::new(),
         }
     }
 }
@@ -188,6 +195,7 @@ impl KubeSim {
             bookmark_interval: cfg.bookmark_interval,
             shutdown: CancellationToken::new(),
             runtimes: Arc::new(PodRuntimes::default()),
+            disabled_group_versions: cfg.disabled_group_versions.clone(),
         });
         let dir = std::env::temp_dir().join(format!(
             "kube-sim-{}-{}-{}",
