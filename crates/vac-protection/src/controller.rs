@@ -218,6 +218,32 @@ struct Shared<V: ApiVersion> {
     shutdown: CancellationToken,
 }
 
+/// The warning logged at start while the add gate is on before GA: a
+/// rollback to a release without vac-protection (0.3, or
+/// `--emulated-version=0.3`) strands the finalizers it adds
+/// (docs/upstream-semantics.md §10.6).
+pub fn rollback_warning(
+    ctx: &ControllerContext,
+    add_enabled: bool,
+    finalizer: &str,
+) -> Option<String> {
+    use protection_core::featuregate::Stage;
+    let gate = crate::VOLUME_ATTRIBUTES_CLASS.name;
+    let row = ctx.gates.table().into_iter().find(|r| r.name == gate)?;
+    if !add_enabled || row.stage == Stage::GA {
+        return None;
+    }
+    let before = crate::INFO.since.previous()?;
+    Some(format!(
+        "{gate} is on at {stage}: every VolumeAttributesClass gets the finalizer {finalizer}. \
+         Release {before} has no vac-protection: rolling back to it (or to --emulated-version={before}) \
+         leaves that finalizer on every class, and a class deleted afterwards stays Terminating. \
+         Before rolling back: turn {gate} off (removal stays on) and remove the finalizer from the classes; \
+         see the README, \"Rollback\"",
+        stage = row.stage
+    ))
+}
+
 /// upstream `vacAddedUpdated`'s filter.
 fn wanted<V: ApiVersion>(f: &PhasedFinalizer, vac: &Vac<V>) -> bool {
     f.needs_add(&vac.metadata) || f.is_deletion_candidate(&vac.metadata)
@@ -231,6 +257,9 @@ async fn run_at<V: ApiVersion>(ctx: ControllerContext, settings: Settings) -> Co
         "vac-protection-controller",
     )?;
     tracing::info!(controller = NAME, version = %format!("{GROUP}/{}", V::VERSION), "serving VolumeAttributesClass");
+    if let Some(w) = rollback_warning(&ctx, finalizer.add_enabled(), &settings.finalizer) {
+        tracing::warn!(controller = NAME, "{w}");
+    }
     let api: Api<Vac<V>> = Api::all(ctx.client.clone());
     let (reader, writer) = reflector::store();
     let (trigger_tx, trigger_rx) = mpsc::unbounded();

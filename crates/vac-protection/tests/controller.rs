@@ -407,3 +407,28 @@ async fn a_cluster_without_the_api_leaves_the_controller_idle_and_saying_why() {
     assert_eq!(ctl.ready.note().as_deref(), Some(NO_API_NOTE));
     ctl.stop().await;
 }
+
+/// While the Alpha gate is on, the controller warns at start that a
+/// rollback to 0.3 strands its finalizers, and says what to do first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_alpha_gate_warns_about_the_rollback_that_strands() {
+    let env = Env::new(SimConfig::default()).await;
+    let ctx = |flag: &str| {
+        let mut gates = gates_at(Version::new(0, 4), GATES).unwrap();
+        gates.set_from_flag(flag).unwrap();
+        test_support::controller_context(NAME, env.client.clone(), gates, &env.metrics, 1).ctx
+    };
+    let w = vac_protection::controller::rollback_warning(
+        &ctx("VolumeAttributesClass=true"),
+        true,
+        &env.finalizer,
+    )
+    .expect("a warning while Alpha is on");
+    assert!(w.contains("Release 0.3 has no vac-protection"), "{w}");
+    assert!(w.contains("turn VolumeAttributesClass off"), "{w}");
+    assert!(w.contains(&env.finalizer), "{w}");
+    assert_eq!(
+        vac_protection::controller::rollback_warning(&ctx(""), false, &env.finalizer),
+        None
+    );
+}
