@@ -210,6 +210,22 @@ mod tests {
             );
         }
         let want = serde_json::Value::Object(want);
+        let mut names = vec!["*".to_string()];
+        for i in infos() {
+            for n in std::iter::once(&i.name).chain(i.aliases) {
+                names.push(n.to_string());
+                names.push(format!("-{n}"));
+            }
+        }
+        let want_controllers = serde_json::json!(names);
+        if std::env::var_os("UPDATE_CHART_TABLE").is_some() {
+            schema["properties"]["controllers"]["items"]["enum"] = want_controllers;
+        } else {
+            assert_eq!(
+                schema["properties"]["controllers"]["items"]["enum"], want_controllers,
+                "the schema's controllers are stale: run `make chart-table`"
+            );
+        }
         let have = &mut schema["properties"]["featureGates"]["properties"];
         if std::env::var_os("UPDATE_CHART_TABLE").is_some() {
             *have = want;

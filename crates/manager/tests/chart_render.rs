@@ -541,6 +541,16 @@ const LB: &[&str] = &[
     "list core/nodes",
     "watch core/nodes",
 ];
+const VAC: &[&str] = &[
+    "get storage.k8s.io/volumeattributesclasses",
+    "list storage.k8s.io/volumeattributesclasses",
+    "watch storage.k8s.io/volumeattributesclasses",
+    "patch storage.k8s.io/volumeattributesclasses",
+    "list core/persistentvolumeclaims",
+    "watch core/persistentvolumeclaims",
+    "list core/persistentvolumes",
+    "watch core/persistentvolumes",
+];
 const EVENTS: &[&str] = &[
     "create events.k8s.io/events",
     "patch events.k8s.io/events",
@@ -555,13 +565,24 @@ fn rbac_rules_follow_the_enabled_controllers() {
     let cases: &[Case] = &[
         (
             &[],
+            &[PV, PVC, LB, VAC, EVENTS],
+            "pv-protection,pvc-protection,service-lb-cleanup,vac-protection",
+        ),
+        (
+            &["controllers={*,-service-lb-cleanup}"],
+            &[PV, PVC, VAC, EVENTS],
+            "pv-protection,pvc-protection,vac-protection",
+        ),
+        // vac-protection appeared in 0.4: at 0.3 `*` does not include it.
+        (
+            &["emulatedVersion=0.3"],
             &[PV, PVC, LB, EVENTS],
             "pv-protection,pvc-protection,service-lb-cleanup",
         ),
         (
-            &["controllers={*,-service-lb-cleanup}"],
-            &[PV, PVC, EVENTS],
-            "pv-protection,pvc-protection",
+            &["controllers={vac-protection}"],
+            &[VAC, EVENTS],
+            "vac-protection",
         ),
         (
             &["controllers={pv-protection}"],
@@ -570,8 +591,8 @@ fn rbac_rules_follow_the_enabled_controllers() {
         ),
         (
             &["controllers={-pvc-protection,*}"],
-            &[PV, LB, EVENTS],
-            "pv-protection,service-lb-cleanup",
+            &[PV, LB, VAC, EVENTS],
+            "pv-protection,service-lb-cleanup,vac-protection",
         ),
         (
             &["controllers={persistentvolumeclaim-protection-controller,service-lb-controller}"],
@@ -587,8 +608,8 @@ fn rbac_rules_follow_the_enabled_controllers() {
         // service-lb-cleanup without a provider makes no API call.
         (
             &["loadBalancer.provider.endpoint="],
-            &[PV, PVC, EVENTS],
-            "pv-protection,pvc-protection",
+            &[PV, PVC, VAC, EVENTS],
+            "pv-protection,pvc-protection,vac-protection",
         ),
         // At release 0.0 no controller exists yet.
         (&["emulatedVersion=0.0"], &[EVENTS], ""),
@@ -707,7 +728,7 @@ fn rbac_binds_the_chart_service_account_and_can_be_turned_off() {
 #[test]
 fn rbac_authorizer_allows_exactly_the_rendered_rules() {
     let helm = Helm::new(HelmVersion::V4);
-    let r = render(&helm, &["controllers={*,-pv-protection}"]);
+    let r = render(&helm, &["controllers={*,-pv-protection,-vac-protection}"]);
     let authz = Authorizer::for_service_account(&r.objects, RELEASE_NS, "pm-protection-manager");
     let other = Authorizer::for_service_account(&r.objects, RELEASE_NS, "someone-else");
     let yes = [
