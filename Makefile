@@ -100,6 +100,11 @@ bench-sim:
 .PHONY: bench bench-pv bench-lb
 bench: bench-pv bench-lb
 
+# vac-protection: back-fill of 1,000 classes used by 10,000 PVCs, and their
+# release when the PVCs go (in-process kube-sim; prints figures).
+bench-vac:
+	$(CARGO) run --release -p vac-protection --example bench_vac -- $(BENCH_ARGS)
+
 bench-pv:
 	$(CARGO) build --release -p protection-manager --bin protection-manager
 	$(CARGO) run --release -p pv-protection --example bench_pv
