@@ -29,7 +29,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
  && install -D -m 0755 target/release/protection-manager /out/protection-manager
 
 FROM ${RUNTIME_IMAGE}
-ARG VERSION=0.3.0
+ARG VERSION=0.4.0
 LABEL org.opencontainers.image.title="protection-manager" \
       org.opencontainers.image.description="Kubernetes protection finalizers (pv-protection, pvc-protection, Service load-balancer cleanup) in one controller manager" \
       org.opencontainers.image.source="https://github.com/protection-manager/protection-manager" \

@@ -107,6 +107,11 @@ bench: bench-cost-model bench-pv bench-lb
 bench-cost-model:
 	$(CARGO) run --release -p kube-sim --bin kube-sim-bench -- --calibrate real-1.36
 
+# vac-protection: back-fill of 1,000 classes used by 10,000 PVCs, and their
+# release when the PVCs go (in-process kube-sim; prints figures).
+bench-vac:
+	$(CARGO) run --release -p vac-protection --example bench_vac -- $(BENCH_ARGS)
+
 bench-pv:
 	$(CARGO) build --release -p protection-manager --bin protection-manager
 	$(CARGO) run --release -p pv-protection --example bench_pv -- $(BENCH_ARGS)

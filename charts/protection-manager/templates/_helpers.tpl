@@ -123,6 +123,17 @@ service-lb-cleanup:
     - apiGroups: [""]
       resources: [nodes]
       verbs: [list, watch]
+vac-protection:
+  aliases: [volumeattributesclass-protection-controller]
+  enabledByDefault: true
+  since: "0.4"
+  rules:
+    - apiGroups: [storage.k8s.io]
+      resources: [volumeattributesclasses]
+      verbs: [get, list, watch, patch]
+    - apiGroups: [""]
+      resources: [persistentvolumeclaims, persistentvolumes]
+      verbs: [list, watch]
 {{- end }}
 
 {{/*
@@ -443,6 +454,10 @@ ServiceLoadBalancerFinalizer:
   - {since: "0.1", default: false, locked: false}
   - {since: "0.2", default: true, locked: false}
   - {since: "0.3", default: true, locked: true}
+VolumeAttributesClass:
+  - {since: "0.4", default: false, locked: false}
+  - {since: "0.5", default: true, locked: false}
+  - {since: "0.6", default: true, locked: true}
 {{- end }}
 
 {{/*

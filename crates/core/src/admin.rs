@@ -36,6 +36,11 @@ pub const DEFAULT_ADDRESS: &str = "127.0.0.1:8080";
 /// A check evaluated at request time.
 pub type DynamicCheck = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
+/// A detail shown next to a passing check (`[+]name ok: detail`), evaluated
+/// at request time: something an operator should know that does not make
+/// the manager unready (a controller idle because the cluster lacks its API).
+pub type DynamicNote = Arc<dyn Fn() -> Option<String> + Send + Sync>;
+
 #[derive(Clone)]
 enum Check {
     Static(Result<(), String>),
@@ -55,6 +60,7 @@ impl Check {
 #[derive(Clone, Default)]
 pub struct Health {
     checks: Arc<Mutex<BTreeMap<String, Check>>>,
+    notes: Arc<Mutex<BTreeMap<String, DynamicNote>>>,
 }
 
 impl std::fmt::Debug for Health {
@@ -89,9 +95,20 @@ impl Health {
         checks.into_iter().map(|(k, c)| (k, c.eval())).collect()
     }
 
+    /// Adds a detail to the check `name`, shown while it passes.
+    pub fn set_note(&self, name: &str, note: DynamicNote) {
+        self.notes.lock().insert(name.to_string(), note);
+    }
+
+    fn note(&self, name: &str) -> Option<String> {
+        let f = self.notes.lock().get(name).cloned();
+        f.and_then(|f| f())
+    }
+
     /// Removes a check.
     pub fn remove(&self, name: &str) {
         self.checks.lock().remove(name);
+        self.notes.lock().remove(name);
     }
 
     /// Whether every check passes (and at least one exists).
@@ -113,7 +130,10 @@ impl Health {
         }
         for (name, state) in &checks {
             match state {
-                Ok(()) => body.push_str(&format!("[+]{name} ok\n")),
+                Ok(()) => match self.note(name) {
+                    Some(n) => body.push_str(&format!("[+]{name} ok: {n}\n")),
+                    None => body.push_str(&format!("[+]{name} ok\n")),
+                },
                 Err(reason) => body.push_str(&format!("[-]{name} failed: {reason}\n")),
             }
         }
@@ -295,5 +315,12 @@ mod tests {
             "[+]informer-sync ok\n[+]ping ok\nreadyz check passed\n"
         );
         assert!(h.is_ready());
+
+        h.set_note("ping", Arc::new(|| Some("vac-protection idle".into())));
+        assert_eq!(
+            h.readyz(true).1,
+            "[+]informer-sync ok\n[+]ping ok: vac-protection idle\nreadyz check passed\n"
+        );
+        assert_eq!(h.readyz(false), (StatusCode::OK, "ok".to_string()));
     }
 }

@@ -129,6 +129,7 @@ impl fmt::Debug for ControllerDescriptor {
 pub struct ReadySignal {
     flag: Arc<AtomicBool>,
     metrics: Option<ControllerMetrics>,
+    note: Arc<parking_lot::Mutex<Option<String>>>,
 }
 
 impl ReadySignal {
@@ -136,7 +137,18 @@ impl ReadySignal {
         ReadySignal {
             flag: Arc::new(AtomicBool::new(false)),
             metrics,
+            note: Arc::default(),
         }
+    }
+
+    /// A detail the readiness check shows next to the controller (`/readyz?verbose`),
+    /// e.g. why it is idle; `None` clears it.
+    pub fn set_note(&self, note: Option<String>) {
+        *self.note.lock() = note;
+    }
+
+    pub fn note(&self) -> Option<String> {
+        self.note.lock().clone()
     }
 
     pub fn set(&self, ready: bool) {

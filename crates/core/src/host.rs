@@ -353,6 +353,18 @@ impl Host {
             }),
         );
 
+        let note_signals = signals.clone();
+        self.health.set_note(
+            "controllers",
+            Arc::new(move || {
+                let notes: Vec<String> = note_signals
+                    .iter()
+                    .filter_map(|(n, s)| s.note().map(|note| format!("{n}: {note}")))
+                    .collect();
+                (!notes.is_empty()).then(|| notes.join("; "))
+            }),
+        );
+
         let names: Vec<&'static str> = tasks.iter().map(|(n, _)| *n).collect();
         let mut handles: Vec<JoinHandle<ControllerResult>> =
             tasks.into_iter().map(|(_, h)| h).collect();

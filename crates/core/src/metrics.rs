@@ -462,7 +462,7 @@ mod tests {
             "protection_manager_terminating_objects{controller=\"pvc-protection\"} 0",
             "protection_manager_terminating_oldest_age_seconds{controller=\"pvc-protection\"} 0",
             "protection_manager_leader 1",
-            "protection_manager_build_info{emulated_version=\"0.3\",version=\"0.3\"} 1",
+            "protection_manager_build_info{emulated_version=\"0.4\",version=\"0.3\"} 1",
             "protection_manager_feature_enabled{name=\"ServiceLoadBalancerFinalizer\",stage=\"GA\"} 1",
             "protection_manager_kube_client_rate_limiter_wait_seconds_count 0",
             "# TYPE protection_manager_process_resident_memory_bytes gauge",

@@ -12,6 +12,12 @@
 //! | 0.2     | Beta, default on          | add + remove |
 //! | 0.3     | GA, locked on             | add + remove |
 //!
+//! A controller added later starts its own train at the release that brings
+//! it ([`VAC_PHASED_ADD`]: vac-protection, new at 0.4, Alpha and off at 0.4,
+//! planned Beta at 0.5 and GA at 0.6). The binary stops at 0.4; the planned
+//! stages are in the table so that `feature-gates` and the chart can say
+//! what comes next, and a release's history never changes once shipped.
+//!
 //! Removing a finalizer is never gated: a release that knows a finalizer can
 //! always take it off, so downgrading by one release never strands one (the
 //! KEP's "ship removal one release before addition",
@@ -23,7 +29,7 @@ use crate::featuregate::{FeatureGates, FeatureSpec, RegistrationError, Registry,
 use crate::version::Version;
 
 /// The release this binary is.
-pub const BINARY_VERSION: Version = Version::new(0, 3);
+pub const BINARY_VERSION: Version = Version::new(0, 4);
 /// The oldest release this binary can emulate (no finalizer controllers at all).
 pub const EMULATION_FLOOR: Version = Version::new(0, 0);
 /// The release at which the protection controllers appeared.
@@ -43,6 +49,18 @@ pub const PHASED_ADD: &[FeatureSpec] = &[
     FeatureSpec::new(Version::new(0, 1), Stage::Alpha, false, false),
     FeatureSpec::new(Version::new(0, 2), Stage::Beta, true, false),
     FeatureSpec::new(Version::new(0, 3), Stage::GA, true, true),
+];
+
+/// The release at which vac-protection appeared (remove-only by default).
+pub const VAC_SINCE: Version = Version::new(0, 4);
+
+/// The train of the VolumeAttributesClass finalizer's addition: Alpha off
+/// at 0.4 (the release that brings the controller, removal always on),
+/// planned Beta on at 0.5 and GA locked on at 0.6.
+pub const VAC_PHASED_ADD: &[FeatureSpec] = &[
+    FeatureSpec::new(Version::new(0, 4), Stage::Alpha, false, false),
+    FeatureSpec::new(Version::new(0, 5), Stage::Beta, true, false),
+    FeatureSpec::new(Version::new(0, 6), Stage::GA, true, true),
 ];
 
 /// The registry of `gates` (a gate declared twice with the same history,
@@ -137,6 +155,35 @@ mod tests {
     }
 
     #[test]
+    fn the_vac_gate_starts_its_train_at_0_4() {
+        const VAC: GateDecl = GateDecl {
+            name: "VolumeAttributesClass",
+            history: VAC_PHASED_ADD,
+        };
+        let all = &[STORAGE, SERVICE, VAC];
+        for v in [0, 1, 2, 3] {
+            let g = gates_at(Version::new(0, v), all).unwrap();
+            let row = g.table().into_iter().find(|r| r.name == VAC.name).unwrap();
+            assert_eq!(
+                (row.stage, row.enabled, row.since),
+                (Stage::PreAlpha, false, None),
+                "not available yet at 0.{v}"
+            );
+            let mut g = g;
+            assert!(g.set_from_flag("VolumeAttributesClass=true").is_err());
+        }
+        let g = gates_at(Version::new(0, 4), all).unwrap();
+        let row = g.table().into_iter().find(|r| r.name == VAC.name).unwrap();
+        assert_eq!(
+            (row.stage, row.default, row.locked),
+            (Stage::Alpha, false, false)
+        );
+        let mut g = g;
+        g.set_from_flag("VolumeAttributesClass=true").unwrap();
+        assert!(g.enabled(VAC.name));
+    }
+
+    #[test]
     fn gate_flag_behaviour_per_release() {
         let mut g = gates_at(Version::new(0, 3), BOTH).unwrap();
         assert_eq!(
@@ -164,9 +211,10 @@ mod tests {
         let e = validate_emulated_version(Version::new(9, 9)).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "emulation version 9.9 is not between [0.0, 0.3]"
+            "emulation version 9.9 is not between [0.0, 0.4]"
         );
-        assert!(validate_emulated_version(Version::new(0, 4)).is_err());
+        assert!(validate_emulated_version(Version::new(0, 4)).is_ok());
+        assert!(validate_emulated_version(Version::new(0, 5)).is_err());
     }
 
     #[test]

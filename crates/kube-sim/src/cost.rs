@@ -64,13 +64,13 @@ impl CostSpec {
                 c("get", None, 0.8),
                 c("list", None, 6.0),
                 c("watch", None, 1.0),
-                c("patch", None, 3.45),
-                c("update", None, 3.45),
-                c("delete", None, 3.45),
-                c("create", None, 9.0),
-                c("create", Some("pods"), 10.1),
+                c("patch", None, 2.9),
+                c("update", None, 2.9),
+                c("delete", None, 2.9),
+                c("create", None, 8.2),
+                c("create", Some("pods"), 9.3),
                 c("create", Some("services"), 34.8),
-                c("create", Some("events"), 9.0),
+                c("create", Some("events"), 8.2),
                 c("create", Some("tokenreviews"), 1.0),
                 c("create", Some("subjectaccessreviews"), 1.0),
             ],
@@ -172,7 +172,7 @@ mod tests {
         );
         assert_eq!(
             s.service_time("create", "configmaps"),
-            Duration::from_secs_f64(0.009)
+            Duration::from_secs_f64(0.0082)
         );
         assert_eq!(
             s.service_time("deletecollection", "pods"),

@@ -50,13 +50,34 @@ fn group_doc(name: &str, versions: &[&str]) -> Value {
     })
 }
 
-pub fn api_group_list() -> Value {
-    let gs: Vec<Value> = groups().iter().map(|(g, vs)| group_doc(g, vs)).collect();
+/// Whether `group/version` is switched off (`SimConfig::disabled_group_versions`,
+/// kube-apiserver's `--runtime-config=<group>/<version>=false`).
+pub fn is_off(off: &[String], group: &str, version: &str) -> bool {
+    off.iter()
+        .any(|gv| gv.split_once('/') == Some((group, version)))
+}
+
+/// The served groups with their versions, less those switched off.
+fn served_groups(off: &[String]) -> Vec<(&'static str, Vec<&'static str>)> {
+    groups()
+        .into_iter()
+        .filter_map(|(g, vs)| {
+            let vs: Vec<&'static str> = vs.into_iter().filter(|v| !is_off(off, g, v)).collect();
+            (!vs.is_empty()).then_some((g, vs))
+        })
+        .collect()
+}
+
+pub fn api_group_list(off: &[String]) -> Value {
+    let gs: Vec<Value> = served_groups(off)
+        .iter()
+        .map(|(g, vs)| group_doc(g, vs))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": gs})
 }
 
-pub fn api_group(group: &str) -> Option<Value> {
-    let (g, vs) = groups().into_iter().find(|(g, _)| *g == group)?;
+pub fn api_group(group: &str, off: &[String]) -> Option<Value> {
+    let (g, vs) = served_groups(off).into_iter().find(|(g, _)| *g == group)?;
     let mut doc = group_doc(g, &vs);
     let m = doc.as_object_mut()?;
     m.insert("kind".into(), json!("APIGroup"));
@@ -105,7 +126,10 @@ fn storage_version_hash(r: &ResourceDef) -> String {
 }
 
 /// The legacy APIResourceList of one group-version; None if not served.
-pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+pub fn resource_list(group: &str, version: &str, off: &[String]) -> Option<Value> {
+    if is_off(off, group, version) {
+        return None;
+    }
     let rs: Vec<&ResourceDef> = RESOURCES
         .iter()
         .filter(|r| r.group == group && r.version == version)
@@ -196,14 +220,14 @@ fn aggregated_version(group: &str, version: &str) -> Value {
 }
 
 /// The aggregated discovery document for `/api` (core) or `/apis`.
-pub fn aggregated(core: bool, api_version: &str) -> Value {
+pub fn aggregated(core: bool, api_version: &str, off: &[String]) -> Value {
     let items: Vec<Value> = if core {
         vec![json!({
             "metadata": {"creationTimestamp": null},
             "versions": [aggregated_version("", "v1")]
         })]
     } else {
-        groups()
+        served_groups(off)
             .iter()
             .map(|(g, vs)| {
                 let versions: Vec<Value> = vs.iter().map(|v| aggregated_version(g, v)).collect();

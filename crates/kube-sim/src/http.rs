@@ -60,6 +60,8 @@ pub(crate) struct State {
     pub shutdown: CancellationToken,
     /// What the emulated kubelets run (`pods/log`, `/_sim/pods`).
     pub runtimes: Arc<crate::cluster::PodRuntimes>,
+    /// Group versions not served (`SimConfig::disabled_group_versions`).
+    pub disabled_group_versions: Vec<String>,
 }
 
 const JSON: &str = "application/json";
@@ -255,7 +257,12 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
         .to_string();
     let method = req.method().clone();
     let query = Query(query_map(req.uri().query()));
-    let routed = route(&path);
+    let routed = match route(&path) {
+        Ok(Some(t)) if discovery::is_off(&state.disabled_group_versions, &t.group, &t.version) => {
+            Err(not_found_path())
+        }
+        r => r,
+    };
     let mut rec = RequestRecord {
         seq: 0,
         time,
@@ -397,7 +404,7 @@ async fn non_resource(
             let core = trimmed == "/api";
             match negotiate(accept, true) {
                 Some(Want::Discovery(v)) => {
-                    let doc = discovery::aggregated(core, &v);
+                    let doc = discovery::aggregated(core, &v, &state.disabled_group_versions);
                     let mut r = value_response(200, &doc);
                     let ct = format!(
                         "application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"
@@ -413,7 +420,7 @@ async fn non_resource(
                     let doc = if core {
                         discovery::api_versions(&state.server_address.lock())
                     } else {
-                        discovery::api_group_list()
+                        discovery::api_group_list(&state.disabled_group_versions)
                     };
                     let mut r = value_response(200, &doc);
                     r.headers_mut()
@@ -440,18 +447,21 @@ async fn non_resource(
         p => {
             let segs: Vec<&str> = p.trim_matches('/').split('/').collect();
             match segs.as_slice() {
-                ["api", v] => match discovery::resource_list("", v) {
+                ["api", v] => match discovery::resource_list("", v, &state.disabled_group_versions)
+                {
                     Some(d) => value_response(200, &d),
                     None => error_response(&not_found_path()),
                 },
-                ["apis", g] => match discovery::api_group(g) {
+                ["apis", g] => match discovery::api_group(g, &state.disabled_group_versions) {
                     Some(d) => value_response(200, &d),
                     None => error_response(&not_found_path()),
                 },
-                ["apis", g, v] => match discovery::resource_list(g, v) {
-                    Some(d) => value_response(200, &d),
-                    None => error_response(&not_found_path()),
-                },
+                ["apis", g, v] => {
+                    match discovery::resource_list(g, v, &state.disabled_group_versions) {
+                        Some(d) => value_response(200, &d),
+                        None => error_response(&not_found_path()),
+                    }
+                }
                 _ => error_response(&not_found_path()),
             }
         }

@@ -112,6 +112,12 @@ pub struct SimConfig {
     /// What each request costs, as on a real API server (see [`cost`]);
     /// `None`: answer as fast as kube-sim can.
     pub cost_model: Option<cost::CostSpec>,
+    /// Group versions not served, as `group/version` (kube-apiserver's
+    /// `--runtime-config=storage.k8s.io/v1=false`): absent from discovery,
+    /// 404 on their paths. E.g. `storage.k8s.io/v1` plays a Kubernetes 1.33
+    /// cluster with VolumeAttributesClass at v1beta1 only; with
+    /// `storage.k8s.io/v1beta1` too, a cluster without the API.
+    pub disabled_group_versions: Vec<String>,
 }
 
 impl Default for SimConfig {
@@ -128,6 +134,7 @@ impl Default for SimConfig {
             pod_graceful_deletion: false,
             cluster: ClusterConfig::default(),
             cost_model: None,
+            disabled_group_versions: Vec::new(),
         }
     }
 }
@@ -194,6 +201,7 @@ impl KubeSim {
             bookmark_interval: cfg.bookmark_interval,
             shutdown: CancellationToken::new(),
             runtimes: Arc::new(PodRuntimes::default()),
+            disabled_group_versions: cfg.disabled_group_versions.clone(),
         });
         let dir = std::env::temp_dir().join(format!(
             "kube-sim-{}-{}-{}",

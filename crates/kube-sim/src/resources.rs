@@ -590,6 +590,38 @@ pub static RESOURCES: &[ResourceDef] = &[
         dc = true
     ),
     res!(
+        "storage.k8s.io",
+        "v1",
+        "volumeattributesclasses",
+        "VolumeAttributesClass",
+        "volumeattributesclass",
+        ns = false,
+        short = &["vac"],
+        cat = &[],
+        status = false,
+        name = DnsSubdomain,
+        generation = false,
+        cou = false,
+        fields = &[],
+        dc = true
+    ),
+    res!(
+        "storage.k8s.io",
+        "v1beta1",
+        "volumeattributesclasses",
+        "VolumeAttributesClass",
+        "volumeattributesclass",
+        ns = false,
+        short = &["vac"],
+        cat = &[],
+        status = false,
+        name = DnsSubdomain,
+        generation = false,
+        cou = false,
+        fields = &[],
+        dc = true
+    ),
+    res!(
         "admissionregistration.k8s.io",
         "v1",
         "mutatingadmissionpolicies",

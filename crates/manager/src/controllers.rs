@@ -35,6 +35,13 @@ const CRATES: &[Crate] = &[
                 .context("load-balancer cleanup settings")
         },
     },
+    Crate {
+        infos: vac_protection::INFOS,
+        descriptors: |a| {
+            vac_protection::descriptors(&a.storage, a.finalizer_profile)
+                .context("VolumeAttributesClass protection settings")
+        },
+    },
 ];
 
 /// Every hosted controller, in table order.
@@ -104,6 +111,50 @@ fn chart_table() -> String {
     out
 }
 
+/// The chart's gate table (`protection-manager.gateTable`), generated from
+/// the gates' histories: each gate once, in registration order.
+#[cfg(test)]
+fn gate_table() -> String {
+    let mut out = String::new();
+    let mut seen = Vec::new();
+    for g in gates() {
+        if seen.contains(&g.name) {
+            continue;
+        }
+        seen.push(g.name);
+        out.push_str(&format!("{}:\n", g.name));
+        for s in g.history {
+            out.push_str(&format!(
+                "  - {{since: \"{}\", default: {}, locked: {}}}\n",
+                s.version, s.default, s.lock_to_default
+            ));
+        }
+    }
+    out
+}
+
+/// Rewrites (with `UPDATE_CHART_TABLE`) or checks the body of the define
+/// `name` in `_helpers.tpl`.
+#[cfg(test)]
+fn check_define(name: &str, want: &str) {
+    let start_marker = format!("{{{{- define \"{name}\" -}}}}\n");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../charts/protection-manager/templates/_helpers.tpl");
+    let text = std::fs::read_to_string(&path).expect("read _helpers.tpl");
+    let start = text.find(&start_marker).expect("the table's define") + start_marker.len();
+    let len = text[start..].find("{{- end }}").expect("the table's end");
+    if std::env::var_os("UPDATE_CHART_TABLE").is_some() {
+        let new = format!("{}{want}{}", &text[..start], &text[start + len..]);
+        std::fs::write(&path, new).expect("write _helpers.tpl");
+        return;
+    }
+    assert_eq!(
+        &text[start..start + len],
+        want,
+        "the chart's {name} is stale: run `make chart-table`"
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,22 +183,60 @@ mod tests {
     /// rewrites it; this fails while it is stale.
     #[test]
     fn chart_table_is_generated_from_the_controller_infos() {
-        const START: &str = "{{- define \"protection-manager.controllerTable\" -}}\n";
+        check_define("protection-manager.controllerTable", &chart_table());
+        check_define("protection-manager.gateTable", &gate_table());
+        check_schema_gates();
+    }
+
+    /// The schema's `featureGates` properties: AllAlpha, AllBeta and every
+    /// gate, sorted (rewritten with `UPDATE_CHART_TABLE`).
+    fn check_schema_gates() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../charts/protection-manager/templates/_helpers.tpl");
-        let text = std::fs::read_to_string(&path).expect("read _helpers.tpl");
-        let start = text.find(START).expect("the table's define") + START.len();
-        let len = text[start..].find("{{- end }}").expect("the table's end");
-        let want = chart_table();
+            .join("../../charts/protection-manager/values.schema.json");
+        let text = std::fs::read_to_string(&path).expect("read values.schema.json");
+        let mut schema: serde_json::Value = serde_json::from_str(&text).expect("schema JSON");
+        let mut names: Vec<&str> = gates().iter().map(|g| g.name).collect();
+        names.extend(["AllAlpha", "AllBeta"]);
+        names.sort();
+        names.dedup();
+        let mut want = serde_json::Map::new();
+        for n in names {
+            want.insert(
+                n.to_string(),
+                serde_json::json!({
+                    "type": "boolean",
+                    "description": format!("--feature-gates {n}=true|false"),
+                }),
+            );
+        }
+        let want = serde_json::Value::Object(want);
+        let mut names = vec!["*".to_string()];
+        for i in infos() {
+            for n in std::iter::once(&i.name).chain(i.aliases) {
+                names.push(n.to_string());
+                names.push(format!("-{n}"));
+            }
+        }
+        let want_controllers = serde_json::json!(names);
         if std::env::var_os("UPDATE_CHART_TABLE").is_some() {
-            let new = format!("{}{want}{}", &text[..start], &text[start + len..]);
-            std::fs::write(&path, new).expect("write _helpers.tpl");
+            schema["properties"]["controllers"]["items"]["enum"] = want_controllers;
+        } else {
+            assert_eq!(
+                schema["properties"]["controllers"]["items"]["enum"], want_controllers,
+                "the schema's controllers are stale: run `make chart-table`"
+            );
+        }
+        let have = &mut schema["properties"]["featureGates"]["properties"];
+        if std::env::var_os("UPDATE_CHART_TABLE").is_some() {
+            *have = want;
+            let mut out = serde_json::to_string_pretty(&schema).expect("schema JSON");
+            out.push('\n');
+            std::fs::write(&path, out).expect("write values.schema.json");
             return;
         }
         assert_eq!(
-            &text[start..start + len],
-            want,
-            "the chart's controller table is stale: run `make chart-table`"
+            *have, want,
+            "the schema's featureGates are stale: run `make chart-table`"
         );
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! This module only fetches objects and prints: the answer comes from the
 //! controllers' own `explain` functions (`pv_protection::explain`,
-//! `lb_cleanup::explain`), over objects read live from the API server, so it
+//! `lb_cleanup::explain`, `vac_protection::explain`), over objects read live from the API server, so it
 //! does not depend on the manager being up. It also says when a finalizer is
 //! owned by someone else, and whether a manager currently holds its leader
 //! lease.
@@ -22,6 +22,7 @@ use protection_core::events::EventView;
 use pv_protection::explain::{UnreadablePod, explain_pv, explain_pvc, read_pod};
 use pv_protection::index::{PodUse, Via};
 use pv_protection::objects::{PvFacts, PvcFacts};
+use vac_protection::index::VacUse;
 
 use crate::cli::ExplainArgs;
 use crate::release_check::client;
@@ -32,6 +33,7 @@ pub enum Kind {
     Pvc,
     Pv,
     Service,
+    Vac,
 }
 
 impl Kind {
@@ -40,8 +42,9 @@ impl Kind {
             "pvc" | "pvcs" | "persistentvolumeclaim" | "persistentvolumeclaims" => Kind::Pvc,
             "pv" | "pvs" | "persistentvolume" | "persistentvolumes" => Kind::Pv,
             "svc" | "service" | "services" => Kind::Service,
+            "vac" | "vacs" | "volumeattributesclass" | "volumeattributesclasses" => Kind::Vac,
             other => bail!(
-                "unknown kind {other:?}: explain understands pvc (persistentvolumeclaim), pv (persistentvolume) and svc (service)"
+                "unknown kind {other:?}: explain understands pvc (persistentvolumeclaim), pv (persistentvolume), svc (service) and vac (volumeattributesclass)"
             ),
         })
     }
@@ -51,6 +54,7 @@ impl Kind {
             Kind::Pvc => "PersistentVolumeClaim",
             Kind::Pv => "PersistentVolume",
             Kind::Service => "Service",
+            Kind::Vac => "VolumeAttributesClass",
         }
     }
 }
@@ -81,6 +85,10 @@ pub enum Holder {
     PodsUnreadable(Vec<UnreadablePod>),
     /// pv-protection keeps the volume: it is Bound (to this claim).
     VolumeBound { claim: Option<String> },
+    /// vac-protection keeps the class: these claims and volumes refer to it.
+    ClassInUse(Vec<VacUse>),
+    /// No known user of the class, but these objects could not be read.
+    ClassUsersUnreadable(Vec<vac_protection::explain::Unreadable>),
     /// service-lb-cleanup has not deleted the load balancer yet.
     LoadBalancer(LbState),
     /// Our finalizer is present and nothing holds the object: the controller
@@ -224,6 +232,20 @@ impl Report {
                         None if st.deleting_seen => "held by service-lb-cleanup: the load balancer is being deleted; the finalizer goes once the provider confirms it is gone.".to_string(),
                         None => "held by service-lb-cleanup: waiting for the controller to delete the load balancer (no attempt reported yet: is a manager running, with this Service's loadBalancerClass?).".to_string(),
                     },
+                    Holder::ClassInUse(users) => {
+                        let who: Vec<String> = users.iter().map(VacUse::describe).collect();
+                        format!(
+                            "held by vac-protection: the class is in use by {}. It goes once no claim or volume refers to it: delete them or change them to another class (a pending modification counts until it finishes).",
+                            who.join(", ")
+                        )
+                    }
+                    Holder::ClassUsersUnreadable(objs) => {
+                        let who: Vec<String> = objs.iter().map(|o| format!("{} ({})", o.object, o.error)).collect();
+                        format!(
+                            "vac-protection cannot tell whether the class is free: no readable claim or volume uses it, but {} could not be read.",
+                            who.join(", ")
+                        )
+                    }
                     Holder::Releasable { controller } => format!(
                         "nothing uses it any more; {controller} removes its finalizer on its next pass (if this lasts, check that a manager is running and leading)."
                     ),
@@ -240,6 +262,14 @@ impl Report {
                     let _ = writeln!(
                         out,
                         "  If deleted:  pvc-protection would hold it while {} uses it.",
+                        who.join(", ")
+                    );
+                }
+                if let Holder::ClassInUse(users) = h {
+                    let who: Vec<String> = users.iter().map(VacUse::describe).collect();
+                    let _ = writeln!(
+                        out,
+                        "  If deleted:  vac-protection would hold it while {} refers to it.",
                         who.join(", ")
                     );
                 }
@@ -299,6 +329,10 @@ impl Report {
                                     Holder::PodsUseClaim(_) | Holder::PodsUnreadable(_)
                                 ) | ("pv-protection", Holder::VolumeBound { .. })
                                     | ("service-lb-cleanup", Holder::LoadBalancer(_))
+                                    | (
+                                        "vac-protection",
+                                        Holder::ClassInUse(_) | Holder::ClassUsersUnreadable(_)
+                                    )
                             )
                         });
                         if !held {
@@ -316,7 +350,7 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
     let (kind, name) = parse_target(&args.target)?;
     let client = client(&args.client).await?;
     let namespace = match kind {
-        Kind::Pv => None,
+        Kind::Pv | Kind::Vac => None,
         _ => Some(args.namespace.clone().unwrap_or_else(|| "default".into())),
     };
     let mut report = Report {
@@ -437,6 +471,40 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
             }
             svc.metadata
         }
+        Kind::Vac => {
+            let Some((meta, version)) = get_vac(&client, &name).await? else {
+                return Ok(report);
+            };
+            report
+                .facts
+                .push(format!("API:         storage.k8s.io/{version}"));
+            let list = |r: ApiResource| {
+                let api: Api<DynamicObject> = Api::all_with(client.clone(), &r);
+                async move { api.list(&ListParams::default()).await }
+            };
+            let pvcs = list(ApiResource::erase::<PersistentVolumeClaim>(&()))
+                .await
+                .context("listing persistentvolumeclaims")?;
+            let pvs = list(ApiResource::erase::<PersistentVolume>(&()))
+                .await
+                .context("listing persistentvolumes")?;
+            let values = |items: Vec<DynamicObject>| {
+                items
+                    .into_iter()
+                    .filter_map(|o| serde_json::to_value(o).ok())
+                    .collect::<Vec<_>>()
+            };
+            let e =
+                vac_protection::explain::explain_vac(&name, values(pvcs.items), values(pvs.items));
+            if e.in_use() {
+                report.holders.push(Holder::ClassInUse(e.users));
+            } else if e.undecided() {
+                report
+                    .holders
+                    .push(Holder::ClassUsersUnreadable(e.unreadable));
+            }
+            meta
+        }
     };
     report.found = true;
     report.deleting_since = meta.deletion_timestamp.as_ref().map(|t| t.0);
@@ -444,6 +512,27 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
     report.events = events(&client, kind, &meta).await;
     report.add_finalizer_holders();
     Ok(report)
+}
+
+/// The class `name` and the version it was read at (v1, else v1beta1);
+/// `None` when it does not exist.
+async fn get_vac(client: &kube::Client, name: &str) -> Result<Option<(ObjectMeta, &'static str)>> {
+    for version in ["v1", "v1beta1"] {
+        let gvk =
+            kube::api::GroupVersionKind::gvk("storage.k8s.io", version, "VolumeAttributesClass");
+        let api: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &ApiResource::from_gvk_with_plural(&gvk, "volumeattributesclasses"),
+        );
+        match api.get_opt(name).await {
+            Ok(Some(o)) => return Ok(Some((o.metadata, version))),
+            Ok(None) => return Ok(None),
+            // This version is not served: try the next one.
+            Err(kube::Error::Api(s)) if s.code == 404 => continue,
+            Err(e) => return Err(e).with_context(|| format!("reading vac {name}")),
+        }
+    }
+    bail!("the cluster serves no VolumeAttributesClass API (storage.k8s.io/v1 or v1beta1)")
 }
 
 /// Events about the object, oldest first, the way `kubectl describe` finds

@@ -543,6 +543,16 @@ const LB: &[&str] = &[
     "list core/nodes",
     "watch core/nodes",
 ];
+const VAC: &[&str] = &[
+    "get storage.k8s.io/volumeattributesclasses",
+    "list storage.k8s.io/volumeattributesclasses",
+    "watch storage.k8s.io/volumeattributesclasses",
+    "patch storage.k8s.io/volumeattributesclasses",
+    "list core/persistentvolumeclaims",
+    "watch core/persistentvolumeclaims",
+    "list core/persistentvolumes",
+    "watch core/persistentvolumes",
+];
 const EVENTS: &[&str] = &[
     "create events.k8s.io/events",
     "patch events.k8s.io/events",
@@ -557,13 +567,24 @@ fn rbac_rules_follow_the_enabled_controllers() {
     let cases: &[Case] = &[
         (
             &[],
+            &[PV, PVC, LB, VAC, EVENTS],
+            "pv-protection,pvc-protection,service-lb-cleanup,vac-protection",
+        ),
+        (
+            &["controllers={*,-service-lb-cleanup}"],
+            &[PV, PVC, VAC, EVENTS],
+            "pv-protection,pvc-protection,vac-protection",
+        ),
+        // vac-protection appeared in 0.4: at 0.3 `*` does not include it.
+        (
+            &["emulatedVersion=0.3"],
             &[PV, PVC, LB, EVENTS],
             "pv-protection,pvc-protection,service-lb-cleanup",
         ),
         (
-            &["controllers={*,-service-lb-cleanup}"],
-            &[PV, PVC, EVENTS],
-            "pv-protection,pvc-protection",
+            &["controllers={vac-protection}"],
+            &[VAC, EVENTS],
+            "vac-protection",
         ),
         (
             &["controllers={pv-protection}"],
@@ -572,8 +593,8 @@ fn rbac_rules_follow_the_enabled_controllers() {
         ),
         (
             &["controllers={-pvc-protection,*}"],
-            &[PV, LB, EVENTS],
-            "pv-protection,service-lb-cleanup",
+            &[PV, LB, VAC, EVENTS],
+            "pv-protection,service-lb-cleanup,vac-protection",
         ),
         (
             &["controllers={persistentvolumeclaim-protection-controller,service-lb-controller}"],
@@ -589,8 +610,8 @@ fn rbac_rules_follow_the_enabled_controllers() {
         // service-lb-cleanup without a provider makes no API call.
         (
             &["loadBalancer.provider.endpoint="],
-            &[PV, PVC, EVENTS],
-            "pv-protection,pvc-protection",
+            &[PV, PVC, VAC, EVENTS],
+            "pv-protection,pvc-protection,vac-protection",
         ),
         // At release 0.0 no controller exists yet.
         (&["emulatedVersion=0.0"], &[EVENTS], ""),
@@ -709,7 +730,7 @@ fn rbac_binds_the_chart_service_account_and_can_be_turned_off() {
 #[test]
 fn rbac_authorizer_allows_exactly_the_rendered_rules() {
     let helm = Helm::new(HelmVersion::V4);
-    let r = render(&helm, &["controllers={*,-pv-protection}"]);
+    let r = render(&helm, &["controllers={*,-pv-protection,-vac-protection}"]);
     let authz = Authorizer::for_service_account(&r.objects, RELEASE_NS, "pm-protection-manager");
     let other = Authorizer::for_service_account(&r.objects, RELEASE_NS, "someone-else");
     let yes = [
@@ -920,8 +941,8 @@ fn the_chart_refuses_unsafe_combinations_with_a_clear_message() {
             "extraArgs: --concurrency is already set from the chart's values (--concurrency=4)",
         ),
         (
-            &["emulatedVersion=0.4"],
-            "emulatedVersion: emulation version 0.4 is not between [0.0, 0.3]",
+            &["emulatedVersion=0.5"],
+            "emulatedVersion: emulation version 0.5 is not between [0.0, 0.4]",
         ),
     ];
     for helm in helms() {
@@ -955,8 +976,9 @@ fn gate_checks_match_the_binary_at_every_emulated_version() {
     let gates = [
         "StorageObjectInUseProtection",
         "ServiceLoadBalancerFinalizer",
+        "VolumeAttributesClass",
     ];
-    for version in ["0.0", "0.1", "0.2", "0.3"] {
+    for version in ["0.0", "0.1", "0.2", "0.3", "0.4"] {
         for gate in gates {
             for value in [true, false] {
                 let out = support::run_to_end(&[
@@ -1021,6 +1043,9 @@ fn controller_selection_matches_the_binary() {
             "0.3",
         ),
         ("-pv-protection,pv-protection", "0.3"),
+        ("*", "0.4"),
+        ("*,-vac-protection", "0.4"),
+        ("volumeattributesclass-protection-controller", "0.4"),
     ];
     let dir = support::tempdir();
     let dead = support::free_port();

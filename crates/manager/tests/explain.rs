@@ -123,3 +123,87 @@ async fn explains_a_claim_held_by_a_pod_and_a_claim_that_is_free() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown kind \"deployment\""));
     println!("verified: explain after release and on a bad kind");
 }
+
+/// `explain vac/NAME` and the manager's vac-protection end to end: the
+/// binary at 0.4 with the Alpha gate on adds the finalizer, holds the
+/// deletion while a claim refers to the class, and explain says by whom.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explains_a_class_held_by_a_claim() {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+    let sim = KubeSim::start(SimConfig::default())
+        .await
+        .expect("kube-sim");
+    let client = sim.client().await;
+    let kubeconfig = sim.kubeconfig_for(SA_USER).expect("kubeconfig");
+    let admin = free_port();
+    let _m = Manager::start(&[
+        "run",
+        &format!("--kubeconfig={}", kubeconfig.display()),
+        &format!("--admin-address=127.0.0.1:{admin}"),
+        "--leader-elect=false",
+        "--controllers=vac-protection",
+        "--feature-gates=VolumeAttributesClass=true",
+    ]);
+    let gvk = GroupVersionKind::gvk("storage.k8s.io", "v1", "VolumeAttributesClass");
+    let vacs: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(&gvk, "volumeattributesclasses"),
+    );
+    let gold: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass",
+        "metadata": {"name": "gold"}, "driverName": "csi.example.com", "parameters": {"iops": "3000"}
+    }))
+    .unwrap();
+    vacs.create(&PostParams::default(), &gold)
+        .await
+        .expect("create class");
+    let mut claim = pvc("default", "data", &[]);
+    claim
+        .spec
+        .get_or_insert_with(Default::default)
+        .volume_attributes_class_name = Some("gold".into());
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    pvcs.create(&PostParams::default(), &claim)
+        .await
+        .expect("create pvc");
+    eventually(
+        Duration::from_secs(60),
+        "the class has its finalizer",
+        async || {
+            let v = vacs.get("gold").await.ok()?;
+            v.metadata
+                .finalizers
+                .filter(|f| {
+                    f.iter()
+                        .any(|f| f == "protection-manager.io/vac-protection")
+                })
+                .map(|_| ())
+        },
+    )
+    .await;
+    let text = explain(&sim, &["vac/gold"]);
+    assert!(
+        text.contains("If deleted:  vac-protection would hold it while PersistentVolumeClaim default/data (spec.volumeAttributesClassName) refers to it."),
+        "{text}"
+    );
+    vacs.delete("gold", &DeleteParams::default())
+        .await
+        .expect("delete class");
+    eventually(Duration::from_secs(60), "the deletion is held", async || {
+        let text = explain(&sim, &["vac/gold"]);
+        text.contains("held by vac-protection: the class is in use by PersistentVolumeClaim default/data (spec.volumeAttributesClassName)")
+            .then_some(())
+    })
+    .await;
+    println!(
+        "verified: explain on a held class:\n{}",
+        explain(&sim, &["vac/gold"])
+    );
+    pvcs.delete("data", &DeleteParams::default())
+        .await
+        .expect("delete pvc");
+    eventually(Duration::from_secs(60), "the class is gone", async || {
+        vacs.get_opt("gold").await.ok()?.is_none().then_some(())
+    })
+    .await;
+}

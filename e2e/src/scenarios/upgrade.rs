@@ -451,11 +451,15 @@ pub async fn phases(app: &App<'_>, rel: &ManagerRelease) -> Result<()> {
     rel.upgrade(&["replicaCount=2", "emulatedVersion=0.2"], true)
         .await?;
     rel.wait_running_as("0.2").await?;
+    // 0.3 pinned: the image's own release (0.4) is two away from 0.2.
+    rel.upgrade(&["replicaCount=2", "emulatedVersion=0.3"], true)
+        .await?;
+    rel.wait_running_as("0.3").await?;
     rel.upgrade(&["replicaCount=2"], true).await?;
     let own = h.own_release()?;
     rel.wait_running_as(&own).await?;
     h.verified(format!(
-        "0.1 → 0.2 → {own} (helm upgrade, one release at a time)"
+        "0.1 → 0.2 → 0.3 → {own} (helm upgrade, one release at a time)"
     ));
     lb_round_trip(app, "web-03", true).await?;
     locked_gate(app, rel).await

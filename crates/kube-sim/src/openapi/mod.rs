@@ -95,6 +95,22 @@ pub const SERVED_RESOURCES: &[ServedResource] = &[
         false,
     ),
     r(
+        "storage.k8s.io",
+        "v1",
+        "VolumeAttributesClass",
+        "volumeattributesclasses",
+        false,
+        false,
+    ),
+    r(
+        "storage.k8s.io",
+        "v1beta1",
+        "VolumeAttributesClass",
+        "volumeattributesclasses",
+        false,
+        false,
+    ),
+    r(
         "rbac.authorization.k8s.io",
         "v1",
         "Role",
@@ -865,6 +881,7 @@ mod tests {
                 "apis/policy/v1",
                 "apis/rbac.authorization.k8s.io/v1",
                 "apis/storage.k8s.io/v1",
+                "apis/storage.k8s.io/v1beta1",
             ]
         );
         let url = paths["apis/apps/v1"]["serverRelativeURL"]

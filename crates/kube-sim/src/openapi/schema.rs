@@ -22,6 +22,10 @@ pub(crate) const DEFINITIONS_JSON: &str = include_str!("k8s-v1.33-definitions.js
 pub(crate) const ADMISSION_DEFINITIONS_JSON: &str =
     include_str!("k8s-v1.36-admissionregistration.json");
 
+/// VolumeAttributesClass of storage.k8s.io v1 and v1beta1 (Kubernetes
+/// v1.34 types; the v1.33 file was trimmed without them), merged likewise.
+pub(crate) const VAC_DEFINITIONS_JSON: &str = include_str!("k8s-v1.34-storage-vac.json");
+
 /// Kubernetes version the vendored schema comes from.
 pub const SCHEMA_KUBERNETES_VERSION: &str = "v1.33.0";
 
@@ -44,6 +48,7 @@ impl Schemas {
         let mut defs = Self::definitions_of(text);
         if !defs.is_empty() {
             defs.extend(Self::definitions_of(ADMISSION_DEFINITIONS_JSON));
+            defs.extend(Self::definitions_of(VAC_DEFINITIONS_JSON));
         }
         if defs.is_empty() {
             tracing::error!(

@@ -1,0 +1,434 @@
+//! vac-protection against kube-sim: the lifecycle (a class held by a claim,
+//! by a volume, by a pending modification; released when the last user
+//! goes), the release train (0.4 gate off adds nothing and still removes;
+//! Alpha on back-fills), the rollback hazard (a release without the
+//! controller strands the finalizers the Alpha gate added), and the API
+//! versions (v1, v1beta1 only, none).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
+use kube::{Client, ResourceExt};
+use kube_sim::{KubeSim, SimConfig};
+use protection_core::release::gates_at;
+use protection_core::{ControllerResult, FinalizerProfile, Metrics, ReadySignal, Version};
+use serde_json::json;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use vac_protection::controller::{NAME, NO_API_NOTE};
+use vac_protection::{GATES, INFO, Settings};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+const USER: &str = "protection-manager";
+
+struct Env {
+    sim: KubeSim,
+    client: Client,
+    metrics: Arc<Metrics>,
+    finalizer: String,
+}
+
+struct Running {
+    shutdown: CancellationToken,
+    ready: ReadySignal,
+    handle: JoinHandle<ControllerResult>,
+}
+
+impl Running {
+    async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(DEADLINE, self.handle)
+            .await
+            .expect("stops within the deadline")
+            .expect("task")
+            .expect("Ok on shutdown");
+    }
+}
+
+impl Env {
+    async fn new(cfg: SimConfig) -> Env {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            )
+            .with_test_writer()
+            .try_init();
+        let sim = KubeSim::start(cfg).await.expect("kube-sim");
+        let client = sim.client().await;
+        Env {
+            sim,
+            client,
+            metrics: Metrics::new().expect("metrics"),
+            finalizer: INFO.finalizer.get(FinalizerProfile::Project).to_string(),
+        }
+    }
+
+    /// Starts vac-protection as release `emulated` with `gates` and waits
+    /// until it is ready.
+    async fn start(&self, emulated: Version, feature_gates: &str) -> Running {
+        let mut gates = gates_at(emulated, GATES).expect("emulated version");
+        gates.set_from_flag(feature_gates).expect("--feature-gates");
+        let t = test_support::controller_context(
+            NAME,
+            self.sim.client_as(USER).await,
+            gates,
+            &self.metrics,
+            4,
+        );
+        let settings = Settings {
+            finalizer: self.finalizer.clone(),
+            resync_period: Duration::ZERO,
+        };
+        let handle = tokio::spawn(vac_protection::controller::run(t.ctx, settings));
+        let ready = t.ready.clone();
+        test_support::until(DEADLINE, "vac-protection reports ready", async || {
+            ready.is_ready()
+        })
+        .await;
+        Running {
+            shutdown: t.shutdown,
+            ready: t.ready,
+            handle,
+        }
+    }
+
+    fn vacs(&self, version: &str) -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk("storage.k8s.io", version, "VolumeAttributesClass");
+        Api::all_with(
+            self.client.clone(),
+            &ApiResource::from_gvk_with_plural(&gvk, "volumeattributesclasses"),
+        )
+    }
+
+    async fn create_class(&self, name: &str) {
+        let v: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass",
+            "metadata": {"name": name}, "driverName": "csi.example.com",
+            "parameters": {"iops": "3000"}
+        }))
+        .unwrap();
+        self.vacs("v1")
+            .create(&PostParams::default(), &v)
+            .await
+            .unwrap();
+    }
+
+    async fn finalizers(&self, name: &str) -> Option<Vec<String>> {
+        self.vacs("v1")
+            .get_opt(name)
+            .await
+            .unwrap()
+            .map(|v| v.finalizers().to_vec())
+    }
+
+    async fn wait_finalizer(&self, name: &str) {
+        test_support::until(
+            DEADLINE,
+            &format!("class {name} has our finalizer"),
+            async || {
+                self.finalizers(name)
+                    .await
+                    .is_some_and(|f| f.contains(&self.finalizer))
+            },
+        )
+        .await;
+    }
+
+    async fn wait_gone(&self, name: &str) {
+        test_support::until(DEADLINE, &format!("class {name} is deleted"), async || {
+            self.finalizers(name).await.is_none()
+        })
+        .await;
+    }
+
+    /// Waits for the FinalizerHeld event of class `name` and returns its note.
+    async fn wait_held(&self, name: &str) -> String {
+        let events: Api<Event> = Api::all(self.client.clone());
+        test_support::eventually(DEADLINE, &format!("class {name} is held"), async || {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("FinalizerHeld")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                })
+                .and_then(|e| e.note)
+        })
+        .await
+    }
+
+    async fn delete_class(&self, name: &str) {
+        self.vacs("v1")
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    fn pvcs(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    async fn create_pvc(&self, name: &str, class: Option<&str>) {
+        let pvc: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}},
+                     "volumeAttributesClassName": class}
+        }))
+        .unwrap();
+        self.pvcs()
+            .create(&PostParams::default(), &pvc)
+            .await
+            .unwrap();
+    }
+
+    async fn create_pv(&self, name: &str, class: &str) {
+        let pv: PersistentVolume = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "hostPath": {"path": "/tmp/x"}, "volumeAttributesClassName": class}
+        }))
+        .unwrap();
+        Api::<PersistentVolume>::all(self.client.clone())
+            .create(&PostParams::default(), &pv)
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_class_is_held_by_a_claim_a_volume_or_a_pending_modification_until_the_last_user_goes() {
+    let env = Env::new(SimConfig::default()).await;
+    for c in ["gold", "silver", "bronze"] {
+        env.create_class(c).await;
+    }
+    let ctl = env
+        .start(Version::new(0, 4), "VolumeAttributesClass=true")
+        .await;
+    for c in ["gold", "silver", "bronze"] {
+        env.wait_finalizer(c).await;
+    }
+    println!("verified: 0.4 with the Alpha gate on back-fills the finalizer on existing classes");
+
+    env.create_pvc("data", Some("gold")).await;
+    env.create_pv("pv-1", "silver").await;
+    // A claim moving from gold to bronze: the modification is pending.
+    env.create_pvc("moving", None).await;
+    env.pvcs()
+        .patch_status(
+            "moving",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"modifyVolumeStatus": {
+                "targetVolumeAttributesClassName": "bronze", "status": "InProgress"}}})),
+        )
+        .await
+        .unwrap();
+    for c in ["gold", "silver", "bronze"] {
+        env.delete_class(c).await;
+    }
+    let gold = env.wait_held("gold").await;
+    assert!(
+        gold.contains("PersistentVolumeClaim default/data (spec.volumeAttributesClassName)"),
+        "{gold}"
+    );
+    let silver = env.wait_held("silver").await;
+    assert!(
+        silver.contains("PersistentVolume pv-1 (spec.volumeAttributesClassName)"),
+        "{silver}"
+    );
+    let bronze = env.wait_held("bronze").await;
+    assert!(
+        bronze
+            .contains("default/moving (status.modifyVolumeStatus.targetVolumeAttributesClassName)"),
+        "{bronze}"
+    );
+    println!("verified: deletions held by a claim, a volume and a pending modification: {gold}");
+
+    // The last user goes: the class goes.
+    env.pvcs()
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("gold").await;
+    Api::<PersistentVolume>::all(env.client.clone())
+        .patch(
+            "pv-1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"volumeAttributesClassName": null}})),
+        )
+        .await
+        .unwrap();
+    env.wait_gone("silver").await;
+    env.pvcs()
+        .patch_status(
+            "moving",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"modifyVolumeStatus": null}})),
+        )
+        .await
+        .unwrap();
+    env.wait_gone("bronze").await;
+    println!("verified: each class released when its last user went");
+    // Each removal was confirmed by a live list before it was made.
+    let text = env.metrics.encode().unwrap();
+    assert!(
+        text.lines().any(
+            |l| l.starts_with("protection_manager_vac_live_lists_total ") && !l.ends_with(" 0")
+        ),
+        "{text}"
+    );
+    ctl.stop().await;
+}
+
+/// The release train for a controller added at 0.4, and the rollback hazard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade_0_3_to_0_4_gate_off_then_alpha_on_then_off_and_the_rollback_that_strands() {
+    let env = Env::new(SimConfig::default()).await;
+    // 0.3 has no vac-protection: a class lives without a finalizer.
+    env.create_class("pre-existing").await;
+    env.create_class("doomed").await;
+
+    // 0.4, gate off (the default): nothing added; removal still works.
+    let ctl = env.start(Version::new(0, 4), "").await;
+    env.vacs("v1")
+        .patch(
+            "doomed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [env.finalizer]}})),
+        )
+        .await
+        .unwrap();
+    env.delete_class("doomed").await;
+    env.wait_gone("doomed").await;
+    env.create_class("created-at-0-4-off").await;
+    env.create_class("sentinel").await;
+    env.vacs("v1")
+        .patch(
+            "sentinel",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [env.finalizer]}})),
+        )
+        .await
+        .unwrap();
+    env.delete_class("sentinel").await;
+    env.wait_gone("sentinel").await;
+    assert_eq!(env.finalizers("pre-existing").await, Some(vec![]));
+    assert_eq!(env.finalizers("created-at-0-4-off").await, Some(vec![]));
+    println!("verified: 0.4 gate off adds nothing and still removes the finalizer on delete");
+    ctl.stop().await;
+
+    // 0.4 with the Alpha gate on: back-fill.
+    let ctl = env
+        .start(Version::new(0, 4), "VolumeAttributesClass=true")
+        .await;
+    env.wait_finalizer("pre-existing").await;
+    env.wait_finalizer("created-at-0-4-off").await;
+    println!("verified: 0.4 Alpha on back-fills");
+    ctl.stop().await;
+
+    // Rollback to 0.3 while the finalizers are on: 0.3 has no controller to
+    // remove them, so a deleted class stays Terminating (the KEP's accepted
+    // Alpha risk; docs/upgrade.md, "Rolling back from 0.4").
+    env.delete_class("pre-existing").await;
+    let stuck = env.vacs("v1").get("pre-existing").await.unwrap();
+    assert!(stuck.metadata.deletion_timestamp.is_some());
+    assert!(stuck.finalizers().contains(&env.finalizer));
+    println!("verified: at 0.3 (no vac-protection) a deleted class keeps the finalizer: stranded");
+
+    // Forward to 0.4 with the gate off: removal is never gated.
+    let ctl = env
+        .start(Version::new(0, 4), "VolumeAttributesClass=false")
+        .await;
+    env.wait_gone("pre-existing").await;
+    env.delete_class("created-at-0-4-off").await;
+    env.wait_gone("created-at-0-4-off").await;
+    println!("verified: 0.4 gate off again releases the stranded class and removes on delete");
+    ctl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_with_only_v1beta1_is_served_at_v1beta1() {
+    let env = Env::new(SimConfig {
+        disabled_group_versions: vec!["storage.k8s.io/v1".into()],
+        ..SimConfig::default()
+    })
+    .await;
+    let v: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "storage.k8s.io/v1beta1", "kind": "VolumeAttributesClass",
+        "metadata": {"name": "beta"}, "driverName": "csi.example.com", "parameters": {"a": "b"}
+    }))
+    .unwrap();
+    env.vacs("v1beta1")
+        .create(&PostParams::default(), &v)
+        .await
+        .unwrap();
+    let ctl = env
+        .start(Version::new(0, 4), "VolumeAttributesClass=true")
+        .await;
+    test_support::until(
+        DEADLINE,
+        "the v1beta1 class has our finalizer",
+        async || {
+            env.vacs("v1beta1")
+                .get("beta")
+                .await
+                .is_ok_and(|v| v.finalizers().contains(&env.finalizer))
+        },
+    )
+    .await;
+    assert_eq!(
+        ctl.ready.note().as_deref(),
+        Some("serving storage.k8s.io/v1beta1 (the cluster has no v1)")
+    );
+    ctl.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_without_the_api_leaves_the_controller_idle_and_saying_why() {
+    let env = Env::new(SimConfig {
+        disabled_group_versions: vec!["storage.k8s.io/v1".into(), "storage.k8s.io/v1beta1".into()],
+        ..SimConfig::default()
+    })
+    .await;
+    let ctl = env
+        .start(Version::new(0, 4), "VolumeAttributesClass=true")
+        .await;
+    assert!(ctl.ready.is_ready(), "idle is not unready");
+    assert_eq!(ctl.ready.note().as_deref(), Some(NO_API_NOTE));
+    ctl.stop().await;
+}
+
+/// While the Alpha gate is on, the controller warns at start that a
+/// rollback to 0.3 strands its finalizers, and says what to do first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_alpha_gate_warns_about_the_rollback_that_strands() {
+    let env = Env::new(SimConfig::default()).await;
+    let ctx = |flag: &str| {
+        let mut gates = gates_at(Version::new(0, 4), GATES).unwrap();
+        gates.set_from_flag(flag).unwrap();
+        test_support::controller_context(NAME, env.client.clone(), gates, &env.metrics, 1).ctx
+    };
+    let w = vac_protection::controller::rollback_warning(
+        &ctx("VolumeAttributesClass=true"),
+        true,
+        &env.finalizer,
+    )
+    .expect("a warning while Alpha is on");
+    assert!(w.contains("Release 0.3 has no vac-protection"), "{w}");
+    assert!(w.contains("turn VolumeAttributesClass off"), "{w}");
+    assert!(w.contains(&env.finalizer), "{w}");
+    assert_eq!(
+        vac_protection::controller::rollback_warning(&ctx(""), false, &env.finalizer),
+        None
+    );
+}
