@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::resources::{RESOURCES, ResourceDef, groups};
+use crate::resources::{RESOURCES, ResourceDef, groups_of};
 
 /// The Kubernetes version kube-sim reports.
 pub const KUBE_MAJOR: &str = "1";
@@ -50,13 +50,25 @@ fn group_doc(name: &str, versions: &[&str]) -> Value {
     })
 }
 
-pub fn api_group_list() -> Value {
-    let gs: Vec<Value> = groups().iter().map(|(g, vs)| group_doc(g, vs)).collect();
+/// The built-in resources followed by a store's custom ones.
+fn all<'a>(custom: &'a [&'static ResourceDef]) -> impl Iterator<Item = &'a ResourceDef> + Clone {
+    RESOURCES.iter().chain(custom.iter().copied())
+}
+
+fn groups(custom: &[&'static ResourceDef]) -> Vec<(&'static str, Vec<&'static str>)> {
+    groups_of(all(custom))
+}
+
+pub fn api_group_list(custom: &[&'static ResourceDef]) -> Value {
+    let gs: Vec<Value> = groups(custom)
+        .iter()
+        .map(|(g, vs)| group_doc(g, vs))
+        .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": gs})
 }
 
-pub fn api_group(group: &str) -> Option<Value> {
-    let (g, vs) = groups().into_iter().find(|(g, _)| *g == group)?;
+pub fn api_group(group: &str, custom: &[&'static ResourceDef]) -> Option<Value> {
+    let (g, vs) = groups(custom).into_iter().find(|(g, _)| *g == group)?;
     let mut doc = group_doc(g, &vs);
     let m = doc.as_object_mut()?;
     m.insert("kind".into(), json!("APIGroup"));
@@ -105,9 +117,8 @@ fn storage_version_hash(r: &ResourceDef) -> String {
 }
 
 /// The legacy APIResourceList of one group-version; None if not served.
-pub fn resource_list(group: &str, version: &str) -> Option<Value> {
-    let rs: Vec<&ResourceDef> = RESOURCES
-        .iter()
+pub fn resource_list(group: &str, version: &str, custom: &[&'static ResourceDef]) -> Option<Value> {
+    let rs: Vec<&ResourceDef> = all(custom)
         .filter(|r| r.group == group && r.version == version)
         .collect();
     if rs.is_empty() {
@@ -160,12 +171,9 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
     Some(doc)
 }
 
-fn aggregated_version(group: &str, version: &str) -> Value {
+fn aggregated_version(group: &str, version: &str, custom: &[&'static ResourceDef]) -> Value {
     let mut resources = Vec::new();
-    for r in RESOURCES
-        .iter()
-        .filter(|r| r.group == group && r.version == version)
-    {
+    for r in all(custom).filter(|r| r.group == group && r.version == version) {
         let kind = json!({"group": r.group, "version": r.version, "kind": r.kind});
         let mut e = json!({
             "resource": r.resource,
@@ -196,21 +204,23 @@ fn aggregated_version(group: &str, version: &str) -> Value {
 }
 
 /// The aggregated discovery document for `/api` (core) or `/apis`.
-pub fn aggregated(core: bool, api_version: &str) -> Value {
-    let items: Vec<Value> = if core {
-        vec![json!({
-            "metadata": {"creationTimestamp": null},
-            "versions": [aggregated_version("", "v1")]
-        })]
-    } else {
-        groups()
+pub fn aggregated(core: bool, api_version: &str, custom: &[&'static ResourceDef]) -> Value {
+    let items: Vec<Value> =
+        if core {
+            vec![json!({
+                "metadata": {"creationTimestamp": null},
+                "versions": [aggregated_version("", "v1", &[])]
+            })]
+        } else {
+            groups(custom)
             .iter()
             .map(|(g, vs)| {
-                let versions: Vec<Value> = vs.iter().map(|v| aggregated_version(g, v)).collect();
+                let versions: Vec<Value> =
+                    vs.iter().map(|v| aggregated_version(g, v, custom)).collect();
                 json!({"metadata": {"name": g, "creationTimestamp": null}, "versions": versions})
             })
             .collect()
-    };
+        };
     json!({
         "kind": "APIGroupDiscoveryList",
         "apiVersion": format!("apidiscovery.k8s.io/{api_version}"),

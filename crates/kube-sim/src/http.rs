@@ -20,7 +20,7 @@ use crate::negotiate::{Want, negotiate};
 use crate::object;
 use crate::patch::PatchKind;
 use crate::requests::{RequestRecord, Requests};
-use crate::resources::{self, RESOURCES, ResId, ResourceDef};
+use crate::resources::{self, ResId, ResourceDef};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOptions, DeleteOutcome, ListOptions, Store, Stored, WriteOptions};
 use crate::{discovery, openapi, table};
@@ -110,7 +110,7 @@ struct Target2 {
 }
 
 /// Parses `/api/v1/...` and `/apis/g/v/...` resource paths. `Err` = 404.
-fn route(path: &str) -> Result<Option<Target2>, ApiError> {
+fn route(store: &Store, path: &str) -> Result<Option<Target2>, ApiError> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (group, version, rest) = match segs.as_slice() {
         ["api", "v1", rest @ ..] if !rest.is_empty() => ("", "v1", rest),
@@ -148,8 +148,8 @@ fn route(path: &str) -> Result<Option<Target2>, ApiError> {
         [r, n, s] => (*r, *n, *s),
         _ => return Err(not_found_path()),
     };
-    let rid = resources::find(group, version, res).ok_or_else(not_found_path)?;
-    let def = &RESOURCES[rid];
+    let rid = store.find(group, version, res).ok_or_else(not_found_path)?;
+    let def = crate::resources::def(rid);
     if ns.is_some() && !def.namespaced {
         return Err(not_found_path());
     }
@@ -253,7 +253,7 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
         .to_string();
     let method = req.method().clone();
     let query = Query(query_map(req.uri().query()));
-    let routed = route(&path);
+    let routed = route(&state.store, &path);
     let mut rec = RequestRecord {
         seq: 0,
         time,
@@ -392,7 +392,7 @@ async fn non_resource(
             let core = trimmed == "/api";
             match negotiate(accept, true) {
                 Some(Want::Discovery(v)) => {
-                    let doc = discovery::aggregated(core, &v);
+                    let doc = discovery::aggregated(core, &v, &state.store.custom_resources());
                     let mut r = value_response(200, &doc);
                     let ct = format!(
                         "application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"
@@ -408,7 +408,7 @@ async fn non_resource(
                     let doc = if core {
                         discovery::api_versions(&state.server_address.lock())
                     } else {
-                        discovery::api_group_list()
+                        discovery::api_group_list(&state.store.custom_resources())
                     };
                     let mut r = value_response(200, &doc);
                     r.headers_mut()
@@ -435,18 +435,20 @@ async fn non_resource(
         p => {
             let segs: Vec<&str> = p.trim_matches('/').split('/').collect();
             match segs.as_slice() {
-                ["api", v] => match discovery::resource_list("", v) {
+                ["api", v] => match discovery::resource_list("", v, &[]) {
                     Some(d) => value_response(200, &d),
                     None => error_response(&not_found_path()),
                 },
-                ["apis", g] => match discovery::api_group(g) {
+                ["apis", g] => match discovery::api_group(g, &state.store.custom_resources()) {
                     Some(d) => value_response(200, &d),
                     None => error_response(&not_found_path()),
                 },
-                ["apis", g, v] => match discovery::resource_list(g, v) {
-                    Some(d) => value_response(200, &d),
-                    None => error_response(&not_found_path()),
-                },
+                ["apis", g, v] => {
+                    match discovery::resource_list(g, v, &state.store.custom_resources()) {
+                        Some(d) => value_response(200, &d),
+                        None => error_response(&not_found_path()),
+                    }
+                }
                 _ => error_response(&not_found_path()),
             }
         }
@@ -642,7 +644,7 @@ async fn resource_request(
     created_name: &mut String,
 ) -> Result<Response<RespBody>, ApiError> {
     let rid = t.rid.ok_or_else(not_found_path)?;
-    let def = &RESOURCES[rid];
+    let def = crate::resources::def(rid);
     let store = &state.store;
     let want = negotiate(header_str(&req, header::ACCEPT), false).ok_or_else(not_acceptable)?;
     let method = req.method().clone();

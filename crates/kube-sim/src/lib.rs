@@ -15,6 +15,7 @@ pub mod admin;
 pub mod admission;
 pub mod cluster;
 pub mod controllers;
+pub mod crd;
 pub mod discovery;
 pub mod error;
 pub mod event_versions;
