@@ -35,6 +35,10 @@ const CRATES: &[Crate] = &[
                 .context("load-balancer cleanup settings")
         },
     },
+    Crate {
+        infos: protection_rules::INFOS,
+        descriptors: |_| Ok(protection_rules::descriptors()),
+    },
 ];
 
 /// Every hosted controller, in table order.

@@ -1,6 +1,6 @@
 //! The rule, pure: what the controller of one ProtectionRule does with one
 //! protected object, modelled on pvc-protection's decision
-//! (`pv_protection::pvc::decide`, docs/upstream-semantics.md §7).
+//! (`pv_protection::pvc::decide`, docs/upstream-semantics.md §10).
 //!
 //! Enforce:
 //! 1. a deletion candidate (deleting, our finalizer present) is kept while a

@@ -14,6 +14,8 @@
 pub mod cel;
 pub mod controller;
 pub mod decide;
+pub mod examples;
+pub mod explain;
 pub mod index;
 pub mod runner;
 pub mod spec;

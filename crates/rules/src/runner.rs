@@ -237,7 +237,7 @@ impl RuleCtx {
     }
 
     /// Users of `key` in live LISTs of every user kind.
-    async fn live_users(&self, key: &ObjKey) -> Result<Vec<UserRef>, kube::Error> {
+    pub async fn live_users(&self, key: &ObjKey) -> Result<Vec<UserRef>, kube::Error> {
         let mut out = Vec::new();
         for (i, kind) in self.user_kinds.iter().enumerate() {
             let api: Api<DynamicObject> = if kind.namespaced && self.protected.namespaced {

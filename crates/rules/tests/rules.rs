@@ -13,17 +13,13 @@ use kube_sim::{KubeSim, SimConfig};
 use protection_core::featuregate::FeatureGates;
 use protection_core::release;
 use protection_core::{Metrics, Version};
+use protection_rules::examples;
 use protection_rules::spec::{self, CRD_YAML};
 use serde_json::{Value, json};
 use test_support::{eventually, until};
 
 const WAIT: Duration = Duration::from_secs(30);
 const FIN: &str = "example.com/secret-in-use";
-
-/// Pods refer to Secrets through volumes, env, envFrom, imagePullSecrets
-/// and projected volumes; a pod counts while it is not finished.
-const SECRET_REFERENCE: &str = "object.spec.?volumes.orValue([]).filter(v, has(v.secret)).map(v, v.secret.secretName) + object.spec.?volumes.orValue([]).filter(v, has(v.projected)).map(v, v.projected.?sources.orValue([]).filter(s, has(s.secret)).map(s, s.secret.name)).flatten() + (object.spec.containers + object.spec.?initContainers.orValue([])).map(c, c.?env.orValue([]).filter(e, has(e.valueFrom) && has(e.valueFrom.secretKeyRef)).map(e, e.valueFrom.secretKeyRef.name) + c.?envFrom.orValue([]).filter(e, has(e.secretRef)).map(e, e.secretRef.name)).flatten() + object.spec.?imagePullSecrets.orValue([]).map(s, s.name)";
-const POD_RUNNING: &str = "!(object.status.?phase.orValue('') in ['Succeeded', 'Failed'])";
 
 struct H {
     _sim: KubeSim,
@@ -80,18 +76,17 @@ fn rules(c: &kube::Client) -> Api<DynamicObject> {
     Api::all_with(c.clone(), &spec::api_resource())
 }
 
+/// The chart's `secrets-used-by-pods` example (pods refer to Secrets
+/// through volumes, env, envFrom, imagePullSecrets and projected volumes,
+/// while not finished) under `name`, `mode` and `finalizer`.
 fn rule(name: &str, mode: &str, finalizer: &str) -> DynamicObject {
+    let mut spec = examples::spec("secrets-used-by-pods", finalizer).expect("example");
+    spec["mode"] = json!(mode);
     serde_json::from_value(json!({
         "apiVersion": "protection-manager.io/v1alpha1",
         "kind": "ProtectionRule",
         "metadata": {"name": name},
-        "spec": {
-            "protected": {"version": "v1", "resource": "secrets"},
-            "users": [{"version": "v1", "resource": "pods",
-                       "reference": SECRET_REFERENCE, "while": POD_RUNNING}],
-            "finalizer": finalizer,
-            "mode": mode,
-        }
+        "spec": spec,
     }))
     .expect("rule")
 }
