@@ -125,7 +125,7 @@ mod tests {
         ObjectMeta {
             name: Some("s".into()),
             finalizers: finalizer.then(|| vec![F.to_string()]),
-            deletion_timestamp: deleting.then(|| Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
+            deletion_timestamp: deleting.then_some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)),
             ..Default::default()
         }
     }
@@ -138,21 +138,24 @@ mod tests {
         }
     }
 
+    /// (finalizer, deleting, mode, add_enabled, cached, live, plan)
+    type Row = (
+        bool,
+        bool,
+        Mode,
+        bool,
+        Vec<UserRef>,
+        Option<Vec<UserRef>>,
+        Plan,
+    );
+
     #[test]
     fn table() {
         use Mode::*;
         use Plan::*;
         let p = vec![pod("a")];
         // (finalizer, deleting, mode, add_enabled, cached, live) -> plan
-        let rows: Vec<(
-            bool,
-            bool,
-            Mode,
-            bool,
-            Vec<UserRef>,
-            Option<Vec<UserRef>>,
-            Plan,
-        )> = vec![
+        let rows: Vec<Row> = vec![
             (false, false, Enforce, true, vec![], None, AddFinalizer),
             (false, false, Enforce, false, vec![], None, Nothing),
             (false, false, Enforce, true, p.clone(), None, AddFinalizer),

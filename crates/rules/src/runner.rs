@@ -166,7 +166,7 @@ impl Drop for Runner {
 
 enum Work {
     Obj(ObjKey),
-    Gone(ObjKey, ObjectMeta),
+    Gone(ObjKey, Box<ObjectMeta>),
 }
 
 fn key_of(meta: &ObjectMeta) -> ObjKey {
@@ -375,7 +375,7 @@ async fn watch_protected(
             Ok(watcher::Event::Delete(o)) => {
                 let k = key_of(&o.metadata);
                 shared.objects.lock().remove(&k);
-                let _ = tx.send(Work::Gone(k, o.metadata));
+                let _ = tx.send(Work::Gone(k, Box::new(o.metadata)));
             }
             Ok(watcher::Event::Init) => init = Some(HashMap::new()),
             Ok(watcher::Event::InitApply(o)) => {
