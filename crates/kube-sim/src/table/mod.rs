@@ -23,7 +23,7 @@ pub fn to_table(
     now: jiff::Timestamp,
 ) -> Value {
     if let Some(cols) = crate::crd::printer_columns(group, resource) {
-        return custom_table(&cols, objects, include_object, list_meta);
+        return custom_table(&cols, objects, include_object, list_meta, now);
     }
     let printer = printer_for(resource, group);
     let rows: Vec<Value> = objects
@@ -61,6 +61,7 @@ fn custom_table(
     objects: &[&Value],
     include_object: &str,
     list_meta: Value,
+    now: jiff::Timestamp,
 ) -> Value {
     let mut columns = vec![json!({"name": "Name", "type": "string", "format": "name",
         "description": doc(OBJECT_META, "name"), "priority": 0})];
@@ -80,10 +81,13 @@ fn custom_table(
             for c in cols {
                 let path = c.get("jsonPath").and_then(Value::as_str).unwrap_or("");
                 let ty = c.get("type").and_then(Value::as_str).unwrap_or("string");
-                cells.push(crate::crd::column_cell(
-                    crate::crd::column_value(o, path),
-                    ty,
-                ));
+                let v = crate::crd::column_value(o, path);
+                // The CRD table convertor prints dates as ages.
+                let age = (ty == "date")
+                    .then(|| v.as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok()))
+                    .flatten()
+                    .map(|t| json!(human_duration(now.as_second() - t.as_second())));
+                cells.push(age.unwrap_or_else(|| crate::crd::column_cell(v, ty)));
             }
             json!({"cells": cells, "object": row_object(o, include_object)})
         })
