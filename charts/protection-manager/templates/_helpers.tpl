@@ -134,6 +134,20 @@ vac-protection:
     - apiGroups: [""]
       resources: [persistentvolumeclaims, persistentvolumes]
       verbs: [list, watch]
+rules:
+  aliases: []
+  enabledByDefault: true
+  since: "0.4"
+  rules:
+    - apiGroups: [protection-manager.io]
+      resources: [protectionrules]
+      verbs: [get, list, watch, patch]
+    - apiGroups: [protection-manager.io]
+      resources: [protectionrules/status]
+      verbs: [patch]
+    - apiGroups: [authorization.k8s.io]
+      resources: [selfsubjectaccessreviews]
+      verbs: [create]
 {{- end }}
 
 {{/*
@@ -458,6 +472,8 @@ VolumeAttributesClass:
   - {since: "0.4", default: false, locked: false}
   - {since: "0.5", default: true, locked: false}
   - {since: "0.6", default: true, locked: true}
+InUseProtectionRules:
+  - {since: "0.4", default: false, locked: false}
 {{- end }}
 
 {{/*
@@ -511,4 +527,25 @@ another tag carries other tables, and the manager checks itself.
 {{- fail (printf "featureGates: %s (see `protection-manager feature-gates --emulated-version=%s`)" (join ", " $errs) $emulated) }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+The kinds the rules controller may read and patch (rules.allowedResources
+and the enabled examples' kinds), as a YAML list of RBAC rules.
+*/}}
+{{- define "protection-manager.rulesRbac" -}}
+{{- $out := list }}
+{{- range $r := .Values.rules.allowedResources }}
+{{- $out = append $out (dict "apiGroups" (list (default "" $r.apiGroup)) "resources" (list $r.resource) "verbs" (default (list "get" "list" "watch" "patch") $r.verbs)) }}
+{{- end }}
+{{- $ex := .Values.rules.examples }}
+{{- $protected := list }}
+{{- if $ex.secretsUsedByPods }}{{ $protected = append $protected "secrets" }}{{ end }}
+{{- if $ex.configMapsUsedByPods }}{{ $protected = append $protected "configmaps" }}{{ end }}
+{{- if $ex.pvcsUsedByPods }}{{ $protected = append $protected "persistentvolumeclaims" }}{{ end }}
+{{- if $protected }}
+{{- $out = append $out (dict "apiGroups" (list "") "resources" $protected "verbs" (list "get" "list" "watch" "patch")) }}
+{{- $out = append $out (dict "apiGroups" (list "") "resources" (list "pods") "verbs" (list "list" "watch")) }}
+{{- end }}
+{{- toYaml $out }}
 {{- end }}

@@ -225,7 +225,7 @@ fn owner_exists(store: &Store, dependent_ns: &str, r: &Value) -> bool {
         // An owner kind kube-sim does not serve: leave the reference alone.
         return true;
     };
-    let ns = if RESOURCES[rid].namespaced {
+    let ns = if crate::resources::def(rid).namespaced {
         dependent_ns
     } else {
         ""

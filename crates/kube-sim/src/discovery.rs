@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::resources::{RESOURCES, ResourceDef, groups};
+use crate::resources::{RESOURCES, ResourceDef, groups_of};
 
 /// The Kubernetes version kube-sim reports.
 pub const KUBE_MAJOR: &str = "1";
@@ -50,6 +50,11 @@ fn group_doc(name: &str, versions: &[&str]) -> Value {
     })
 }
 
+/// The built-in resources followed by a store's custom ones.
+fn all<'a>(custom: &'a [&'static ResourceDef]) -> impl Iterator<Item = &'a ResourceDef> + Clone {
+    RESOURCES.iter().chain(custom.iter().copied())
+}
+
 /// Whether `group/version` is switched off (`SimConfig::disabled_group_versions`,
 /// kube-apiserver's `--runtime-config=<group>/<version>=false`).
 pub fn is_off(off: &[String], group: &str, version: &str) -> bool {
@@ -57,9 +62,13 @@ pub fn is_off(off: &[String], group: &str, version: &str) -> bool {
         .any(|gv| gv.split_once('/') == Some((group, version)))
 }
 
-/// The served groups with their versions, less those switched off.
-fn served_groups(off: &[String]) -> Vec<(&'static str, Vec<&'static str>)> {
-    groups()
+/// The served groups (built-in and custom) with their versions, less those
+/// switched off.
+fn groups(
+    custom: &[&'static ResourceDef],
+    off: &[String],
+) -> Vec<(&'static str, Vec<&'static str>)> {
+    groups_of(all(custom))
         .into_iter()
         .filter_map(|(g, vs)| {
             let vs: Vec<&'static str> = vs.into_iter().filter(|v| !is_off(off, g, v)).collect();
@@ -68,16 +77,16 @@ fn served_groups(off: &[String]) -> Vec<(&'static str, Vec<&'static str>)> {
         .collect()
 }
 
-pub fn api_group_list(off: &[String]) -> Value {
-    let gs: Vec<Value> = served_groups(off)
+pub fn api_group_list(custom: &[&'static ResourceDef], off: &[String]) -> Value {
+    let gs: Vec<Value> = groups(custom, off)
         .iter()
         .map(|(g, vs)| group_doc(g, vs))
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": gs})
 }
 
-pub fn api_group(group: &str, off: &[String]) -> Option<Value> {
-    let (g, vs) = served_groups(off).into_iter().find(|(g, _)| *g == group)?;
+pub fn api_group(group: &str, custom: &[&'static ResourceDef], off: &[String]) -> Option<Value> {
+    let (g, vs) = groups(custom, off).into_iter().find(|(g, _)| *g == group)?;
     let mut doc = group_doc(g, &vs);
     let m = doc.as_object_mut()?;
     m.insert("kind".into(), json!("APIGroup"));
@@ -126,12 +135,16 @@ fn storage_version_hash(r: &ResourceDef) -> String {
 }
 
 /// The legacy APIResourceList of one group-version; None if not served.
-pub fn resource_list(group: &str, version: &str, off: &[String]) -> Option<Value> {
+pub fn resource_list(
+    group: &str,
+    version: &str,
+    custom: &[&'static ResourceDef],
+    off: &[String],
+) -> Option<Value> {
     if is_off(off, group, version) {
         return None;
     }
-    let rs: Vec<&ResourceDef> = RESOURCES
-        .iter()
+    let rs: Vec<&ResourceDef> = all(custom)
         .filter(|r| r.group == group && r.version == version)
         .collect();
     if rs.is_empty() {
@@ -184,12 +197,9 @@ pub fn resource_list(group: &str, version: &str, off: &[String]) -> Option<Value
     Some(doc)
 }
 
-fn aggregated_version(group: &str, version: &str) -> Value {
+fn aggregated_version(group: &str, version: &str, custom: &[&'static ResourceDef]) -> Value {
     let mut resources = Vec::new();
-    for r in RESOURCES
-        .iter()
-        .filter(|r| r.group == group && r.version == version)
-    {
+    for r in all(custom).filter(|r| r.group == group && r.version == version) {
         let kind = json!({"group": r.group, "version": r.version, "kind": r.kind});
         let mut e = json!({
             "resource": r.resource,
@@ -220,21 +230,28 @@ fn aggregated_version(group: &str, version: &str) -> Value {
 }
 
 /// The aggregated discovery document for `/api` (core) or `/apis`.
-pub fn aggregated(core: bool, api_version: &str, off: &[String]) -> Value {
-    let items: Vec<Value> = if core {
-        vec![json!({
-            "metadata": {"creationTimestamp": null},
-            "versions": [aggregated_version("", "v1")]
-        })]
-    } else {
-        served_groups(off)
+pub fn aggregated(
+    core: bool,
+    api_version: &str,
+    custom: &[&'static ResourceDef],
+    off: &[String],
+) -> Value {
+    let items: Vec<Value> =
+        if core {
+            vec![json!({
+                "metadata": {"creationTimestamp": null},
+                "versions": [aggregated_version("", "v1", &[])]
+            })]
+        } else {
+            groups(custom, off)
             .iter()
             .map(|(g, vs)| {
-                let versions: Vec<Value> = vs.iter().map(|v| aggregated_version(g, v)).collect();
+                let versions: Vec<Value> =
+                    vs.iter().map(|v| aggregated_version(g, v, custom)).collect();
                 json!({"metadata": {"name": g, "creationTimestamp": null}, "versions": versions})
             })
             .collect()
-    };
+        };
     json!({
         "kind": "APIGroupDiscoveryList",
         "apiVersion": format!("apidiscovery.k8s.io/{api_version}"),

@@ -42,6 +42,7 @@ pub enum FieldErrorType {
     Duplicate,
     NotSupported,
     TooLong,
+    TooMany,
 }
 
 impl FieldErrorType {
@@ -53,6 +54,7 @@ impl FieldErrorType {
             FieldErrorType::Duplicate => "FieldValueDuplicate",
             FieldErrorType::NotSupported => "FieldValueNotSupported",
             FieldErrorType::TooLong => "FieldValueTooLong",
+            FieldErrorType::TooMany => "FieldValueTooMany",
         }
     }
     fn text(self) -> &'static str {
@@ -63,6 +65,7 @@ impl FieldErrorType {
             FieldErrorType::Duplicate => "Duplicate value",
             FieldErrorType::NotSupported => "Unsupported value",
             FieldErrorType::TooLong => "Too long",
+            FieldErrorType::TooMany => "Too many",
         }
     }
 }

@@ -20,7 +20,7 @@ use crate::negotiate::{Want, negotiate};
 use crate::object;
 use crate::patch::PatchKind;
 use crate::requests::{RequestRecord, Requests};
-use crate::resources::{self, RESOURCES, ResId, ResourceDef};
+use crate::resources::{self, ResId, ResourceDef};
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOptions, DeleteOutcome, ListOptions, Store, Stored, WriteOptions};
 use crate::{discovery, openapi, table};
@@ -114,7 +114,7 @@ struct Target2 {
 }
 
 /// Parses `/api/v1/...` and `/apis/g/v/...` resource paths. `Err` = 404.
-fn route(path: &str) -> Result<Option<Target2>, ApiError> {
+fn route(store: &Store, path: &str) -> Result<Option<Target2>, ApiError> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (group, version, rest) = match segs.as_slice() {
         ["api", "v1", rest @ ..] if !rest.is_empty() => ("", "v1", rest),
@@ -152,8 +152,8 @@ fn route(path: &str) -> Result<Option<Target2>, ApiError> {
         [r, n, s] => (*r, *n, *s),
         _ => return Err(not_found_path()),
     };
-    let rid = resources::find(group, version, res).ok_or_else(not_found_path)?;
-    let def = &RESOURCES[rid];
+    let rid = store.find(group, version, res).ok_or_else(not_found_path)?;
+    let def = crate::resources::def(rid);
     if ns.is_some() && !def.namespaced {
         return Err(not_found_path());
     }
@@ -257,7 +257,7 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
         .to_string();
     let method = req.method().clone();
     let query = Query(query_map(req.uri().query()));
-    let routed = match route(&path) {
+    let routed = match route(&state.store, &path) {
         Ok(Some(t)) if discovery::is_off(&state.disabled_group_versions, &t.group, &t.version) => {
             Err(not_found_path())
         }
@@ -404,7 +404,12 @@ async fn non_resource(
             let core = trimmed == "/api";
             match negotiate(accept, true) {
                 Some(Want::Discovery(v)) => {
-                    let doc = discovery::aggregated(core, &v, &state.disabled_group_versions);
+                    let doc = discovery::aggregated(
+                        core,
+                        &v,
+                        &state.store.custom_resources(),
+                        &state.disabled_group_versions,
+                    );
                     let mut r = value_response(200, &doc);
                     let ct = format!(
                         "application/json;g=apidiscovery.k8s.io;v={v};as=APIGroupDiscoveryList"
@@ -420,7 +425,10 @@ async fn non_resource(
                     let doc = if core {
                         discovery::api_versions(&state.server_address.lock())
                     } else {
-                        discovery::api_group_list(&state.disabled_group_versions)
+                        discovery::api_group_list(
+                            &state.store.custom_resources(),
+                            &state.disabled_group_versions,
+                        )
                     };
                     let mut r = value_response(200, &doc);
                     r.headers_mut()
@@ -447,17 +455,27 @@ async fn non_resource(
         p => {
             let segs: Vec<&str> = p.trim_matches('/').split('/').collect();
             match segs.as_slice() {
-                ["api", v] => match discovery::resource_list("", v, &state.disabled_group_versions)
-                {
-                    Some(d) => value_response(200, &d),
-                    None => error_response(&not_found_path()),
-                },
-                ["apis", g] => match discovery::api_group(g, &state.disabled_group_versions) {
+                ["api", v] => {
+                    match discovery::resource_list("", v, &[], &state.disabled_group_versions) {
+                        Some(d) => value_response(200, &d),
+                        None => error_response(&not_found_path()),
+                    }
+                }
+                ["apis", g] => match discovery::api_group(
+                    g,
+                    &state.store.custom_resources(),
+                    &state.disabled_group_versions,
+                ) {
                     Some(d) => value_response(200, &d),
                     None => error_response(&not_found_path()),
                 },
                 ["apis", g, v] => {
-                    match discovery::resource_list(g, v, &state.disabled_group_versions) {
+                    match discovery::resource_list(
+                        g,
+                        v,
+                        &state.store.custom_resources(),
+                        &state.disabled_group_versions,
+                    ) {
                         Some(d) => value_response(200, &d),
                         None => error_response(&not_found_path()),
                     }
@@ -657,7 +675,7 @@ async fn resource_request(
     created_name: &mut String,
 ) -> Result<Response<RespBody>, ApiError> {
     let rid = t.rid.ok_or_else(not_found_path)?;
-    let def = &RESOURCES[rid];
+    let def = crate::resources::def(rid);
     let store = &state.store;
     let want = negotiate(header_str(&req, header::ACCEPT), false).ok_or_else(not_acceptable)?;
     let method = req.method().clone();

@@ -16,6 +16,7 @@ pub mod admission;
 pub mod cluster;
 pub mod controllers;
 pub mod cost;
+pub mod crd;
 pub mod discovery;
 pub mod error;
 pub mod event_versions;

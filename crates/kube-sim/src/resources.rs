@@ -685,29 +685,55 @@ pub static RESOURCES: &[ResourceDef] = &[
         fields = &[],
         dc = true
     ),
+    res!(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        "customresourcedefinition",
+        ns = false,
+        short = &["crd", "crds"],
+        cat = &["api-extensions"],
+        status = true,
+        name = DnsSubdomain,
+        generation = true,
+        cou = false,
+        fields = &[],
+        dc = true
+    ),
 ];
 
-/// Index of a resource in [`RESOURCES`].
+/// Index of a resource: below `RESOURCES.len()` a built-in one, above it a
+/// custom resource registered by [`register`] (see [`crate::crd`]).
 pub type ResId = usize;
 
-/// Finds a resource by group, version and plural name.
+/// Custom resources of every store of the process, append-only. A store
+/// serves only the ids its own CustomResourceDefinitions registered; two
+/// stores declaring the same resource identically share one id.
+static CUSTOM: parking_lot::RwLock<Vec<&'static ResourceDef>> =
+    parking_lot::RwLock::new(Vec::new());
+
+/// Finds a built-in resource by group, version and plural name.
 pub fn find(group: &str, version: &str, resource: &str) -> Option<ResId> {
     RESOURCES
         .iter()
         .position(|r| r.group == group && r.version == version && r.resource == resource)
 }
 
-/// Finds a resource by group and kind (any served version).
+/// Finds a built-in resource by group and kind (any served version).
 pub fn find_kind(group: &str, kind: &str) -> Option<ResId> {
     RESOURCES
         .iter()
         .position(|r| r.group == group && r.kind == kind)
 }
 
-/// The API groups (non-core) in discovery order, each with its versions.
-pub fn groups() -> Vec<(&'static str, Vec<&'static str>)> {
+/// The API groups (non-core) of `defs` in discovery order, each with its
+/// versions.
+pub fn groups_of<'a>(
+    defs: impl Iterator<Item = &'a ResourceDef>,
+) -> Vec<(&'static str, Vec<&'static str>)> {
     let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
-    for r in RESOURCES.iter().filter(|r| !r.group.is_empty()) {
+    for r in defs.filter(|r| !r.group.is_empty()) {
         match out.iter_mut().find(|(g, _)| *g == r.group) {
             Some((_, vs)) => {
                 if !vs.contains(&r.version) {
@@ -720,6 +746,81 @@ pub fn groups() -> Vec<(&'static str, Vec<&'static str>)> {
     out
 }
 
+/// The built-in API groups (non-core) in discovery order.
+pub fn groups() -> Vec<(&'static str, Vec<&'static str>)> {
+    groups_of(RESOURCES.iter())
+}
+
 pub fn def(id: ResId) -> &'static ResourceDef {
-    &RESOURCES[id]
+    match RESOURCES.get(id) {
+        Some(d) => d,
+        None => CUSTOM.read()[id - RESOURCES.len()],
+    }
+}
+
+fn same(a: &ResourceDef, b: &ResourceDef) -> bool {
+    a.group == b.group
+        && a.version == b.version
+        && a.resource == b.resource
+        && a.kind == b.kind
+        && a.singular == b.singular
+        && a.namespaced == b.namespaced
+        && a.short_names == b.short_names
+        && a.categories == b.categories
+        && a.has_status == b.has_status
+}
+
+fn leak(s: &str) -> &'static str {
+    Box::leak(s.to_string().into_boxed_str())
+}
+
+fn leak_list(l: &[String]) -> &'static [&'static str] {
+    Box::leak(
+        l.iter()
+            .map(|s| leak(s))
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    )
+}
+
+/// What a CustomResourceDefinition version declares about its resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CustomResource {
+    pub group: String,
+    pub version: String,
+    pub plural: String,
+    pub singular: String,
+    pub kind: String,
+    pub namespaced: bool,
+    pub short_names: Vec<String>,
+    pub categories: Vec<String>,
+    pub status: bool,
+}
+
+/// Registers a custom resource (or finds the identical one registered
+/// before) and returns its id. The strings live for the process: a test
+/// server declares a handful of kinds.
+pub fn register(c: &CustomResource) -> ResId {
+    let probe = ResourceDef {
+        group: leak(&c.group),
+        version: leak(&c.version),
+        resource: leak(&c.plural),
+        kind: leak(&c.kind),
+        singular: leak(&c.singular),
+        namespaced: c.namespaced,
+        short_names: leak_list(&c.short_names),
+        categories: leak_list(&c.categories),
+        has_status: c.status,
+        name_rule: NameRule::DnsSubdomain,
+        generation: true,
+        allow_create_on_update: false,
+        field_labels: &[],
+        delete_collection: true,
+    };
+    let mut custom = CUSTOM.write();
+    if let Some(i) = custom.iter().position(|d| same(d, &probe)) {
+        return RESOURCES.len() + i;
+    }
+    custom.push(Box::leak(Box::new(probe)));
+    RESOURCES.len() + custom.len() - 1
 }

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use crate::error::ApiError;
 use crate::object;
 use crate::patch::{self, PatchKind, PatchRequest};
-use crate::resources::{RESOURCES, ResId};
+use crate::resources::ResId;
 use crate::store::{Store, WriteOptions};
 
 /// `metav1.LabelSelectorAsSelector(spec.selector).String()` for the
@@ -81,7 +81,7 @@ fn write_replicas(
     scale: &Value,
     opts: &WriteOptions,
 ) -> Result<Value, ApiError> {
-    let def = &RESOURCES[rid];
+    let def = crate::resources::def(rid);
     let live = store.get(rid, ns, name)?;
     let rv = object::meta_str(scale, "resourceVersion");
     if !rv.is_empty() && rv != live.rv.to_string() {

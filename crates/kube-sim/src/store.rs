@@ -191,6 +191,9 @@ pub struct Store {
     /// deleted while there were any: the emulated garbage collector's work.
     pub(crate) owned: std::sync::atomic::AtomicUsize,
     pub(crate) deleted_uids: Mutex<Vec<String>>,
+    /// The custom resources this store serves, from its
+    /// CustomResourceDefinitions (see [`crate::crd`]).
+    crds: parking_lot::RwLock<BTreeMap<ResId, Arc<crate::crd::Served>>>,
 }
 
 const GENERATE_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -283,7 +286,87 @@ impl Store {
             gc_pending: Mutex::new(Default::default()),
             owned: std::sync::atomic::AtomicUsize::new(0),
             deleted_uids: Mutex::new(Vec::new()),
+            crds: parking_lot::RwLock::new(BTreeMap::new()),
             cfg,
+        }
+    }
+
+    /// Finds a served resource by group, version and plural name: a
+    /// built-in one or a custom resource of this store's CRDs.
+    pub fn find(&self, group: &str, version: &str, resource: &str) -> Option<ResId> {
+        resources::find(group, version, resource).or_else(|| {
+            self.crds.read().keys().copied().find(|rid| {
+                let d = resources::def(*rid);
+                d.group == group && d.version == version && d.resource == resource
+            })
+        })
+    }
+
+    /// The custom resources this store serves.
+    pub fn custom_resources(&self) -> Vec<&'static ResourceDef> {
+        self.crds
+            .read()
+            .keys()
+            .map(|r| resources::def(*r))
+            .collect()
+    }
+
+    /// The CRD version serving `rid`, if it is a custom resource.
+    pub fn custom(&self, rid: ResId) -> Option<Arc<crate::crd::Served>> {
+        self.crds.read().get(&rid).cloned()
+    }
+
+    /// Serves (or stops serving) the custom resources of a CRD after a
+    /// committed change to it. A deleted CRD takes its objects with it.
+    fn crd_event(&self, inner: &mut Inner, ev: &Event) {
+        let name = meta_str(&ev.obj.value, "name").to_string();
+        let gone: Vec<ResId> = {
+            let mut crds = self.crds.write();
+            let old: Vec<ResId> = crds
+                .iter()
+                .filter(|(_, s)| s.crd == name)
+                .map(|(r, _)| *r)
+                .collect();
+            for r in &old {
+                crds.remove(r);
+            }
+            if ev.ty != EventType::Deleted {
+                for s in crate::crd::served(&ev.obj.value) {
+                    while inner.res.len() <= s.rid {
+                        inner.res.push(ResState {
+                            objects: BTreeMap::new(),
+                            history: VecDeque::new(),
+                            evicted: false,
+                            notify: tokio::sync::watch::Sender::new(0),
+                        });
+                    }
+                    crds.insert(s.rid, Arc::new(s));
+                }
+            }
+            old.into_iter().filter(|r| !crds.contains_key(r)).collect()
+        };
+        for rid in gone {
+            let objects = std::mem::take(&mut inner.res[rid].objects);
+            for (key, obj) in objects {
+                let rv = inner.rv + 1;
+                let mut last = obj.value.clone();
+                object::meta_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));
+                let Ok(stored) = Stored::new(last, rv) else {
+                    continue;
+                };
+                inner.rv = rv;
+                self.push_event(
+                    inner,
+                    rid,
+                    Event {
+                        ty: EventType::Deleted,
+                        rv,
+                        key,
+                        obj: stored,
+                        prev: Some(obj),
+                    },
+                );
+            }
         }
     }
 
@@ -331,7 +414,7 @@ impl Store {
             .objects
             .get(&(ns.to_string(), name.to_string()))
             .cloned()
-            .ok_or_else(|| ApiError::not_found(&RESOURCES[rid].group_resource(), name))
+            .ok_or_else(|| ApiError::not_found(&crate::resources::def(rid).group_resource(), name))
     }
 
     /// Checks a requested resourceVersion against the current one and the
@@ -366,7 +449,7 @@ impl Store {
             r.items = r.items.iter().map(view).collect::<Result<_, _>>()?;
             return Ok(r);
         }
-        let def = &RESOURCES[rid];
+        let def = crate::resources::def(rid);
         let mut snapshot_rv: Option<u64> = None;
         let mut start: Option<Key> = None;
         if let Some(token) = opts.continue_token.as_deref().filter(|t| !t.is_empty()) {
@@ -633,13 +716,17 @@ impl Store {
         }
         let window = self.cfg.history_window.max(1);
         let st = &mut inner.res[rid];
-        st.history.push_back(Arc::new(ev));
+        let ev = Arc::new(ev);
+        st.history.push_back(ev.clone());
         while st.history.len() > window {
             st.history.pop_front();
             st.evicted = true;
         }
         st.notify.send_replace(inner.rv);
         self.global.send_replace(inner.rv);
+        if Some(rid) == crds_rid() {
+            self.crd_event(inner, &ev);
+        }
     }
 
     /// A receiver that changes on every committed write.
@@ -656,7 +743,7 @@ impl Store {
         generate: bool,
         dry_run: bool,
     ) -> Result<Arc<Stored>, ApiError> {
-        let def = &RESOURCES[rid];
+        let def = crate::resources::def(rid);
         let ns_rid = namespaces_rid();
         let mut inner = self.inner.lock();
         let mut tries = 0;
@@ -813,7 +900,7 @@ impl Store {
         body: Value,
         opts: &WriteOptions,
     ) -> Result<Arc<Stored>, ApiError> {
-        let def = &RESOURCES[rid];
+        let def = crate::resources::def(rid);
         if let Some(core) = event_versions::storage_of(rid) {
             let mut obj = check_body(def, body)?;
             prune(def, &mut obj);
@@ -871,7 +958,7 @@ impl Store {
         now: &str,
         dry_run: bool,
     ) -> Result<(), ApiError> {
-        let def = &RESOURCES[rid];
+        let def = crate::resources::def(rid);
         {
             let m = object::meta_mut(obj);
             m.remove("deletionTimestamp");
@@ -930,6 +1017,21 @@ impl Store {
             def.namespaced,
         );
         errs.extend(crate::spec_validation::validate_create(def, obj));
+        if Some(rid) == crds_rid() {
+            let e = crate::crd::validate_crd(obj);
+            if e.is_empty() {
+                obj["status"] = crate::crd::status(obj, now);
+            }
+            errs.extend(e);
+        }
+        if let Some(crd) = self.custom(rid) {
+            if def.has_status
+                && let Some(m) = obj.as_object_mut()
+            {
+                m.remove("status");
+            }
+            errs.extend(crd.admit(obj, None));
+        }
         errs.extend(crate::admission::prepare(def, obj));
         if !errs.is_empty() {
             let name = meta_str(obj, "name").to_string();
@@ -980,7 +1082,7 @@ impl Store {
         body: Value,
         opts: &WriteOptions,
     ) -> Result<(Arc<Stored>, bool), ApiError> {
-        let def = &RESOURCES[rid];
+        let def = crate::resources::def(rid);
         if let Some(core) = event_versions::storage_of(rid) {
             let mut obj = check_body(def, body)?;
             prune(def, &mut obj);
@@ -1054,7 +1156,7 @@ impl Store {
         body: &[u8],
         opts: &WriteOptions,
     ) -> Result<(Arc<Stored>, bool), ApiError> {
-        let def = &RESOURCES[rid];
+        let def = crate::resources::def(rid);
         // A view (events.k8s.io/v1 Events): the patch applies to the view of
         // the stored object; the result is stored in the storage's form.
         let view_of = event_versions::storage_of(rid);
@@ -1119,7 +1221,7 @@ impl Store {
                     prune(def, &mut obj);
                     let core = event_versions::v1_to_core(&obj);
                     let mut core = core;
-                    let cdef = &RESOURCES[srid];
+                    let cdef = crate::resources::def(srid);
                     self.before_create(srid, &mut core, &now, opts.dry_run)?;
                     let core = canonicalize(core, cdef.kind, &cdef.api_version());
                     return match self.commit_create(srid, core, false, opts.dry_run) {
@@ -1205,7 +1307,7 @@ impl Store {
         opts: &WriteOptions,
         now: &str,
     ) -> Result<Option<Arc<Stored>>, ApiError> {
-        let def = &RESOURCES[rid];
+        let def = crate::resources::def(rid);
         let old = &live.value;
         let name = meta_str(old, "name").to_string();
         {
@@ -1286,6 +1388,20 @@ impl Store {
         if subresource.is_none() {
             errs.extend(crate::spec_validation::validate_update(def, &new, old));
         }
+        if Some(rid) == crds_rid() && subresource.is_none() {
+            let e = crate::crd::validate_crd(&new);
+            if e.is_empty() {
+                let mut st = crate::crd::status(&new, now);
+                if let Some(c) = old.pointer("/status/conditions") {
+                    st["conditions"] = c.clone();
+                }
+                new["status"] = st;
+            }
+            errs.extend(e);
+        }
+        if let Some(crd) = self.custom(rid) {
+            errs.extend(crd.admit(&mut new, Some(old)));
+        }
         errs.extend(crate::admission::prepare(def, &mut new));
         if !errs.is_empty() {
             return Err(ApiError::invalid(def.group, def.kind, &name, &errs));
@@ -1338,7 +1454,7 @@ impl Store {
                 DeleteOutcome::Pending(s) => Ok(DeleteOutcome::Pending(view(&s)?)),
             };
         }
-        let def = &RESOURCES[rid];
+        let def = crate::resources::def(rid);
         // (Negative grace periods count as 1 s: see graceful_period.)
         if let Some(p) = &opts.propagation_policy
             && !matches!(p.as_str(), "Orphan" | "Background" | "Foreground")
@@ -1494,7 +1610,7 @@ impl Store {
             Some(s) => Ok(DeleteOutcome::Deleted(s)),
             None => {
                 // Changed meanwhile: start over.
-                let def = &RESOURCES[rid];
+                let def = crate::resources::def(rid);
                 let (ns, name) = live.key();
                 self.delete(rid, &ns, &name, opts).map_err(|e| {
                     if e.code == 404 {
@@ -1549,7 +1665,7 @@ impl Store {
         dry_run: bool,
     ) -> Result<Arc<Stored>, ApiError> {
         let rid = resources::find("", "v1", "pods").unwrap_or(0);
-        let def = &RESOURCES[rid];
+        let def = crate::resources::def(rid);
         let binding_gr = GroupResource::new("", "pods/binding");
         loop {
             let live = self.get(rid, ns, name)?;
@@ -1686,7 +1802,7 @@ impl Store {
     /// Seeds an object as if created by the system (used for the built-in
     /// namespaces); bypasses admission.
     pub fn seed(&self, rid: ResId, obj: Value) -> Result<Arc<Stored>, ApiError> {
-        let def = &RESOURCES[rid];
+        let def = crate::resources::def(rid);
         let mut obj = obj;
         let now = object::now_string();
         self.before_create(rid, &mut obj, &now, false)?;
@@ -1722,6 +1838,10 @@ fn namespace_spec_finalizers(def: &ResourceDef, obj: &Value) -> bool {
             .pointer("/spec/finalizers")
             .and_then(Value::as_array)
             .is_some_and(|a| !a.is_empty())
+}
+
+fn crds_rid() -> Option<ResId> {
+    resources::find("apiextensions.k8s.io", "v1", "customresourcedefinitions")
 }
 
 fn namespaces_rid() -> ResId {

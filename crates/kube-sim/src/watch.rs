@@ -17,7 +17,7 @@ use crate::faults::Decision;
 use crate::http::{Query, RespBody, State, event_line, event_object};
 use crate::negotiate::Want;
 use crate::object;
-use crate::resources::{RESOURCES, ResId, ResourceDef};
+use crate::resources::{ResId, ResourceDef};
 use crate::store::{EventType, ListOptions, Stored};
 
 fn invalid(e: FieldError) -> ApiError {
@@ -128,7 +128,7 @@ pub(crate) fn serve(
     want: Want,
     decision: &Decision,
 ) -> Result<Response<RespBody>, ApiError> {
-    let def = &RESOURCES[rid];
+    let def = crate::resources::def(rid);
     let send_initial = match q.get("sendInitialEvents") {
         None | Some("") => None,
         Some("true" | "1") => Some(true),

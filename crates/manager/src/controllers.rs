@@ -42,6 +42,10 @@ const CRATES: &[Crate] = &[
                 .context("VolumeAttributesClass protection settings")
         },
     },
+    Crate {
+        infos: protection_rules::INFOS,
+        descriptors: |_| Ok(protection_rules::descriptors()),
+    },
 ];
 
 /// Every hosted controller, in table order.

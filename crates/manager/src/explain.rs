@@ -70,6 +70,31 @@ pub fn parse_target(target: &str) -> Result<(Kind, String)> {
     Ok((Kind::parse(kind)?, name.to_string()))
 }
 
+/// `explain <resource>/<name>` for a kind ProtectionRules protect: the
+/// rules and the users holding the object (`(found, text)`).
+pub async fn explain_rules(
+    args: &ExplainArgs,
+    resource: &str,
+    name: &str,
+) -> Result<(bool, String)> {
+    if name.is_empty() || name.contains('/') {
+        bail!(
+            "expected <kind>/<name>, e.g. pvc/data or secrets/db; got {:?}",
+            args.target
+        );
+    }
+    let client = client(&args.client).await?;
+    match protection_rules::explain::explain(&client, resource, args.namespace.as_deref(), name)
+        .await
+        .map_err(anyhow::Error::msg)?
+    {
+        Some(e) => Ok((e.found, protection_rules::explain::render(&e))),
+        None => bail!(
+            "unknown kind {resource:?}: explain understands pvc (persistentvolumeclaim), pv (persistentvolume), svc (service) and the kinds ProtectionRules protect (none protects {resource:?})"
+        ),
+    }
+}
+
 /// Which controller owns a finalizer, if it is one of ours (either profile).
 pub fn owner_of(finalizer: &str) -> Option<&'static str> {
     crate::controllers::owner_of(finalizer)

@@ -35,6 +35,22 @@ fn main() -> ExitCode {
                 Ok(rt) => rt,
                 Err(e) => return fail(&anyhow::anyhow!("starting the async runtime: {e}")),
             };
+            // Kinds other than pvc, pv and svc: the ProtectionRules' kinds.
+            if explain::parse_target(&args.target).is_err()
+                && let Some((resource, name)) = args.target.split_once('/')
+            {
+                return match rt.block_on(explain::explain_rules(&args, resource, name)) {
+                    Ok((true, text)) => {
+                        print!("{text}");
+                        ExitCode::SUCCESS
+                    }
+                    Ok((false, text)) => {
+                        eprint!("{text}");
+                        ExitCode::FAILURE
+                    }
+                    Err(e) => fail(&e),
+                };
+            }
             match rt.block_on(explain::explain(&args)) {
                 // A missing object is an error, as for kubectl: the text
                 // names it, on stderr, and the exit code is non-zero.

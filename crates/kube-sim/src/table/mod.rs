@@ -22,6 +22,9 @@ pub fn to_table(
     list_meta: Value,
     now: jiff::Timestamp,
 ) -> Value {
+    if let Some(cols) = crate::crd::printer_columns(group, resource) {
+        return custom_table(&cols, objects, include_object, list_meta, now);
+    }
     let printer = printer_for(resource, group);
     let rows: Vec<Value> = objects
         .iter()
@@ -40,6 +43,53 @@ pub fn to_table(
         .into_iter()
         .map(|c| {
             json!({"name": c.name, "type": c.ty, "format": c.format, "description": c.description, "priority": c.priority})
+        })
+        .collect();
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": list_meta,
+        "columnDefinitions": columns,
+        "rows": rows,
+    })
+}
+
+/// The table of a custom resource: `Name` and the CRD's printer columns
+/// (apiextensions-apiserver `tableconvertor`).
+fn custom_table(
+    cols: &[Value],
+    objects: &[&Value],
+    include_object: &str,
+    list_meta: Value,
+    now: jiff::Timestamp,
+) -> Value {
+    let mut columns = vec![json!({"name": "Name", "type": "string", "format": "name",
+        "description": doc(OBJECT_META, "name"), "priority": 0})];
+    for c in cols {
+        columns.push(json!({
+            "name": c.get("name").cloned().unwrap_or(json!("")),
+            "type": c.get("type").cloned().unwrap_or(json!("string")),
+            "format": c.get("format").cloned().unwrap_or(json!("")),
+            "description": c.get("description").cloned().unwrap_or(json!("")),
+            "priority": c.get("priority").cloned().unwrap_or(json!(0)),
+        }));
+    }
+    let rows: Vec<Value> = objects
+        .iter()
+        .map(|o| {
+            let mut cells = vec![name(o)];
+            for c in cols {
+                let path = c.get("jsonPath").and_then(Value::as_str).unwrap_or("");
+                let ty = c.get("type").and_then(Value::as_str).unwrap_or("string");
+                let v = crate::crd::column_value(o, path);
+                // The CRD table convertor prints dates as ages.
+                let age = (ty == "date")
+                    .then(|| v.as_str().and_then(|t| t.parse::<jiff::Timestamp>().ok()))
+                    .flatten()
+                    .map(|t| json!(human_duration(now.as_second() - t.as_second())));
+                cells.push(age.unwrap_or_else(|| crate::crd::column_cell(v, ty)));
+            }
+            json!({"cells": cells, "object": row_object(o, include_object)})
         })
         .collect();
     json!({

@@ -1,0 +1,439 @@
+//! The rules controller end to end on kube-sim: the ProtectionRule CRD is
+//! created through the API, rules are custom resources validated by its
+//! schema and CEL rules, and the controller protects Secrets mounted by
+//! running pods.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube_sim::{KubeSim, SimConfig};
+use protection_core::featuregate::FeatureGates;
+use protection_core::release;
+use protection_core::{Metrics, Version};
+use protection_rules::examples;
+use protection_rules::spec::{self, CRD_YAML};
+use serde_json::{Value, json};
+use test_support::{eventually, until};
+
+const WAIT: Duration = Duration::from_secs(30);
+const FIN: &str = "example.com/secret-in-use";
+
+struct H {
+    _sim: KubeSim,
+    client: kube::Client,
+    shutdown: tokio_util::sync::CancellationToken,
+}
+
+impl Drop for H {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+async fn harness(gate: bool) -> H {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_test_writer()
+        .try_init();
+    let sim = KubeSim::start(SimConfig::default()).await.expect("start");
+    let client = sim.client().await;
+    let crd: CustomResourceDefinition = serde_yaml::from_str(CRD_YAML).expect("crd yaml");
+    Api::<CustomResourceDefinition>::all(client.clone())
+        .create(&PostParams::default(), &crd)
+        .await
+        .expect("create the CRD");
+    let registry = release::registry(protection_rules::GATES).expect("registry");
+    let mut gates = FeatureGates::new(registry, Version::new(0, 4));
+    if gate {
+        gates
+            .set_from_flag("InUseProtectionRules=true")
+            .expect("gate");
+    }
+    let metrics: Arc<Metrics> = Metrics::new().expect("metrics");
+    let t = test_support::controller_context(
+        protection_rules::controller::NAME,
+        sim.client_as("system:serviceaccount:pm:manager").await,
+        gates,
+        &metrics,
+        1,
+    );
+    let shutdown = t.shutdown.clone();
+    tokio::spawn(protection_rules::controller::run(t.ctx));
+    H {
+        _sim: sim,
+        client,
+        shutdown,
+    }
+}
+
+fn rules(c: &kube::Client) -> Api<DynamicObject> {
+    Api::all_with(c.clone(), &spec::api_resource())
+}
+
+/// The chart's `secrets-used-by-pods` example (pods refer to Secrets
+/// through volumes, env, envFrom, imagePullSecrets and projected volumes,
+/// while not finished) under `name`, `mode` and `finalizer`.
+fn rule(name: &str, mode: &str, finalizer: &str) -> DynamicObject {
+    let mut spec = examples::spec("secrets-used-by-pods", finalizer).expect("example");
+    spec["mode"] = json!(mode);
+    serde_json::from_value(json!({
+        "apiVersion": "protection-manager.io/v1alpha1",
+        "kind": "ProtectionRule",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))
+    .expect("rule")
+}
+
+async fn secret(c: &kube::Client, name: &str) {
+    let s: Secret = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
+    Api::<Secret>::namespaced(c.clone(), "default")
+        .create(&PostParams::default(), &s)
+        .await
+        .expect("create secret");
+}
+
+async fn running_pod(c: &kube::Client, name: &str, spec: Value) {
+    let pods = Api::<Pod>::namespaced(c.clone(), "default");
+    let p: Pod = serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap();
+    pods.create(&PostParams::default(), &p)
+        .await
+        .expect("create pod");
+    pods.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"phase": "Running"}})),
+    )
+    .await
+    .expect("pod status");
+}
+
+async fn finalizers(c: &kube::Client, name: &str) -> Option<Vec<String>> {
+    Api::<Secret>::namespaced(c.clone(), "default")
+        .get_opt(name)
+        .await
+        .expect("get secret")
+        .map(|s| s.metadata.finalizers.unwrap_or_default())
+}
+
+async fn status(c: &kube::Client, rule: &str) -> Value {
+    rules(c)
+        .get(rule)
+        .await
+        .map(|r| r.data.get("status").cloned().unwrap_or(Value::Null))
+        .unwrap_or(Value::Null)
+}
+
+async fn events_for(c: &kube::Client, name: &str, reason: &str) -> Vec<String> {
+    Api::<CoreEvent>::namespaced(c.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.name.as_deref() == Some(name) && e.reason.as_deref() == Some(reason)
+        })
+        .map(|e| e.message.unwrap_or_default())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_secret_mounted_by_a_running_pod_survives_delete_until_the_pod_is_gone() {
+    let h = harness(true).await;
+    let c = &h.client;
+    rules(c)
+        .create(
+            &PostParams::default(),
+            &rule("secrets-in-pods", "Enforce", FIN),
+        )
+        .await
+        .expect("create rule");
+    for s in ["mounted", "env", "pull", "projected", "unused"] {
+        secret(c, s).await;
+    }
+    running_pod(
+        c,
+        "web",
+        json!({
+            "containers": [{"name": "c", "image": "x",
+                "env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "env", "key": "k"}}}]}],
+            "imagePullSecrets": [{"name": "pull"}],
+            "volumes": [
+                {"name": "a", "secret": {"secretName": "mounted"}},
+                {"name": "b", "projected": {"sources": [{"secret": {"name": "projected"}}]}}
+            ]
+        }),
+    )
+    .await;
+    // Every Secret gets the finalizer (the add phase is on).
+    for s in ["mounted", "env", "pull", "projected", "unused"] {
+        until(WAIT, &format!("{s} carries {FIN}"), async || {
+            finalizers(c, s)
+                .await
+                .is_some_and(|f| f.contains(&FIN.to_string()))
+        })
+        .await;
+    }
+    let secrets = Api::<Secret>::namespaced(c.clone(), "default");
+    for s in ["mounted", "env", "pull", "projected", "unused"] {
+        secrets
+            .delete(s, &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    // The unused one goes; the four the pod uses stay.
+    until(WAIT, "the unused secret is gone", async || {
+        finalizers(c, "unused").await.is_none()
+    })
+    .await;
+    let st = eventually(WAIT, "status counts the four held", async || {
+        let st = status(c, "secrets-in-pods").await;
+        (st["heldNow"] == json!(4)).then_some(st)
+    })
+    .await;
+    assert_eq!(st["protected"], json!(4));
+    assert_eq!(st["conditions"][0]["type"], "Ready");
+    assert_eq!(st["conditions"][0]["status"], "True");
+    for s in ["mounted", "env", "pull", "projected"] {
+        assert!(finalizers(c, s).await.is_some(), "{s} is held");
+    }
+    let held = eventually(WAIT, "a FinalizerHeld event", async || {
+        let e = events_for(c, "mounted", "FinalizerHeld").await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    assert_eq!(
+        held[0],
+        "rule secrets-in-pods holds this deletion: in use by pods/web in default"
+    );
+    // The pod finishing releases them (its `while` no longer holds).
+    Api::<Pod>::namespaced(c.clone(), "default")
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"phase": "Succeeded"}})),
+        )
+        .await
+        .expect("pod done");
+    for s in ["mounted", "env", "pull", "projected"] {
+        until(WAIT, &format!("{s} is gone"), async || {
+            finalizers(c, s).await.is_none()
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn deleting_the_pod_releases_and_deleting_the_rule_leaves_no_finalizer() {
+    let h = harness(true).await;
+    let c = &h.client;
+    rules(c)
+        .create(&PostParams::default(), &rule("r", "Enforce", FIN))
+        .await
+        .expect("create rule");
+    secret(c, "a").await;
+    secret(c, "b").await;
+    running_pod(
+        c,
+        "p",
+        json!({"containers": [{"name": "c", "image": "x", "envFrom": [{"secretRef": {"name": "a"}}]}]}),
+    )
+    .await;
+    until(WAIT, "a and b carry the finalizer", async || {
+        finalizers(c, "a")
+            .await
+            .is_some_and(|f| f.contains(&FIN.to_string()))
+            && finalizers(c, "b")
+                .await
+                .is_some_and(|f| f.contains(&FIN.to_string()))
+    })
+    .await;
+    until(
+        WAIT,
+        "the rule carries its clean-up finalizer",
+        async || {
+            rules(c).get("r").await.is_ok_and(|r| {
+                r.metadata.finalizers.unwrap_or_default()
+                    == vec![protection_rules::controller::RULE_FINALIZER.to_string()]
+            })
+        },
+    )
+    .await;
+    let secrets = Api::<Secret>::namespaced(c.clone(), "default");
+    secrets
+        .delete("a", &DeleteParams::default())
+        .await
+        .expect("delete");
+    until(WAIT, "a is held", async || {
+        status(c, "r").await["heldNow"] == json!(1)
+    })
+    .await;
+    Api::<Pod>::namespaced(c.clone(), "default")
+        .delete("p", &DeleteParams::default())
+        .await
+        .expect("delete pod");
+    until(WAIT, "a is gone once the pod is", async || {
+        finalizers(c, "a").await.is_none()
+    })
+    .await;
+    assert_eq!(events_for(c, "a", "FinalizerReleased").await.len(), 1);
+
+    // Deleting the rule removes its finalizer from b, then the rule goes.
+    rules(c)
+        .delete("r", &DeleteParams::default())
+        .await
+        .expect("delete rule");
+    until(WAIT, "the rule is gone", async || {
+        rules(c).get_opt("r").await.expect("get").is_none()
+    })
+    .await;
+    assert_eq!(finalizers(c, "b").await, Some(vec![]));
+}
+
+#[tokio::test]
+async fn an_audit_rule_holds_nothing_and_reports_what_it_would_hold() {
+    let h = harness(true).await;
+    let c = &h.client;
+    rules(c)
+        .create(&PostParams::default(), &rule("audit", "Audit", FIN))
+        .await
+        .expect("create rule");
+    secret(c, "s").await;
+    running_pod(
+        c,
+        "p",
+        json!({"containers": [{"name": "c", "image": "x"}], "volumes": [{"name": "v", "secret": {"secretName": "s"}}]}),
+    )
+    .await;
+    until(WAIT, "the audit rule is running", async || {
+        status(c, "audit").await["conditions"][0]["reason"] == "Running"
+    })
+    .await;
+    assert_eq!(finalizers(c, "s").await, Some(vec![]));
+    Api::<Secret>::namespaced(c.clone(), "default")
+        .delete("s", &DeleteParams::default())
+        .await
+        .expect("delete");
+    assert_eq!(finalizers(c, "s").await, None, "nothing held");
+    let notes = eventually(WAIT, "a WouldHold event", async || {
+        let e = events_for(c, "s", "WouldHold").await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    assert_eq!(
+        notes,
+        ["rule audit (Audit) would hold this deletion: in use by pods/p in default"]
+    );
+    until(WAIT, "status counts it", async || {
+        status(c, "audit").await["wouldHold"] == json!(1)
+    })
+    .await;
+    // No rule finalizer either: an Audit rule has nothing to clean up.
+    assert!(
+        rules(c)
+            .get("audit")
+            .await
+            .unwrap()
+            .metadata
+            .finalizers
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn the_crd_refuses_bad_rules_with_the_api_servers_wording() {
+    let h = harness(true).await;
+    let c = &h.client;
+    let err = |e: kube::Error| match e {
+        kube::Error::Api(s) => (s.code, s.message),
+        other => panic!("{other}"),
+    };
+    let (code, msg) = err(rules(c)
+        .create(
+            &PostParams::default(),
+            &rule("bad", "Enforce", "kubernetes.io/secret-protection"),
+        )
+        .await
+        .unwrap_err());
+    assert_eq!(code, 422);
+    assert_eq!(
+        msg,
+        "ProtectionRule.protection-manager.io \"bad\" is invalid: spec.finalizer: Invalid value: \"string\": kubernetes.io/ names are reserved unless upstream's own (kubernetes.io/pvc-protection, kubernetes.io/pv-protection)"
+    );
+    let (code, msg) = err(rules(c)
+        .create(&PostParams::default(), &rule("bad", "Sometimes", FIN))
+        .await
+        .unwrap_err());
+    assert_eq!(code, 422);
+    assert_eq!(
+        msg,
+        "ProtectionRule.protection-manager.io \"bad\" is invalid: spec.mode: Unsupported value: \"Sometimes\": supported values: \"Enforce\", \"Audit\""
+    );
+    // The finalizer is immutable.
+    rules(c)
+        .create(&PostParams::default(), &rule("ok", "Enforce", FIN))
+        .await
+        .expect("create");
+    let (code, msg) = err(rules(c)
+        .patch(
+            "ok",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"finalizer": "example.com/other"}})),
+        )
+        .await
+        .unwrap_err());
+    assert_eq!(code, 422);
+    assert!(msg.ends_with("spec.finalizer: Invalid value: \"string\": finalizer is immutable; create a new rule and delete this one"), "{msg}");
+}
+
+#[tokio::test]
+async fn a_rule_whose_expression_fails_to_compile_is_refused_with_a_condition() {
+    let h = harness(true).await;
+    let c = &h.client;
+    let mut r = rule("typo", "Enforce", FIN);
+    r.data["spec"]["users"][0]["reference"] = json!("object.spec.(");
+    rules(c)
+        .create(&PostParams::default(), &r)
+        .await
+        .expect("create");
+    let st = eventually(WAIT, "a Ready=False condition", async || {
+        let st = status(c, "typo").await;
+        (st["conditions"][0]["status"] == "False").then_some(st)
+    })
+    .await;
+    assert_eq!(st["conditions"][0]["reason"], "InvalidRule");
+    assert!(
+        st["lastError"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("spec.users[0].reference: "),
+        "{st}"
+    );
+    // A rule over a kind the server does not serve is refused too.
+    let mut r = rule("nokind", "Enforce", FIN);
+    r.data["spec"]["protected"] =
+        json!({"group": "example.com", "version": "v1", "resource": "widgets"});
+    rules(c)
+        .create(&PostParams::default(), &r)
+        .await
+        .expect("create");
+    let st = eventually(WAIT, "a ResourceNotFound condition", async || {
+        let st = status(c, "nokind").await;
+        (st["conditions"][0]["reason"] == "ResourceNotFound").then_some(st)
+    })
+    .await;
+    assert!(
+        st["lastError"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("spec.protected: "),
+        "{st}"
+    );
+}
