@@ -553,6 +553,14 @@ const VAC: &[&str] = &[
     "list core/persistentvolumes",
     "watch core/persistentvolumes",
 ];
+const RULES: &[&str] = &[
+    "get protection-manager.io/protectionrules",
+    "list protection-manager.io/protectionrules",
+    "watch protection-manager.io/protectionrules",
+    "patch protection-manager.io/protectionrules",
+    "patch protection-manager.io/protectionrules/status",
+    "create authorization.k8s.io/selfsubjectaccessreviews",
+];
 const EVENTS: &[&str] = &[
     "create events.k8s.io/events",
     "patch events.k8s.io/events",
@@ -567,15 +575,16 @@ fn rbac_rules_follow_the_enabled_controllers() {
     let cases: &[Case] = &[
         (
             &[],
-            &[PV, PVC, LB, VAC, EVENTS],
-            "pv-protection,pvc-protection,service-lb-cleanup,vac-protection",
+            &[PV, PVC, LB, VAC, RULES, EVENTS],
+            "pv-protection,pvc-protection,rules,service-lb-cleanup,vac-protection",
         ),
         (
             &["controllers={*,-service-lb-cleanup}"],
-            &[PV, PVC, VAC, EVENTS],
-            "pv-protection,pvc-protection,vac-protection",
+            &[PV, PVC, VAC, RULES, EVENTS],
+            "pv-protection,pvc-protection,rules,vac-protection",
         ),
-        // vac-protection appeared in 0.4: at 0.3 `*` does not include it.
+        // vac-protection and rules appeared in 0.4: at 0.3 `*` does not
+        // include them.
         (
             &["emulatedVersion=0.3"],
             &[PV, PVC, LB, EVENTS],
@@ -593,8 +602,8 @@ fn rbac_rules_follow_the_enabled_controllers() {
         ),
         (
             &["controllers={-pvc-protection,*}"],
-            &[PV, LB, VAC, EVENTS],
-            "pv-protection,service-lb-cleanup,vac-protection",
+            &[PV, LB, VAC, RULES, EVENTS],
+            "pv-protection,rules,service-lb-cleanup,vac-protection",
         ),
         (
             &["controllers={persistentvolumeclaim-protection-controller,service-lb-controller}"],
@@ -610,8 +619,8 @@ fn rbac_rules_follow_the_enabled_controllers() {
         // service-lb-cleanup without a provider makes no API call.
         (
             &["loadBalancer.provider.endpoint="],
-            &[PV, PVC, VAC, EVENTS],
-            "pv-protection,pvc-protection,vac-protection",
+            &[PV, PVC, VAC, RULES, EVENTS],
+            "pv-protection,pvc-protection,rules,vac-protection",
         ),
         // At release 0.0 no controller exists yet.
         (&["emulatedVersion=0.0"], &[EVENTS], ""),

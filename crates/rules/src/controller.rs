@@ -24,7 +24,7 @@ use futures::StreamExt;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
 };
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use protection_core::controllers::{ControllerContext, ControllerError};
 use protection_core::finalizer::{FinalizerPatch, PatchStyle, PhasedFinalizer, has_finalizer};
@@ -57,6 +57,11 @@ struct State {
     cancel: CancellationToken,
 }
 
+/// How often a cluster without the ProtectionRule CRD is asked again.
+const REDISCOVER: Duration = Duration::from_secs(30);
+/// The readiness note while the CRD is missing.
+const NO_CRD_NOTE: &str = "the ProtectionRule CRD is not installed: no rules to run";
+
 /// Runs the rules controller until shutdown.
 pub async fn run(ctx: ControllerContext) -> Result<(), ControllerError> {
     let add_enabled = ctx
@@ -65,6 +70,37 @@ pub async fn run(ctx: ControllerContext) -> Result<(), ControllerError> {
         .unwrap_or(false);
     tracing::info!(controller = NAME, add_enabled, "starting controller");
     let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &spec::api_resource());
+    // Without the ProtectionRule CRD (the chart installs it; a bare cluster
+    // may not have it) there is nothing to do and no reason to hold the
+    // manager unready: say so, and look again now and then.
+    let mut warned = false;
+    loop {
+        match api.list_metadata(&ListParams::default().limit(1)).await {
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                if !warned {
+                    tracing::warn!(
+                        controller = NAME,
+                        "the cluster serves no protectionrules.protection-manager.io (the CRD is not installed); \
+                         the rules controller does nothing until it is (looking again every {}s)",
+                        REDISCOVER.as_secs()
+                    );
+                    warned = true;
+                }
+                ctx.ready.set_note(Some(NO_CRD_NOTE.into()));
+                ctx.ready.set(true);
+                tokio::select! {
+                    _ = ctx.shutdown.cancelled() => {
+                        ctx.ready.set(false);
+                        return Ok(());
+                    }
+                    _ = tokio::time::sleep(REDISCOVER) => {}
+                }
+            }
+            // Served (or an error the watcher below retries and reports).
+            _ => break,
+        }
+    }
+    ctx.ready.set_note(None);
     let mut stream = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
         .boxed();
