@@ -47,3 +47,40 @@ pub use finalizer::{
 };
 pub use metrics::{ControllerMetrics, Metrics};
 pub use version::Version;
+
+/// Implements `kube::Resource` for a slimmed-down core/v1 object type (a
+/// struct with a `metadata: ObjectMeta` field that the controllers decode
+/// instead of the full object, to keep their caches small).
+#[macro_export]
+macro_rules! core_v1_resource {
+    ($ty:ty, $kind:literal, $plural:literal, $scope:ty) => {
+        impl ::kube::Resource for $ty {
+            type DynamicType = ();
+            type Scope = $scope;
+
+            fn kind(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed($kind)
+            }
+            fn group(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed("")
+            }
+            fn version(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed("v1")
+            }
+            fn api_version(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed("v1")
+            }
+            fn plural(_: &()) -> ::std::borrow::Cow<'_, str> {
+                ::std::borrow::Cow::Borrowed($plural)
+            }
+            fn meta(&self) -> &::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(
+                &mut self,
+            ) -> &mut ::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}

@@ -10,11 +10,8 @@
 //! nothing on the wire changes; managedFields, labels and annotations are
 //! never held.
 
-use std::borrow::Cow;
-
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
-use kube::Resource;
 use serde::{Deserialize, Deserializer};
 
 /// A PersistentVolume reduced to what pv-protection reads.
@@ -104,50 +101,19 @@ impl From<&PersistentVolumeClaim> for PvcFacts {
     }
 }
 
-macro_rules! resource {
-    ($ty:ty, $kind:literal, $plural:literal, $scope:ty) => {
-        impl Resource for $ty {
-            type DynamicType = ();
-            type Scope = $scope;
-
-            fn kind(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed($kind)
-            }
-            fn group(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed("")
-            }
-            fn version(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed("v1")
-            }
-            fn api_version(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed("v1")
-            }
-            fn plural(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed($plural)
-            }
-            fn meta(&self) -> &ObjectMeta {
-                &self.metadata
-            }
-            fn meta_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.metadata
-            }
-        }
-    };
-}
-
-resource!(
+protection_core::core_v1_resource!(
     PvFacts,
     "PersistentVolume",
     "persistentvolumes",
     k8s_openapi::ClusterResourceScope
 );
-resource!(
+protection_core::core_v1_resource!(
     PvcFacts,
     "PersistentVolumeClaim",
     "persistentvolumeclaims",
     k8s_openapi::NamespaceResourceScope
 );
-resource!(
+protection_core::core_v1_resource!(
     crate::pod::PodFacts,
     "Pod",
     "pods",
@@ -197,6 +163,7 @@ pub fn lite_meta<'de, D: Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::Resource;
     use serde_json::json;
 
     #[test]

@@ -202,44 +202,13 @@ impl PvRefs {
     }
 }
 
-macro_rules! core_resource {
-    ($ty:ty, $kind:literal, $plural:literal, $scope:ty) => {
-        impl Resource for $ty {
-            type DynamicType = ();
-            type Scope = $scope;
-
-            fn kind(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed($kind)
-            }
-            fn group(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed("")
-            }
-            fn version(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed("v1")
-            }
-            fn api_version(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed("v1")
-            }
-            fn plural(_: &()) -> Cow<'_, str> {
-                Cow::Borrowed($plural)
-            }
-            fn meta(&self) -> &ObjectMeta {
-                &self.metadata
-            }
-            fn meta_mut(&mut self) -> &mut ObjectMeta {
-                &mut self.metadata
-            }
-        }
-    };
-}
-
-core_resource!(
+protection_core::core_v1_resource!(
     PvcRefs,
     "PersistentVolumeClaim",
     "persistentvolumeclaims",
     k8s_openapi::NamespaceResourceScope
 );
-core_resource!(
+protection_core::core_v1_resource!(
     PvRefs,
     "PersistentVolume",
     "persistentvolumes",
