@@ -86,14 +86,10 @@ pub async fn run(ctx: ControllerContext) -> Result<(), ControllerError> {
                     );
                     warned = true;
                 }
-                ctx.ready.set_note(Some(NO_CRD_NOTE.into()));
-                ctx.ready.set(true);
-                tokio::select! {
-                    _ = ctx.shutdown.cancelled() => {
-                        ctx.ready.set(false);
-                        return Ok(());
-                    }
-                    _ = tokio::time::sleep(REDISCOVER) => {}
+                if !protection_core::runtime::idle_while_unserved(&ctx, NO_CRD_NOTE, REDISCOVER)
+                    .await
+                {
+                    return Ok(());
                 }
             }
             // Served (or an error the watcher below retries and reports).

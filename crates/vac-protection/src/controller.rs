@@ -145,15 +145,10 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
                     );
                     warned = true;
                 }
-                ctx.ready.set_note(Some(NO_API_NOTE.into()));
-                // Nothing to sync: not a reason to hold the manager unready.
-                ctx.ready.set(true);
-                tokio::select! {
-                    _ = ctx.shutdown.cancelled() => {
-                        ctx.ready.set(false);
-                        return Ok(());
-                    }
-                    _ = tokio::time::sleep(REDISCOVER) => {}
+                if !protection_core::runtime::idle_while_unserved(&ctx, NO_API_NOTE, REDISCOVER)
+                    .await
+                {
+                    return Ok(());
                 }
             }
         }

@@ -72,6 +72,26 @@ pub fn phased_finalizer(
 }
 
 /// The store key of an object: `name` (cluster-scoped) or `namespace/name`.
+/// While the cluster does not serve a controller's API there is nothing to
+/// sync and no reason to hold the manager unready: reports ready with
+/// `note` (shown by `/readyz?verbose`) and waits `every` before the caller
+/// looks again. Answers false once shutdown was requested.
+pub async fn idle_while_unserved(
+    ctx: &crate::ControllerContext,
+    note: &str,
+    every: std::time::Duration,
+) -> bool {
+    ctx.ready.set_note(Some(note.into()));
+    ctx.ready.set(true);
+    tokio::select! {
+        _ = ctx.shutdown.cancelled() => {
+            ctx.ready.set(false);
+            false
+        }
+        _ = tokio::time::sleep(every) => true,
+    }
+}
+
 pub fn object_key<K: Resource>(obj: &K) -> String {
     match obj.meta().namespace.as_deref() {
         Some(ns) if !ns.is_empty() => format!("{ns}/{}", obj.name_any()),
