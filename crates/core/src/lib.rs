@@ -35,6 +35,7 @@ pub mod redact;
 pub mod release;
 pub mod release_guard;
 pub mod runtime;
+pub mod slim;
 pub mod version;
 
 pub use controllers::{

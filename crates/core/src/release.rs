@@ -12,11 +12,11 @@
 //! | 0.2     | Beta, default on          | add + remove |
 //! | 0.3     | GA, locked on             | add + remove |
 //!
-//! A controller added later starts its own train at the release that brings
-//! it ([`VAC_PHASED_ADD`]: vac-protection, new at 0.4, Alpha and off at 0.4,
-//! planned Beta at 0.5 and GA at 0.6). The binary stops at 0.4; the planned
-//! stages are in the table so that `feature-gates` and the chart can say
-//! what comes next, and a release's history never changes once shipped.
+//! A controller added later declares its own train starting at the release
+//! that brings it (vac-protection: new at 0.4, Alpha and off at 0.4, planned
+//! Beta at 0.5 and GA at 0.6). The binary stops at 0.4; the planned stages
+//! are in the table so that `feature-gates` and the chart can say what comes
+//! next, and a release's history never changes once shipped.
 //!
 //! Removing a finalizer is never gated: a release that knows a finalizer can
 //! always take it off, so downgrading by one release never strands one (the
@@ -49,18 +49,6 @@ pub const PHASED_ADD: &[FeatureSpec] = &[
     FeatureSpec::new(Version::new(0, 1), Stage::Alpha, false, false),
     FeatureSpec::new(Version::new(0, 2), Stage::Beta, true, false),
     FeatureSpec::new(Version::new(0, 3), Stage::GA, true, true),
-];
-
-/// The release at which vac-protection appeared (remove-only by default).
-pub const VAC_SINCE: Version = Version::new(0, 4);
-
-/// The train of the VolumeAttributesClass finalizer's addition: Alpha off
-/// at 0.4 (the release that brings the controller, removal always on),
-/// planned Beta on at 0.5 and GA locked on at 0.6.
-pub const VAC_PHASED_ADD: &[FeatureSpec] = &[
-    FeatureSpec::new(Version::new(0, 4), Stage::Alpha, false, false),
-    FeatureSpec::new(Version::new(0, 5), Stage::Beta, true, false),
-    FeatureSpec::new(Version::new(0, 6), Stage::GA, true, true),
 ];
 
 /// The registry of `gates` (a gate declared twice with the same history,
@@ -155,10 +143,14 @@ mod tests {
     }
 
     #[test]
-    fn the_vac_gate_starts_its_train_at_0_4() {
+    fn a_gate_added_later_starts_its_train_at_its_release() {
         const VAC: GateDecl = GateDecl {
             name: "VolumeAttributesClass",
-            history: VAC_PHASED_ADD,
+            history: &[
+                FeatureSpec::new(Version::new(0, 4), Stage::Alpha, false, false),
+                FeatureSpec::new(Version::new(0, 5), Stage::Beta, true, false),
+                FeatureSpec::new(Version::new(0, 6), Stage::GA, true, true),
+            ],
         };
         let all = &[STORAGE, SERVICE, VAC];
         for v in [0, 1, 2, 3] {

@@ -49,7 +49,6 @@ pub mod pv;
 pub mod pv_controller;
 pub mod pvc;
 pub mod pvc_controller;
-pub mod runtime;
 #[cfg(test)]
 mod testutil;
 
@@ -62,7 +61,7 @@ use protection_core::{
     ControllerDescriptor, ControllerInfo, FinalizerNames, FinalizerProfile, PolicyRule,
 };
 
-pub use runtime::Settings;
+pub use protection_core::runtime::{ReconcileError as Error, Settings};
 
 /// Default of `--storage-protection-resync-period`.
 pub const DEFAULT_RESYNC_PERIOD: Duration = Duration::from_secs(300);

@@ -21,7 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Deserializer};
 
-use crate::objects::lite_meta;
+use protection_core::slim::lite_meta;
 
 /// A Pod reduced to what the protection rules read.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]

@@ -25,7 +25,7 @@ use protection_core::{ControllerContext, ControllerMetrics, ControllerResult};
 
 use crate::objects::PvFacts;
 use crate::pv::{PvPlan, decide, held_note, released_note};
-use crate::runtime::{Error, Settings};
+use crate::{Error, Settings};
 
 /// Registered controller name.
 pub const NAME: &str = "pv-protection";

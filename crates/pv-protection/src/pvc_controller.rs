@@ -63,7 +63,7 @@ use crate::index::{ClaimKey, PodIndex, live_users};
 use crate::objects::PvcFacts;
 use crate::pod::PodFacts;
 use crate::pvc::{PvcPlan, controller_uid, decide, held_note, released_note};
-use crate::runtime::{Error, Settings};
+use crate::{Error, Settings};
 
 /// Registered controller name.
 pub const NAME: &str = "pvc-protection";
@@ -317,8 +317,8 @@ impl Shared {
         let pods = match api.list(&ListParams::default()).await {
             Ok(list) => list.items,
             Err(source) => {
-                let err = Error::LivePodList {
-                    namespace: namespace.to_string(),
+                let err = Error::LiveList {
+                    what: format!("pods in namespace {namespace}"),
                     source,
                 };
                 for (name, timer) in batch {

@@ -429,7 +429,7 @@ impl<V: ApiVersion> Shared<V> {
             .list(&lp)
             .await
             .map_err(|source| Error::LiveList {
-                resource: "persistentvolumeclaims",
+                what: "persistentvolumeclaims".into(),
                 source,
             })?
             .items;
@@ -437,7 +437,7 @@ impl<V: ApiVersion> Shared<V> {
             .list(&lp)
             .await
             .map_err(|source| Error::LiveList {
-                resource: "persistentvolumes",
+                what: "persistentvolumes".into(),
                 source,
             })?
             .items;

@@ -34,13 +34,25 @@ pub mod index;
 pub mod objects;
 pub mod vac;
 
-use std::time::Duration;
-
+use protection_core::featuregate::{FeatureSpec, Stage};
 use protection_core::finalizer::validate_finalizer_name;
-use protection_core::release::{GateDecl, VAC_PHASED_ADD, VAC_SINCE};
+use protection_core::release::GateDecl;
+use protection_core::version::Version;
 use protection_core::{
     ControllerDescriptor, ControllerInfo, FinalizerNames, FinalizerProfile, PolicyRule,
 };
+
+/// The release at which vac-protection appeared (remove-only by default).
+pub const VAC_SINCE: Version = Version::new(0, 4);
+
+/// The train of the VolumeAttributesClass finalizer's addition: Alpha off
+/// at 0.4 (the release that brings the controller, removal always on),
+/// planned Beta on at 0.5 and GA locked on at 0.6.
+pub const VAC_PHASED_ADD: &[FeatureSpec] = &[
+    FeatureSpec::new(Version::new(0, 4), Stage::Alpha, false, false),
+    FeatureSpec::new(Version::new(0, 5), Stage::Beta, true, false),
+    FeatureSpec::new(Version::new(0, 6), Stage::GA, true, true),
+];
 
 /// Gates the class finalizer's *addition* (removal is never gated). Named
 /// after upstream's gate: kube-controller-manager starts
@@ -84,28 +96,7 @@ pub const INFO: ControllerInfo = ControllerInfo {
 /// The controllers of this crate, as the manager knows them.
 pub const INFOS: &[&ControllerInfo] = &[&INFO];
 
-/// Why a reconcile failed (retried with the per-object backoff).
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Finalizer(#[from] protection_core::FinalizerError),
-    #[error("live list of {resource} failed: {source}")]
-    LiveList {
-        resource: &'static str,
-        #[source]
-        source: kube::Error,
-    },
-}
-
-/// How the controller runs.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// Our finalizer name.
-    pub finalizer: String,
-    /// Every this often, re-check every class upstream's informer resync
-    /// would; zero disables.
-    pub resync_period: Duration,
-}
+pub use protection_core::runtime::{ReconcileError as Error, Settings};
 
 /// Configuration errors.
 #[derive(Debug, thiserror::Error)]

@@ -19,7 +19,7 @@ use std::marker::PhantomData;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use pv_protection::objects::lite_meta;
+use protection_core::slim::lite_meta;
 use serde::Deserialize;
 
 /// The API group of VolumeAttributesClass.

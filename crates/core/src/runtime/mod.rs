@@ -47,6 +47,32 @@ use crate::controllers::{ControllerContext, ControllerError, ReadySignal};
 use crate::finalizer::{PatchStyle, PhasedFinalizer};
 use crate::release::GateDecl;
 
+/// Why an in-use controller's reconcile failed (retried with the per-object
+/// backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Finalizer(#[from] crate::FinalizerError),
+    /// The live confirmation before an irreversible removal failed: `what`
+    /// names the list ("pods in namespace ns", "persistentvolumeclaims").
+    #[error("live list of {what} failed: {source}")]
+    LiveList {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// How an in-use controller runs.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Our finalizer name.
+    pub finalizer: String,
+    /// Every this often, re-check every object upstream's informer resync
+    /// would (being deleted with our finalizer, or lacking it); zero disables.
+    pub resync_period: Duration,
+}
+
 /// The controller's finalizer, phased by `gate`: added only while the gate
 /// is on at the running (or emulated) release, always removed; each write
 /// one guarded JSON patch, counted in the controller's metrics.
