@@ -1,9 +1,9 @@
 //! Bearer-token authentication of the simulator's API.
 
-use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::convert::Infallible;
+use std::path::PathBuf;
 
-use parking_lot::Mutex;
+use token_file::TokenFile;
 
 /// Where the simulator takes the token that clients must present.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,27 +33,15 @@ pub enum TokenError {
     EmptyToken,
 }
 
-#[derive(Clone, PartialEq, Eq)]
-struct Stamp {
-    modified: Option<SystemTime>,
-    len: u64,
-    #[cfg(unix)]
-    ino: u64,
-}
-
-fn stamp(path: &Path) -> std::io::Result<Stamp> {
-    let md = std::fs::metadata(path)?;
-    Ok(Stamp {
-        modified: md.modified().ok(),
-        len: md.len(),
-        #[cfg(unix)]
-        ino: std::os::unix::fs::MetadataExt::ino(&md),
-    })
-}
-
 pub(crate) struct Authenticator {
-    auth: Auth,
-    cache: Mutex<Option<(Stamp, String)>>,
+    source: Source,
+}
+
+/// [`Auth`] with its token file opened.
+enum Source {
+    None,
+    Token(String),
+    File(TokenFile<String>),
 }
 
 /// Compares without an early exit, so the time taken does not reveal how
@@ -67,39 +55,30 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 impl Authenticator {
     pub fn new(auth: Auth) -> Result<Self, TokenError> {
-        let me = Self {
-            auth,
-            cache: Mutex::new(None),
+        let source = match auth {
+            Auth::None => Source::None,
+            Auth::Token(t) => Source::Token(t),
+            Auth::TokenFile(path) => Source::File(TokenFile::new(path)),
         };
+        let me = Self { source };
         // Fail at start, not at the first call, on an unusable token.
         me.expected()?;
         Ok(me)
     }
 
     fn expected(&self) -> Result<Option<String>, TokenError> {
-        match &self.auth {
-            Auth::None => Ok(None),
-            Auth::Token(t) if t.trim().is_empty() => Err(TokenError::EmptyToken),
-            Auth::Token(t) => Ok(Some(t.trim().to_owned())),
-            Auth::TokenFile(path) => {
-                let read_err = |source| TokenError::Read {
-                    path: path.clone(),
-                    source,
-                };
-                let st = stamp(path).map_err(read_err)?;
-                if let Some((cached, token)) = &*self.cache.lock()
-                    && *cached == st
-                {
-                    return Ok(Some(token.clone()));
+        match &self.source {
+            Source::None => Ok(None),
+            Source::Token(t) if t.trim().is_empty() => Err(TokenError::EmptyToken),
+            Source::Token(t) => Ok(Some(t.trim().to_owned())),
+            Source::File(file) => match file.get(|t| Ok::<_, Infallible>(t.to_owned())) {
+                Ok(token) => Ok(Some(token)),
+                Err(token_file::Error::Read { path, source }) => {
+                    Err(TokenError::Read { path, source })
                 }
-                let token = std::fs::read_to_string(path).map_err(read_err)?;
-                let token = token.trim().to_owned();
-                if token.is_empty() {
-                    return Err(TokenError::Empty { path: path.clone() });
-                }
-                *self.cache.lock() = Some((st, token.clone()));
-                Ok(Some(token))
-            }
+                Err(token_file::Error::Empty { path }) => Err(TokenError::Empty { path }),
+                Err(token_file::Error::Convert(never)) => match never {},
+            },
         }
     }
 

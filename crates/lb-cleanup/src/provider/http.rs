@@ -6,14 +6,14 @@
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use parking_lot::Mutex;
 use protection_core::redact::{REDACTED, redact_loosely, redact_url_credentials};
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
 use serde::{Deserialize, Serialize};
+use token_file::TokenFile;
 
 use super::{LbIngress, LbNode, LbRef, LbSpec, LbStatus, LoadBalancerProvider, ProviderError};
 
@@ -72,50 +72,28 @@ impl HttpProviderConfig {
     }
 }
 
-#[derive(Clone, PartialEq, Eq)]
-struct Stamp {
-    modified: Option<SystemTime>,
-    len: u64,
-    #[cfg(unix)]
-    ino: u64,
-}
+/// The bearer token as the `Authorization` header, re-read whenever the
+/// file changes (a Secret volume swaps a symlink, which changes the inode).
+struct TokenHeader(TokenFile<HeaderValue>);
 
-/// A bearer token in a file, re-read whenever the file's metadata changes
-/// (a Secret volume swaps a symlink, which changes the inode).
-struct TokenFile {
-    path: PathBuf,
-    cache: Mutex<Option<(Stamp, HeaderValue)>>,
-}
-
-impl TokenFile {
+impl TokenHeader {
     fn header(&self) -> Result<HeaderValue, ProviderError> {
         let cfg = |what: String| ProviderError::Config {
-            message: format!("bearer token file {}: {what}", self.path.display()),
+            message: format!("bearer token file {}: {what}", self.0.path().display()),
         };
-        let md = std::fs::metadata(&self.path).map_err(|e| cfg(format!("cannot read it: {e}")))?;
-        let stamp = Stamp {
-            modified: md.modified().ok(),
-            len: md.len(),
-            #[cfg(unix)]
-            ino: std::os::unix::fs::MetadataExt::ino(&md),
-        };
-        if let Some((cached, value)) = &*self.cache.lock()
-            && *cached == stamp
-        {
-            return Ok(value.clone());
-        }
-        let text =
-            std::fs::read_to_string(&self.path).map_err(|e| cfg(format!("cannot read it: {e}")))?;
-        let token = text.trim();
-        if token.is_empty() {
-            return Err(cfg("it is empty".to_owned()));
-        }
-        let mut value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-            cfg("the token has characters that cannot go in an HTTP header".to_owned())
-        })?;
-        value.set_sensitive(true);
-        *self.cache.lock() = Some((stamp, value.clone()));
-        Ok(value)
+        self.0
+            .get(|token| {
+                let mut value = HeaderValue::from_str(&format!("Bearer {token}"))?;
+                value.set_sensitive(true);
+                Ok::<_, reqwest::header::InvalidHeaderValue>(value)
+            })
+            .map_err(|e| match e {
+                token_file::Error::Read { source, .. } => cfg(format!("cannot read it: {source}")),
+                token_file::Error::Empty { .. } => cfg("it is empty".to_owned()),
+                token_file::Error::Convert(_) => {
+                    cfg("the token has characters that cannot go in an HTTP header".to_owned())
+                }
+            })
     }
 }
 
@@ -128,7 +106,7 @@ impl TokenFile {
 pub struct HttpProvider {
     base: Url,
     client: reqwest::Client,
-    token: Option<TokenFile>,
+    token: Option<TokenHeader>,
     request_timeout: Duration,
 }
 
@@ -136,7 +114,7 @@ impl std::fmt::Debug for HttpProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpProvider")
             .field("endpoint", &self.endpoint())
-            .field("token_file", &self.token.as_ref().map(|t| &t.path))
+            .field("token_file", &self.token.as_ref().map(|t| t.0.path()))
             .finish()
     }
 }
@@ -408,10 +386,9 @@ impl HttpProvider {
         }
         base.set_query(None);
         base.set_fragment(None);
-        let token = config.token_file.map(|path| TokenFile {
-            path,
-            cache: Mutex::new(None),
-        });
+        let token = config
+            .token_file
+            .map(|path| TokenHeader(TokenFile::new(path)));
         if let Some(t) = &token {
             t.header()?;
         }
@@ -535,7 +512,7 @@ impl HttpProvider {
         match status {
             401 | 403 => {
                 let hint = match &self.token {
-                    Some(t) => format!("check the bearer token in {}", t.path.display()),
+                    Some(t) => format!("check the bearer token in {}", t.0.path().display()),
                     None => "no bearer token file is configured".to_owned(),
                 };
                 ProviderError::Unauthorized {
@@ -804,7 +781,7 @@ impl HttpProvider {
 /// Where the provider reads its token, for messages.
 impl HttpProvider {
     pub fn token_file(&self) -> Option<&Path> {
-        self.token.as_ref().map(|t| t.path.as_path())
+        self.token.as_ref().map(|t| t.0.path())
     }
 }
 
