@@ -23,9 +23,9 @@ use std::sync::Arc;
 use cel::{Context, Env, Program, Value as CelValue};
 use serde_json::{Value, json};
 
-use crate::admission::cel::to_cel;
 use crate::error::FieldError;
 use crate::resources::{self, CustomResource, ResId};
+use kube_cel::{env, to_cel};
 
 /// One compiled `x-kubernetes-validations` rule.
 pub struct Rule {
@@ -62,15 +62,6 @@ impl std::fmt::Debug for Served {
             .field("crd", &self.crd)
             .finish()
     }
-}
-
-fn env() -> Result<Env, String> {
-    let mut env = Env::stdlib();
-    env.add_extension(cel::extensions::strings)
-        .map_err(|e| e.to_string())?;
-    env.add_extension(cel::extensions::lists)
-        .map_err(|e| e.to_string())?;
-    Ok(env)
 }
 
 fn compile_node(raw: &Value, path: &str, env: &Env, errs: &mut Vec<FieldError>) -> Node {

@@ -8,7 +8,6 @@
 use std::sync::Arc;
 
 use cel::{Context, Env, Program, Value as CelValue};
-use serde_json::Value;
 
 /// A compiled expression and its source.
 pub struct Expr {
@@ -21,15 +20,6 @@ impl std::fmt::Debug for Expr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("Expr").field(&self.source).finish()
     }
-}
-
-fn env() -> Result<Env, String> {
-    let mut env = Env::stdlib();
-    env.add_extension(cel::extensions::strings)
-        .map_err(|e| e.to_string())?;
-    env.add_extension(cel::extensions::lists)
-        .map_err(|e| e.to_string())?;
-    Ok(env)
 }
 
 /// Compiles `source`; the error names what is wrong, not where it is used.
@@ -48,27 +38,8 @@ pub fn compile(source: &str) -> Result<Expr, String> {
     })
 }
 
-/// JSON to CEL: integers `int`, objects maps with string keys.
-pub fn to_cel(v: &Value) -> CelValue {
-    match v {
-        Value::Null => CelValue::Null,
-        Value::Bool(b) => CelValue::Bool(*b),
-        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => CelValue::Int(i),
-            (None, Some(u)) => CelValue::UInt(u),
-            _ => CelValue::Float(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        Value::String(s) => CelValue::String(Arc::new(s.clone())),
-        Value::Array(a) => CelValue::List(Arc::new(a.iter().map(to_cel).collect())),
-        Value::Object(m) => {
-            let map: std::collections::HashMap<cel::objects::Key, CelValue> = m
-                .iter()
-                .map(|(k, v)| (cel::objects::Key::String(Arc::new(k.clone())), to_cel(v)))
-                .collect();
-            CelValue::Map(cel::objects::Map { map: Arc::new(map) })
-        }
-    }
-}
+use kube_cel::env;
+pub use kube_cel::to_cel;
 
 impl Expr {
     /// Runs the expression with `object` bound.

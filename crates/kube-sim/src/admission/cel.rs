@@ -130,11 +130,7 @@ pub struct Compiled {
 }
 
 fn base_env() -> Result<Env, String> {
-    let mut env = Env::stdlib();
-    env.add_extension(cel::extensions::strings)
-        .map_err(|e| e.to_string())?;
-    env.add_extension(cel::extensions::lists)
-        .map_err(|e| e.to_string())?;
+    let mut env = kube_cel::env()?;
     env.add_extension(cel::extensions::math)
         .map_err(|e| e.to_string())?;
     env.add_overload(
@@ -385,31 +381,7 @@ pub fn policy_env<'a>(compiled: impl Iterator<Item = &'a Compiled>) -> Result<Ar
     Ok(Arc::new(env))
 }
 
-/// JSON to a CEL value: integers are `int` (`uint` above i64), objects maps.
-pub fn to_cel(v: &Value) -> CelValue {
-    match v {
-        Value::Null => CelValue::Null,
-        Value::Bool(b) => CelValue::Bool(*b),
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                CelValue::Int(i)
-            } else if let Some(u) = n.as_u64() {
-                CelValue::UInt(u)
-            } else {
-                CelValue::Float(n.as_f64().unwrap_or(f64::NAN))
-            }
-        }
-        Value::String(s) => CelValue::String(Arc::new(s.clone())),
-        Value::Array(a) => CelValue::List(Arc::new(a.iter().map(to_cel).collect())),
-        Value::Object(m) => {
-            let map: std::collections::HashMap<cel::objects::Key, CelValue> = m
-                .iter()
-                .map(|(k, v)| (cel::objects::Key::String(Arc::new(k.clone())), to_cel(v)))
-                .collect();
-            CelValue::Map(cel::objects::Map { map: Arc::new(map) })
-        }
-    }
-}
+pub use kube_cel::to_cel;
 
 /// A CEL result as JSON; structs (`Object...`, `JSONPatch`) become objects.
 pub fn to_json(v: &CelValue) -> Result<Value, String> {
