@@ -274,6 +274,20 @@ impl State {
         }
     }
 
+    /// A resource the rule names is not served (yet): refused, and looked at
+    /// again in 10 s (a CRD may be on its way).
+    async fn not_found(&mut self, name: &str, generation: i64, field: &str, e: String) {
+        self.retry
+            .insert(name.into(), Instant::now() + Duration::from_secs(10));
+        self.refuse(
+            name,
+            generation,
+            "ResourceNotFound",
+            format!("{field}: {e}"),
+        )
+        .await
+    }
+
     async fn refuse(&mut self, name: &str, generation: i64, reason: &str, message: String) {
         tracing::warn!(controller = NAME, rule = name, reason, %message, "rule refused");
         let status = json!({
@@ -337,44 +351,17 @@ impl State {
             Err(e) => return self.refuse(name, generation, "InvalidRule", e).await,
         };
         let client = &self.ctx.client;
-        let protected = match runner::resolve(
-            client,
-            &spec.protected.group,
-            &spec.protected.version,
-            spec.protected.resource.as_deref(),
-            spec.protected.kind.as_deref(),
-        )
-        .await
-        {
+        let protected = match runner::resolve_protected(client, &spec.protected).await {
             Ok(k) => k,
-            Err(e) => {
-                self.retry
-                    .insert(name.into(), Instant::now() + Duration::from_secs(10));
-                return self
-                    .refuse(
-                        name,
-                        generation,
-                        "ResourceNotFound",
-                        format!("spec.protected: {e}"),
-                    )
-                    .await;
-            }
+            Err(e) => return self.not_found(name, generation, "spec.protected", e).await,
         };
         let mut user_kinds = Vec::new();
         for (i, u) in spec.users.iter().enumerate() {
             match runner::resolve(client, &u.group, &u.version, Some(&u.resource), None).await {
                 Ok(k) => user_kinds.push(k),
                 Err(e) => {
-                    self.retry
-                        .insert(name.into(), Instant::now() + Duration::from_secs(10));
-                    return self
-                        .refuse(
-                            name,
-                            generation,
-                            "ResourceNotFound",
-                            format!("spec.users[{i}]: {e}"),
-                        )
-                        .await;
+                    let field = format!("spec.users[{i}]");
+                    return self.not_found(name, generation, &field, e).await;
                 }
             }
         }

@@ -69,15 +69,7 @@ pub async fn explain(
         else {
             continue;
         };
-        let Ok(protected) = runner::resolve(
-            client,
-            &spec.protected.group,
-            &spec.protected.version,
-            spec.protected.resource.as_deref(),
-            spec.protected.kind.as_deref(),
-        )
-        .await
-        else {
+        let Ok(protected) = runner::resolve_protected(client, &spec.protected).await else {
             continue;
         };
         if !matches(&protected, resource) {

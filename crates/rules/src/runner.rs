@@ -46,6 +46,21 @@ impl Kind {
     }
 }
 
+/// Resolves a rule's `spec.protected` (resource or kind) to its API.
+pub async fn resolve_protected(
+    client: &kube::Client,
+    p: &crate::spec::Protected,
+) -> Result<Kind, String> {
+    resolve(
+        client,
+        &p.group,
+        &p.version,
+        p.resource.as_deref(),
+        p.kind.as_deref(),
+    )
+    .await
+}
+
 /// Finds a kind by resource (or kind) through discovery of its group-version.
 pub async fn resolve(
     client: &kube::Client,
