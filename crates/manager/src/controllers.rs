@@ -38,7 +38,7 @@ const CRATES: &[Crate] = &[
     Crate {
         infos: vac_protection::INFOS,
         descriptors: |a| {
-            vac_protection::descriptors(&a.storage, a.finalizer_profile)
+            vac_protection::descriptors(a.storage.resync_period, a.finalizer_profile)
                 .context("VolumeAttributesClass protection settings")
         },
     },

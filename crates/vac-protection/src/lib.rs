@@ -105,17 +105,18 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// The controller of this crate. It shares the storage protection flags
-/// (`--storage-protection-resync-period`) with pv/pvc-protection.
+/// The controller of this crate. It re-checks classes every
+/// `resync_period` (the manager passes the storage protection flag,
+/// `--storage-protection-resync-period`, shared with pv/pvc-protection).
 pub fn descriptors(
-    opts: &pv_protection::Options,
+    resync_period: std::time::Duration,
     profile: FinalizerProfile,
 ) -> Result<Vec<ControllerDescriptor>, ConfigError> {
     let finalizer = INFO.finalizer.get(profile).to_string();
     validate_finalizer_name(&finalizer).map_err(|e| ConfigError::Invalid(e.to_string()))?;
     let settings = Settings {
         finalizer,
-        resync_period: opts.resync_period,
+        resync_period,
     };
     Ok(vec![ControllerDescriptor {
         info: &INFO,
@@ -145,7 +146,7 @@ mod tests {
     #[test]
     fn the_descriptor_is_new_at_0_4_with_the_upstream_alias() {
         let d = descriptors(
-            &pv_protection::Options::default(),
+            std::time::Duration::from_secs(300),
             FinalizerProfile::Project,
         )
         .unwrap();
