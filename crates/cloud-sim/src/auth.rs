@@ -21,14 +21,9 @@ pub enum Auth {
 /// A token file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
-    #[error("cannot read the token file {}: {source}", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("the token file {} is empty", path.display())]
-    Empty { path: PathBuf },
+    /// The token file cannot be read, or is empty.
+    #[error(transparent)]
+    File(#[from] token_file::Error<Infallible>),
     #[error("the configured token is empty")]
     EmptyToken,
 }
@@ -71,14 +66,7 @@ impl Authenticator {
             Source::None => Ok(None),
             Source::Token(t) if t.trim().is_empty() => Err(TokenError::EmptyToken),
             Source::Token(t) => Ok(Some(t.trim().to_owned())),
-            Source::File(file) => match file.get(|t| Ok::<_, Infallible>(t.to_owned())) {
-                Ok(token) => Ok(Some(token)),
-                Err(token_file::Error::Read { path, source }) => {
-                    Err(TokenError::Read { path, source })
-                }
-                Err(token_file::Error::Empty { path }) => Err(TokenError::Empty { path }),
-                Err(token_file::Error::Convert(never)) => match never {},
-            },
+            Source::File(file) => Ok(Some(file.get(|t| Ok::<_, Infallible>(t.to_owned()))?)),
         }
     }
 
