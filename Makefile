@@ -99,8 +99,8 @@ bench-sim:
 # then unused PVCs deleted at 100/s, then ~1,000 used PVCs released by deleting
 # their pods; prints writes per object (finalizer vs Event), peak RSS and the
 # manager's CPU seconds (release build).
-.PHONY: bench bench-cost-model bench-pv bench-lb
-bench: bench-cost-model bench-pv bench-lb
+.PHONY: bench bench-cost-model bench-pv bench-lb bench-rules
+bench: bench-cost-model bench-pv bench-lb bench-rules
 
 # The cost model's own figures beside the real API server's it was
 # calibrated to (kube-sim --cost-model=real-1.36; see crates/kube-sim/README.md).
@@ -111,6 +111,12 @@ bench-cost-model:
 # release when the PVCs go (in-process kube-sim; prints figures).
 bench-vac:
 	$(CARGO) run --release -p vac-protection --example bench_vac -- $(BENCH_ARGS)
+
+# One ProtectionRule (the chart's secrets-used-by-pods) over 10,000 Secrets
+# and 20,000 pods: back-fill, release after the last pod goes, RSS, requests.
+bench-rules:
+	$(CARGO) build --release -p protection-manager --bin protection-manager
+	$(CARGO) run --release -p protection-rules --example bench_rules -- $(BENCH_ARGS)
 
 bench-pv:
 	$(CARGO) build --release -p protection-manager --bin protection-manager

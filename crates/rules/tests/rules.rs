@@ -437,3 +437,169 @@ async fn a_rule_whose_expression_fails_to_compile_is_refused_with_a_condition() 
         "{st}"
     );
 }
+
+/// Updating a rule re-indexes without a gap: a Secret held under the old
+/// spec stays held while the new spec's watches sync, and what the new spec
+/// no longer counts is released once it runs.
+#[tokio::test]
+async fn updating_a_rule_keeps_holding_through_the_switch_and_applies_the_new_spec() {
+    let h = harness(true).await;
+    let c = &h.client;
+    rules(c)
+        .create(&PostParams::default(), &rule("r", "Enforce", FIN))
+        .await
+        .expect("create rule");
+    secret(c, "mounted").await;
+    secret(c, "pull").await;
+    running_pod(
+        c,
+        "p",
+        json!({"containers": [{"name": "c", "image": "x"}],
+               "imagePullSecrets": [{"name": "pull"}],
+               "volumes": [{"name": "v", "secret": {"secretName": "mounted"}}]}),
+    )
+    .await;
+    until(WAIT, "both carry the finalizer", async || {
+        for s in ["mounted", "pull"] {
+            if !finalizers(c, s)
+                .await
+                .is_some_and(|f| f.contains(&FIN.to_string()))
+            {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    let secrets = Api::<Secret>::namespaced(c.clone(), "default");
+    for s in ["mounted", "pull"] {
+        secrets
+            .delete(s, &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    until(WAIT, "both are held", async || {
+        status(c, "r").await["heldNow"] == json!(2)
+    })
+    .await;
+    // The new spec counts volumes only (imagePullSecrets no longer).
+    let reference =
+        "object.spec.?volumes.orValue([]).filter(v, has(v.secret)).map(v, v.secret.secretName)";
+    rules(c)
+        .patch(
+            "r",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"users": [{
+                "version": "v1", "resource": "pods", "reference": reference,
+                "while": "!(object.?status.?phase.orValue('') in ['Succeeded', 'Failed'])"
+            }]}})),
+        )
+        .await
+        .expect("update the rule");
+    // Through the switch the mounted Secret is never released.
+    let switched = async {
+        loop {
+            let st = status(c, "r").await;
+            assert!(
+                finalizers(c, "mounted").await.is_some(),
+                "the mounted Secret was released during the update (status {st})"
+            );
+            if st["observedGeneration"] == json!(2) && st["conditions"][0]["reason"] == "Running" {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, switched)
+        .await
+        .expect("the new spec runs");
+    until(
+        WAIT,
+        "the pull Secret is released by the new spec",
+        async || finalizers(c, "pull").await.is_none(),
+    )
+    .await;
+    assert!(
+        finalizers(c, "mounted").await.is_some(),
+        "still mounted: still held"
+    );
+    Api::<Pod>::namespaced(c.clone(), "default")
+        .delete("p", &DeleteParams::default())
+        .await
+        .expect("delete pod");
+    until(WAIT, "the mounted Secret goes with its pod", async || {
+        finalizers(c, "mounted").await.is_none()
+    })
+    .await;
+}
+
+/// `explain secrets/NAME` names the rule and the users that hold it, and
+/// says when nothing does.
+#[tokio::test]
+async fn explain_names_the_rule_and_the_users_holding_a_secret() {
+    let h = harness(true).await;
+    let c = &h.client;
+    rules(c)
+        .create(
+            &PostParams::default(),
+            &rule("secrets-in-pods", "Enforce", FIN),
+        )
+        .await
+        .expect("create rule");
+    secret(c, "db").await;
+    for p in ["api", "worker"] {
+        running_pod(
+            c,
+            p,
+            json!({"containers": [{"name": "c", "image": "x", "envFrom": [{"secretRef": {"name": "db"}}]}]}),
+        )
+        .await;
+    }
+    until(WAIT, "db carries the finalizer", async || {
+        finalizers(c, "db")
+            .await
+            .is_some_and(|f| f.contains(&FIN.to_string()))
+    })
+    .await;
+    Api::<Secret>::namespaced(c.clone(), "default")
+        .delete("db", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let e = protection_rules::explain::explain(c, "secret", Some("default"), "db")
+        .await
+        .expect("explain")
+        .expect("a rule protects secrets");
+    assert!(e.found && e.deleting);
+    assert_eq!(e.rules.len(), 1);
+    assert_eq!(
+        protection_rules::explain::render(&e),
+        format!(
+            "secrets default/db: Terminating\n  finalizers: {FIN}\n  rule secrets-in-pods (Enforce, finalizer {FIN}): held by pods/api in default, pods/worker in default\n  The deletion completes once no user refers to it (or the rule is deleted).\n"
+        )
+    );
+    // A kind no rule protects: no answer from the rules.
+    assert!(
+        protection_rules::explain::explain(c, "configmaps", Some("default"), "x")
+            .await
+            .expect("explain")
+            .is_none()
+    );
+    for p in ["api", "worker"] {
+        Api::<Pod>::namespaced(c.clone(), "default")
+            .delete(p, &DeleteParams::default())
+            .await
+            .expect("delete pod");
+    }
+    until(WAIT, "db is gone", async || {
+        finalizers(c, "db").await.is_none()
+    })
+    .await;
+    let e = protection_rules::explain::explain(c, "secrets", Some("default"), "db")
+        .await
+        .expect("explain")
+        .expect("a rule protects secrets");
+    assert_eq!(
+        protection_rules::explain::render(&e),
+        "secrets default/db: not found\n"
+    );
+}
