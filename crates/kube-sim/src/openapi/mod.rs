@@ -36,153 +36,86 @@ pub struct ServedResource {
     pub status: bool,
 }
 
-const fn r(
-    group: &'static str,
-    version: &'static str,
-    kind: &'static str,
-    plural: &'static str,
-    namespaced: bool,
-    status: bool,
-) -> ServedResource {
-    ServedResource {
-        group,
-        version,
-        kind,
-        plural,
-        namespaced,
-        status,
-    }
-}
+/// The resources of issue 3, by group, version and plural in the order the
+/// documents list them. Kind, scope and status subresource are those of
+/// [`crate::resources::RESOURCES`].
+const SERVED: &[(&str, &str, &[&str])] = &[
+    (
+        "",
+        "v1",
+        &[
+            "namespaces",
+            "pods",
+            "services",
+            "persistentvolumes",
+            "persistentvolumeclaims",
+            "secrets",
+            "configmaps",
+            "serviceaccounts",
+            "endpoints",
+            "events",
+            "nodes",
+        ],
+    ),
+    ("events.k8s.io", "v1", &["events"]),
+    ("coordination.k8s.io", "v1", &["leases"]),
+    ("apps", "v1", &["deployments", "replicasets"]),
+    ("batch", "v1", &["jobs"]),
+    (
+        "storage.k8s.io",
+        "v1",
+        &["storageclasses", "volumeattributesclasses"],
+    ),
+    ("storage.k8s.io", "v1beta1", &["volumeattributesclasses"]),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        &[
+            "roles",
+            "rolebindings",
+            "clusterroles",
+            "clusterrolebindings",
+        ],
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        &[
+            "mutatingadmissionpolicies",
+            "mutatingadmissionpolicybindings",
+        ],
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1beta1",
+        &[
+            "mutatingadmissionpolicies",
+            "mutatingadmissionpolicybindings",
+        ],
+    ),
+    ("policy", "v1", &["poddisruptionbudgets"]),
+];
 
 /// The resources of issue 3, with upstream scope and status subresources.
-pub const SERVED_RESOURCES: &[ServedResource] = &[
-    r("", "v1", "Namespace", "namespaces", false, true),
-    r("", "v1", "Pod", "pods", true, true),
-    r("", "v1", "Service", "services", true, true),
-    r(
-        "",
-        "v1",
-        "PersistentVolume",
-        "persistentvolumes",
-        false,
-        true,
-    ),
-    r(
-        "",
-        "v1",
-        "PersistentVolumeClaim",
-        "persistentvolumeclaims",
-        true,
-        true,
-    ),
-    r("", "v1", "Secret", "secrets", true, false),
-    r("", "v1", "ConfigMap", "configmaps", true, false),
-    r("", "v1", "ServiceAccount", "serviceaccounts", true, false),
-    r("", "v1", "Endpoints", "endpoints", true, false),
-    r("", "v1", "Event", "events", true, false),
-    r("", "v1", "Node", "nodes", false, true),
-    r("events.k8s.io", "v1", "Event", "events", true, false),
-    r("coordination.k8s.io", "v1", "Lease", "leases", true, false),
-    r("apps", "v1", "Deployment", "deployments", true, true),
-    r("apps", "v1", "ReplicaSet", "replicasets", true, true),
-    r("batch", "v1", "Job", "jobs", true, true),
-    r(
-        "storage.k8s.io",
-        "v1",
-        "StorageClass",
-        "storageclasses",
-        false,
-        false,
-    ),
-    r(
-        "storage.k8s.io",
-        "v1",
-        "VolumeAttributesClass",
-        "volumeattributesclasses",
-        false,
-        false,
-    ),
-    r(
-        "storage.k8s.io",
-        "v1beta1",
-        "VolumeAttributesClass",
-        "volumeattributesclasses",
-        false,
-        false,
-    ),
-    r(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "Role",
-        "roles",
-        true,
-        false,
-    ),
-    r(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "RoleBinding",
-        "rolebindings",
-        true,
-        false,
-    ),
-    r(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "ClusterRole",
-        "clusterroles",
-        false,
-        false,
-    ),
-    r(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "ClusterRoleBinding",
-        "clusterrolebindings",
-        false,
-        false,
-    ),
-    r(
-        "admissionregistration.k8s.io",
-        "v1",
-        "MutatingAdmissionPolicy",
-        "mutatingadmissionpolicies",
-        false,
-        false,
-    ),
-    r(
-        "admissionregistration.k8s.io",
-        "v1",
-        "MutatingAdmissionPolicyBinding",
-        "mutatingadmissionpolicybindings",
-        false,
-        false,
-    ),
-    r(
-        "admissionregistration.k8s.io",
-        "v1beta1",
-        "MutatingAdmissionPolicy",
-        "mutatingadmissionpolicies",
-        false,
-        false,
-    ),
-    r(
-        "admissionregistration.k8s.io",
-        "v1beta1",
-        "MutatingAdmissionPolicyBinding",
-        "mutatingadmissionpolicybindings",
-        false,
-        false,
-    ),
-    r(
-        "policy",
-        "v1",
-        "PodDisruptionBudget",
-        "poddisruptionbudgets",
-        true,
-        true,
-    ),
-];
+pub static SERVED_RESOURCES: LazyLock<Vec<ServedResource>> = LazyLock::new(|| {
+    SERVED
+        .iter()
+        .flat_map(|(group, version, plurals)| plurals.iter().map(move |p| (*group, *version, *p)))
+        .map(|(group, version, plural)| {
+            let id = crate::resources::find(group, version, plural)
+                .unwrap_or_else(|| panic!("{group}/{version} {plural} is a built-in resource"));
+            let d = crate::resources::def(id);
+            ServedResource {
+                group: d.group,
+                version: d.version,
+                kind: d.kind,
+                plural: d.resource,
+                namespaced: d.namespaced,
+                status: d.has_status,
+            }
+        })
+        .collect()
+});
 
 const PATCH_TYPES: [&str; 4] = [
     "application/json-patch+json",
@@ -608,7 +541,7 @@ fn info() -> Value {
 
 fn build_v2() -> Value {
     let mut paths = Map::new();
-    for res in SERVED_RESOURCES {
+    for res in SERVED_RESOURCES.iter() {
         resource_paths(res, &mut paths);
     }
     json!({
@@ -901,7 +834,7 @@ mod tests {
     /// query parameter, or kubectl/helm fall back to client-side validation.
     #[test]
     fn every_patch_operation_supports_field_validation_for_its_kind() {
-        for res in SERVED_RESOURCES {
+        for res in SERVED_RESOURCES.iter() {
             let path = gv_prefix(res.group, res.version)
                 .trim_start_matches('/')
                 .to_string();
