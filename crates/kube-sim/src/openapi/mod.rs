@@ -393,18 +393,18 @@ fn resource_paths(res: &ServedResource, paths: &mut Map<String, Value>) {
             responses: json!({"200": ok(status.clone()), "401": unauthorized}),
         }),
     );
-    coll.insert(
-        "get".into(),
+    let list_op = |op_id: String| {
         operation(OpSpec {
             res,
             action: "list",
-            op_id: format!("list{gv}{scope}{kind}"),
+            op_id,
             description: format!("list or watch objects of kind {kind}"),
             params: list_params(),
             consumes: vec!["*/*"],
             responses: json!({"200": ok(list.clone()), "401": unauthorized}),
-        }),
-    );
+        })
+    };
+    coll.insert("get".into(), list_op(format!("list{gv}{scope}{kind}")));
     coll.insert("parameters".into(), Value::Array(scope_params.clone()));
     coll.insert("post".into(), operation(OpSpec {
         res, action: "post",
@@ -482,15 +482,7 @@ fn resource_paths(res: &ServedResource, paths: &mut Map<String, Value>) {
         let mut all = Map::new();
         all.insert(
             "get".into(),
-            operation(OpSpec {
-                res,
-                action: "list",
-                op_id: format!("list{gv}{kind}ForAllNamespaces"),
-                description: format!("list or watch objects of kind {kind}"),
-                params: list_params(),
-                consumes: vec!["*/*"],
-                responses: json!({"200": ok(list), "401": {"description": "Unauthorized"}}),
-            }),
+            list_op(format!("list{gv}{kind}ForAllNamespaces")),
         );
         all.insert("parameters".into(), json!([p_pretty()]));
         paths.insert(format!("{prefix}/{}", res.plural), Value::Object(all));
