@@ -22,7 +22,7 @@ use super::container::{self, CState, Shared, Status, Term};
 use super::probe;
 use super::rewrite;
 use crate::cluster::events::EventType;
-use crate::cluster::runtime::PodRuntime;
+use crate::cluster::runtime::PodProcess;
 
 /// The service-account directory a real pod gets.
 pub const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -51,7 +51,7 @@ pub(crate) async fn run(ctx: Arc<AgentCtx>, mut rx: watch::Receiver<Option<Arc<P
         .and_then(|s| s.start_time.clone())
         .map(|t| crate::object::format_time(t.0))
         .unwrap_or_else(crate::object::now_string);
-    ctx.runtimes.upsert(PodRuntime {
+    ctx.runtimes.upsert(PodProcess {
         namespace: ns.clone(),
         name: name.clone(),
         uid: uid.clone(),
