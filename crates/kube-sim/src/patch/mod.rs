@@ -46,13 +46,7 @@ impl PatchKind {
     /// Parameters (`; charset=utf-8`) are ignored, as upstream's content
     /// negotiation does.
     pub fn from_content_type(ct: &str) -> Option<PatchKind> {
-        let media = ct
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        match media.as_str() {
+        match crate::negotiate::media_type(ct).as_str() {
             "application/json-patch+json" => Some(PatchKind::Json),
             "application/merge-patch+json" => Some(PatchKind::Merge),
             "application/strategic-merge-patch+json" => Some(PatchKind::Strategic),
