@@ -138,46 +138,43 @@ fn gv_prefix(group: &str, version: &str) -> String {
     }
 }
 
-/// Operation-id fragment: `CoreV1`, `AppsV1`, `RbacAuthorizationV1`.
-fn gv_camel(group: &str, version: &str) -> String {
-    let g = if group.is_empty() {
+/// The group as operation ids and tags name it: `core`, `apps`,
+/// `rbac.authorization`.
+fn short_group(group: &str) -> &str {
+    if group.is_empty() {
         "core"
     } else {
         group.trim_end_matches(".k8s.io")
-    };
-    let mut out = String::new();
-    for part in g.split('.') {
-        let mut c = part.chars();
-        if let Some(f) = c.next() {
-            out.extend(f.to_uppercase());
-            out.push_str(c.as_str());
-        }
     }
-    let mut v = version.chars();
-    if let Some(f) = v.next() {
+}
+
+/// Appends `s` with its first letter upper-case.
+fn push_capitalized(out: &mut String, s: &str) {
+    let mut c = s.chars();
+    if let Some(f) = c.next() {
         out.extend(f.to_uppercase());
-        out.push_str(v.as_str());
+        out.push_str(c.as_str());
     }
+}
+
+/// Operation-id fragment: `CoreV1`, `AppsV1`, `RbacAuthorizationV1`.
+fn gv_camel(group: &str, version: &str) -> String {
+    let mut out = String::new();
+    for part in short_group(group).split('.') {
+        push_capitalized(&mut out, part);
+    }
+    push_capitalized(&mut out, version);
     out
 }
 
 /// Tag: `core_v1`, `rbacAuthorization_v1`.
 fn gv_tag(group: &str, version: &str) -> String {
-    let g = if group.is_empty() {
-        "core"
-    } else {
-        group.trim_end_matches(".k8s.io")
-    };
     let mut out = String::new();
-    for (i, part) in g.split('.').enumerate() {
+    for (i, part) in short_group(group).split('.').enumerate() {
         if i == 0 {
             out.push_str(part);
         } else {
-            let mut c = part.chars();
-            if let Some(f) = c.next() {
-                out.extend(f.to_uppercase());
-                out.push_str(c.as_str());
-            }
+            push_capitalized(&mut out, part);
         }
     }
     format!("{out}_{version}")
