@@ -45,6 +45,10 @@ pub struct ResourceDef {
 }
 
 impl ResourceDef {
+    /// The same resource served at another version.
+    const fn at(self, version: &'static str) -> ResourceDef {
+        ResourceDef { version, ..self }
+    }
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.to_string()
@@ -155,74 +159,78 @@ macro_rules! res {
     (@ $d:ident fields[$($x:literal),*]) => { ResourceDef { field_labels: &[$($x),*], ..$d } };
 }
 
+/// The kinds served at two versions, declared once.
+#[rustfmt::skip]
+const VAC: ResourceDef = res! { "storage.k8s.io", "v1", "volumeattributesclasses",
+    "VolumeAttributesClass", "volumeattributesclass"; cluster short["vac"] };
+#[rustfmt::skip]
+const MAP: ResourceDef = res! { "admissionregistration.k8s.io", "v1",
+    "mutatingadmissionpolicies", "MutatingAdmissionPolicy", "mutatingadmissionpolicy";
+    cluster cat["api-extensions"] generation };
+#[rustfmt::skip]
+const MAP_BINDING: ResourceDef = res! { "admissionregistration.k8s.io", "v1",
+    "mutatingadmissionpolicybindings", "MutatingAdmissionPolicyBinding",
+    "mutatingadmissionpolicybinding"; cluster cat["api-extensions"] generation };
+
 /// Every resource kube-sim serves, in discovery order.
+#[rustfmt::skip]
 pub static RESOURCES: &[ResourceDef] = &[
     res! { "", "v1", "bindings", "Binding", "binding"; no_deletecollection },
     res! { "", "v1", "componentstatuses", "ComponentStatus", "componentstatus";
-    cluster short["cs"] no_deletecollection },
+        cluster short["cs"] no_deletecollection },
     res! { "", "v1", "configmaps", "ConfigMap", "configmap"; short["cm"] },
     res! { "", "v1", "endpoints", "Endpoints", "endpoints"; short["ep"] create_on_update },
     res! { "", "v1", "events", "Event", "event";
-    short["ev"] create_on_update fields[EVENT_FIELDS] },
+        short["ev"] create_on_update fields[EVENT_FIELDS] },
     res! { "", "v1", "limitranges", "LimitRange", "limitrange"; short["limits"] },
     res! { "", "v1", "namespaces", "Namespace", "namespace";
-    cluster short["ns"] status name[DnsLabel] fields["status.phase"] no_deletecollection },
+        cluster short["ns"] status name[DnsLabel] fields["status.phase"] no_deletecollection },
     res! { "", "v1", "nodes", "Node", "node";
-    cluster short["no"] status fields["spec.unschedulable"] },
+        cluster short["no"] status fields["spec.unschedulable"] },
     res! { "", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", "persistentvolumeclaim";
-    short["pvc"] status },
+        short["pvc"] status },
     res! { "", "v1", "persistentvolumes", "PersistentVolume", "persistentvolume";
-    cluster short["pv"] status },
+        cluster short["pv"] status },
     res! { "", "v1", "pods", "Pod", "pod";
-    short["po"] cat["all"] status generation fields[POD_FIELDS] },
+        short["po"] cat["all"] status generation fields[POD_FIELDS] },
     res! { "", "v1", "podtemplates", "PodTemplate", "podtemplate" },
     res! { "", "v1", "replicationcontrollers", "ReplicationController", "replicationcontroller";
-    short["rc"] cat["all"] status generation },
+        short["rc"] cat["all"] status generation },
     res! { "", "v1", "resourcequotas", "ResourceQuota", "resourcequota"; short["quota"] status },
     res! { "", "v1", "secrets", "Secret", "secret"; fields["type"] },
     res! { "", "v1", "serviceaccounts", "ServiceAccount", "serviceaccount"; short["sa"] },
     res! { "", "v1", "services", "Service", "service";
-    short["svc"] cat["all"] status name[Dns1035Label] fields["spec.clusterIP", "spec.type"] },
+        short["svc"] cat["all"] status name[Dns1035Label] fields["spec.clusterIP", "spec.type"] },
     res! { "apps", "v1", "deployments", "Deployment", "deployment";
-    short["deploy"] cat["all"] status generation },
+        short["deploy"] cat["all"] status generation },
     res! { "apps", "v1", "replicasets", "ReplicaSet", "replicaset";
-    short["rs"] cat["all"] status generation fields["status.replicas"] },
+        short["rs"] cat["all"] status generation fields["status.replicas"] },
     res! { "batch", "v1", "jobs", "Job", "job";
-    cat["all"] status generation fields["status.successful"] },
+        cat["all"] status generation fields["status.successful"] },
     res! { "coordination.k8s.io", "v1", "leases", "Lease", "lease"; create_on_update },
     res! { "events.k8s.io", "v1", "events", "Event", "event";
-    short["ev"] create_on_update fields[EVENTS_V1_FIELDS] },
+        short["ev"] create_on_update fields[EVENTS_V1_FIELDS] },
     res! { "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", "poddisruptionbudget";
-    short["pdb"] status generation },
+        short["pdb"] status generation },
     res! { "rbac.authorization.k8s.io", "v1", "clusterrolebindings",
-    "ClusterRoleBinding", "clusterrolebinding"; cluster name[PathSegment] create_on_update },
+        "ClusterRoleBinding", "clusterrolebinding"; cluster name[PathSegment] create_on_update },
     res! { "rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", "clusterrole";
-    cluster name[PathSegment] create_on_update },
+        cluster name[PathSegment] create_on_update },
     res! { "rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", "rolebinding";
-    name[PathSegment] create_on_update },
+        name[PathSegment] create_on_update },
     res! { "rbac.authorization.k8s.io", "v1", "roles", "Role", "role";
-    name[PathSegment] create_on_update },
+        name[PathSegment] create_on_update },
     res! { "storage.k8s.io", "v1", "storageclasses", "StorageClass", "storageclass";
-    cluster short["sc"] },
-    res! { "storage.k8s.io", "v1", "volumeattributesclasses",
-    "VolumeAttributesClass", "volumeattributesclass"; cluster short["vac"] },
-    res! { "storage.k8s.io", "v1beta1", "volumeattributesclasses",
-    "VolumeAttributesClass", "volumeattributesclass"; cluster short["vac"] },
-    res! { "admissionregistration.k8s.io", "v1", "mutatingadmissionpolicies",
-    "MutatingAdmissionPolicy", "mutatingadmissionpolicy";
-    cluster cat["api-extensions"] generation },
-    res! { "admissionregistration.k8s.io", "v1", "mutatingadmissionpolicybindings",
-    "MutatingAdmissionPolicyBinding", "mutatingadmissionpolicybinding";
-    cluster cat["api-extensions"] generation },
-    res! { "admissionregistration.k8s.io", "v1beta1", "mutatingadmissionpolicies",
-    "MutatingAdmissionPolicy", "mutatingadmissionpolicy";
-    cluster cat["api-extensions"] generation },
-    res! { "admissionregistration.k8s.io", "v1beta1", "mutatingadmissionpolicybindings",
-    "MutatingAdmissionPolicyBinding", "mutatingadmissionpolicybinding";
-    cluster cat["api-extensions"] generation },
+        cluster short["sc"] },
+    VAC,
+    VAC.at("v1beta1"),
+    MAP,
+    MAP_BINDING,
+    MAP.at("v1beta1"),
+    MAP_BINDING.at("v1beta1"),
     res! { "apiextensions.k8s.io", "v1", "customresourcedefinitions",
-    "CustomResourceDefinition", "customresourcedefinition";
-    cluster short["crd", "crds"] cat["api-extensions"] status generation },
+        "CustomResourceDefinition", "customresourcedefinition";
+        cluster short["crd", "crds"] cat["api-extensions"] status generation },
 ];
 
 /// Index of a resource: below `RESOURCES.len()` a built-in one, above it a
