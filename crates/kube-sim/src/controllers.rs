@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::object;
 use crate::resources::{self, RESOURCES, ResId};
-use crate::store::{DeleteOptions, Store, WriteOptions};
+use crate::store::{DeleteOptions, Store, Stored, WriteOptions};
 
 const MANAGER: &str = "kube-sim-controllers";
 
@@ -114,6 +114,45 @@ fn reconcile_namespaces(store: &Store) -> bool {
     busy
 }
 
+/// A JSON merge patch `p` of `ns/name` by the controllers' field manager.
+fn merge_patch(
+    store: &Store,
+    rid: ResId,
+    ns: &str,
+    name: &str,
+    p: &Value,
+) -> Result<(Arc<Stored>, bool), crate::error::ApiError> {
+    store.patch(
+        rid,
+        ns,
+        name,
+        None,
+        crate::patch::PatchKind::Merge,
+        p.to_string().as_bytes(),
+        &WriteOptions::manager(MANAGER),
+    )
+}
+
+/// Every object of the built-in resources with its ownerReferences,
+/// resource by resource as the loop reaches it (events.k8s.io/v1 is a view
+/// of the core events' storage, so it is skipped).
+fn objects_with_owner_refs(
+    store: &Store,
+) -> impl Iterator<Item = (ResId, Arc<Stored>, Vec<Value>)> + '_ {
+    (0..RESOURCES.len())
+        .filter(|&i| crate::event_versions::storage_of(i).is_none())
+        .flat_map(move |i| store.snapshot(i, None).0.into_iter().map(move |it| (i, it)))
+        .map(|(i, it)| {
+            let refs = it
+                .value
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            (i, it, refs)
+        })
+}
+
 /// Returns whether GC work remains.
 fn reconcile_gc(store: &Store) -> bool {
     let pending: Vec<_> = store.gc_pending.lock().iter().cloned().collect();
@@ -128,55 +167,34 @@ fn reconcile_gc(store: &Store) -> bool {
         let orphan = fins.iter().any(|f| f == "orphan");
         let foreground = fins.iter().any(|f| f == "foregroundDeletion");
         let mut dependents_left = 0;
-        for (i, def) in RESOURCES.iter().enumerate() {
-            if crate::event_versions::storage_of(i).is_some() {
+        for (i, it, refs) in objects_with_owner_refs(store) {
+            if !refs
+                .iter()
+                .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid.as_str()))
+            {
                 continue;
             }
-            let (items, _) = store.snapshot(i, None);
-            for it in items {
-                let refs = it
-                    .value
-                    .pointer("/metadata/ownerReferences")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                if !refs
-                    .iter()
-                    .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid.as_str()))
-                {
+            let (dns, dname) = it.key();
+            if orphan {
+                let kept: Vec<Value> = refs
+                    .into_iter()
+                    .filter(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()))
+                    .collect();
+                let p = json!({"metadata": {"ownerReferences": if kept.is_empty() { Value::Null } else { json!(kept) }}});
+                let _ = merge_patch(store, i, &dns, &dname, &p);
+            } else if foreground {
+                dependents_left += 1;
+                if object::meta(&it.value).is_some_and(|m| m.contains_key("deletionTimestamp")) {
                     continue;
                 }
-                let (dns, dname) = it.key();
-                if orphan {
-                    let kept: Vec<Value> = refs
-                        .into_iter()
-                        .filter(|r| r.get("uid").and_then(Value::as_str) != Some(uid.as_str()))
-                        .collect();
-                    let p = json!({"metadata": {"ownerReferences": if kept.is_empty() { Value::Null } else { json!(kept) }}});
-                    let _ = store.patch(
-                        i,
-                        &dns,
-                        &dname,
-                        None,
-                        crate::patch::PatchKind::Merge,
-                        p.to_string().as_bytes(),
-                        &WriteOptions::manager(MANAGER),
-                    );
-                } else if foreground {
-                    dependents_left += 1;
-                    if object::meta(&it.value).is_some_and(|m| m.contains_key("deletionTimestamp"))
-                    {
-                        continue;
-                    }
-                    let opts = DeleteOptions {
-                        propagation_policy: Some("Foreground".into()),
-                        ..Default::default()
-                    };
-                    if let Err(e) = store.delete(i, &dns, &dname, &opts)
-                        && e.code != 404
-                    {
-                        tracing::warn!(resource = def.resource, object = %dname, error = %e, "garbage collector: delete failed");
-                    }
+                let opts = DeleteOptions {
+                    propagation_policy: Some("Foreground".into()),
+                    ..Default::default()
+                };
+                if let Err(e) = store.delete(i, &dns, &dname, &opts)
+                    && e.code != 404
+                {
+                    tracing::warn!(resource = RESOURCES[i].resource, object = %dname, error = %e, "garbage collector: delete failed");
                 }
             }
         }
@@ -190,15 +208,7 @@ fn reconcile_gc(store: &Store) -> bool {
             .filter(|f| f != "orphan" && f != "foregroundDeletion")
             .collect();
         let p = json!({"metadata": {"finalizers": if keep.is_empty() { Value::Null } else { json!(keep) }}});
-        match store.patch(
-            rid,
-            &ns,
-            &name,
-            None,
-            crate::patch::PatchKind::Merge,
-            p.to_string().as_bytes(),
-            &WriteOptions::manager(MANAGER),
-        ) {
+        match merge_patch(store, rid, &ns, &name, &p) {
             Ok(_) => {
                 store.gc_pending.lock().remove(&(rid, (ns, name)));
             }
@@ -243,53 +253,33 @@ fn reconcile_dependents(store: &Store) -> bool {
         return false;
     }
     let deleted: std::collections::HashSet<String> = deleted.into_iter().collect();
-    for (i, _) in RESOURCES.iter().enumerate() {
-        if crate::event_versions::storage_of(i).is_some() {
+    for (i, it, refs) in objects_with_owner_refs(store) {
+        let touched = refs.iter().any(|r| {
+            r.get("uid")
+                .and_then(Value::as_str)
+                .is_some_and(|u| deleted.contains(u))
+        });
+        if !touched {
             continue;
         }
-        let (items, _) = store.snapshot(i, None);
-        for it in items {
-            let refs = it
-                .value
-                .pointer("/metadata/ownerReferences")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default();
-            let touched = refs.iter().any(|r| {
-                r.get("uid")
-                    .and_then(Value::as_str)
-                    .is_some_and(|u| deleted.contains(u))
-            });
-            if !touched {
+        let (ns, name) = it.key();
+        let alive: Vec<Value> = refs
+            .iter()
+            .filter(|r| owner_exists(store, &ns, r))
+            .cloned()
+            .collect();
+        if alive.is_empty() {
+            if object::meta(&it.value).is_some_and(|m| m.contains_key("deletionTimestamp")) {
                 continue;
             }
-            let (ns, name) = it.key();
-            let alive: Vec<Value> = refs
-                .iter()
-                .filter(|r| owner_exists(store, &ns, r))
-                .cloned()
-                .collect();
-            if alive.is_empty() {
-                if object::meta(&it.value).is_some_and(|m| m.contains_key("deletionTimestamp")) {
-                    continue;
-                }
-                if let Err(e) = store.delete(i, &ns, &name, &DeleteOptions::default())
-                    && e.code != 404
-                {
-                    tracing::warn!(object = %name, error = %e, "garbage collector: delete failed");
-                }
-            } else if alive.len() != refs.len() {
-                let p = json!({"metadata": {"ownerReferences": alive}});
-                let _ = store.patch(
-                    i,
-                    &ns,
-                    &name,
-                    None,
-                    crate::patch::PatchKind::Merge,
-                    p.to_string().as_bytes(),
-                    &WriteOptions::manager(MANAGER),
-                );
+            if let Err(e) = store.delete(i, &ns, &name, &DeleteOptions::default())
+                && e.code != 404
+            {
+                tracing::warn!(object = %name, error = %e, "garbage collector: delete failed");
             }
+        } else if alive.len() != refs.len() {
+            let p = json!({"metadata": {"ownerReferences": alive}});
+            let _ = merge_patch(store, i, &ns, &name, &p);
         }
     }
     false

@@ -99,6 +99,24 @@ fn reorder(m: Map<String, Value>, kind: &str, api_version: &str, order: &[&str])
     Value::Object(out)
 }
 
+/// `m` with its keys renamed by [`RENAMES`]: `direction` turns a pair
+/// `(v1, core)` into `(from, to)`.
+fn renamed(
+    m: &Map<String, Value>,
+    direction: fn(&(&'static str, &'static str)) -> (&'static str, &'static str),
+) -> Map<String, Value> {
+    let mut out = Map::new();
+    for (k, val) in m {
+        let name = RENAMES
+            .iter()
+            .map(direction)
+            .find(|(from, _)| from == k)
+            .map_or(k.as_str(), |(_, to)| to);
+        out.insert(name.to_string(), val.clone());
+    }
+    out
+}
+
 /// A stored core/v1 Event as events.k8s.io/v1.
 pub fn core_to_v1(v: &Value) -> Value {
     if let Some(view) = crate::admission::versions::to_view(v) {
@@ -107,15 +125,7 @@ pub fn core_to_v1(v: &Value) -> Value {
     let Value::Object(m) = v else {
         return v.clone();
     };
-    let mut out = Map::new();
-    for (k, val) in m {
-        let name = RENAMES
-            .iter()
-            .find(|(_, core)| core == k)
-            .map(|(v1, _)| *v1)
-            .unwrap_or(k.as_str());
-        out.insert(name.to_string(), val.clone());
-    }
+    let mut out = renamed(m, |&(v1, core)| (core, v1));
     out.entry("eventTime").or_insert(Value::Null);
     reorder(out, "Event", "events.k8s.io/v1", V1_ORDER)
 }
@@ -128,16 +138,7 @@ pub fn v1_to_core(v: &Value) -> Value {
     let Value::Object(m) = v else {
         return v.clone();
     };
-    let mut out = Map::new();
-    for (k, val) in m {
-        let name = RENAMES
-            .iter()
-            .find(|(v1, _)| v1 == k)
-            .map(|(_, core)| *core)
-            .unwrap_or(k.as_str());
-        out.insert(name.to_string(), val.clone());
-    }
-    reorder(out, "Event", "v1", CORE_ORDER)
+    reorder(renamed(m, |&pair| pair), "Event", "v1", CORE_ORDER)
 }
 
 /// A field selector label of events.k8s.io/v1 as the core/v1 one.

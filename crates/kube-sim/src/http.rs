@@ -542,13 +542,7 @@ async fn read_body(req: Request<Incoming>) -> Result<(Option<String>, Bytes), Ap
 
 /// Decodes a create/update body (JSON or YAML).
 fn decode_object(ct: Option<&str>, body: &[u8]) -> Result<Value, ApiError> {
-    let media = ct
-        .unwrap_or(JSON)
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let media = crate::negotiate::media_type(ct.unwrap_or(JSON));
     match media.as_str() {
         "application/json" | "" | "*/*" => serde_json::from_slice(body).map_err(|e| {
             ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))

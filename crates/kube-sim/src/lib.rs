@@ -155,6 +155,29 @@ pub(crate) fn kubeconfig_yaml(url: &str, user: &str) -> String {
     )
 }
 
+/// `user` as a file name: what is not an ASCII letter, digit or `-` as `_`.
+pub(crate) fn file_safe(user: &str) -> String {
+    user.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// A client from the kubeconfig file at `path`.
+pub(crate) async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, String> {
+    let kc = kube::config::Kubeconfig::read_from(path).map_err(|e| e.to_string())?;
+    let config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| e.to_string())?;
+    kube::Client::try_from(config).map_err(|e| e.to_string())
+}
+
 fn seed_objects(store: &Store) -> Result<(), ApiError> {
     let ns = resources::find("", "v1", "namespaces").unwrap_or(0);
     for n in ["default", "kube-system", "kube-public", "kube-node-lease"] {
@@ -279,17 +302,7 @@ impl KubeSim {
         if user.is_empty() || !user.bytes().all(|b| b.is_ascii_graphic()) {
             return Err(SimError::User(user.to_string()));
         }
-        let safe: String = user
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        let path = self.dir.join(format!("kubeconfig-{safe}"));
+        let path = self.dir.join(format!("kubeconfig-{}", file_safe(user)));
         write_file(&path, &kubeconfig_yaml(&self.url(), user))?;
         Ok(path)
     }
@@ -297,13 +310,9 @@ impl KubeSim {
     /// A client authenticated as `user`.
     pub async fn try_client_as(&self, user: &str) -> Result<kube::Client, SimError> {
         let path = self.kubeconfig_for(user)?;
-        let kc = kube::config::Kubeconfig::read_from(&path)
-            .map_err(|e| SimError::Client(e.to_string()))?;
-        let config =
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| SimError::Client(e.to_string()))?;
-        kube::Client::try_from(config).map_err(|e| SimError::Client(e.to_string()))
+        client_from_kubeconfig(&path)
+            .await
+            .map_err(SimError::Client)
     }
 
     /// A client as user "admin".

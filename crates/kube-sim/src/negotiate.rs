@@ -38,6 +38,16 @@ fn parse(accept: &str) -> Vec<MediaRange<'_>> {
         .collect()
 }
 
+/// The media type of a `Content-Type`: lower-case, without parameters
+/// (`; charset=utf-8`), as upstream's content negotiation reads it.
+pub(crate) fn media_type(ct: &str) -> String {
+    ct.split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
 /// Picks the first acceptable media range, in the client's order.
 /// `None`: nothing kube-sim can produce (answer 406).
 pub fn negotiate(accept: Option<&str>, discovery_endpoint: bool) -> Option<Want> {

@@ -45,6 +45,10 @@ pub struct ResourceDef {
 }
 
 impl ResourceDef {
+    /// The same resource served at another version.
+    const fn at(self, version: &'static str) -> ResourceDef {
+        ResourceDef { version, ..self }
+    }
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.to_string()
@@ -115,592 +119,118 @@ const EVENTS_V1_FIELDS: &[&str] = &[
     "deprecatedSource",
 ];
 
+/// One row of [`RESOURCES`]: group, version, plural, kind and singular,
+/// then after `;` what differs from a namespaced kind with a DNS-subdomain
+/// name, no status, no generation, no create-on-update, no field labels of
+/// its own, and `deletecollection`: `cluster`, `status`, `generation`,
+/// `create_on_update`, `no_deletecollection`, `name[rule]`, `short[..]`,
+/// `cat[..]` and `fields[..]` (names, or a list constant).
 macro_rules! res {
-    ($g:expr, $v:expr, $r:expr, $k:expr, $s:expr, ns=$ns:expr, short=$sn:expr, cat=$cat:expr,
-     status=$st:expr, name=$nr:expr, generation=$gen:expr, cou=$cou:expr, fields=$f:expr, dc=$dc:expr) => {
-        ResourceDef {
+    ($g:literal, $v:literal, $r:literal, $k:literal, $s:literal
+     $(; $($flag:ident $([$($arg:tt)*])?)*)?) => {{
+        let d = ResourceDef {
             group: $g,
             version: $v,
             resource: $r,
             kind: $k,
             singular: $s,
-            namespaced: $ns,
-            short_names: $sn,
-            categories: $cat,
-            has_status: $st,
-            name_rule: $nr,
-            generation: $gen,
-            allow_create_on_update: $cou,
-            field_labels: $f,
-            delete_collection: $dc,
-        }
-    };
+            namespaced: true,
+            short_names: &[],
+            categories: &[],
+            has_status: false,
+            name_rule: NameRule::DnsSubdomain,
+            generation: false,
+            allow_create_on_update: false,
+            field_labels: &[],
+            delete_collection: true,
+        };
+        $($(let d = res!(@ d $flag $([$($arg)*])?);)*)?
+        d
+    }};
+    (@ $d:ident cluster) => { ResourceDef { namespaced: false, ..$d } };
+    (@ $d:ident status) => { ResourceDef { has_status: true, ..$d } };
+    (@ $d:ident generation) => { ResourceDef { generation: true, ..$d } };
+    (@ $d:ident create_on_update) => { ResourceDef { allow_create_on_update: true, ..$d } };
+    (@ $d:ident no_deletecollection) => { ResourceDef { delete_collection: false, ..$d } };
+    (@ $d:ident name[$rule:ident]) => { ResourceDef { name_rule: NameRule::$rule, ..$d } };
+    (@ $d:ident short[$($x:literal),*]) => { ResourceDef { short_names: &[$($x),*], ..$d } };
+    (@ $d:ident cat[$($x:literal),*]) => { ResourceDef { categories: &[$($x),*], ..$d } };
+    (@ $d:ident fields[$list:ident]) => { ResourceDef { field_labels: $list, ..$d } };
+    (@ $d:ident fields[$($x:literal),*]) => { ResourceDef { field_labels: &[$($x),*], ..$d } };
 }
 
-use NameRule::*;
+/// The kinds served at two versions, declared once.
+#[rustfmt::skip]
+const VAC: ResourceDef = res! { "storage.k8s.io", "v1", "volumeattributesclasses",
+    "VolumeAttributesClass", "volumeattributesclass"; cluster short["vac"] };
+#[rustfmt::skip]
+const MAP: ResourceDef = res! { "admissionregistration.k8s.io", "v1",
+    "mutatingadmissionpolicies", "MutatingAdmissionPolicy", "mutatingadmissionpolicy";
+    cluster cat["api-extensions"] generation };
+#[rustfmt::skip]
+const MAP_BINDING: ResourceDef = res! { "admissionregistration.k8s.io", "v1",
+    "mutatingadmissionpolicybindings", "MutatingAdmissionPolicyBinding",
+    "mutatingadmissionpolicybinding"; cluster cat["api-extensions"] generation };
 
 /// Every resource kube-sim serves, in discovery order.
+#[rustfmt::skip]
 pub static RESOURCES: &[ResourceDef] = &[
-    res!(
-        "",
-        "v1",
-        "bindings",
-        "Binding",
-        "binding",
-        ns = true,
-        short = &[],
-        cat = &[],
-        status = false,
-        name = DnsSubdomain,
-        generation = false,
-        cou = false,
-        fields = &[],
-        dc = false
-    ),
-    res!(
-        "",
-        "v1",
-        "componentstatuses",
-        "ComponentStatus",
-        "componentstatus",
-        ns = false,
-        short = &["cs"],
-        cat = &[],
-        status = false,
-        name = DnsSubdomain,
-        generation = false,
-        cou = false,
-        fields = &[],
-        dc = false
-    ),
-    res!(
-        "",
-        "v1",
-        "configmaps",
-        "ConfigMap",
-        "configmap",
-        ns = true,
-        short = &["cm"],
-        cat = &[],
-        status = false,
-        name = DnsSubdomain,
-        generation = false,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "",
-        "v1",
-        "endpoints",
-        "Endpoints",
-        "endpoints",
-        ns = true,
-        short = &["ep"],
-        cat = &[],
-        status = false,
-        name = DnsSubdomain,
-        generation = false,
-        cou = true,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "",
-        "v1",
-        "events",
-        "Event",
-        "event",
-        ns = true,
-        short = &["ev"],
-        cat = &[],
-        status = false,
-        name = DnsSubdomain,
-        generation = false,
-        cou = true,
-        fields = EVENT_FIELDS,
-        dc = true
-    ),
-    res!(
-        "",
-        "v1",
-        "limitranges",
-        "LimitRange",
-        "limitrange",
-        ns = true,
-        short = &["limits"],
-        cat = &[],
-        status = false,
-        name = DnsSubdomain,
-        generation = false,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "",
-        "v1",
-        "namespaces",
-        "Namespace",
-        "namespace",
-        ns = false,
-        short = &["ns"],
-        cat = &[],
-        status = true,
-        name = DnsLabel,
-        generation = false,
-        cou = false,
-        fields = &["status.phase"],
-        dc = false
-    ),
-    res!(
-        "",
-        "v1",
-        "nodes",
-        "Node",
-        "node",
-        ns = false,
-        short = &["no"],
-        cat = &[],
-        status = true,
-        name = DnsSubdomain,
-        generation = false,
-        cou = false,
-        fields = &["spec.unschedulable"],
-        dc = true
-    ),
-    res!(
-        "",
-        "v1",
-        "persistentvolumeclaims",
-        "PersistentVolumeClaim",
-        "persistentvolumeclaim",
-        ns = true,
-        short = &["pvc"],
-        cat = &[],
-        status = true,
-        name = DnsSubdomain,
-        generation = false,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "",
-        "v1",
-        "persistentvolumes",
-        "PersistentVolume",
-        "persistentvolume",
-        ns = false,
-        short = &["pv"],
-        cat = &[],
-        status = true,
-        name = DnsSubdomain,
-        generation = false,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "",
-        "v1",
-        "pods",
-        "Pod",
-        "pod",
-        ns = true,
-        short = &["po"],
-        cat = &["all"],
-        status = true,
-        name = DnsSubdomain,
-        generation = true,
-        cou = false,
-        fields = POD_FIELDS,
-        dc = true
-    ),
-    res!(
-        "",
-        "v1",
-        "podtemplates",
-        "PodTemplate",
-        "podtemplate",
-        ns = true,
-        short = &[],
-        cat = &[],
-        status = false,
-        name = DnsSubdomain,
-        generation = false,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "",
-        "v1",
-        "replicationcontrollers",
-        "ReplicationController",
-        "replicationcontroller",
-        ns = true,
-        short = &["rc"],
-        cat = &["all"],
-        status = true,
-        name = DnsSubdomain,
-        generation = true,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "",
-        "v1",
-        "resourcequotas",
-        "ResourceQuota",
-        "resourcequota",
-        ns = true,
-        short = &["quota"],
-        cat = &[],
-        status = true,
-        name = DnsSubdomain,
-        generation = false,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "",
-        "v1",
-        "secrets",
-        "Secret",
-        "secret",
-        ns = true,
-        short = &[],
-        cat = &[],
-        status = false,
-        name = DnsSubdomain,
-        generation = false,
-        cou = false,
-        fields = &["type"],
-        dc = true
-    ),
-    res!(
-        "",
-        "v1",
-        "serviceaccounts",
-        "ServiceAccount",
-        "serviceaccount",
-        ns = true,
-        short = &["sa"],
-        cat = &[],
-        status = false,
-        name = DnsSubdomain,
-        generation = false,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "",
-        "v1",
-        "services",
-        "Service",
-        "service",
-        ns = true,
-        short = &["svc"],
-        cat = &["all"],
-        status = true,
-        name = Dns1035Label,
-        generation = false,
-        cou = false,
-        fields = &["spec.clusterIP", "spec.type"],
-        dc = true
-    ),
-    res!(
-        "apps",
-        "v1",
-        "deployments",
-        "Deployment",
-        "deployment",
-        ns = true,
-        short = &["deploy"],
-        cat = &["all"],
-        status = true,
-        name = DnsSubdomain,
-        generation = true,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "apps",
-        "v1",
-        "replicasets",
-        "ReplicaSet",
-        "replicaset",
-        ns = true,
-        short = &["rs"],
-        cat = &["all"],
-        status = true,
-        name = DnsSubdomain,
-        generation = true,
-        cou = false,
-        fields = &["status.replicas"],
-        dc = true
-    ),
-    res!(
-        "batch",
-        "v1",
-        "jobs",
-        "Job",
-        "job",
-        ns = true,
-        short = &[],
-        cat = &["all"],
-        status = true,
-        name = DnsSubdomain,
-        generation = true,
-        cou = false,
-        fields = &["status.successful"],
-        dc = true
-    ),
-    res!(
-        "coordination.k8s.io",
-        "v1",
-        "leases",
-        "Lease",
-        "lease",
-        ns = true,
-        short = &[],
-        cat = &[],
-        status = false,
-        name = DnsSubdomain,
-        generation = false,
-        cou = true,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "events.k8s.io",
-        "v1",
-        "events",
-        "Event",
-        "event",
-        ns = true,
-        short = &["ev"],
-        cat = &[],
-        status = false,
-        name = DnsSubdomain,
-        generation = false,
-        cou = true,
-        fields = EVENTS_V1_FIELDS,
-        dc = true
-    ),
-    res!(
-        "policy",
-        "v1",
-        "poddisruptionbudgets",
-        "PodDisruptionBudget",
-        "poddisruptionbudget",
-        ns = true,
-        short = &["pdb"],
-        cat = &[],
-        status = true,
-        name = DnsSubdomain,
-        generation = true,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "clusterrolebindings",
-        "ClusterRoleBinding",
-        "clusterrolebinding",
-        ns = false,
-        short = &[],
-        cat = &[],
-        status = false,
-        name = PathSegment,
-        generation = false,
-        cou = true,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "clusterroles",
-        "ClusterRole",
-        "clusterrole",
-        ns = false,
-        short = &[],
-        cat = &[],
-        status = false,
-        name = PathSegment,
-        generation = false,
-        cou = true,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "rolebindings",
-        "RoleBinding",
-        "rolebinding",
-        ns = true,
-        short = &[],
-        cat = &[],
-        status = false,
-        name = PathSegment,
-        generation = false,
-        cou = true,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "roles",
-        "Role",
-        "role",
-        ns = true,
-        short = &[],
-        cat = &[],
-        status = false,
-        name = PathSegment,
-        generation = false,
-        cou = true,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "storage.k8s.io",
-        "v1",
-        "storageclasses",
-        "StorageClass",
-        "storageclass",
-        ns = false,
-        short = &["sc"],
-        cat = &[],
-        status = false,
-        name = DnsSubdomain,
-        generation = false,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "storage.k8s.io",
-        "v1",
-        "volumeattributesclasses",
-        "VolumeAttributesClass",
-        "volumeattributesclass",
-        ns = false,
-        short = &["vac"],
-        cat = &[],
-        status = false,
-        name = DnsSubdomain,
-        generation = false,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "storage.k8s.io",
-        "v1beta1",
-        "volumeattributesclasses",
-        "VolumeAttributesClass",
-        "volumeattributesclass",
-        ns = false,
-        short = &["vac"],
-        cat = &[],
-        status = false,
-        name = DnsSubdomain,
-        generation = false,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "admissionregistration.k8s.io",
-        "v1",
-        "mutatingadmissionpolicies",
-        "MutatingAdmissionPolicy",
-        "mutatingadmissionpolicy",
-        ns = false,
-        short = &[],
-        cat = &["api-extensions"],
-        status = false,
-        name = DnsSubdomain,
-        generation = true,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "admissionregistration.k8s.io",
-        "v1",
-        "mutatingadmissionpolicybindings",
-        "MutatingAdmissionPolicyBinding",
-        "mutatingadmissionpolicybinding",
-        ns = false,
-        short = &[],
-        cat = &["api-extensions"],
-        status = false,
-        name = DnsSubdomain,
-        generation = true,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "admissionregistration.k8s.io",
-        "v1beta1",
-        "mutatingadmissionpolicies",
-        "MutatingAdmissionPolicy",
-        "mutatingadmissionpolicy",
-        ns = false,
-        short = &[],
-        cat = &["api-extensions"],
-        status = false,
-        name = DnsSubdomain,
-        generation = true,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "admissionregistration.k8s.io",
-        "v1beta1",
-        "mutatingadmissionpolicybindings",
-        "MutatingAdmissionPolicyBinding",
-        "mutatingadmissionpolicybinding",
-        ns = false,
-        short = &[],
-        cat = &["api-extensions"],
-        status = false,
-        name = DnsSubdomain,
-        generation = true,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
-    res!(
-        "apiextensions.k8s.io",
-        "v1",
-        "customresourcedefinitions",
-        "CustomResourceDefinition",
-        "customresourcedefinition",
-        ns = false,
-        short = &["crd", "crds"],
-        cat = &["api-extensions"],
-        status = true,
-        name = DnsSubdomain,
-        generation = true,
-        cou = false,
-        fields = &[],
-        dc = true
-    ),
+    res! { "", "v1", "bindings", "Binding", "binding"; no_deletecollection },
+    res! { "", "v1", "componentstatuses", "ComponentStatus", "componentstatus";
+        cluster short["cs"] no_deletecollection },
+    res! { "", "v1", "configmaps", "ConfigMap", "configmap"; short["cm"] },
+    res! { "", "v1", "endpoints", "Endpoints", "endpoints"; short["ep"] create_on_update },
+    res! { "", "v1", "events", "Event", "event";
+        short["ev"] create_on_update fields[EVENT_FIELDS] },
+    res! { "", "v1", "limitranges", "LimitRange", "limitrange"; short["limits"] },
+    res! { "", "v1", "namespaces", "Namespace", "namespace";
+        cluster short["ns"] status name[DnsLabel] fields["status.phase"] no_deletecollection },
+    res! { "", "v1", "nodes", "Node", "node";
+        cluster short["no"] status fields["spec.unschedulable"] },
+    res! { "", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", "persistentvolumeclaim";
+        short["pvc"] status },
+    res! { "", "v1", "persistentvolumes", "PersistentVolume", "persistentvolume";
+        cluster short["pv"] status },
+    res! { "", "v1", "pods", "Pod", "pod";
+        short["po"] cat["all"] status generation fields[POD_FIELDS] },
+    res! { "", "v1", "podtemplates", "PodTemplate", "podtemplate" },
+    res! { "", "v1", "replicationcontrollers", "ReplicationController", "replicationcontroller";
+        short["rc"] cat["all"] status generation },
+    res! { "", "v1", "resourcequotas", "ResourceQuota", "resourcequota"; short["quota"] status },
+    res! { "", "v1", "secrets", "Secret", "secret"; fields["type"] },
+    res! { "", "v1", "serviceaccounts", "ServiceAccount", "serviceaccount"; short["sa"] },
+    res! { "", "v1", "services", "Service", "service";
+        short["svc"] cat["all"] status name[Dns1035Label] fields["spec.clusterIP", "spec.type"] },
+    res! { "apps", "v1", "deployments", "Deployment", "deployment";
+        short["deploy"] cat["all"] status generation },
+    res! { "apps", "v1", "replicasets", "ReplicaSet", "replicaset";
+        short["rs"] cat["all"] status generation fields["status.replicas"] },
+    res! { "batch", "v1", "jobs", "Job", "job";
+        cat["all"] status generation fields["status.successful"] },
+    res! { "coordination.k8s.io", "v1", "leases", "Lease", "lease"; create_on_update },
+    res! { "events.k8s.io", "v1", "events", "Event", "event";
+        short["ev"] create_on_update fields[EVENTS_V1_FIELDS] },
+    res! { "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", "poddisruptionbudget";
+        short["pdb"] status generation },
+    res! { "rbac.authorization.k8s.io", "v1", "clusterrolebindings",
+        "ClusterRoleBinding", "clusterrolebinding"; cluster name[PathSegment] create_on_update },
+    res! { "rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", "clusterrole";
+        cluster name[PathSegment] create_on_update },
+    res! { "rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", "rolebinding";
+        name[PathSegment] create_on_update },
+    res! { "rbac.authorization.k8s.io", "v1", "roles", "Role", "role";
+        name[PathSegment] create_on_update },
+    res! { "storage.k8s.io", "v1", "storageclasses", "StorageClass", "storageclass";
+        cluster short["sc"] },
+    VAC,
+    VAC.at("v1beta1"),
+    MAP,
+    MAP_BINDING,
+    MAP.at("v1beta1"),
+    MAP_BINDING.at("v1beta1"),
+    res! { "apiextensions.k8s.io", "v1", "customresourcedefinitions",
+        "CustomResourceDefinition", "customresourcedefinition";
+        cluster short["crd", "crds"] cat["api-extensions"] status generation },
 ];
 
 /// Index of a resource: below `RESOURCES.len()` a built-in one, above it a

@@ -172,16 +172,7 @@ fn token_review(obj: &Value) -> Result<Value, ApiError> {
             "token is required for TokenReview in authentication",
         ));
     }
-    let audiences: Vec<String> = spec
-        .get("audiences")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let audiences = strings(&spec, "audiences");
     match authenticate(token) {
         Some((user, groups)) => {
             let audiences = if audiences.is_empty() {

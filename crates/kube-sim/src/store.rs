@@ -39,6 +39,12 @@ pub struct Stored {
 }
 
 impl Stored {
+    /// `value` stored at revision `rv`, its `metadata.resourceVersion` set to it.
+    fn at(mut value: Value, rv: u64) -> Result<Arc<Stored>, ApiError> {
+        object::meta_mut(&mut value).insert("resourceVersion".into(), json!(rv.to_string()));
+        Stored::new(value, rv)
+    }
+
     fn new(mut value: Value, rv: u64) -> Result<Arc<Stored>, ApiError> {
         if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut)
             && m.get("resourceVersion")
@@ -198,6 +204,27 @@ pub struct Store {
 
 const GENERATE_CHARS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
+/// The namespace of a namespaced object defaults to the request's and may
+/// not differ from it; a cluster-scoped object has none.
+fn settle_namespace(
+    def: &ResourceDef,
+    m: &mut serde_json::Map<String, Value>,
+    ns: &str,
+) -> Result<(), ApiError> {
+    if def.namespaced {
+        match m.get("namespace").and_then(Value::as_str) {
+            None | Some("") => {
+                m.insert("namespace".into(), json!(ns));
+            }
+            Some(n) if n != ns => return Err(wrong_namespace()),
+            Some(_) => {}
+        }
+    } else {
+        m.remove("namespace");
+    }
+    Ok(())
+}
+
 fn wrong_namespace() -> ApiError {
     ApiError::bad_request(
         "the namespace of the provided object does not match the namespace sent on the request",
@@ -349,9 +376,7 @@ impl Store {
             let objects = std::mem::take(&mut inner.res[rid].objects);
             for (key, obj) in objects {
                 let rv = inner.rv + 1;
-                let mut last = obj.value.clone();
-                object::meta_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));
-                let Ok(stored) = Stored::new(last, rv) else {
+                let Ok(stored) = Stored::at(obj.value.clone(), rv) else {
                     continue;
                 };
                 inner.rv = rv;
@@ -799,8 +824,7 @@ impl Store {
                 return Stored::new(obj, 0);
             }
             let rv = inner.rv + 1;
-            object::meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
-            let stored = Stored::new(obj, rv)?;
+            let stored = Stored::at(obj, rv)?;
             inner.rv = rv;
             inner.res[rid].objects.insert(key.clone(), stored.clone());
             self.push_event(
@@ -818,23 +842,36 @@ impl Store {
         }
     }
 
+    /// The store locked for a write over `expected`, with its key and the
+    /// next resourceVersion; `None` when `expected` (by identity) is no
+    /// longer what is stored.
+    fn lock_current(
+        &self,
+        rid: ResId,
+        expected: &Arc<Stored>,
+    ) -> Option<(parking_lot::MutexGuard<'_, Inner>, Key, u64)> {
+        let inner = self.inner.lock();
+        let key = expected.key();
+        let current = inner.res[rid].objects.get(&key);
+        if !current.is_some_and(|cur| Arc::ptr_eq(cur, expected)) {
+            return None;
+        }
+        let rv = inner.rv + 1;
+        Some((inner, key, rv))
+    }
+
     /// Replaces `expected` (by identity) with `new`; `Ok(None)` when the
     /// stored object changed meanwhile (caller retries).
     fn commit_update(
         &self,
         rid: ResId,
         expected: &Arc<Stored>,
-        mut new: Value,
+        new: Value,
     ) -> Result<Option<Arc<Stored>>, ApiError> {
-        let mut inner = self.inner.lock();
-        let key = expected.key();
-        match inner.res[rid].objects.get(&key) {
-            Some(cur) if Arc::ptr_eq(cur, expected) => {}
-            _ => return Ok(None),
-        }
-        let rv = inner.rv + 1;
-        object::meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
-        let stored = Stored::new(new, rv)?;
+        let Some((mut inner, key, rv)) = self.lock_current(rid, expected) else {
+            return Ok(None);
+        };
+        let stored = Stored::at(new, rv)?;
         inner.rv = rv;
         inner.res[rid].objects.insert(key.clone(), stored.clone());
         if object::meta(&stored.value).is_some_and(|m| m.contains_key("deletionTimestamp"))
@@ -864,16 +901,10 @@ impl Store {
         rid: ResId,
         expected: &Arc<Stored>,
     ) -> Result<Option<Arc<Stored>>, ApiError> {
-        let mut inner = self.inner.lock();
-        let key = expected.key();
-        match inner.res[rid].objects.get(&key) {
-            Some(cur) if Arc::ptr_eq(cur, expected) => {}
-            _ => return Ok(None),
-        }
-        let rv = inner.rv + 1;
-        let mut last = expected.value.clone();
-        object::meta_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));
-        let stored = Stored::new(last, rv)?;
+        let Some((mut inner, key, rv)) = self.lock_current(rid, expected) else {
+            return Ok(None);
+        };
+        let stored = Stored::at(expected.value.clone(), rv)?;
         inner.rv = rv;
         inner.res[rid].objects.remove(&key);
         self.push_event(
@@ -912,17 +943,7 @@ impl Store {
         let mut obj = check_body(def, body)?;
         {
             let m = object::meta_mut(&mut obj);
-            if def.namespaced {
-                match m.get("namespace").and_then(Value::as_str) {
-                    None | Some("") => {
-                        m.insert("namespace".into(), json!(ns));
-                    }
-                    Some(n) if n != ns => return Err(wrong_namespace()),
-                    Some(_) => {}
-                }
-            } else {
-                m.remove("namespace");
-            }
+            settle_namespace(def, m, ns)?;
             if m.get("resourceVersion")
                 .and_then(Value::as_str)
                 .is_some_and(|s| !s.is_empty())
@@ -1204,17 +1225,7 @@ impl Store {
                 let mut obj = obj;
                 {
                     let m = object::meta_mut(&mut obj);
-                    if def.namespaced {
-                        match m.get("namespace").and_then(Value::as_str) {
-                            None | Some("") => {
-                                m.insert("namespace".into(), json!(ns));
-                            }
-                            Some(n) if n != ns => return Err(wrong_namespace()),
-                            Some(_) => {}
-                        }
-                    } else {
-                        m.remove("namespace");
-                    }
+                    settle_namespace(def, m, ns)?;
                     m.remove("resourceVersion");
                 }
                 if view_of.is_some() {

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube_sim::{KubeSim, SimConfig};
 use parking_lot::Mutex;
-use serde_json::json;
+use serde_json::{Value, json};
 
 struct Args {
     objects: usize,
@@ -179,55 +179,37 @@ async fn run(objects: usize, watchers: usize, clients: usize, policies: usize) -
     for c in 0..clients {
         worker_clients.push(sim.try_client_as(&format!("client-{c}")).await?);
     }
-    // Creates.
-    let t = Instant::now();
-    let mut tasks = Vec::new();
-    for (c, client) in worker_clients.iter().enumerate() {
-        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-        let starts = starts.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut i = c;
-            while i < objects {
-                let cm: ConfigMap = serde_json::from_value(json!({
-                    "metadata": {"name": format!("cm-{i}"), "labels": {"bench": "yes"}},
-                    "data": {"value": "0"}
-                }))?;
-                starts.lock().insert((false, i), Instant::now());
-                api.create(&PostParams::default(), &cm).await?;
-                i += clients;
-            }
-            Ok::<_, anyhow::Error>(())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    let create_secs = t.elapsed().as_secs_f64();
-    // Patches.
-    let t = Instant::now();
-    let mut tasks = Vec::new();
-    for (c, client) in worker_clients.iter().enumerate() {
-        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-        let starts = starts.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut i = c;
-            while i < objects {
-                starts.lock().insert((true, i), Instant::now());
-                api.patch(
-                    &format!("cm-{i}"),
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"data": {"value": "1"}})),
-                )
-                .await?;
-                i += clients;
-            }
-            Ok::<_, anyhow::Error>(())
-        }));
-    }
-    for t in tasks {
-        t.await??;
-    }
-    let patch_secs = t.elapsed().as_secs_f64();
+    let create_secs = timed_writes(
+        &worker_clients,
+        objects,
+        &starts,
+        false,
+        |api, i| async move {
+            let cm: ConfigMap = serde_json::from_value(json!({
+                "metadata": {"name": format!("cm-{i}"), "labels": {"bench": "yes"}},
+                "data": {"value": "0"}
+            }))?;
+            api.create(&PostParams::default(), &cm).await?;
+            Ok(())
+        },
+    )
+    .await?;
+    let patch_secs = timed_writes(
+        &worker_clients,
+        objects,
+        &starts,
+        true,
+        |api, i| async move {
+            api.patch(
+                &format!("cm-{i}"),
+                &PatchParams::default(),
+                &Patch::Merge(json!({"data": {"value": "1"}})),
+            )
+            .await?;
+            Ok(())
+        },
+    )
+    .await?;
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut delivered = 0;
     for w in watch_tasks {
@@ -255,6 +237,42 @@ async fn run(objects: usize, watchers: usize, clients: usize, policies: usize) -
     Ok(())
 }
 
+/// Seconds the clients take to write every ConfigMap `cm-i` with
+/// `write(api, i)` (creates, or with `patches` patches), client `c` in a
+/// task of its own taking `i` = c, c + clients, …; each write's start goes
+/// into `starts` for the watchers' latencies.
+async fn timed_writes<F, Fut>(
+    clients: &[kube::Client],
+    objects: usize,
+    starts: &Starts,
+    patches: bool,
+    write: F,
+) -> Result<f64>
+where
+    F: Fn(Api<ConfigMap>, usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Result<()>> + Send,
+{
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for (c, client) in clients.iter().enumerate() {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+        let (starts, write, stride) = (starts.clone(), write.clone(), clients.len());
+        tasks.push(tokio::spawn(async move {
+            let mut i = c;
+            while i < objects {
+                starts.lock().insert((patches, i), Instant::now());
+                write(api.clone(), i).await?;
+                i += stride;
+            }
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
 /// Runs `n` requests from `f` with `c` in flight; answers requests/s.
 async fn rate<F, Fut>(n: usize, c: usize, f: F) -> Result<f64>
 where
@@ -270,6 +288,24 @@ where
     Ok(n as f64 / t.elapsed().as_secs_f64())
 }
 
+/// Creates `n` objects through `api`, `object(i)` the i-th, 16 clients at
+/// a time; answers creates/s.
+async fn create_rate<K>(api: &Api<K>, n: usize, object: impl Fn(usize) -> Value) -> Result<f64>
+where
+    K: Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let pp = PostParams::default();
+    rate(n, 16, |i| {
+        let (api, pp, object) = (api.clone(), pp.clone(), object(i));
+        async move {
+            api.create(&pp, &serde_json::from_value::<K>(object)?)
+                .await?;
+            Ok(())
+        }
+    })
+    .await
+}
+
 /// `--calibrate MODEL`: the figures the cost model was calibrated to,
 /// measured on kube-sim with that model, beside what the real server did.
 async fn calibrate(model: &str) -> Result<()> {
@@ -281,56 +317,29 @@ async fn calibrate(model: &str) -> Result<()> {
     })
     .await?;
     let client = sim.client().await;
-    let pp = PostParams::default();
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
-    let create_pv = rate(1000, 16, |i| {
-        let pvs = pvs.clone();
-        let pp = pp.clone();
-        async move {
-            let pv: PersistentVolume =
-                serde_json::from_value(json!({"metadata": {"name": format!("pv-{i}")},
-                "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
-                         "hostPath": {"path": "/d"}}}))?;
-            pvs.create(&pp, &pv).await?;
-            Ok(())
-        }
+    let create_pv = create_rate(&pvs, 1000, |i| {
+        json!({"metadata": {"name": format!("pv-{i}")},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "hostPath": {"path": "/d"}}})
     })
     .await?;
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
-    let create_pvc = rate(1000, 16, |i| {
-        let pvcs = pvcs.clone();
-        let pp = pp.clone();
-        async move {
-            let c: PersistentVolumeClaim = serde_json::from_value(json!({"metadata": {"name": format!("c-{i}")},
-                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}))?;
-            pvcs.create(&pp, &c).await?;
-            Ok(())
-        }
+    let create_pvc = create_rate(&pvcs, 1000, |i| {
+        json!({"metadata": {"name": format!("c-{i}")},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
     })
     .await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let create_pod = rate(1000, 16, |i| {
-        let pods = pods.clone();
-        let pp = pp.clone();
-        async move {
-            let p: Pod = serde_json::from_value(json!({"metadata": {"name": format!("p-{i}")},
-                "spec": {"containers": [{"name": "a", "image": "busybox"}]}}))?;
-            pods.create(&pp, &p).await?;
-            Ok(())
-        }
+    let create_pod = create_rate(&pods, 1000, |i| {
+        json!({"metadata": {"name": format!("p-{i}")},
+        "spec": {"containers": [{"name": "a", "image": "busybox"}]}})
     })
     .await?;
     let svcs: Api<Service> = Api::namespaced(client.clone(), "default");
-    let create_svc = rate(300, 16, |i| {
-        let svcs = svcs.clone();
-        let pp = pp.clone();
-        async move {
-            let s: Service =
-                serde_json::from_value(json!({"metadata": {"name": format!("s-{i}")},
-                "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}}))?;
-            svcs.create(&pp, &s).await?;
-            Ok(())
-        }
+    let create_svc = create_rate(&svcs, 300, |i| {
+        json!({"metadata": {"name": format!("s-{i}")},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}})
     })
     .await?;
     let patch = |round: usize| {

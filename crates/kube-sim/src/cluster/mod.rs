@@ -296,25 +296,11 @@ pub(crate) struct Clients {
 impl Clients {
     /// A client authenticated as `user` (bearer token = user name).
     pub(crate) async fn client(&self, user: &str) -> Result<kube::Client, String> {
-        let safe: String = user
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let safe = crate::file_safe(user);
         let path = self.dir.join(format!("kubeconfig-component-{safe}"));
         std::fs::write(&path, crate::kubeconfig_yaml(&self.url, user))
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
-        let kc = kube::config::Kubeconfig::read_from(&path).map_err(|e| e.to_string())?;
-        let config =
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| e.to_string())?;
-        kube::Client::try_from(config).map_err(|e| e.to_string())
+        crate::client_from_kubeconfig(&path).await
     }
 }
 

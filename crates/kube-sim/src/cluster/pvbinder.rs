@@ -121,21 +121,31 @@ pub(crate) async fn run(
 }
 
 fn claim_class(pvc: &PersistentVolumeClaim) -> String {
-    pvc.metadata
-        .annotations
+    let spec = pvc
+        .spec
         .as_ref()
-        .and_then(|a| a.get("volume.beta.kubernetes.io/storage-class").cloned())
-        .or_else(|| pvc.spec.as_ref().and_then(|s| s.storage_class_name.clone()))
-        .unwrap_or_default()
+        .and_then(|s| s.storage_class_name.as_deref());
+    storage_class(&pvc.metadata, spec)
 }
 
 fn volume_class(pv: &PersistentVolume) -> String {
-    pv.metadata
-        .annotations
+    let spec = pv
+        .spec
         .as_ref()
-        .and_then(|a| a.get("volume.beta.kubernetes.io/storage-class").cloned())
-        .or_else(|| pv.spec.as_ref().and_then(|s| s.storage_class_name.clone()))
+        .and_then(|s| s.storage_class_name.as_deref());
+    storage_class(&pv.metadata, spec)
+}
+
+/// The class of a volume or claim: the beta annotation before
+/// `spec.storageClassName`.
+fn storage_class(
+    m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    spec: Option<&str>,
+) -> String {
+    annotation(m, "volume.beta.kubernetes.io/storage-class")
+        .or(spec)
         .unwrap_or_default()
+        .to_string()
 }
 
 fn pv_phase(pv: &PersistentVolume) -> &str {
@@ -191,6 +201,16 @@ fn bound_to(pv: &PersistentVolume, pvc: &PersistentVolumeClaim) -> bool {
 }
 
 impl Binder {
+    /// FailedBinding: nothing to bind the claim to, nothing to provision it.
+    fn tell_no_volumes(&mut self, pvc: &PersistentVolumeClaim) {
+        self.tell(
+            pvc,
+            EventType::Normal,
+            "FailedBinding",
+            "no persistent volumes available for this claim and no storage class is set",
+        );
+    }
+
     fn tell(&mut self, pvc: &PersistentVolumeClaim, ty: EventType, reason: &str, msg: &str) {
         let key = pvc.metadata.uid.clone().unwrap_or_default();
         let what = format!("{reason}:{msg}");
@@ -352,12 +372,7 @@ impl Binder {
             }
             let class = claim_class(pvc);
             if class.is_empty() {
-                self.tell(
-                    pvc,
-                    EventType::Normal,
-                    "FailedBinding",
-                    "no persistent volumes available for this claim and no storage class is set",
-                );
+                self.tell_no_volumes(pvc);
                 return Ok(());
             }
             let Some(sc) = kcm.storageclasses.get(&ObjectRef::new(&class)) else {
@@ -381,12 +396,7 @@ impl Binder {
                 return Ok(());
             }
             if sc.provisioner == "kubernetes.io/no-provisioner" {
-                self.tell(
-                    pvc,
-                    EventType::Normal,
-                    "FailedBinding",
-                    "no persistent volumes available for this claim and no storage class is set",
-                );
+                self.tell_no_volumes(pvc);
                 return Ok(());
             }
             // The controller hands the claim to the provisioner.

@@ -100,18 +100,7 @@ pub struct ContainerRuntime {
     pub host_ports: BTreeMap<u16, u16>,
 }
 
-/// A pod as the kubelet runs it (the public view: [`PodProcess`]).
-#[derive(Debug, Clone)]
-pub struct PodRuntime {
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub node: String,
-    pub dir: PathBuf,
-    pub containers: Vec<ContainerRuntime>,
-}
-
-/// A pod's processes, as `/_sim/pods` lists them.
+/// A pod as the kubelet runs it, its processes as `/_sim/pods` lists them.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodProcess {
@@ -127,11 +116,11 @@ pub struct PodProcess {
 /// The registry of running pods, by uid.
 #[derive(Debug, Default)]
 pub struct PodRuntimes {
-    pods: Mutex<BTreeMap<String, PodRuntime>>,
+    pods: Mutex<BTreeMap<String, PodProcess>>,
 }
 
 impl PodRuntimes {
-    pub(crate) fn upsert(&self, p: PodRuntime) {
+    pub(crate) fn upsert(&self, p: PodProcess) {
         self.pods.lock().insert(p.uid.clone(), p);
     }
 
@@ -150,19 +139,7 @@ impl PodRuntimes {
 
     /// Every pod an emulated kubelet runs (processes and fake ones).
     pub fn list(&self) -> Vec<PodProcess> {
-        let mut out: Vec<PodProcess> = self
-            .pods
-            .lock()
-            .values()
-            .map(|p| PodProcess {
-                namespace: p.namespace.clone(),
-                name: p.name.clone(),
-                uid: p.uid.clone(),
-                node: p.node.clone(),
-                dir: p.dir.clone(),
-                containers: p.containers.clone(),
-            })
-            .collect();
+        let mut out: Vec<PodProcess> = self.pods.lock().values().cloned().collect();
         out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
         out
     }

@@ -36,153 +36,86 @@ pub struct ServedResource {
     pub status: bool,
 }
 
-const fn r(
-    group: &'static str,
-    version: &'static str,
-    kind: &'static str,
-    plural: &'static str,
-    namespaced: bool,
-    status: bool,
-) -> ServedResource {
-    ServedResource {
-        group,
-        version,
-        kind,
-        plural,
-        namespaced,
-        status,
-    }
-}
+/// The resources of issue 3, by group, version and plural in the order the
+/// documents list them. Kind, scope and status subresource are those of
+/// [`crate::resources::RESOURCES`].
+const SERVED: &[(&str, &str, &[&str])] = &[
+    (
+        "",
+        "v1",
+        &[
+            "namespaces",
+            "pods",
+            "services",
+            "persistentvolumes",
+            "persistentvolumeclaims",
+            "secrets",
+            "configmaps",
+            "serviceaccounts",
+            "endpoints",
+            "events",
+            "nodes",
+        ],
+    ),
+    ("events.k8s.io", "v1", &["events"]),
+    ("coordination.k8s.io", "v1", &["leases"]),
+    ("apps", "v1", &["deployments", "replicasets"]),
+    ("batch", "v1", &["jobs"]),
+    (
+        "storage.k8s.io",
+        "v1",
+        &["storageclasses", "volumeattributesclasses"],
+    ),
+    ("storage.k8s.io", "v1beta1", &["volumeattributesclasses"]),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        &[
+            "roles",
+            "rolebindings",
+            "clusterroles",
+            "clusterrolebindings",
+        ],
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        &[
+            "mutatingadmissionpolicies",
+            "mutatingadmissionpolicybindings",
+        ],
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1beta1",
+        &[
+            "mutatingadmissionpolicies",
+            "mutatingadmissionpolicybindings",
+        ],
+    ),
+    ("policy", "v1", &["poddisruptionbudgets"]),
+];
 
 /// The resources of issue 3, with upstream scope and status subresources.
-pub const SERVED_RESOURCES: &[ServedResource] = &[
-    r("", "v1", "Namespace", "namespaces", false, true),
-    r("", "v1", "Pod", "pods", true, true),
-    r("", "v1", "Service", "services", true, true),
-    r(
-        "",
-        "v1",
-        "PersistentVolume",
-        "persistentvolumes",
-        false,
-        true,
-    ),
-    r(
-        "",
-        "v1",
-        "PersistentVolumeClaim",
-        "persistentvolumeclaims",
-        true,
-        true,
-    ),
-    r("", "v1", "Secret", "secrets", true, false),
-    r("", "v1", "ConfigMap", "configmaps", true, false),
-    r("", "v1", "ServiceAccount", "serviceaccounts", true, false),
-    r("", "v1", "Endpoints", "endpoints", true, false),
-    r("", "v1", "Event", "events", true, false),
-    r("", "v1", "Node", "nodes", false, true),
-    r("events.k8s.io", "v1", "Event", "events", true, false),
-    r("coordination.k8s.io", "v1", "Lease", "leases", true, false),
-    r("apps", "v1", "Deployment", "deployments", true, true),
-    r("apps", "v1", "ReplicaSet", "replicasets", true, true),
-    r("batch", "v1", "Job", "jobs", true, true),
-    r(
-        "storage.k8s.io",
-        "v1",
-        "StorageClass",
-        "storageclasses",
-        false,
-        false,
-    ),
-    r(
-        "storage.k8s.io",
-        "v1",
-        "VolumeAttributesClass",
-        "volumeattributesclasses",
-        false,
-        false,
-    ),
-    r(
-        "storage.k8s.io",
-        "v1beta1",
-        "VolumeAttributesClass",
-        "volumeattributesclasses",
-        false,
-        false,
-    ),
-    r(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "Role",
-        "roles",
-        true,
-        false,
-    ),
-    r(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "RoleBinding",
-        "rolebindings",
-        true,
-        false,
-    ),
-    r(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "ClusterRole",
-        "clusterroles",
-        false,
-        false,
-    ),
-    r(
-        "rbac.authorization.k8s.io",
-        "v1",
-        "ClusterRoleBinding",
-        "clusterrolebindings",
-        false,
-        false,
-    ),
-    r(
-        "admissionregistration.k8s.io",
-        "v1",
-        "MutatingAdmissionPolicy",
-        "mutatingadmissionpolicies",
-        false,
-        false,
-    ),
-    r(
-        "admissionregistration.k8s.io",
-        "v1",
-        "MutatingAdmissionPolicyBinding",
-        "mutatingadmissionpolicybindings",
-        false,
-        false,
-    ),
-    r(
-        "admissionregistration.k8s.io",
-        "v1beta1",
-        "MutatingAdmissionPolicy",
-        "mutatingadmissionpolicies",
-        false,
-        false,
-    ),
-    r(
-        "admissionregistration.k8s.io",
-        "v1beta1",
-        "MutatingAdmissionPolicyBinding",
-        "mutatingadmissionpolicybindings",
-        false,
-        false,
-    ),
-    r(
-        "policy",
-        "v1",
-        "PodDisruptionBudget",
-        "poddisruptionbudgets",
-        true,
-        true,
-    ),
-];
+pub static SERVED_RESOURCES: LazyLock<Vec<ServedResource>> = LazyLock::new(|| {
+    SERVED
+        .iter()
+        .flat_map(|(group, version, plurals)| plurals.iter().map(move |p| (*group, *version, *p)))
+        .map(|(group, version, plural)| {
+            let id = crate::resources::find(group, version, plural)
+                .unwrap_or_else(|| panic!("{group}/{version} {plural} is a built-in resource"));
+            let d = crate::resources::def(id);
+            ServedResource {
+                group: d.group,
+                version: d.version,
+                kind: d.kind,
+                plural: d.resource,
+                namespaced: d.namespaced,
+                status: d.has_status,
+            }
+        })
+        .collect()
+});
 
 const PATCH_TYPES: [&str; 4] = [
     "application/json-patch+json",
@@ -205,46 +138,43 @@ fn gv_prefix(group: &str, version: &str) -> String {
     }
 }
 
-/// Operation-id fragment: `CoreV1`, `AppsV1`, `RbacAuthorizationV1`.
-fn gv_camel(group: &str, version: &str) -> String {
-    let g = if group.is_empty() {
+/// The group as operation ids and tags name it: `core`, `apps`,
+/// `rbac.authorization`.
+fn short_group(group: &str) -> &str {
+    if group.is_empty() {
         "core"
     } else {
         group.trim_end_matches(".k8s.io")
-    };
-    let mut out = String::new();
-    for part in g.split('.') {
-        let mut c = part.chars();
-        if let Some(f) = c.next() {
-            out.extend(f.to_uppercase());
-            out.push_str(c.as_str());
-        }
     }
-    let mut v = version.chars();
-    if let Some(f) = v.next() {
+}
+
+/// Appends `s` with its first letter upper-case.
+fn push_capitalized(out: &mut String, s: &str) {
+    let mut c = s.chars();
+    if let Some(f) = c.next() {
         out.extend(f.to_uppercase());
-        out.push_str(v.as_str());
+        out.push_str(c.as_str());
     }
+}
+
+/// Operation-id fragment: `CoreV1`, `AppsV1`, `RbacAuthorizationV1`.
+fn gv_camel(group: &str, version: &str) -> String {
+    let mut out = String::new();
+    for part in short_group(group).split('.') {
+        push_capitalized(&mut out, part);
+    }
+    push_capitalized(&mut out, version);
     out
 }
 
 /// Tag: `core_v1`, `rbacAuthorization_v1`.
 fn gv_tag(group: &str, version: &str) -> String {
-    let g = if group.is_empty() {
-        "core"
-    } else {
-        group.trim_end_matches(".k8s.io")
-    };
     let mut out = String::new();
-    for (i, part) in g.split('.').enumerate() {
+    for (i, part) in short_group(group).split('.').enumerate() {
         if i == 0 {
             out.push_str(part);
         } else {
-            let mut c = part.chars();
-            if let Some(f) = c.next() {
-                out.extend(f.to_uppercase());
-                out.push_str(c.as_str());
-            }
+            push_capitalized(&mut out, part);
         }
     }
     format!("{out}_{version}")
@@ -460,18 +390,18 @@ fn resource_paths(res: &ServedResource, paths: &mut Map<String, Value>) {
             responses: json!({"200": ok(status.clone()), "401": unauthorized}),
         }),
     );
-    coll.insert(
-        "get".into(),
+    let list_op = |op_id: String| {
         operation(OpSpec {
             res,
             action: "list",
-            op_id: format!("list{gv}{scope}{kind}"),
+            op_id,
             description: format!("list or watch objects of kind {kind}"),
             params: list_params(),
             consumes: vec!["*/*"],
             responses: json!({"200": ok(list.clone()), "401": unauthorized}),
-        }),
-    );
+        })
+    };
+    coll.insert("get".into(), list_op(format!("list{gv}{scope}{kind}")));
     coll.insert("parameters".into(), Value::Array(scope_params.clone()));
     coll.insert("post".into(), operation(OpSpec {
         res, action: "post",
@@ -549,15 +479,7 @@ fn resource_paths(res: &ServedResource, paths: &mut Map<String, Value>) {
         let mut all = Map::new();
         all.insert(
             "get".into(),
-            operation(OpSpec {
-                res,
-                action: "list",
-                op_id: format!("list{gv}{kind}ForAllNamespaces"),
-                description: format!("list or watch objects of kind {kind}"),
-                params: list_params(),
-                consumes: vec!["*/*"],
-                responses: json!({"200": ok(list), "401": {"description": "Unauthorized"}}),
-            }),
+            list_op(format!("list{gv}{kind}ForAllNamespaces")),
         );
         all.insert("parameters".into(), json!([p_pretty()]));
         paths.insert(format!("{prefix}/{}", res.plural), Value::Object(all));
@@ -608,7 +530,7 @@ fn info() -> Value {
 
 fn build_v2() -> Value {
     let mut paths = Map::new();
-    for res in SERVED_RESOURCES {
+    for res in SERVED_RESOURCES.iter() {
         resource_paths(res, &mut paths);
     }
     json!({
@@ -901,7 +823,7 @@ mod tests {
     /// query parameter, or kubectl/helm fall back to client-side validation.
     #[test]
     fn every_patch_operation_supports_field_validation_for_its_kind() {
-        for res in SERVED_RESOURCES {
+        for res in SERVED_RESOURCES.iter() {
             let path = gv_prefix(res.group, res.version)
                 .trim_start_matches('/')
                 .to_string();

@@ -19,6 +19,7 @@ mod json;
 mod ssa;
 
 pub(crate) use ssa::merge_apply_configuration;
+pub use ssa::track_update;
 mod strategic;
 
 /// The message upstream's `NewGenericServerResponse(422, ...)` puts in the
@@ -46,13 +47,7 @@ impl PatchKind {
     /// Parameters (`; charset=utf-8`) are ignored, as upstream's content
     /// negotiation does.
     pub fn from_content_type(ct: &str) -> Option<PatchKind> {
-        let media = ct
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        match media.as_str() {
+        match crate::negotiate::media_type(ct).as_str() {
             "application/json-patch+json" => Some(PatchKind::Json),
             "application/merge-patch+json" => Some(PatchKind::Merge),
             "application/strategic-merge-patch+json" => Some(PatchKind::Strategic),
@@ -295,32 +290,6 @@ fn parse_apply_body(body: &[u8]) -> Result<Value, PatchError> {
         )),
         Err(e) => Err(PatchError::BadRequest(format!("error decoding YAML: {e}"))),
     }
-}
-
-/// Maintains `metadata.managedFields` on `new` for an Update operation
-/// (create with `old = None`, update/PUT, and — done inside [`apply_patch`] —
-/// JSON/merge/strategic patches), as the real server does:
-///
-/// * fields that changed are owned by `manager` (an `Update` entry keyed by
-///   manager, `api_version` and `subresource`, timestamped `now` when it
-///   changed something) and taken away from every other manager;
-/// * fields that were removed are taken away from everyone;
-/// * managedFields sent in `new` replace the stored ones (a client may edit
-///   them), `[{}]` resets them, and an absent/empty list keeps the stored
-///   ones; on a subresource the stored ones are always used;
-/// * `apiVersion`, `kind` and server-set metadata (name, namespace, uid,
-///   resourceVersion, generation, creationTimestamp, managedFields) are never
-///   recorded; `status` is not recorded for writes to the main resource of
-///   kinds with a status subresource, nor `spec` for writes to `/status`.
-pub fn track_update(
-    old: Option<&Value>,
-    new: &mut Value,
-    manager: &str,
-    subresource: Option<&str>,
-    now: &str,
-    api_version: &str,
-) {
-    ssa::track_update(old, new, manager, subresource, now, api_version);
 }
 
 /// The manager name upstream derives from a `User-Agent` when no

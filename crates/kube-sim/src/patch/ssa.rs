@@ -772,9 +772,22 @@ fn update_managers(
     Ok(())
 }
 
-/// managedFields bookkeeping for an Update operation (create, update, and
-/// non-apply patches): see [`super::track_update`].
-pub(crate) fn track_update(
+/// Maintains `metadata.managedFields` on `new` for an Update operation
+/// (create with `old = None`, update/PUT, and — done inside [`super::apply_patch`] —
+/// JSON/merge/strategic patches), as the real server does:
+///
+/// * fields that changed are owned by `manager` (an `Update` entry keyed by
+///   manager, `api_version` and `subresource`, timestamped `now` when it
+///   changed something) and taken away from every other manager;
+/// * fields that were removed are taken away from everyone;
+/// * managedFields sent in `new` replace the stored ones (a client may edit
+///   them), `[{}]` resets them, and an absent/empty list keeps the stored
+///   ones; on a subresource the stored ones are always used;
+/// * `apiVersion`, `kind` and server-set metadata (name, namespace, uid,
+///   resourceVersion, generation, creationTimestamp, managedFields) are never
+///   recorded; `status` is not recorded for writes to the main resource of
+///   kinds with a status subresource, nor `spec` for writes to `/status`.
+pub fn track_update(
     old: Option<&Value>,
     new: &mut Value,
     manager: &str,

@@ -285,6 +285,19 @@ fn apply_retain_keys(original: &mut Obj, patch: &mut Obj) -> Result<(), SmpError
     Ok(())
 }
 
+/// A list of a `$setElementOrder` directive, the original or the patch:
+/// upstream answers anything but a list with its Go type.
+fn list_of(v: Option<&Value>) -> Result<Option<Vec<Value>>, SmpError> {
+    match v {
+        Some(Value::Array(a)) => Ok(Some(a.clone())),
+        Some(other) => Err(SmpError::Other(format!(
+            "expected a []interface {{}}, but received a {}",
+            go_type(other)
+        ))),
+        None => Ok(None),
+    }
+}
+
 fn merge_patch_into_original(
     original: &mut Obj,
     patch: &mut Obj,
@@ -299,33 +312,10 @@ fn merge_patch_into_original(
         let Some(order) = patch.shift_remove(&key) else {
             continue;
         };
-        let Value::Array(order) = order else {
-            return Err(SmpError::Other(format!(
-                "expected a []interface {{}}, but received a {}",
-                go_type(&order)
-            )));
-        };
+        let order = list_of(Some(&order))?.unwrap_or_default();
         let original_key = extract_key(&key, SET_ELEMENT_ORDER)?;
-        let orig_list = match original.get(&original_key) {
-            Some(Value::Array(a)) => Some(a.clone()),
-            Some(other) => {
-                return Err(SmpError::Other(format!(
-                    "expected a []interface {{}}, but received a {}",
-                    go_type(other)
-                )));
-            }
-            None => None,
-        };
-        let patch_list = match patch.get(&original_key) {
-            Some(Value::Array(a)) => Some(a.clone()),
-            Some(other) => {
-                return Err(SmpError::Other(format!(
-                    "expected a []interface {{}}, but received a {}",
-                    go_type(other)
-                )));
-            }
-            None => None,
-        };
+        let orig_list = list_of(original.get(&original_key))?;
+        let patch_list = list_of(patch.get(&original_key))?;
         let field = schema.field(&original_key);
         let merge_key = field.merge_key();
         validate_patch_with_set_order_list(

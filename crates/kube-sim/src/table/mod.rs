@@ -39,19 +39,8 @@ pub fn to_table(
             Value::Object(row)
         })
         .collect();
-    let columns: Vec<Value> = (printer.columns)()
-        .into_iter()
-        .map(|c| {
-            json!({"name": c.name, "type": c.ty, "format": c.format, "description": c.description, "priority": c.priority})
-        })
-        .collect();
-    json!({
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": list_meta,
-        "columnDefinitions": columns,
-        "rows": rows,
-    })
+    let columns: Vec<Value> = printer.columns.iter().map(Column::to_json).collect();
+    table(list_meta, columns, rows)
 }
 
 /// The table of a custom resource: `Name` and the CRD's printer columns
@@ -63,8 +52,7 @@ fn custom_table(
     list_meta: Value,
     now: jiff::Timestamp,
 ) -> Value {
-    let mut columns = vec![json!({"name": "Name", "type": "string", "format": "name",
-        "description": doc(OBJECT_META, "name"), "priority": 0})];
+    let mut columns = vec![NAME.to_json()];
     for c in cols {
         columns.push(json!({
             "name": c.get("name").cloned().unwrap_or(json!("")),
@@ -92,6 +80,11 @@ fn custom_table(
             json!({"cells": cells, "object": row_object(o, include_object)})
         })
         .collect();
+    table(list_meta, columns, rows)
+}
+
+/// The `meta.k8s.io/v1` Table of `columns` and `rows`.
+fn table(list_meta: Value, columns: Vec<Value>, rows: Vec<Value>) -> Value {
     json!({
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
@@ -125,42 +118,66 @@ struct Column {
     name: &'static str,
     ty: &'static str,
     format: &'static str,
-    description: String,
+    description: Desc,
     priority: i32,
+}
+
+impl Column {
+    fn to_json(&self) -> Value {
+        json!({"name": self.name, "type": self.ty, "format": self.format, "description": self.description.text(), "priority": self.priority})
+    }
+}
+
+/// Where a column's description comes from.
+#[derive(Clone, Copy)]
+enum Desc {
+    /// The swagger description of a definition's field (see [`doc`]).
+    Doc(&'static str, &'static str),
+    Text(&'static str),
+}
+use Desc::{Doc, Text};
+
+impl Desc {
+    fn text(self) -> String {
+        match self {
+            Doc(definition, field) => doc(definition, field),
+            Text(t) => t.to_string(),
+        }
+    }
 }
 
 type RowFn = fn(&Value, jiff::Timestamp) -> (Vec<Value>, Option<Value>);
 
 struct Printer {
-    columns: fn() -> Vec<Column>,
+    columns: &'static [Column],
     row: RowFn,
 }
 
 fn printer_for(resource: &str, group: &str) -> Printer {
-    let p = |columns: fn() -> Vec<Column>, row: RowFn| Printer { columns, row };
+    let p = |columns: &'static [Column], row: RowFn| Printer { columns, row };
     match (group, resource) {
-        ("", "pods") => p(pod_columns, pod_row),
-        ("", "services") => p(service_columns, service_row),
-        ("", "persistentvolumes") => p(pv_columns, pv_row),
-        ("", "persistentvolumeclaims") => p(pvc_columns, pvc_row),
-        ("", "namespaces") => p(namespace_columns, namespace_row),
-        ("", "nodes") => p(node_columns, node_row),
-        ("", "events") | ("events.k8s.io", "events") => p(event_columns, event_row),
-        ("", "configmaps") => p(configmap_columns, configmap_row),
-        ("", "secrets") => p(secret_columns, secret_row),
-        ("", "serviceaccounts") => p(serviceaccount_columns, serviceaccount_row),
-        ("", "endpoints") => p(endpoints_columns, endpoints_row),
-        ("apps", "deployments") => p(deployment_columns, deployment_row),
-        ("apps", "replicasets") => p(replicaset_columns, replicaset_row),
-        ("batch", "jobs") => p(job_columns, job_row),
-        ("storage.k8s.io", "storageclasses") => p(storageclass_columns, storageclass_row),
-        ("coordination.k8s.io", "leases") => p(lease_columns, lease_row),
+        ("", "pods") => p(POD_COLUMNS, pod_row),
+        ("", "services") => p(SERVICE_COLUMNS, service_row),
+        ("", "persistentvolumes") => p(PV_COLUMNS, pv_row),
+        ("", "persistentvolumeclaims") => p(PVC_COLUMNS, pvc_row),
+        ("", "namespaces") => p(NAMESPACE_COLUMNS, namespace_row),
+        ("", "nodes") => p(NODE_COLUMNS, node_row),
+        ("", "events") | ("events.k8s.io", "events") => p(EVENT_COLUMNS, event_row),
+        ("", "configmaps") => p(CONFIGMAP_COLUMNS, configmap_row),
+        ("", "secrets") => p(SECRET_COLUMNS, secret_row),
+        ("", "serviceaccounts") => p(SERVICEACCOUNT_COLUMNS, serviceaccount_row),
+        ("", "endpoints") => p(ENDPOINTS_COLUMNS, endpoints_row),
+        ("apps", "deployments") => p(DEPLOYMENT_COLUMNS, deployment_row),
+        ("apps", "replicasets") => p(REPLICASET_COLUMNS, replicaset_row),
+        ("batch", "jobs") => p(JOB_COLUMNS, job_row),
+        ("storage.k8s.io", "storageclasses") => p(STORAGECLASS_COLUMNS, storageclass_row),
+        ("coordination.k8s.io", "leases") => p(LEASE_COLUMNS, lease_row),
         ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
-            p(binding_columns, binding_row)
+            p(BINDING_COLUMNS, binding_row)
         }
-        ("policy", "poddisruptionbudgets") => p(pdb_columns, pdb_row),
+        ("policy", "poddisruptionbudgets") => p(PDB_COLUMNS, pdb_row),
         // roles and clusterroles print like the default convertor upstream.
-        _ => p(default_columns, default_row),
+        _ => p(DEFAULT_COLUMNS, default_row),
     }
 }
 
@@ -181,7 +198,7 @@ fn doc(definition: &str, field: &str) -> String {
 
 const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 
-fn col(name: &'static str, description: String) -> Column {
+const fn col(name: &'static str, description: Desc) -> Column {
     Column {
         name,
         ty: "string",
@@ -190,27 +207,32 @@ fn col(name: &'static str, description: String) -> Column {
         priority: 0,
     }
 }
-fn wide(name: &'static str, description: String) -> Column {
+const fn wide(name: &'static str, description: Desc) -> Column {
     Column {
-        name,
-        ty: "string",
-        format: "",
-        description,
         priority: 1,
+        ..col(name, description)
     }
 }
-fn name_col() -> Column {
+const fn int_col(name: &'static str, description: Desc) -> Column {
     Column {
-        name: "Name",
-        ty: "string",
-        format: "name",
-        description: doc(OBJECT_META, "name"),
-        priority: 0,
+        ty: "integer",
+        ..col(name, description)
     }
 }
-fn age_col() -> Column {
-    col("Age", doc(OBJECT_META, "creationTimestamp"))
-}
+const NAME: Column = Column {
+    format: "name",
+    ..col("Name", Doc(OBJECT_META, "name"))
+};
+const AGE: Column = col("Age", Doc(OBJECT_META, "creationTimestamp"));
+/// The wide columns of [`container_cells`].
+const CONTAINERS: Column = wide(
+    "Containers",
+    Text("Names of each container in the template."),
+);
+const IMAGES: Column = wide(
+    "Images",
+    Text("Images referenced by each container in the template."),
+);
 
 fn s<'a>(o: &'a Value, ptr: &str) -> &'a str {
     o.pointer(ptr).and_then(Value::as_str).unwrap_or("")
@@ -219,8 +241,12 @@ fn i(o: &Value, ptr: &str) -> i64 {
     o.pointer(ptr).and_then(Value::as_i64).unwrap_or(0)
 }
 fn or_none(v: &str) -> String {
+    or_else("<none>", v)
+}
+/// `v`, or `placeholder` where it is empty.
+fn or_else(placeholder: &str, v: &str) -> String {
     if v.is_empty() {
-        "<none>".into()
+        placeholder.into()
     } else {
         v.to_string()
     }
@@ -234,6 +260,14 @@ fn age(o: &Value, now: jiff::Timestamp) -> Value {
 fn deleting(o: &Value) -> bool {
     o.pointer("/metadata/deletionTimestamp")
         .is_some_and(|v| !v.is_null())
+}
+/// `status.phase`, "Terminating" while the object is being deleted.
+fn phase_or_terminating(o: &Value) -> &str {
+    if deleting(o) {
+        "Terminating"
+    } else {
+        s(o, "/status/phase")
+    }
 }
 
 /// `translateTimestampSince`: `<unknown>` for a zero time.
@@ -355,18 +389,13 @@ fn label_selector_string(sel: Option<&Value>) -> String {
 // ---------------------------------------------------------------------------
 // default convertor
 
-fn default_columns() -> Vec<Column> {
-    vec![
-        name_col(),
-        Column {
-            name: "Created At",
-            ty: "date",
-            format: "",
-            description: doc(OBJECT_META, "creationTimestamp"),
-            priority: 0,
-        },
-    ]
-}
+const DEFAULT_COLUMNS: &[Column] = &[
+    NAME,
+    Column {
+        ty: "date",
+        ..col("Created At", Doc(OBJECT_META, "creationTimestamp"))
+    },
+];
 fn default_row(o: &Value, _now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     let created = s(o, "/metadata/creationTimestamp")
         .parse::<jiff::Timestamp>()
@@ -378,19 +407,30 @@ fn default_row(o: &Value, _now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) 
 // ---------------------------------------------------------------------------
 // pods
 
-fn pod_columns() -> Vec<Column> {
-    vec![
-        name_col(),
-        col("Ready", "The aggregate readiness state of this pod for accepting traffic.".into()),
-        col("Status", "The aggregate status of the containers in this pod.".into()),
-        col("Restarts", "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.".into()),
-        age_col(),
-        wide("IP", doc("io.k8s.api.core.v1.PodStatus", "podIP")),
-        wide("Node", doc("io.k8s.api.core.v1.PodSpec", "nodeName")),
-        wide("Nominated Node", doc("io.k8s.api.core.v1.PodStatus", "nominatedNodeName")),
-        wide("Readiness Gates", doc("io.k8s.api.core.v1.PodSpec", "readinessGates")),
-    ]
-}
+const POD_SPEC: &str = "io.k8s.api.core.v1.PodSpec";
+const POD_STATUS: &str = "io.k8s.api.core.v1.PodStatus";
+const POD_COLUMNS: &[Column] = &[
+    NAME,
+    col(
+        "Ready",
+        Text("The aggregate readiness state of this pod for accepting traffic."),
+    ),
+    col(
+        "Status",
+        Text("The aggregate status of the containers in this pod."),
+    ),
+    col(
+        "Restarts",
+        Text(
+            "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.",
+        ),
+    ),
+    AGE,
+    wide("IP", Doc(POD_STATUS, "podIP")),
+    wide("Node", Doc(POD_SPEC, "nodeName")),
+    wide("Nominated Node", Doc(POD_STATUS, "nominatedNodeName")),
+    wide("Readiness Gates", Doc(POD_SPEC, "readinessGates")),
+];
 
 fn pod_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     let phase = s(o, "/status/phase");
@@ -522,18 +562,16 @@ fn pod_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
 // ---------------------------------------------------------------------------
 // services
 
-fn service_columns() -> Vec<Column> {
-    let d = |f| doc("io.k8s.api.core.v1.ServiceSpec", f);
-    vec![
-        name_col(),
-        col("Type", d("type")),
-        col("Cluster-IP", d("clusterIP")),
-        col("External-IP", d("externalIPs")),
-        col("Port(s)", d("ports")),
-        age_col(),
-        wide("Selector", d("selector")),
-    ]
-}
+const SERVICE_SPEC: &str = "io.k8s.api.core.v1.ServiceSpec";
+const SERVICE_COLUMNS: &[Column] = &[
+    NAME,
+    col("Type", Doc(SERVICE_SPEC, "type")),
+    col("Cluster-IP", Doc(SERVICE_SPEC, "clusterIP")),
+    col("External-IP", Doc(SERVICE_SPEC, "externalIPs")),
+    col("Port(s)", Doc(SERVICE_SPEC, "ports")),
+    AGE,
+    wide("Selector", Doc(SERVICE_SPEC, "selector")),
+];
 
 fn service_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     let ty = s(o, "/spec/type");
@@ -631,31 +669,27 @@ fn access_modes(v: Option<&Value>) -> String {
     out.join(",")
 }
 
-fn pv_columns() -> Vec<Column> {
-    let d = |f| doc("io.k8s.api.core.v1.PersistentVolumeSpec", f);
-    vec![
-        name_col(),
-        col("Capacity", d("capacity")),
-        col("Access Modes", d("accessModes")),
-        col("Reclaim Policy", d("persistentVolumeReclaimPolicy")),
-        col(
-            "Status",
-            doc("io.k8s.api.core.v1.PersistentVolumeStatus", "phase"),
-        ),
-        col("Claim", d("claimRef")),
-        col("StorageClass", "StorageClass of the pv".into()),
-        col(
-            "VolumeAttributesClass",
-            "VolumeAttributesClass of the pv".into(),
-        ),
-        col(
-            "Reason",
-            doc("io.k8s.api.core.v1.PersistentVolumeStatus", "reason"),
-        ),
-        age_col(),
-        wide("VolumeMode", d("volumeMode")),
-    ]
-}
+const PV_SPEC: &str = "io.k8s.api.core.v1.PersistentVolumeSpec";
+const PV_STATUS: &str = "io.k8s.api.core.v1.PersistentVolumeStatus";
+const PV_COLUMNS: &[Column] = &[
+    NAME,
+    col("Capacity", Doc(PV_SPEC, "capacity")),
+    col("Access Modes", Doc(PV_SPEC, "accessModes")),
+    col(
+        "Reclaim Policy",
+        Doc(PV_SPEC, "persistentVolumeReclaimPolicy"),
+    ),
+    col("Status", Doc(PV_STATUS, "phase")),
+    col("Claim", Doc(PV_SPEC, "claimRef")),
+    col("StorageClass", Text("StorageClass of the pv")),
+    col(
+        "VolumeAttributesClass",
+        Text("VolumeAttributesClass of the pv"),
+    ),
+    col("Reason", Doc(PV_STATUS, "reason")),
+    AGE,
+    wide("VolumeMode", Doc(PV_SPEC, "volumeMode")),
+];
 
 fn pv_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     let claim = match (
@@ -665,72 +699,42 @@ fn pv_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
         (_, "") => String::new(),
         (ns, n) => format!("{ns}/{n}"),
     };
-    let status = if deleting(o) {
-        "Terminating".to_string()
-    } else {
-        s(o, "/status/phase").to_string()
-    };
-    let unset = |v: &str| {
-        if v.is_empty() {
-            "<unset>".to_string()
-        } else {
-            v.to_string()
-        }
-    };
     (
         vec![
             name(o),
             json!(s(o, "/spec/capacity/storage")),
             json!(access_modes(o.pointer("/spec/accessModes"))),
             json!(s(o, "/spec/persistentVolumeReclaimPolicy")),
-            json!(status),
+            json!(phase_or_terminating(o)),
             json!(claim),
             json!(s(o, "/spec/storageClassName")),
-            json!(unset(s(o, "/spec/volumeAttributesClassName"))),
+            json!(or_else("<unset>", s(o, "/spec/volumeAttributesClassName"))),
             json!(s(o, "/status/reason")),
             age(o, now),
-            json!(unset(s(o, "/spec/volumeMode"))),
+            json!(or_else("<unset>", s(o, "/spec/volumeMode"))),
         ],
         None,
     )
 }
 
-fn pvc_columns() -> Vec<Column> {
-    let d = |f| doc("io.k8s.api.core.v1.PersistentVolumeClaimSpec", f);
-    vec![
-        name_col(),
-        col(
-            "Status",
-            doc("io.k8s.api.core.v1.PersistentVolumeClaimStatus", "phase"),
-        ),
-        col("Volume", d("volumeName")),
-        col(
-            "Capacity",
-            doc("io.k8s.api.core.v1.PersistentVolumeClaimStatus", "capacity"),
-        ),
-        col(
-            "Access Modes",
-            doc(
-                "io.k8s.api.core.v1.PersistentVolumeClaimStatus",
-                "accessModes",
-            ),
-        ),
-        col("StorageClass", "StorageClass of the pvc".into()),
-        col(
-            "VolumeAttributesClass",
-            "VolumeAttributesClass of the pvc".into(),
-        ),
-        age_col(),
-        wide("VolumeMode", d("volumeMode")),
-    ]
-}
+const PVC_SPEC: &str = "io.k8s.api.core.v1.PersistentVolumeClaimSpec";
+const PVC_STATUS: &str = "io.k8s.api.core.v1.PersistentVolumeClaimStatus";
+const PVC_COLUMNS: &[Column] = &[
+    NAME,
+    col("Status", Doc(PVC_STATUS, "phase")),
+    col("Volume", Doc(PVC_SPEC, "volumeName")),
+    col("Capacity", Doc(PVC_STATUS, "capacity")),
+    col("Access Modes", Doc(PVC_STATUS, "accessModes")),
+    col("StorageClass", Text("StorageClass of the pvc")),
+    col(
+        "VolumeAttributesClass",
+        Text("VolumeAttributesClass of the pvc"),
+    ),
+    AGE,
+    wide("VolumeMode", Doc(PVC_SPEC, "volumeMode")),
+];
 
 fn pvc_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
-    let phase = if deleting(o) {
-        "Terminating".to_string()
-    } else {
-        s(o, "/status/phase").to_string()
-    };
     let bound = !s(o, "/spec/volumeName").is_empty();
     let (modes, capacity) = if bound {
         (
@@ -740,24 +744,17 @@ fn pvc_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     } else {
         (String::new(), String::new())
     };
-    let unset = |v: &str| {
-        if v.is_empty() {
-            "<unset>".to_string()
-        } else {
-            v.to_string()
-        }
-    };
     (
         vec![
             name(o),
-            json!(phase),
+            json!(phase_or_terminating(o)),
             json!(s(o, "/spec/volumeName")),
             json!(capacity),
             json!(modes),
             json!(s(o, "/spec/storageClassName")),
-            json!(unset(s(o, "/spec/volumeAttributesClassName"))),
+            json!(or_else("<unset>", s(o, "/spec/volumeAttributesClassName"))),
             age(o, now),
-            json!(unset(s(o, "/spec/volumeMode"))),
+            json!(or_else("<unset>", s(o, "/spec/volumeMode"))),
         ],
         None,
     )
@@ -766,13 +763,11 @@ fn pvc_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
 // ---------------------------------------------------------------------------
 // namespaces, nodes
 
-fn namespace_columns() -> Vec<Column> {
-    vec![
-        name_col(),
-        col("Status", "The status of the namespace".into()),
-        age_col(),
-    ]
-}
+const NAMESPACE_COLUMNS: &[Column] = &[
+    NAME,
+    col("Status", Text("The status of the namespace")),
+    AGE,
+];
 fn namespace_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     (
         vec![name(o), json!(s(o, "/status/phase")), age(o, now)],
@@ -780,27 +775,23 @@ fn namespace_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>)
     )
 }
 
-fn node_columns() -> Vec<Column> {
-    let ni = |f| doc("io.k8s.api.core.v1.NodeSystemInfo", f);
-    vec![
-        name_col(),
-        col("Status", "The status of the node".into()),
-        col("Roles", "The roles of the node".into()),
-        age_col(),
-        col("Version", ni("kubeletVersion")),
-        wide(
-            "Internal-IP",
-            doc("io.k8s.api.core.v1.NodeStatus", "addresses"),
-        ),
-        wide(
-            "External-IP",
-            doc("io.k8s.api.core.v1.NodeStatus", "addresses"),
-        ),
-        wide("OS-Image", ni("osImage")),
-        wide("Kernel-Version", ni("kernelVersion")),
-        wide("Container-Runtime", ni("containerRuntimeVersion")),
-    ]
-}
+const NODE_INFO: &str = "io.k8s.api.core.v1.NodeSystemInfo";
+const NODE_STATUS: &str = "io.k8s.api.core.v1.NodeStatus";
+const NODE_COLUMNS: &[Column] = &[
+    NAME,
+    col("Status", Text("The status of the node")),
+    col("Roles", Text("The roles of the node")),
+    AGE,
+    col("Version", Doc(NODE_INFO, "kubeletVersion")),
+    wide("Internal-IP", Doc(NODE_STATUS, "addresses")),
+    wide("External-IP", Doc(NODE_STATUS, "addresses")),
+    wide("OS-Image", Doc(NODE_INFO, "osImage")),
+    wide("Kernel-Version", Doc(NODE_INFO, "kernelVersion")),
+    wide(
+        "Container-Runtime",
+        Doc(NODE_INFO, "containerRuntimeVersion"),
+    ),
+];
 
 fn node_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     let conditions = o
@@ -841,13 +832,6 @@ fn node_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
             .map(|x| s(x, "/address").to_string())
             .unwrap_or_else(|| "<none>".into())
     };
-    let unknown = |v: &str| {
-        if v.is_empty() {
-            "<unknown>".to_string()
-        } else {
-            v.to_string()
-        }
-    };
     (
         vec![
             name(o),
@@ -861,9 +845,12 @@ fn node_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
             json!(s(o, "/status/nodeInfo/kubeletVersion")),
             json!(addr("InternalIP")),
             json!(addr("ExternalIP")),
-            json!(unknown(s(o, "/status/nodeInfo/osImage"))),
-            json!(unknown(s(o, "/status/nodeInfo/kernelVersion"))),
-            json!(unknown(s(o, "/status/nodeInfo/containerRuntimeVersion"))),
+            json!(or_else("<unknown>", s(o, "/status/nodeInfo/osImage"))),
+            json!(or_else("<unknown>", s(o, "/status/nodeInfo/kernelVersion"))),
+            json!(or_else(
+                "<unknown>",
+                s(o, "/status/nodeInfo/containerRuntimeVersion")
+            )),
         ],
         None,
     )
@@ -872,30 +859,25 @@ fn node_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
 // ---------------------------------------------------------------------------
 // events (core/v1 and events.k8s.io/v1 print alike upstream)
 
-fn event_columns() -> Vec<Column> {
-    let d = |f| doc("io.k8s.api.core.v1.Event", f);
-    vec![
-        col("Last Seen", d("lastTimestamp")),
-        col("Type", d("type")),
-        col("Reason", d("reason")),
-        col("Object", d("involvedObject")),
-        wide(
-            "Subobject",
-            doc("io.k8s.api.core.v1.ObjectReference", "fieldPath"),
-        ),
-        wide("Source", d("source")),
-        col("Message", d("message")),
-        wide("First Seen", d("firstTimestamp")),
-        wide("Count", d("count")),
-        Column {
-            name: "Name",
-            ty: "string",
-            format: "name",
-            description: doc(OBJECT_META, "name"),
-            priority: 1,
-        },
-    ]
-}
+const EVENT: &str = "io.k8s.api.core.v1.Event";
+const EVENT_COLUMNS: &[Column] = &[
+    col("Last Seen", Doc(EVENT, "lastTimestamp")),
+    col("Type", Doc(EVENT, "type")),
+    col("Reason", Doc(EVENT, "reason")),
+    col("Object", Doc(EVENT, "involvedObject")),
+    wide(
+        "Subobject",
+        Doc("io.k8s.api.core.v1.ObjectReference", "fieldPath"),
+    ),
+    wide("Source", Doc(EVENT, "source")),
+    col("Message", Doc(EVENT, "message")),
+    wide("First Seen", Doc(EVENT, "firstTimestamp")),
+    wide("Count", Doc(EVENT, "count")),
+    Column {
+        priority: 1,
+        ..NAME
+    },
+];
 
 fn event_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     let events_v1 = s(o, "/apiVersion") == "events.k8s.io/v1";
@@ -986,26 +968,22 @@ fn count_map(o: &Value, ptr: &str) -> usize {
         .unwrap_or(0)
 }
 
-fn configmap_columns() -> Vec<Column> {
-    vec![
-        name_col(),
-        col("Data", doc("io.k8s.api.core.v1.ConfigMap", "data")),
-        age_col(),
-    ]
-}
+const CONFIGMAP_COLUMNS: &[Column] = &[
+    NAME,
+    col("Data", Doc("io.k8s.api.core.v1.ConfigMap", "data")),
+    AGE,
+];
 fn configmap_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     let n = count_map(o, "/data") + count_map(o, "/binaryData");
     (vec![name(o), json!(n), age(o, now)], None)
 }
 
-fn secret_columns() -> Vec<Column> {
-    vec![
-        name_col(),
-        col("Type", doc("io.k8s.api.core.v1.Secret", "type")),
-        col("Data", doc("io.k8s.api.core.v1.Secret", "data")),
-        age_col(),
-    ]
-}
+const SECRET_COLUMNS: &[Column] = &[
+    NAME,
+    col("Type", Doc("io.k8s.api.core.v1.Secret", "type")),
+    col("Data", Doc("io.k8s.api.core.v1.Secret", "data")),
+    AGE,
+];
 fn secret_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     let n = count_map(o, "/data") + count_map(o, "/stringData");
     (
@@ -1014,16 +992,14 @@ fn secret_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     )
 }
 
-fn serviceaccount_columns() -> Vec<Column> {
-    vec![
-        name_col(),
-        col(
-            "Secrets",
-            doc("io.k8s.api.core.v1.ServiceAccount", "secrets"),
-        ),
-        age_col(),
-    ]
-}
+const SERVICEACCOUNT_COLUMNS: &[Column] = &[
+    NAME,
+    col(
+        "Secrets",
+        Doc("io.k8s.api.core.v1.ServiceAccount", "secrets"),
+    ),
+    AGE,
+];
 fn serviceaccount_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     let n = o
         .pointer("/secrets")
@@ -1033,13 +1009,11 @@ fn serviceaccount_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Va
     (vec![name(o), json!(n), age(o, now)], None)
 }
 
-fn endpoints_columns() -> Vec<Column> {
-    vec![
-        name_col(),
-        col("Endpoints", doc("io.k8s.api.core.v1.Endpoints", "subsets")),
-        age_col(),
-    ]
-}
+const ENDPOINTS_COLUMNS: &[Column] = &[
+    NAME,
+    col("Endpoints", Doc("io.k8s.api.core.v1.Endpoints", "subsets")),
+    AGE,
+];
 /// `formatEndpoints` with the default limit of 3 entries.
 fn endpoints_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     let mut list: Vec<String> = Vec::new();
@@ -1086,63 +1060,42 @@ fn endpoints_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>)
 // ---------------------------------------------------------------------------
 // apps, coordination, rbac, policy
 
-fn deployment_columns() -> Vec<Column> {
-    let st = |f| doc("io.k8s.api.apps.v1.DeploymentStatus", f);
-    vec![
-        name_col(),
-        col("Ready", "Number of the pod with ready state".into()),
-        col("Up-to-date", st("updatedReplicas")),
-        col("Available", st("availableReplicas")),
-        age_col(),
-        wide(
-            "Containers",
-            "Names of each container in the template.".into(),
-        ),
-        wide(
-            "Images",
-            "Images referenced by each container in the template.".into(),
-        ),
-        wide(
-            "Selector",
-            doc("io.k8s.api.apps.v1.DeploymentSpec", "selector"),
-        ),
-    ]
-}
+const DEPLOYMENT_STATUS: &str = "io.k8s.api.apps.v1.DeploymentStatus";
+const DEPLOYMENT_COLUMNS: &[Column] = &[
+    NAME,
+    col("Ready", Text("Number of the pod with ready state")),
+    col("Up-to-date", Doc(DEPLOYMENT_STATUS, "updatedReplicas")),
+    col("Available", Doc(DEPLOYMENT_STATUS, "availableReplicas")),
+    AGE,
+    CONTAINERS,
+    IMAGES,
+    wide(
+        "Selector",
+        Doc("io.k8s.api.apps.v1.DeploymentSpec", "selector"),
+    ),
+];
 fn deployment_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
-    let desired = o
-        .pointer("/spec/replicas")
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
-    let containers: Vec<&Value> = o
-        .pointer("/spec/template/spec/containers")
-        .and_then(Value::as_array)
-        .map(|c| c.iter().collect())
-        .unwrap_or_default();
-    let names: Vec<&str> = containers.iter().map(|c| s(c, "/name")).collect();
-    let images: Vec<&str> = containers.iter().map(|c| s(c, "/image")).collect();
+    let (names, images) = container_cells(o);
     (
         vec![
             name(o),
-            json!(format!("{}/{desired}", i(o, "/status/readyReplicas"))),
+            json!(format!("{}/{}", i(o, "/status/readyReplicas"), desired(o))),
             json!(i(o, "/status/updatedReplicas")),
             json!(i(o, "/status/availableReplicas")),
             age(o, now),
-            json!(names.join(",")),
-            json!(images.join(",")),
+            names,
+            images,
             json!(label_selector_string(o.pointer("/spec/selector"))),
         ],
         None,
     )
 }
 
-fn int_col(name: &'static str, description: String) -> Column {
-    Column {
-        name,
-        ty: "integer",
-        format: "",
-        description,
-        priority: 0,
-    }
+/// `spec.replicas`, 1 when unset.
+fn desired(o: &Value) -> i64 {
+    o.pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .unwrap_or(1)
 }
 
 /// `layoutContainerCells`: container names and images, comma-joined.
@@ -1157,46 +1110,24 @@ fn container_cells(o: &Value) -> (Value, Value) {
     (json!(names.join(",")), json!(images.join(",")))
 }
 
-fn replicaset_columns() -> Vec<Column> {
-    vec![
-        name_col(),
-        int_col(
-            "Desired",
-            doc("io.k8s.api.apps.v1.ReplicaSetSpec", "replicas"),
-        ),
-        int_col(
-            "Current",
-            doc("io.k8s.api.apps.v1.ReplicaSetStatus", "replicas"),
-        ),
-        int_col(
-            "Ready",
-            doc("io.k8s.api.apps.v1.ReplicaSetStatus", "readyReplicas"),
-        ),
-        age_col(),
-        wide(
-            "Containers",
-            "Names of each container in the template.".into(),
-        ),
-        wide(
-            "Images",
-            "Images referenced by each container in the template.".into(),
-        ),
-        wide(
-            "Selector",
-            doc("io.k8s.api.apps.v1.ReplicaSetSpec", "selector"),
-        ),
-    ]
-}
+const REPLICASET_SPEC: &str = "io.k8s.api.apps.v1.ReplicaSetSpec";
+const REPLICASET_STATUS: &str = "io.k8s.api.apps.v1.ReplicaSetStatus";
+const REPLICASET_COLUMNS: &[Column] = &[
+    NAME,
+    int_col("Desired", Doc(REPLICASET_SPEC, "replicas")),
+    int_col("Current", Doc(REPLICASET_STATUS, "replicas")),
+    int_col("Ready", Doc(REPLICASET_STATUS, "readyReplicas")),
+    AGE,
+    CONTAINERS,
+    IMAGES,
+    wide("Selector", Doc(REPLICASET_SPEC, "selector")),
+];
 fn replicaset_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
-    let desired = o
-        .pointer("/spec/replicas")
-        .and_then(Value::as_i64)
-        .unwrap_or(1);
     let (names, images) = container_cells(o);
     (
         vec![
             name(o),
-            json!(desired),
+            json!(desired(o)),
             json!(i(o, "/status/replicas")),
             json!(i(o, "/status/readyReplicas")),
             age(o, now),
@@ -1208,27 +1139,19 @@ fn replicaset_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>
     )
 }
 
-fn job_columns() -> Vec<Column> {
-    vec![
-        name_col(),
-        col("Status", "Status of the job.".into()),
-        col(
-            "Completions",
-            doc("io.k8s.api.batch.v1.JobStatus", "succeeded"),
-        ),
-        col("Duration", "Time required to complete the job.".into()),
-        age_col(),
-        wide(
-            "Containers",
-            "Names of each container in the template.".into(),
-        ),
-        wide(
-            "Images",
-            "Images referenced by each container in the template.".into(),
-        ),
-        wide("Selector", doc("io.k8s.api.batch.v1.JobSpec", "selector")),
-    ]
-}
+const JOB_COLUMNS: &[Column] = &[
+    NAME,
+    col("Status", Text("Status of the job.")),
+    col(
+        "Completions",
+        Doc("io.k8s.api.batch.v1.JobStatus", "succeeded"),
+    ),
+    col("Duration", Text("Time required to complete the job.")),
+    AGE,
+    CONTAINERS,
+    IMAGES,
+    wide("Selector", Doc("io.k8s.api.batch.v1.JobSpec", "selector")),
+];
 fn has_job_condition(o: &Value, ty: &str) -> bool {
     o.pointer("/status/conditions")
         .and_then(Value::as_array)
@@ -1289,17 +1212,18 @@ fn job_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     )
 }
 
-fn storageclass_columns() -> Vec<Column> {
-    let d = |f| doc("io.k8s.api.storage.v1.StorageClass", f);
-    vec![
-        name_col(),
-        col("Provisioner", d("provisioner")),
-        col("ReclaimPolicy", d("reclaimPolicy")),
-        col("VolumeBindingMode", d("volumeBindingMode")),
-        col("AllowVolumeExpansion", d("allowVolumeExpansion")),
-        age_col(),
-    ]
-}
+const STORAGECLASS: &str = "io.k8s.api.storage.v1.StorageClass";
+const STORAGECLASS_COLUMNS: &[Column] = &[
+    NAME,
+    col("Provisioner", Doc(STORAGECLASS, "provisioner")),
+    col("ReclaimPolicy", Doc(STORAGECLASS, "reclaimPolicy")),
+    col("VolumeBindingMode", Doc(STORAGECLASS, "volumeBindingMode")),
+    col(
+        "AllowVolumeExpansion",
+        Doc(STORAGECLASS, "allowVolumeExpansion"),
+    ),
+    AGE,
+];
 /// Whether a StorageClass is marked default (`storageutil.IsDefaultAnnotation`).
 pub fn is_default_storage_class(o: &Value) -> bool {
     [
@@ -1344,16 +1268,14 @@ fn storageclass_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Valu
     )
 }
 
-fn lease_columns() -> Vec<Column> {
-    vec![
-        name_col(),
-        col(
-            "Holder",
-            doc("io.k8s.api.coordination.v1.LeaseSpec", "holderIdentity"),
-        ),
-        age_col(),
-    ]
-}
+const LEASE_COLUMNS: &[Column] = &[
+    NAME,
+    col(
+        "Holder",
+        Doc("io.k8s.api.coordination.v1.LeaseSpec", "holderIdentity"),
+    ),
+    AGE,
+];
 fn lease_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     (
         vec![name(o), json!(s(o, "/spec/holderIdentity")), age(o, now)],
@@ -1361,19 +1283,17 @@ fn lease_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     )
 }
 
-fn binding_columns() -> Vec<Column> {
-    vec![
-        name_col(),
-        col("Role", doc("io.k8s.api.rbac.v1.RoleBinding", "roleRef")),
-        age_col(),
-        wide("Users", "Users in the roleBinding".into()),
-        wide("Groups", "Groups in the roleBinding".into()),
-        wide(
-            "ServiceAccounts",
-            "ServiceAccounts in the roleBinding".into(),
-        ),
-    ]
-}
+const BINDING_COLUMNS: &[Column] = &[
+    NAME,
+    col("Role", Doc("io.k8s.api.rbac.v1.RoleBinding", "roleRef")),
+    AGE,
+    wide("Users", Text("Users in the roleBinding")),
+    wide("Groups", Text("Groups in the roleBinding")),
+    wide(
+        "ServiceAccounts",
+        Text("ServiceAccounts in the roleBinding"),
+    ),
+];
 fn binding_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     let role = format!("{}/{}", s(o, "/roleRef/kind"), s(o, "/roleRef/name"));
     let (mut users, mut groups, mut sas) = (Vec::new(), Vec::new(), Vec::new());
@@ -1403,22 +1323,20 @@ fn binding_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     )
 }
 
-fn pdb_columns() -> Vec<Column> {
-    let d = |f| doc("io.k8s.api.policy.v1.PodDisruptionBudgetSpec", f);
-    vec![
-        name_col(),
-        col("Min Available", d("minAvailable")),
-        col("Max Unavailable", d("maxUnavailable")),
-        col(
-            "Allowed Disruptions",
-            doc(
-                "io.k8s.api.policy.v1.PodDisruptionBudgetStatus",
-                "disruptionsAllowed",
-            ),
+const PDB_SPEC: &str = "io.k8s.api.policy.v1.PodDisruptionBudgetSpec";
+const PDB_COLUMNS: &[Column] = &[
+    NAME,
+    col("Min Available", Doc(PDB_SPEC, "minAvailable")),
+    col("Max Unavailable", Doc(PDB_SPEC, "maxUnavailable")),
+    col(
+        "Allowed Disruptions",
+        Doc(
+            "io.k8s.api.policy.v1.PodDisruptionBudgetStatus",
+            "disruptionsAllowed",
         ),
-        age_col(),
-    ]
-}
+    ),
+    AGE,
+];
 fn pdb_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     let int_or_str = |p: &str| match o.pointer(p) {
         Some(Value::Number(n)) => n.to_string(),

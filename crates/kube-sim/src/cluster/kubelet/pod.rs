@@ -22,7 +22,7 @@ use super::container::{self, CState, Shared, Status, Term};
 use super::probe;
 use super::rewrite;
 use crate::cluster::events::EventType;
-use crate::cluster::runtime::PodRuntime;
+use crate::cluster::runtime::PodProcess;
 
 /// The service-account directory a real pod gets.
 pub const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -51,7 +51,7 @@ pub(crate) async fn run(ctx: Arc<AgentCtx>, mut rx: watch::Receiver<Option<Arc<P
         .and_then(|s| s.start_time.clone())
         .map(|t| crate::object::format_time(t.0))
         .unwrap_or_else(crate::object::now_string);
-    ctx.runtimes.upsert(PodRuntime {
+    ctx.runtimes.upsert(PodProcess {
         namespace: ns.clone(),
         name: name.clone(),
         uid: uid.clone(),
@@ -821,6 +821,43 @@ async fn build_spec(
     })
 }
 
+/// A ConfigMap or a Secret, as env and envFrom refer to them.
+#[derive(Clone, Copy)]
+enum Data {
+    ConfigMap,
+    Secret,
+}
+
+impl Data {
+    fn kind(self) -> &'static str {
+        match self {
+            Data::ConfigMap => "ConfigMap",
+            Data::Secret => "Secret",
+        }
+    }
+}
+
+/// The entries of the ConfigMap or Secret an env var or envFrom refers to:
+/// `None` where an optional one does not exist, the kubelet's
+/// "configmap/secret "name" not found" where a required one does not.
+async fn env_data(
+    ctx: &AgentCtx,
+    ns: &str,
+    kind: Data,
+    name: &str,
+    optional: Option<bool>,
+) -> Result<Option<BTreeMap<String, Vec<u8>>>, String> {
+    let entries = match kind {
+        Data::ConfigMap => configmap_entries(ctx, ns, name).await?,
+        Data::Secret => secret_entries(ctx, ns, name).await?,
+    };
+    match entries {
+        Some(e) => Ok(Some(e)),
+        None if optional == Some(true) => Ok(None),
+        None => Err(format!("{} {name:?} not found", kind.kind().to_lowercase())),
+    }
+}
+
 async fn resolve_env(
     ctx: &AgentCtx,
     pod: &Pod,
@@ -835,34 +872,27 @@ async fn resolve_env(
     };
     for from in c.env_from.iter().flatten() {
         let prefix = from.prefix.clone().unwrap_or_default();
-        if let Some(r) = &from.config_map_ref {
-            match configmap_entries(ctx, &ns, &r.name).await? {
-                Some(e) => {
-                    for (k, v) in e {
-                        set(
-                            &mut out,
-                            format!("{prefix}{k}"),
-                            String::from_utf8_lossy(&v).to_string(),
-                        );
-                    }
-                }
-                None if r.optional == Some(true) => {}
-                None => return Err(format!("configmap {:?} not found", r.name)),
-            }
-        }
-        if let Some(r) = &from.secret_ref {
-            match secret_entries(ctx, &ns, &r.name).await? {
-                Some(e) => {
-                    for (k, v) in e {
-                        set(
-                            &mut out,
-                            format!("{prefix}{k}"),
-                            String::from_utf8_lossy(&v).to_string(),
-                        );
-                    }
-                }
-                None if r.optional == Some(true) => {}
-                None => return Err(format!("secret {:?} not found", r.name)),
+        let refs = [
+            (
+                Data::ConfigMap,
+                from.config_map_ref.as_ref().map(|r| (&r.name, r.optional)),
+            ),
+            (
+                Data::Secret,
+                from.secret_ref.as_ref().map(|r| (&r.name, r.optional)),
+            ),
+        ];
+        for (kind, r) in refs {
+            let Some((name, optional)) = r else { continue };
+            for (k, v) in env_data(ctx, &ns, kind, name, optional)
+                .await?
+                .unwrap_or_default()
+            {
+                set(
+                    &mut out,
+                    format!("{prefix}{k}"),
+                    String::from_utf8_lossy(&v).to_string(),
+                );
             }
         }
     }
@@ -874,35 +904,27 @@ async fn resolve_env(
             if let Some(f) = &src.field_ref {
                 field_value(pod, &f.field_path, pod_ip, &ctx.node_ip)
                     .ok_or_else(|| format!("unsupported fieldPath {:?}", f.field_path))?
-            } else if let Some(r) = &src.config_map_key_ref {
-                match configmap_entries(ctx, &ns, &r.name).await? {
-                    Some(m) => match m.get(&r.key) {
-                        Some(v) => String::from_utf8_lossy(v).to_string(),
-                        None if r.optional == Some(true) => continue,
-                        None => {
-                            return Err(format!(
-                                "couldn't find key {} in ConfigMap {ns}/{}",
-                                r.key, r.name
-                            ));
-                        }
-                    },
-                    None if r.optional == Some(true) => continue,
-                    None => return Err(format!("configmap {:?} not found", r.name)),
-                }
-            } else if let Some(r) = &src.secret_key_ref {
-                match secret_entries(ctx, &ns, &r.name).await? {
-                    Some(m) => match m.get(&r.key) {
-                        Some(v) => String::from_utf8_lossy(v).to_string(),
-                        None if r.optional == Some(true) => continue,
-                        None => {
-                            return Err(format!(
-                                "couldn't find key {} in Secret {ns}/{}",
-                                r.key, r.name
-                            ));
-                        }
-                    },
-                    None if r.optional == Some(true) => continue,
-                    None => return Err(format!("secret {:?} not found", r.name)),
+            } else if let Some((kind, name, key, optional)) = src
+                .config_map_key_ref
+                .as_ref()
+                .map(|r| (Data::ConfigMap, &r.name, &r.key, r.optional))
+                .or_else(|| {
+                    (src.secret_key_ref.as_ref())
+                        .map(|r| (Data::Secret, &r.name, &r.key, r.optional))
+                })
+            {
+                let Some(m) = env_data(ctx, &ns, kind, name, optional).await? else {
+                    continue;
+                };
+                match m.get(key) {
+                    Some(v) => String::from_utf8_lossy(v).to_string(),
+                    None if optional == Some(true) => continue,
+                    None => {
+                        return Err(format!(
+                            "couldn't find key {key} in {} {ns}/{name}",
+                            kind.kind()
+                        ));
+                    }
                 }
             } else if let Some(r) = &src.resource_field_ref {
                 // The node's allocatable when no limit is set.
