@@ -88,7 +88,6 @@ impl ClientMetrics {
 /// (k8s.io/apiserver `RequestInfo`): GET of a collection is `list`, of a named
 /// object `get`, with `watch=true` (or a `/watch/` path) `watch`.
 pub fn kube_verb(method: &http::Method, path: &str, query: Option<&str>) -> &'static str {
-    use http::Method;
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
     let rest: &[&str] = match segs.as_slice() {
         ["api", _version, rest @ ..] => rest,
@@ -110,25 +109,14 @@ pub fn kube_verb(method: &http::Method, path: &str, query: Option<&str>) -> &'st
         q.split('&')
             .any(|kv| matches!(kv, "watch=true" | "watch=1" | "watch=True"))
     });
-    match *method {
-        Method::GET | Method::HEAD => {
-            if !is_resource {
-                "get"
-            } else if watch_path || watch_query {
-                "watch"
-            } else if named {
-                "get"
-            } else {
-                "list"
-            }
-        }
-        Method::POST => "create",
-        Method::PUT => "update",
-        Method::PATCH => "patch",
-        Method::DELETE if is_resource && !named => "deletecollection",
-        Method::DELETE => "delete",
-        _ => "other",
-    }
+    let target = if !is_resource {
+        request_verb::Target::NonResource
+    } else if named {
+        request_verb::Target::Named
+    } else {
+        request_verb::Target::Collection
+    };
+    request_verb::verb(method, target, watch_path || watch_query).unwrap_or("other")
 }
 
 /// The layer; see the module documentation for where it must sit.

@@ -216,31 +216,15 @@ fn user_of(req: &Request<Incoming>) -> String {
         .unwrap_or_else(|| "system:anonymous".to_string())
 }
 
-/// The authorizer's verb for a resource request
-/// (staging/src/k8s.io/apiserver/pkg/endpoints/request/requestinfo.go).
+/// The authorizer's verb for a resource request (an empty string for a
+/// method the API server gives no verb).
 fn k8s_verb(method: &Method, has_name: bool, watch: bool) -> &'static str {
-    match *method {
-        Method::GET | Method::HEAD => {
-            if watch {
-                "watch"
-            } else if has_name {
-                "get"
-            } else {
-                "list"
-            }
-        }
-        Method::POST => "create",
-        Method::PUT => "update",
-        Method::PATCH => "patch",
-        Method::DELETE => {
-            if has_name {
-                "delete"
-            } else {
-                "deletecollection"
-            }
-        }
-        _ => "",
-    }
+    let target = if has_name {
+        request_verb::Target::Named
+    } else {
+        request_verb::Target::Collection
+    };
+    request_verb::verb(method, target, watch).unwrap_or("")
 }
 
 /// Entry point for one HTTP request.
