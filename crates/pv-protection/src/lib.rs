@@ -59,7 +59,8 @@ use protection_core::duration::{format_duration, parse_duration};
 use protection_core::finalizer::validate_finalizer_name;
 use protection_core::release::{CONTROLLERS_SINCE, GateDecl, PHASED_ADD};
 use protection_core::{
-    ControllerDescriptor, ControllerInfo, FinalizerNames, FinalizerProfile, PolicyRule,
+    ControllerDescriptor, ControllerInfo, FinalizedResource, FinalizerNames, FinalizerProfile,
+    PolicyRule,
 };
 
 pub use runtime::Settings;
@@ -131,6 +132,12 @@ pub const PV_INFO: ControllerInfo = ControllerInfo {
         resources: &["persistentvolumes"],
         verbs: &["get", "list", "watch", "patch"],
     }],
+    finalizes: &[FinalizedResource {
+        group: "",
+        versions: &["v1"],
+        kind: "PersistentVolume",
+        plural: "persistentvolumes",
+    }],
 };
 
 /// pvc-protection as the manager knows it without starting it
@@ -157,6 +164,12 @@ pub const PVC_INFO: ControllerInfo = ControllerInfo {
             verbs: &["list", "watch"],
         },
     ],
+    finalizes: &[FinalizedResource {
+        group: "",
+        versions: &["v1"],
+        kind: "PersistentVolumeClaim",
+        plural: "persistentvolumeclaims",
+    }],
 };
 
 /// The controllers of this crate, as the manager knows them.

@@ -232,9 +232,11 @@ pub fn rollback_warning(
     Some(format!(
         "{gate} is on at {stage}: every VolumeAttributesClass gets the finalizer {finalizer}. \
          Release {before} has no vac-protection: rolling back to it (or to --emulated-version={before}) \
-         leaves that finalizer on every class, and a class deleted afterwards stays Terminating. \
-         Before rolling back: turn {gate} off (removal stays on) and remove the finalizer from the classes; \
-         see the README, \"Rollback\"",
+         would leave that finalizer on every class, and a class deleted afterwards would stay Terminating, \
+         so the release guard refuses it (the release record names {since} as the minimum release). \
+         Before rolling back: turn {gate} off (removal stays on), then run \
+         `protection-manager strip-finalizers --controller {NAME}`; see the README, \"Rollback\"",
+        since = crate::INFO.since,
         stage = row.stage
     ))
 }

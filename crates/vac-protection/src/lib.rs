@@ -39,7 +39,8 @@ use std::time::Duration;
 use protection_core::finalizer::validate_finalizer_name;
 use protection_core::release::{GateDecl, VAC_PHASED_ADD, VAC_SINCE};
 use protection_core::{
-    ControllerDescriptor, ControllerInfo, FinalizerNames, FinalizerProfile, PolicyRule,
+    ControllerDescriptor, ControllerInfo, FinalizedResource, FinalizerNames, FinalizerProfile,
+    PolicyRule,
 };
 
 /// Gates the class finalizer's *addition* (removal is never gated). Named
@@ -79,6 +80,12 @@ pub const INFO: ControllerInfo = ControllerInfo {
             verbs: &["list", "watch"],
         },
     ],
+    finalizes: &[FinalizedResource {
+        group: "storage.k8s.io",
+        versions: &["v1", "v1beta1"],
+        kind: "VolumeAttributesClass",
+        plural: "volumeattributesclasses",
+    }],
 };
 
 /// The controllers of this crate, as the manager knows them.

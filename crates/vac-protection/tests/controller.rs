@@ -426,6 +426,11 @@ async fn the_alpha_gate_warns_about_the_rollback_that_strands() {
     .expect("a warning while Alpha is on");
     assert!(w.contains("Release 0.3 has no vac-protection"), "{w}");
     assert!(w.contains("turn VolumeAttributesClass off"), "{w}");
+    assert!(w.contains("the release guard refuses it"), "{w}");
+    assert!(
+        w.contains("protection-manager strip-finalizers --controller vac-protection"),
+        "{w}"
+    );
     assert!(w.contains(&env.finalizer), "{w}");
     assert_eq!(
         vac_protection::controller::rollback_warning(&ctx(""), false, &env.finalizer),
