@@ -244,7 +244,7 @@ impl Host {
                 }
             }
         }
-        (!finalizers.is_empty()).then(|| release_guard::MinimumRelease {
+        (!finalizers.is_empty()).then_some(release_guard::MinimumRelease {
             release: g.running,
             finalizers,
         })

@@ -119,7 +119,7 @@ pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
             .filter(|f| f.finalizer != finalizer)
             .cloned()
             .collect();
-        let new_min = (!rest.is_empty()).then(|| release_guard::MinimumRelease {
+        let new_min = (!rest.is_empty()).then_some(release_guard::MinimumRelease {
             release: m.release,
             finalizers: rest,
         });
