@@ -1,5 +1,7 @@
 //! Chaos: two manager replicas with leader election, a churn of claims,
-//! volumes, pods and load-balancer Services, kube-sim faults (5xx, 409,
+//! volumes, pods, load-balancer Services and VolumeAttributesClasses (named
+//! by claims, volumes and pending modifications; vac-protection's Alpha gate
+//! on), kube-sim faults (5xx, 409,
 //! watch cuts, forced 410 on the manager's watches), cloud-sim faults, and
 //! SIGKILL of the leader at random points; the [`invariants`] are checked
 //! continuously and at the end.
@@ -92,6 +94,9 @@ pub struct ChaosConfig {
     pub conflict_fraction: f64,
     /// Fraction of cloud-sim calls that fail.
     pub cloud_error_rate: f64,
+    /// Churn VolumeAttributesClasses too, with vac-protection's gate on
+    /// (where the cluster serves storage.k8s.io/v1 VolumeAttributesClass).
+    pub classes: bool,
 }
 
 impl ChaosConfig {
@@ -111,6 +116,7 @@ impl ChaosConfig {
             error_fraction: 0.05,
             conflict_fraction: 0.05,
             cloud_error_rate: 0.1,
+            classes: true,
         }
     }
 
@@ -129,6 +135,7 @@ impl ChaosConfig {
             error_fraction: 0.05,
             conflict_fraction: 0.05,
             cloud_error_rate: 0.1,
+            classes: true,
         }
     }
 
@@ -160,6 +167,12 @@ impl ChaosConfig {
                 self.retry_period.as_secs()
             ),
         ]
+        .into_iter()
+        .chain(
+            self.classes
+                .then(|| crate::scenarios::vac::GATE_ON.to_string()),
+        )
+        .collect()
     }
 }
 
@@ -300,6 +313,8 @@ struct Model {
     pods: Vec<PodRec>,
     pvs: Vec<(String, bool)>,
     services: Vec<Svc>,
+    /// VolumeAttributesClasses: (name, deleted).
+    classes: Vec<(String, bool)>,
     next: u64,
 }
 
@@ -322,6 +337,11 @@ impl Model {
     fn live_pvs(&self) -> Vec<usize> {
         (0..self.pvs.len()).filter(|&i| !self.pvs[i].1).collect()
     }
+    fn live_classes(&self) -> Vec<usize> {
+        (0..self.classes.len())
+            .filter(|&i| !self.classes[i].1)
+            .collect()
+    }
     fn name(&mut self, prefix: &str) -> String {
         self.next += 1;
         format!("{prefix}-{}", self.next)
@@ -336,6 +356,7 @@ struct Churn<'a> {
     model: Model,
     ops: BTreeMap<String, (u64, u64)>,
     max_live: usize,
+    classes: bool,
 }
 
 fn obj<K: serde::de::DeserializeOwned>(v: Value) -> Result<K> {
@@ -410,7 +431,132 @@ impl<'a> Churn<'a> {
         Ok(())
     }
 
+    fn vacs(&self) -> Api<crate::observer::VolumeAttributesClass> {
+        Api::all(self.client.clone())
+    }
+
+    /// One VolumeAttributesClass operation: create or delete a class, a
+    /// Pending claim or an Available volume naming a live (or Terminating)
+    /// class, or a claim's pending modification set to one or cleared.
+    async fn class_step(&mut self) -> Result<()> {
+        let classes = self.model.live_classes();
+        // Any class created so far, deleted or not: naming a Terminating
+        // class is what the protection is about.
+        let any = |rng: &mut StdRng, m: &Model| -> Option<String> {
+            (!m.classes.is_empty())
+                .then(|| m.classes[rng.random_range(0..m.classes.len())].0.clone())
+        };
+        match self.rng.random_range(0..100u32) {
+            0..=29 if classes.len() < self.max_live => {
+                let name = format!("{}-{}", self.h.run, self.model.name("vac"));
+                let body = objects::vac(&self.h.run, &name);
+                let api: Api<kube::api::DynamicObject> = Api::all_with(
+                    self.client.clone(),
+                    &kube::api::ApiResource::from_gvk_with_plural(
+                        &kube::api::GroupVersionKind::gvk(
+                            "storage.k8s.io",
+                            "v1",
+                            "VolumeAttributesClass",
+                        ),
+                        "volumeattributesclasses",
+                    ),
+                );
+                let r = api
+                    .create(&PostParams::default(), &obj(body)?)
+                    .await
+                    .map(|_| ());
+                if self.count("create class", r)? {
+                    self.model.classes.push((name, false));
+                }
+            }
+            30..=49 if !classes.is_empty() => {
+                let i = classes[self.rng.random_range(0..classes.len())];
+                let name = self.model.classes[i].0.clone();
+                self.delete_counted(self.vacs(), &name, "delete class")
+                    .await?;
+                self.model.classes[i].1 = true;
+            }
+            50..=69 if self.model.live_claims().len() < self.max_live => {
+                let Some(class) = any(&mut self.rng, &self.model) else {
+                    return Ok(());
+                };
+                let name = self.model.name("claim");
+                let c: PersistentVolumeClaim = obj(objects::pending_pvc_with_vac(
+                    &self.h.run,
+                    &name,
+                    Some(&class),
+                ))?;
+                let r = self
+                    .pvcs()
+                    .create(&PostParams::default(), &c)
+                    .await
+                    .map(|_| ());
+                if self.count("create claim of a class", r)? {
+                    self.model.claims.push(Claim {
+                        name,
+                        deleted: false,
+                    });
+                }
+            }
+            70..=84 if self.model.live_pvs().len() < self.max_live => {
+                let Some(class) = any(&mut self.rng, &self.model) else {
+                    return Ok(());
+                };
+                let pv = format!("{}-{}", self.h.run, self.model.name("pv"));
+                let v: PersistentVolume =
+                    obj(objects::host_path_pv_with_vac(&self.h.run, &pv, &class))?;
+                let r = self
+                    .pvs()
+                    .create(&PostParams::default(), &v)
+                    .await
+                    .map(|_| ());
+                if self.count("create volume of a class", r)? {
+                    self.model.pvs.push((pv, false));
+                }
+            }
+            85..=99 => {
+                let claims = self.model.live_claims();
+                if claims.is_empty() {
+                    return Ok(());
+                }
+                let i = claims[self.rng.random_range(0..claims.len())];
+                let name = self.model.claims[i].name.clone();
+                let target = if self.rng.random_bool(0.6) {
+                    any(&mut self.rng, &self.model)
+                } else {
+                    None
+                };
+                let status = match &target {
+                    Some(t) => {
+                        json!({"modifyVolumeStatus": {"targetVolumeAttributesClassName": t, "status": "InProgress"}})
+                    }
+                    None => json!({"modifyVolumeStatus": null}),
+                };
+                let r = self
+                    .pvcs()
+                    .patch_status(
+                        &name,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({ "status": status })),
+                    )
+                    .await
+                    .map(|_| ());
+                let op = if target.is_some() {
+                    "set a pending modification"
+                } else {
+                    "clear a pending modification"
+                };
+                self.count(op, r)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     async fn step(&mut self) -> Result<()> {
+        if self.classes && self.rng.random_bool(0.25) {
+            return self.class_step().await;
+        }
         let m = &self.model;
         let (claims, pods, svcs, pvs) = (
             m.live_claims(),
@@ -579,6 +725,12 @@ impl<'a> Churn<'a> {
                 .await?;
             self.model.pvs[i].1 = true;
         }
+        for i in self.model.live_classes() {
+            let name = self.model.classes[i].0.clone();
+            self.delete_counted(self.vacs(), &name, "cleanup: delete class")
+                .await?;
+            self.model.classes[i].1 = true;
+        }
         Ok(())
     }
 }
@@ -596,6 +748,7 @@ fn kube_fault_rules(user: &str, cfg: &ChaosConfig) -> Vec<kube_sim::FaultRule> {
         "pods",
         "services",
         "nodes",
+        "volumeattributesclasses",
     ] {
         for (code, verb) in [(500, None), (503, None), (409, Some("patch"))] {
             let fraction = if code == 409 {
@@ -692,6 +845,14 @@ pub async fn run(
         };
         sim.set_storage_protection_admission(true);
     }
+    // Classes only where the cluster serves storage.k8s.io/v1
+    // VolumeAttributesClass (kube-sim does; Kubernetes 1.34+).
+    let mut cfg = cfg.clone();
+    if cfg.classes && !classes_served(h).await? {
+        h.skip_in_cluster("VolumeAttributesClasses in the churn (the cluster serves no storage.k8s.io/v1 VolumeAttributesClass)");
+        cfg.classes = false;
+    }
+    let cfg = &cfg;
     let values = cfg.values();
     let sets: Vec<&str> = values.iter().map(String::as_str).collect();
     rel.install(&sets, true).await?;
@@ -714,6 +875,7 @@ pub async fn run(
             // the creation window is a violation.
             strict: cfg.profile == Profile::UpstreamWithAdmission
                 || !create_time_policies.is_empty(),
+            classes: cfg.classes,
         },
     )
     .await?;
@@ -739,6 +901,7 @@ pub async fn run(
         model: Model::default(),
         ops: BTreeMap::new(),
         max_live: cfg.max_live,
+        classes: cfg.classes,
     };
     let fault_start = Instant::now();
     let end = fault_start + cfg.duration;
@@ -846,7 +1009,7 @@ pub async fn run(
     let deadline = Instant::now() + CONVERGENCE_BOUND + Duration::from_secs(15);
     loop {
         let pending = monitor.pending();
-        let left = remaining(h, ns).await?;
+        let left = remaining(h, ns, cfg.classes).await?;
         if pending.is_empty() && left == 0 {
             break;
         }
@@ -894,7 +1057,7 @@ async fn standby_ready(rel: &ManagerRelease, leader: &str) -> Result<bool> {
 }
 
 /// Objects of the run still in the namespace (and its PVs).
-async fn remaining(h: &Harness, ns: &str) -> Result<usize> {
+async fn remaining(h: &Harness, ns: &str, classes: bool) -> Result<usize> {
     let sel = kube::api::ListParams::default().labels(&format!("{}={}", objects::RUN_LABEL, h.run));
     let pods = Api::<Pod>::namespaced(h.client.clone(), ns)
         .list(&sel)
@@ -912,7 +1075,32 @@ async fn remaining(h: &Harness, ns: &str) -> Result<usize> {
         .list(&sel)
         .await
         .ctx(|| "list pvs".into())?;
-    Ok(pods.items.len() + pvcs.items.len() + svcs.items.len() + pvs.items.len())
+    let vacs = if classes {
+        Api::<crate::observer::VolumeAttributesClass>::all(h.client.clone())
+            .list(&sel)
+            .await
+            .ctx(|| "list volumeattributesclasses".into())?
+            .items
+            .len()
+    } else {
+        0
+    };
+    Ok(pods.items.len() + pvcs.items.len() + svcs.items.len() + pvs.items.len() + vacs)
+}
+
+/// Whether the cluster serves storage.k8s.io/v1 VolumeAttributesClass.
+async fn classes_served(h: &Harness) -> Result<bool> {
+    match Api::<crate::observer::VolumeAttributesClass>::all(h.client.clone())
+        .list(&kube::api::ListParams::default().limit(1))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+        Err(e) => Err(Error::Kube {
+            context: "listing VolumeAttributesClasses".into(),
+            source: Box::new(e),
+        }),
+    }
 }
 
 fn rand_between(rng: &mut StdRng, (lo, hi): (Duration, Duration)) -> Duration {

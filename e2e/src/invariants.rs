@@ -6,6 +6,10 @@
 //!    claim just before that resourceVersion, whatever the pod's phase or
 //!    deletion state (upstream's `podUsesPVC`); at every PV `DELETED` event,
 //!    the volume was not `Bound` (upstream's pv-protection `isBeingUsed`).
+//!    Likewise for VolumeAttributesClasses (when watched): at every class
+//!    `DELETED` event, no claim (spec, current or pending target class) and
+//!    no volume (spec) named it just before (upstream's vac-protection,
+//!    docs/upstream-semantics.md §10.3).
 //! 2. **No load balancer is orphaned.** When a Service is gone, cloud-sim
 //!    has no load balancer for its UID: checked after every Service
 //!    `DELETED` event, on every inventory sweep (which also catches a load
@@ -29,7 +33,7 @@ use jiff::Timestamp;
 
 use crate::observer::{
     Change, Kind, LeaseSummary, Observed, PodSummary, PvSummary, PvcSummary, ServiceSummary,
-    Summary,
+    Summary, VacSummary,
 };
 
 /// The Service cleanup finalizer's name ends so in both profiles
@@ -39,6 +43,8 @@ pub const LB_FINALIZER_SUFFIX: &str = "load-balancer-cleanup";
 /// The storage protection finalizers end so in both profiles.
 pub const PVC_FINALIZER_SUFFIX: &str = "pvc-protection";
 pub const PV_FINALIZER_SUFFIX: &str = "pv-protection";
+/// The class finalizer ends so in both profiles.
+pub const VAC_FINALIZER_SUFFIX: &str = "vac-protection";
 
 /// How long after calm a releasable object may keep its finalizers.
 pub const CONVERGENCE_BOUND: Duration = Duration::from_secs(30);
@@ -48,6 +54,7 @@ pub const CONVERGENCE_BOUND: Duration = Duration::from_secs(30);
 pub enum Invariant {
     ClaimDeletedWhileInUse,
     VolumeDeletedWhileBound,
+    ClassDeletedWhileInUse,
     OrphanedLoadBalancer,
     FinalizerNotRemoved,
     LeadershipDidNotMove,
@@ -58,6 +65,9 @@ impl fmt::Display for Invariant {
         f.write_str(match self {
             Invariant::ClaimDeletedWhileInUse => "a PVC disappeared while a scheduled pod used it",
             Invariant::VolumeDeletedWhileBound => "a PV disappeared while Bound",
+            Invariant::ClassDeletedWhileInUse => {
+                "a VolumeAttributesClass disappeared while a PVC or PV referred to it"
+            }
             Invariant::OrphanedLoadBalancer => "a load balancer outlived its Service",
             Invariant::FinalizerNotRemoved => {
                 "a finalizer was not removed in time after faults stopped"
@@ -109,6 +119,13 @@ pub struct Counts {
     pub pvcs_held_while_in_use: u64,
     /// PVs seen Terminating while Bound.
     pub pvs_held_while_bound: u64,
+    /// VolumeAttributesClass deletions checked (no claim or volume named it).
+    pub vac_deletions_checked: u64,
+    /// Classes seen Terminating while a claim or volume named them.
+    pub vacs_held_while_in_use: u64,
+    /// Classes deleted in use that never carried the finalizer (created and
+    /// deleted before the manager added it: no admission step adds it).
+    pub unprotected_vacs_deleted_in_use: u64,
     pub service_deletions_checked: u64,
     /// Services deleted while they had a load balancer (ingress).
     pub services_deleted_with_lb: u64,
@@ -164,6 +181,18 @@ impl Counts {
             format!(
                 "  deleted Bound before any finalizer (window) {}",
                 self.unprotected_pvs_deleted_bound
+            ),
+            format!(
+                "VolumeAttributesClass deletions checked (unused) {}",
+                self.vac_deletions_checked
+            ),
+            format!(
+                "  classes held Terminating while in use       {}",
+                self.vacs_held_while_in_use
+            ),
+            format!(
+                "  deleted in use before any finalizer (window) {}",
+                self.unprotected_vacs_deleted_in_use
             ),
             format!(
                 "Service deletions checked (no LB left)        {}",
@@ -267,6 +296,7 @@ struct World {
     pvcs: HashMap<String, PvcSummary>,
     pvs: HashMap<String, PvSummary>,
     services: HashMap<String, ServiceSummary>,
+    vacs: HashMap<String, VacSummary>,
 }
 
 impl World {
@@ -280,6 +310,28 @@ impl World {
             })
             .collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// Claims and volumes naming the class, as `Kind ns/name (field)`.
+    fn class_users(&self, class: &str) -> Vec<String> {
+        let mut v: Vec<String> =
+            self.pvcs
+                .values()
+                .filter(|c| c.classes.iter().any(|n| n == class))
+                .map(|c| {
+                    format!(
+                        "PersistentVolumeClaim {}/{} (uid {}, rv {})",
+                        c.namespace, c.name, c.uid, c.rv
+                    )
+                })
+                .chain(
+                    self.pvs.values().filter(|p| p.class == class).map(|p| {
+                        format!("PersistentVolume {} (uid {}, rv {})", p.name, p.uid, p.rv)
+                    }),
+                )
+                .collect();
+        v.sort();
         v
     }
 }
@@ -307,6 +359,7 @@ pub struct Checker {
     moves: Vec<Move>,
     held_pvcs: HashSet<String>,
     held_pvs: HashSet<String>,
+    held_vacs: HashSet<String>,
 }
 
 fn pod_key(p: &PodSummary) -> String {
@@ -336,6 +389,7 @@ impl Checker {
             moves: Vec::new(),
             held_pvcs: HashSet::new(),
             held_pvs: HashSet::new(),
+            held_vacs: HashSet::new(),
         }
     }
 
@@ -403,6 +457,7 @@ impl Checker {
             Summary::Pvc(c) => self.apply_pvc(c, deleted, checked, ev),
             Summary::Pv(v) => self.apply_pv(v, deleted, checked, ev),
             Summary::Service(s) => self.apply_service(s, deleted, checked, ev),
+            Summary::Vac(v) => self.apply_vac(v, deleted, checked, ev),
             Summary::Lease(l) => {
                 if let Some(prev) = self.lease_history.last()
                     && !l.holder.is_empty()
@@ -451,6 +506,18 @@ impl Checker {
     }
 
     fn apply_pvc(&mut self, c: &PvcSummary, deleted: bool, checked: bool, ev: &Observed) {
+        let key = ns_key(&c.namespace, &c.name);
+        let mut classes = c.classes.clone();
+        if let Some(old) = self.world.pvcs.get(&key) {
+            classes.extend(old.classes.iter().cloned());
+        }
+        self.apply_pvc_inner(c, deleted, checked, ev);
+        for class in classes {
+            self.refresh_vac(&class, ev.seen);
+        }
+    }
+
+    fn apply_pvc_inner(&mut self, c: &PvcSummary, deleted: bool, checked: bool, ev: &Observed) {
         let key = ns_key(&c.namespace, &c.name);
         if deleted {
             if checked {
@@ -522,6 +589,84 @@ impl Checker {
     }
 
     fn apply_pv(&mut self, v: &PvSummary, deleted: bool, checked: bool, ev: &Observed) {
+        let mut classes = vec![v.class.clone()];
+        if let Some(old) = self.world.pvs.get(&v.name) {
+            classes.push(old.class.clone());
+        }
+        self.apply_pv_inner(v, deleted, checked, ev);
+        for class in classes.into_iter().filter(|c| !c.is_empty()) {
+            self.refresh_vac(&class, ev.seen);
+        }
+    }
+
+    /// A pending class's "in use" after a user changed.
+    fn refresh_vac(&mut self, class: &str, seen: Instant) {
+        let in_use = !self.world.class_users(class).is_empty();
+        if let Some(p) = self.pending.get_mut(&(Kind::Vac, class.to_string())) {
+            if in_use {
+                p.free_since = None;
+            } else if p.free_since.is_none() {
+                p.free_since = Some(seen);
+            }
+        }
+    }
+
+    fn apply_vac(&mut self, v: &VacSummary, deleted: bool, checked: bool, ev: &Observed) {
+        let key = v.name.clone();
+        if v.finalizers
+            .iter()
+            .any(|f| f.ends_with(VAC_FINALIZER_SUFFIX))
+        {
+            self.protected.insert(v.uid.clone());
+        }
+        if deleted {
+            if checked {
+                self.counts.vac_deletions_checked += 1;
+                let users = self.world.class_users(&v.name);
+                let protected = self.protected.contains(&v.uid);
+                if !users.is_empty() && !protected {
+                    self.counts.unprotected_vacs_deleted_in_use += 1;
+                } else if !users.is_empty() {
+                    self.violate(
+                        Invariant::ClassDeletedWhileInUse,
+                        format!("VolumeAttributesClass {key} (uid {})", v.uid),
+                        Some(ev.rv),
+                        format!(
+                            "DELETED with finalizers {:?} while {} named it",
+                            v.finalizers,
+                            users.join("; ")
+                        ),
+                    );
+                }
+            }
+            self.world.vacs.remove(&key);
+            self.converged(Kind::Vac, &key, ev.seen);
+            return;
+        }
+        self.world.vacs.insert(key.clone(), v.clone());
+        if v.deleting {
+            let in_use = !self.world.class_users(&v.name).is_empty();
+            if in_use && self.held_vacs.insert(v.uid.clone()) {
+                self.counts.vacs_held_while_in_use += 1;
+            }
+            let p = self
+                .pending
+                .entry((Kind::Vac, key.clone()))
+                .or_insert_with(|| Pending {
+                    kind: Kind::Vac,
+                    key: key.clone(),
+                    free_since: None,
+                    finalizers: vec![],
+                    rv: 0,
+                    reported: false,
+                });
+            p.finalizers = v.finalizers.clone();
+            p.rv = v.rv;
+            self.refresh_vac(&v.name, ev.seen);
+        }
+    }
+
+    fn apply_pv_inner(&mut self, v: &PvSummary, deleted: bool, checked: bool, ev: &Observed) {
         let key = v.name.clone();
         let claim_ns = v
             .claim
@@ -925,6 +1070,7 @@ mod tests {
             deleting,
             phase: "Bound".into(),
             volume_name: String::new(),
+            classes: vec![],
         })
     }
 
@@ -938,7 +1084,85 @@ mod tests {
             phase: phase.into(),
             claim: "ns/c".into(),
             run: String::new(),
+            class: String::new(),
         })
+    }
+
+    fn vac(name: &str, finalizer: bool, deleting: bool, rv: u64) -> Summary {
+        Summary::Vac(VacSummary {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            rv,
+            finalizers: if finalizer {
+                vec!["protection-manager.io/vac-protection".into()]
+            } else {
+                vec![]
+            },
+            deleting,
+        })
+    }
+
+    fn pvc_of_class(name: &str, class: &str, rv: u64) -> Summary {
+        let mut c = pvc(name, false, rv);
+        if let Summary::Pvc(x) = &mut c {
+            x.classes = vec![class.into()];
+        }
+        c
+    }
+
+    fn pv_of_class(name: &str, class: &str, rv: u64) -> Summary {
+        let mut v = pv(name, "Available", false, rv);
+        if let Summary::Pv(x) = &mut v {
+            x.class = class.into();
+            x.run = "run".into();
+        }
+        v
+    }
+
+    #[test]
+    fn a_class_deleted_while_a_claim_or_volume_names_it_is_a_violation() {
+        // Named by a claim: DELETED is a violation naming the claim.
+        let mut c = Checker::new(cfg());
+        c.apply(&at(2, Change::Added, vac("gold", true, false, 2)), 1);
+        c.apply(&at(3, Change::Added, pvc_of_class("c", "gold", 3)), 1);
+        c.apply(&at(4, Change::Modified, vac("gold", true, true, 4)), 1);
+        assert_eq!(c.counts().vacs_held_while_in_use, 1);
+        c.apply(&at(5, Change::Deleted, vac("gold", true, true, 5)), 1);
+        assert_eq!(c.violations().len(), 1, "{:?}", c.violations());
+        let v = &c.violations()[0];
+        assert_eq!(v.invariant, Invariant::ClassDeletedWhileInUse);
+        assert!(v.to_string().contains("PersistentVolumeClaim ns/c"), "{v}");
+        // Named by a volume, likewise.
+        let mut c = Checker::new(cfg());
+        c.apply(&at(2, Change::Added, vac("silver", true, false, 2)), 1);
+        c.apply(&at(3, Change::Added, pv_of_class("pv-1", "silver", 3)), 1);
+        c.apply(&at(5, Change::Deleted, vac("silver", true, true, 5)), 1);
+        assert!(
+            c.violations()[0]
+                .to_string()
+                .contains("PersistentVolume pv-1")
+        );
+        // Freed first (the claim went), then deleted: checked, no violation,
+        // and it converges.
+        let mut c = Checker::new(cfg());
+        c.apply(&at(2, Change::Added, vac("gold", true, false, 2)), 1);
+        c.apply(&at(3, Change::Added, pvc_of_class("c", "gold", 3)), 1);
+        c.apply(&at(4, Change::Modified, vac("gold", true, true, 4)), 1);
+        assert_eq!(c.pending().len(), 1);
+        assert!(c.pending()[0].2, "in use");
+        c.apply(&at(5, Change::Deleted, pvc_of_class("c", "gold", 5)), 1);
+        assert!(!c.pending()[0].2, "free once the claim is gone");
+        c.apply(&at(6, Change::Deleted, vac("gold", true, true, 6)), 1);
+        assert!(c.violations().is_empty(), "{:?}", c.violations());
+        assert_eq!(c.counts().vac_deletions_checked, 2);
+        assert!(c.pending().is_empty());
+        // Never carried the finalizer: the creation window, counted.
+        let mut c = Checker::new(cfg());
+        c.apply(&at(2, Change::Added, pvc_of_class("c", "new", 2)), 1);
+        c.apply(&at(3, Change::Added, vac("new", false, false, 3)), 1);
+        c.apply(&at(4, Change::Deleted, vac("new", false, true, 4)), 1);
+        assert!(c.violations().is_empty());
+        assert_eq!(c.counts().unprotected_vacs_deleted_in_use, 1);
     }
 
     fn svc(name: &str, deleting: bool, rv: u64) -> Summary {

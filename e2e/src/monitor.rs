@@ -54,6 +54,10 @@ pub struct MonitorSettings {
     /// Claims and volumes get their finalizer at creation (see
     /// [`CheckerConfig::strict`]).
     pub strict: bool,
+    /// Watch the run's VolumeAttributesClasses and check that none is freed
+    /// while a claim or volume refers to it (the cluster must serve
+    /// storage.k8s.io/v1 VolumeAttributesClass).
+    pub classes: bool,
 }
 
 impl MonitorSettings {
@@ -66,6 +70,7 @@ impl MonitorSettings {
             lease_duration: Duration::from_secs(15),
             retry_period: Duration::from_secs(2),
             strict: false,
+            classes: false,
         }
     }
 }
@@ -106,11 +111,13 @@ impl Monitor {
             lease_duration,
             retry_period,
             strict,
+            classes,
         } = settings;
         let cfg = ObserverConfig {
             selector: format!("{RUN_LABEL}={}", h.run),
             lease,
             watch_timeout: Duration::from_secs(if h.is_sim() { 30 } else { 20 }),
+            classes,
         };
         let (observer, rx, kinds) = Observer::start(h.observer_client.clone(), cfg);
         let checker = Checker::new(CheckerConfig {

@@ -96,3 +96,39 @@ pub fn lb_service(run: &str, name: &str, class: &str) -> Value {
         }
     })
 }
+
+/// A VolumeAttributesClass (storage.k8s.io/v1) of a made-up CSI driver.
+pub fn vac(run: &str, name: &str) -> Value {
+    json!({
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "VolumeAttributesClass",
+        "metadata": {"name": name, "labels": {RUN_LABEL: run}},
+        "driverName": "csi.e2e.protection-manager.io",
+        "parameters": {"iops": "3000"}
+    })
+}
+
+/// A claim of `class` (spec.volumeAttributesClassName) that stays Pending
+/// (empty storageClassName and no matching volume): a Pending claim still
+/// holds its class (docs/upstream-semantics.md §10.3).
+pub fn pending_pvc_with_vac(run: &str, name: &str, class: Option<&str>) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "labels": {RUN_LABEL: run}},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "selector": {"matchLabels": {"e2e.protection-manager.io/pv": format!("{name}-none")}},
+            "resources": {"requests": {"storage": "1Gi"}},
+            "volumeAttributesClassName": class
+        }
+    })
+}
+
+/// [`host_path_pv`] with `spec.volumeAttributesClassName`.
+pub fn host_path_pv_with_vac(run: &str, name: &str, class: &str) -> Value {
+    let mut v = host_path_pv(run, name);
+    v["spec"]["volumeAttributesClassName"] = json!(class);
+    v
+}

@@ -1,6 +1,7 @@
 //! Records what the API server says happened, in its global order.
 //!
-//! One watch per kind (pods, PVCs, PVs, Services, the leader Lease), each
+//! One watch per kind (pods, PVCs, PVs, Services, optionally
+//! VolumeAttributesClasses, the leader Lease), each
 //! starting with a LIST and resuming from its last resourceVersion after a
 //! cut. kube-sim, like etcd, gives every write one resourceVersion from a
 //! single counter, so sorting the events of all the watches by it rebuilds
@@ -35,10 +36,18 @@ pub enum Kind {
     Pv,
     Service,
     Lease,
+    Vac,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [Kind::Pod, Kind::Pvc, Kind::Pv, Kind::Service, Kind::Lease];
+    pub const ALL: [Kind; 6] = [
+        Kind::Pod,
+        Kind::Pvc,
+        Kind::Pv,
+        Kind::Service,
+        Kind::Lease,
+        Kind::Vac,
+    ];
 }
 
 impl std::fmt::Display for Kind {
@@ -49,6 +58,7 @@ impl std::fmt::Display for Kind {
             Kind::Pv => "PersistentVolume",
             Kind::Service => "Service",
             Kind::Lease => "Lease",
+            Kind::Vac => "VolumeAttributesClass",
         })
     }
 }
@@ -80,6 +90,11 @@ pub struct PvcSummary {
     pub deleting: bool,
     pub phase: String,
     pub volume_name: String,
+    /// The VolumeAttributesClasses it names: `spec.volumeAttributesClassName`,
+    /// `status.currentVolumeAttributesClassName`,
+    /// `status.modifyVolumeStatus.targetVolumeAttributesClassName`
+    /// (docs/upstream-semantics.md §10.3).
+    pub classes: Vec<String>,
 }
 
 /// What the invariants need of a PV.
@@ -95,6 +110,18 @@ pub struct PvSummary {
     pub claim: String,
     /// The value of the run label (empty when absent).
     pub run: String,
+    /// `spec.volumeAttributesClassName` (empty when absent).
+    pub class: String,
+}
+
+/// What the invariants need of a VolumeAttributesClass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VacSummary {
+    pub name: String,
+    pub uid: String,
+    pub rv: u64,
+    pub finalizers: Vec<String>,
+    pub deleting: bool,
 }
 
 /// What the invariants need of a Service.
@@ -132,6 +159,7 @@ pub enum Summary {
     Pv(PvSummary),
     Service(ServiceSummary),
     Lease(LeaseSummary),
+    Vac(VacSummary),
 }
 
 impl Summary {
@@ -142,6 +170,7 @@ impl Summary {
             Summary::Pv(_) => Kind::Pv,
             Summary::Service(_) => Kind::Service,
             Summary::Lease(_) => Kind::Lease,
+            Summary::Vac(_) => Kind::Vac,
         }
     }
 
@@ -153,6 +182,7 @@ impl Summary {
             Summary::Pv(p) => p.name.clone(),
             Summary::Service(s) => format!("{}/{}", s.namespace, s.name),
             Summary::Lease(l) => format!("{}/{}", l.namespace, l.name),
+            Summary::Vac(v) => v.name.clone(),
         }
     }
 
@@ -163,6 +193,7 @@ impl Summary {
             Summary::Pv(p) => p.rv,
             Summary::Service(s) => s.rv,
             Summary::Lease(l) => l.rv,
+            Summary::Vac(v) => v.rv,
         }
     }
 }
@@ -262,6 +293,25 @@ impl Summarize for PersistentVolumeClaim {
                 .as_ref()
                 .and_then(|s| s.volume_name.clone())
                 .unwrap_or_default(),
+            classes: {
+                let status = self.status.as_ref();
+                let mut c: Vec<String> = [
+                    self.spec
+                        .as_ref()
+                        .and_then(|s| s.volume_attributes_class_name.clone()),
+                    status.and_then(|s| s.current_volume_attributes_class_name.clone()),
+                    status
+                        .and_then(|s| s.modify_volume_status.as_ref())
+                        .and_then(|m| m.target_volume_attributes_class_name.clone()),
+                ]
+                .into_iter()
+                .flatten()
+                .filter(|n| !n.is_empty())
+                .collect();
+                c.sort();
+                c.dedup();
+                c
+            },
         })
     }
 }
@@ -298,6 +348,11 @@ impl Summarize for PersistentVolume {
                 .get(crate::objects::RUN_LABEL)
                 .cloned()
                 .unwrap_or_default(),
+            class: self
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_attributes_class_name.clone())
+                .unwrap_or_default(),
         })
     }
 }
@@ -328,6 +383,53 @@ impl Summarize for Service {
                         .collect()
                 })
                 .unwrap_or_default(),
+        })
+    }
+}
+
+/// A VolumeAttributesClass, storage.k8s.io/v1 (metadata only).
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+pub struct VolumeAttributesClass {
+    #[serde(default)]
+    pub metadata: kube::api::ObjectMeta,
+}
+
+impl Resource for VolumeAttributesClass {
+    type DynamicType = ();
+    type Scope = k8s_openapi::ClusterResourceScope;
+
+    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+        "VolumeAttributesClass".into()
+    }
+    fn group(_: &()) -> std::borrow::Cow<'_, str> {
+        "storage.k8s.io".into()
+    }
+    fn version(_: &()) -> std::borrow::Cow<'_, str> {
+        "v1".into()
+    }
+    fn api_version(_: &()) -> std::borrow::Cow<'_, str> {
+        "storage.k8s.io/v1".into()
+    }
+    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+        "volumeattributesclasses".into()
+    }
+    fn meta(&self) -> &kube::api::ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut kube::api::ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl Summarize for VolumeAttributesClass {
+    const KIND: Kind = Kind::Vac;
+    fn summarize(&self) -> Summary {
+        Summary::Vac(VacSummary {
+            name: self.name_any(),
+            uid: self.uid().unwrap_or_default(),
+            rv: rv_of(self.metadata.resource_version.as_ref()),
+            finalizers: fins(&self.metadata),
+            deleting: self.metadata.deletion_timestamp.is_some(),
         })
     }
 }
@@ -500,6 +602,9 @@ pub struct ObserverConfig {
     /// Server-side timeout of each watch; the API server sends a BOOKMARK
     /// shortly before it, which advances idle kinds.
     pub watch_timeout: Duration,
+    /// Also watch the run's VolumeAttributesClasses (by the selector); only
+    /// where the cluster serves storage.k8s.io/v1.
+    pub classes: bool,
 }
 
 /// The running watches; reports arrive on the channel returned by
@@ -553,6 +658,16 @@ impl Observer {
             tx.clone(),
             stop.clone(),
         )));
+        if cfg.classes {
+            kinds.push(Kind::Vac);
+            tasks.push(tokio::spawn(watch_kind(
+                Api::<VolumeAttributesClass>::all(client.clone()),
+                lp(&cfg.selector),
+                wp(&cfg.selector),
+                tx.clone(),
+                stop.clone(),
+            )));
+        }
         if let Some((ns, name)) = &cfg.lease {
             kinds.push(Kind::Lease);
             let field = format!("metadata.name={name}");
@@ -723,6 +838,7 @@ mod tests {
             deleting: false,
             phase: String::new(),
             volume_name: String::new(),
+            classes: vec![],
         })
     }
 

@@ -40,7 +40,7 @@ pub struct ManagerRelease {
     pub helm: Helm,
     client: Client,
     base_values: std::path::PathBuf,
-    timeout: Duration,
+    pub timeout: Duration,
 }
 
 impl ManagerRelease {
@@ -266,9 +266,22 @@ impl ManagerRelease {
             .get_opt(&self.record_name())
             .await
             .ctx(|| format!("getting the release record in {}", self.namespace))?;
+        // While a minimum release is recorded, the version is followed by
+        // its explanation (for guards that predate the minimum).
         Ok(cm
             .and_then(|c| c.data)
-            .and_then(|d| d.get("release").cloned()))
+            .and_then(|d| d.get("release").cloned())
+            .map(|r| r.split_whitespace().next().unwrap_or_default().to_string()))
+    }
+
+    /// The release record's data (release, minimum release and its
+    /// finalizers, details).
+    pub async fn record(&self) -> Result<std::collections::BTreeMap<String, String>> {
+        let cm = Api::<ConfigMap>::namespaced(self.client.clone(), &self.namespace)
+            .get_opt(&self.record_name())
+            .await
+            .ctx(|| format!("getting the release record in {}", self.namespace))?;
+        Ok(cm.and_then(|c| c.data).unwrap_or_default())
     }
 
     /// Waits until the rollout is complete and the leader has recorded

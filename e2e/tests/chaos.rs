@@ -81,6 +81,16 @@ async fn short_chaos(seed: u64, profile: Profile) -> Result<()> {
             c.pvc_deletions_checked, c.pv_deletions_checked, c.pvcs_held_while_in_use, c.pvs_held_while_bound, c.unprotected_pvcs_deleted_in_use, c.unprotected_pvs_deleted_bound,
             if report.create_time_policies.is_empty() { "" } else { ", closed by the create-time policy" }
         ));
+        if h.is_sim() && (c.vac_deletions_checked == 0 || c.vacs_held_while_in_use == 0) {
+            return Err(Error::Check(format!(
+                "the churn exercised no VolumeAttributesClass protection: {} class deletions checked, {} held while in use (seed {seed})",
+                c.vac_deletions_checked, c.vacs_held_while_in_use
+            )));
+        }
+        h.verified(format!(
+            "no VolumeAttributesClass disappeared while a claim or volume named it: {} class deletions checked ({} held Terminating while in use; {} deleted in use before any finalizer, the creation window)",
+            c.vac_deletions_checked, c.vacs_held_while_in_use, c.unprotected_vacs_deleted_in_use
+        ));
         h.verified(format!(
             "no orphaned load balancer: {} Service deletions and {} inventory sweeps checked",
             c.service_deletions_checked, c.cloud_sweeps

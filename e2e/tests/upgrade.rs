@@ -4,7 +4,7 @@
 
 use protection_e2e::harness::{Harness, HarnessOptions};
 use protection_e2e::release::ManagerRelease;
-use protection_e2e::scenarios::{App, guard, upgrade};
+use protection_e2e::scenarios::{App, guard, upgrade, vac};
 use protection_e2e::tools::HelmVersion;
 use protection_e2e::{Error, Result};
 
@@ -62,6 +62,22 @@ fn skip_by_two_hazard_then_release_guard_helm3() {
             let rel2 = ManagerRelease::prepare(h, h.helm(HelmVersion::V3).await?, "pm2", "guarded")
                 .await?;
             guard::guard(app, &rel2).await
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    });
+}
+
+/// vac-protection through the release train: 0.3 → 0.4 gate off → 0.4
+/// Alpha on (back-fill); the rollback to 0.3 refused while classes may
+/// carry the finalizer 0.3 does not know; the hazard forced through with
+/// the override; 0.4 gate off (removal never gated); the safe path
+/// (strip-finalizers) and the rollback that then passes.
+#[test]
+fn vac_0_3_to_0_4_alpha_and_the_refused_rollback_helm4() {
+    runtime().block_on(async {
+        run("vacwalk", HelmVersion::V4, async |_h, app, rel| {
+            vac::upgrade_walk(app, rel).await
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));

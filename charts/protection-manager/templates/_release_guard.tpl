@@ -12,6 +12,13 @@ the recorded one, with the manager's own message. Skipped with
 releaseGuard.skipCheck, and when the chart cannot know the release the image
 runs as (another image tag and no emulatedVersion: the hook and the manager
 check it).
+
+While finalizers that older releases never remove may be on objects, the
+record also names a minimum release (`minimumRelease`, with one line per
+finalizer in `minimumReleaseFinalizers`), and `release` carries an
+explanation after the version for guards that predate the minimum (they
+reject it as an invalid version, quoting it). An emulatedVersion below the
+minimum is refused with the safe path.
 */}}
 {{- define "protection-manager.releaseGuard" -}}
 {{- if not .Values.releaseGuard.skipCheck }}
@@ -26,7 +33,11 @@ check it).
 {{- fail (printf "release record ConfigMap %s is invalid: missing key \"release\"" $location) }}
 {{- end }}
 {{- $raw := get $data "release" }}
-{{- $trimmed := trimPrefix "v" (trim $raw) }}
+{{- $version := $raw }}
+{{- if hasKey $data "minimumRelease" }}
+{{- $version = first (splitList " " (trim $raw)) }}
+{{- end }}
+{{- $trimmed := trimPrefix "v" (trim $version) }}
 {{- if not (regexMatch "^[0-9]+\\.[0-9]+$" $trimmed) }}
 {{- $reason := "expected major.minor, e.g. 0.2" }}
 {{- if eq (len (splitList "." $trimmed)) 2 }}
@@ -60,6 +71,40 @@ check it).
 {{- end }}
 {{- if gt (int64 $distance) 1 }}
 {{- fail (printf "refusing to run as release %s: this cluster last ran protection-manager as release %s (ConfigMap %s), %d releases away. Move one release at a time (%s): a skip can leave finalizers that no running release removes (objects stuck Terminating) or skip the remove-only release a rollback relies on. Pass --skip-release-check to override. (Chart value: releaseGuard.skipCheck=true.)" $running $recorded $location (int64 $distance) $path) }}
+{{- end }}
+{{- with get $data "minimumRelease" }}
+{{- $min := splitList "." (trimPrefix "v" (trim .)) }}
+{{- if or (ne (len $min) 2) (not (regexMatch "^[0-9]+\\.[0-9]+$" (trimPrefix "v" (trim .)))) }}
+{{- fail (printf "release record ConfigMap %s is invalid: key \"minimumRelease\": invalid version %q: expected major.minor, e.g. 0.2" $location .) }}
+{{- end }}
+{{- $minMajor := index $min 0 | int64 }}
+{{- $minMinor := index $min 1 | int64 }}
+{{- if or (lt $runMajor $minMajor) (and (eq $runMajor $minMajor) (lt $runMinor $minMinor)) }}
+{{- $finalizers := list }}
+{{- $gates := list }}
+{{- $strip := list }}
+{{- range $line := splitList "\n" (default "" (get $data "minimumReleaseFinalizers")) }}
+{{- $words := splitList " " (trim $line) }}
+{{- if trim $line }}
+{{- $finalizers = append $finalizers (first $words) }}
+{{- range $w := rest $words }}
+{{- if hasPrefix "controller=" $w }}{{ $strip = append $strip (printf "protection-manager strip-finalizers --controller %s --namespace %s --release-record-name %s" (trimPrefix "controller=" $w) $.Release.Namespace $name) }}{{ end }}
+{{- end }}
+{{- if has "adding=true" $words }}
+{{- range $w := rest $words }}
+{{- if hasPrefix "gate=" $w }}{{ $gates = append $gates (printf "featureGates.%s=false" (trimPrefix "gate=" $w)) }}{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $minimum := printf "%d.%d" $minMajor $minMinor }}
+{{- $steps := list }}
+{{- if $gates }}
+{{- $steps = append $steps (printf "turn the gate off (helm upgrade --reset-then-reuse-values --set %s)" (join " --set " $gates)) }}
+{{- end }}
+{{- $steps = append $steps (printf "run `%s`" (join "` and `" $strip)) }}
+{{- fail (printf "refusing to run as release %s: objects in this cluster may carry %s, which no release before %s removes (ConfigMap %s, minimumRelease=%s); under release %s, such an object once deleted stays Terminating. Safe path: on release %s, %s, then roll back (README, \"Rollback\"). Pass --skip-release-check to override (the finalizers stay). (Chart value: releaseGuard.skipCheck=true.)" $running (join ", " $finalizers) $minimum $location $minimum $running $minimum (join ", then " $steps)) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -99,6 +99,22 @@ pub struct ControllerInfo {
     /// The API access it needs, besides Events, Leases and the release
     /// record (which every controller's host needs).
     pub rbac: &'static [PolicyRule],
+    /// The resources its finalizer is put on, for the release guard (which
+    /// counts the objects a release before `since` would strand) and
+    /// `strip-finalizers`. Empty when the kinds are not fixed (the rules
+    /// controller's are whatever a rule names).
+    pub finalizes: &'static [FinalizedResource],
+}
+
+/// A resource a controller's finalizer is put on (cluster-wide LIST).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FinalizedResource {
+    /// API group (`""` for the core group).
+    pub group: &'static str,
+    /// Served versions to try, preferred first.
+    pub versions: &'static [&'static str],
+    pub kind: &'static str,
+    pub plural: &'static str,
 }
 
 /// One controller as the host knows it: its [`ControllerInfo`] and how to
@@ -300,6 +316,7 @@ mod tests {
                 upstream: "kubernetes.io/f",
             },
             rbac: &[],
+            finalizes: &[],
         }));
         ControllerDescriptor {
             info,

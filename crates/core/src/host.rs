@@ -77,6 +77,23 @@ pub struct ReleaseGuardConfig {
     pub binary_version: String,
     /// Record the running release but never refuse to start.
     pub skip_check: bool,
+    /// The finalizers of controllers new in `running`, which the release
+    /// before never removes: while one is added, or objects carry it, the
+    /// record names `running` as the minimum release
+    /// ([`release_guard::MinimumRelease`]).
+    pub new_finalizers: Vec<NewFinalizer>,
+}
+
+/// A finalizer the previous release does not know.
+#[derive(Clone, Debug)]
+pub struct NewFinalizer {
+    pub controller: &'static str,
+    pub gate: &'static str,
+    pub finalizer: String,
+    /// Whether its addition is on in this process.
+    pub adding: bool,
+    /// Where it is put (counted when `adding` is off).
+    pub finalizes: &'static [crate::controllers::FinalizedResource],
 }
 
 /// Why the host stopped other than by a shutdown signal.
@@ -177,6 +194,62 @@ impl Host {
         result
     }
 
+    /// The minimum release to record: every new finalizer that is added,
+    /// or (gate off) still carried by an object. A count that fails keeps
+    /// what the previous record said for that finalizer.
+    async fn minimum_release(
+        &self,
+        g: &ReleaseGuardConfig,
+        recorded: Option<&release_guard::ReleaseRecord>,
+    ) -> Option<release_guard::MinimumRelease> {
+        let mut finalizers = Vec::new();
+        for nf in &g.new_finalizers {
+            let entry = |adding, holders| release_guard::StrandedFinalizer {
+                finalizer: nf.finalizer.clone(),
+                controller: nf.controller.to_string(),
+                gate: nf.gate.to_string(),
+                adding,
+                holders,
+            };
+            if nf.adding {
+                finalizers.push(entry(true, None));
+                continue;
+            }
+            let mut count = Some(0usize);
+            for r in nf.finalizes {
+                match release_guard::holders(&self.client, r, &nf.finalizer).await {
+                    Ok(found) => {
+                        count = count.map(|c| c + found.map_or(0, |f| f.len()));
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %crate::errors::display_chain(&e), resource = r.plural, finalizer = %nf.finalizer, "cannot count the objects carrying the finalizer; keeping what the release record said");
+                        count = None;
+                        break;
+                    }
+                }
+            }
+            match count {
+                Some(0) => {}
+                Some(n) => finalizers.push(entry(false, Some(n))),
+                None => {
+                    let kept = recorded
+                        .and_then(|r| r.minimum.as_ref())
+                        .and_then(|m| m.finalizers.iter().find(|f| f.finalizer == nf.finalizer));
+                    if let Some(k) = kept {
+                        finalizers.push(release_guard::StrandedFinalizer {
+                            adding: false,
+                            ..k.clone()
+                        });
+                    }
+                }
+            }
+        }
+        (!finalizers.is_empty()).then_some(release_guard::MinimumRelease {
+            release: g.running,
+            finalizers,
+        })
+    }
+
     /// Elects (if configured), runs controllers, and stops them on `stop`.
     async fn lead(
         &self,
@@ -261,16 +334,28 @@ impl Host {
                     tracing::warn!("release check skipped (--skip-release-check): {e}");
                 }
                 if leading {
+                    let minimum = self.minimum_release(g, recorded.as_ref()).await;
                     let wrote = release_guard::record(
                         &self.client,
                         &g.location,
                         g.running,
+                        minimum.as_ref(),
                         &g.binary_version,
                         &self.cfg.identity,
                     )
                     .await?;
                     if wrote {
                         tracing::info!(release = %g.running, record = %format!("{}/{}", g.location.namespace, g.location.name), "recorded the running release");
+                    }
+                    if let Some(m) = &minimum {
+                        tracing::warn!(
+                            record = %format!("{}/{}", g.location.namespace, g.location.name),
+                            minimum_release = %m.release,
+                            finalizers = ?m.finalizers.iter().map(|f| f.line()).collect::<Vec<_>>(),
+                            "releases before {} are refused while these finalizers may be on objects; safe path: {}",
+                            m.release,
+                            m.safe_path(&g.location)
+                        );
                     }
                 }
                 Ok::<(), GuardError>(())
@@ -521,6 +606,7 @@ mod tests {
                 upstream: "kubernetes.io/f",
             },
             rbac: &[],
+            finalizes: &[],
         }))
     }
 

@@ -40,7 +40,7 @@ pub mod version;
 
 pub use controllers::{
     ControllerContext, ControllerDescriptor, ControllerError, ControllerInfo, ControllerResult,
-    FinalizerNames, PolicyRule, ReadySignal,
+    FinalizedResource, FinalizerNames, PolicyRule, ReadySignal,
 };
 pub use featuregate::FeatureGates;
 pub use finalizer::{

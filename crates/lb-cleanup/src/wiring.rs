@@ -8,7 +8,8 @@ use protection_core::duration::parse_duration;
 use protection_core::finalizer::{PROJECT_DOMAIN, validate_finalizer_name};
 use protection_core::release::{CONTROLLERS_SINCE, GateDecl, PHASED_ADD};
 use protection_core::{
-    ControllerDescriptor, ControllerInfo, FinalizerNames, FinalizerProfile, PolicyRule,
+    ControllerDescriptor, ControllerInfo, FinalizedResource, FinalizerNames, FinalizerProfile,
+    PolicyRule,
 };
 
 use crate::controller::{self, Settings};
@@ -90,6 +91,12 @@ pub const INFO: ControllerInfo = ControllerInfo {
             verbs: &["list", "watch"],
         },
     ],
+    finalizes: &[FinalizedResource {
+        group: "",
+        versions: &["v1"],
+        kind: "Service",
+        plural: "services",
+    }],
 };
 
 fn duration_arg(s: &str) -> Result<Duration, String> {

@@ -38,6 +38,11 @@ pub enum Command {
     /// if so; 1 with the reason if not.) The chart runs it before an upgrade
     /// or a rollback.
     ReleaseCheck(ReleaseCheckArgs),
+    /// Remove a controller's finalizer from every object not being deleted
+    /// (the safe path before rolling back to a release that does not know
+    /// it; turn its gate off first), then clear the release record's
+    /// minimum release once no object carries it.
+    StripFinalizers(StripFinalizersArgs),
     /// Explain why an object is Terminating (or what would hold it):
     /// `explain pvc/data -n demo`, `explain pv/pv-1`, `explain svc/web -n demo`.
     Explain(ExplainArgs),
@@ -107,6 +112,31 @@ pub struct ReleaseCheckArgs {
     /// Report a skip but succeed anyway.
     #[arg(long, default_value_t = false)]
     pub skip_release_check: bool,
+
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StripFinalizersArgs {
+    /// The controller whose finalizer to remove (e.g. vac-protection).
+    #[arg(long)]
+    pub controller: String,
+
+    /// The finalizer names in use (as `run --finalizer-profile`): `project`
+    /// or `upstream`.
+    #[arg(long, default_value = "project")]
+    pub finalizer_profile: protection_core::FinalizerProfile,
+
+    /// Namespace of the release record (the manager's namespace). Default:
+    /// $POD_NAMESPACE, else the in-cluster service account's namespace, else
+    /// `default`.
+    #[arg(long, short = 'n', value_parser = namespace_arg)]
+    pub namespace: Option<String>,
+
+    /// Name of the release record ConfigMap.
+    #[arg(long, default_value = protection_core::release_guard::DEFAULT_RECORD_NAME, value_parser = object_name_arg)]
+    pub release_record_name: String,
 
     #[command(flatten)]
     pub client: ClientArgs,

@@ -8,6 +8,7 @@ mod explain;
 mod logging;
 mod release_check;
 mod run;
+mod strip;
 
 use std::process::ExitCode;
 
@@ -76,6 +77,22 @@ fn main() -> ExitCode {
             match rt.block_on(release_check::release_check(&args)) {
                 Ok(line) => {
                     println!("{line}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            }
+        }
+        cli::Command::StripFinalizers(args) => {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => return fail(&anyhow::anyhow!("starting the async runtime: {e}")),
+            };
+            match rt.block_on(strip::strip_finalizers(&args)) {
+                Ok(text) => {
+                    print!("{text}");
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(&e),

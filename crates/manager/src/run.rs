@@ -5,7 +5,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use protection_core::client::{ClientOptions, build_client_observed, load_config, server_url};
 use protection_core::controllers;
-use protection_core::host::{EventsClient, Host, HostConfig, ReleaseGuardConfig};
+use protection_core::host::{EventsClient, Host, HostConfig, NewFinalizer, ReleaseGuardConfig};
 use protection_core::leader::LeaderElectionConfig;
 use protection_core::metrics::Metrics;
 use protection_core::release_guard::RecordLocation;
@@ -107,6 +107,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         );
     }
 
+    let new_finalizers = new_finalizers(&selected, &gates, args.finalizer_profile);
     let host = Host::new(
         client,
         Arc::new(gates),
@@ -126,6 +127,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
                 running: emulated,
                 binary_version: env!("CARGO_PKG_VERSION").to_string(),
                 skip_check: args.skip_release_check,
+                new_finalizers,
             }),
         },
     );
@@ -268,4 +270,33 @@ pub fn manager_namespace(explicit: Option<String>) -> String {
         })
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "default".into())
+}
+
+/// The finalizers of the selected controllers that are new in the running
+/// (emulated) release: the release before never removes them, so the
+/// release guard records a minimum release while they may be on objects
+/// (protection_core::release_guard). Addition is on when the controller's
+/// gate is (a controller without a gate always adds). Controllers whose
+/// kinds are not fixed (`finalizes` empty: the rules controller) cannot be
+/// counted or stripped and are left out.
+pub fn new_finalizers(
+    selected: &[protection_core::ControllerDescriptor],
+    gates: &protection_core::FeatureGates,
+    profile: protection_core::FinalizerProfile,
+) -> Vec<NewFinalizer> {
+    let running = gates.emulated_version();
+    selected
+        .iter()
+        .filter(|d| d.since == running && running.previous().is_some() && !d.finalizes.is_empty())
+        .map(|d| {
+            let gate = d.gates.first().map(|g| g.name);
+            NewFinalizer {
+                controller: d.name,
+                gate: gate.unwrap_or("(none)"),
+                finalizer: d.finalizer.get(profile).to_string(),
+                adding: gate.is_none_or(|g| gates.enabled(g)),
+                finalizes: d.finalizes,
+            }
+        })
+        .collect()
 }

@@ -281,14 +281,21 @@ async fn a_start_two_releases_away_is_refused_unless_overridden() {
         async || ready(admin).await,
     )
     .await;
-    let rec = cms.get("protection-manager-release").await.expect("record");
-    assert_eq!(
-        rec.data
-            .unwrap_or_default()
-            .get("release")
-            .map(String::as_str),
-        Some("0.0")
-    );
+    // Readiness does not wait for the leader's write of the record.
+    wait_for(
+        Duration::from_secs(60),
+        "the overridden manager records 0.0",
+        async || {
+            cms.get("protection-manager-release")
+                .await
+                .ok()
+                .and_then(|rec| rec.data)
+                .and_then(|d| d.get("release").cloned())
+                .as_deref()
+                == Some("0.0")
+        },
+    )
+    .await;
     let st = tokio::task::spawn_blocking(move || m.terminate(Duration::from_secs(60)))
         .await
         .unwrap();

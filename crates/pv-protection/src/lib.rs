@@ -58,7 +58,8 @@ use protection_core::duration::{format_duration, parse_duration};
 use protection_core::finalizer::validate_finalizer_name;
 use protection_core::release::{CONTROLLERS_SINCE, GateDecl, PHASED_ADD};
 use protection_core::{
-    ControllerDescriptor, ControllerInfo, FinalizerNames, FinalizerProfile, PolicyRule,
+    ControllerDescriptor, ControllerInfo, FinalizedResource, FinalizerNames, FinalizerProfile,
+    PolicyRule,
 };
 
 pub use protection_core::runtime::{ReconcileError as Error, Settings};
@@ -130,6 +131,12 @@ pub const PV_INFO: ControllerInfo = ControllerInfo {
         resources: &["persistentvolumes"],
         verbs: &["get", "list", "watch", "patch"],
     }],
+    finalizes: &[FinalizedResource {
+        group: "",
+        versions: &["v1"],
+        kind: "PersistentVolume",
+        plural: "persistentvolumes",
+    }],
 };
 
 /// pvc-protection as the manager knows it without starting it
@@ -156,6 +163,12 @@ pub const PVC_INFO: ControllerInfo = ControllerInfo {
             verbs: &["list", "watch"],
         },
     ],
+    finalizes: &[FinalizedResource {
+        group: "",
+        versions: &["v1"],
+        kind: "PersistentVolumeClaim",
+        plural: "persistentvolumeclaims",
+    }],
 };
 
 /// The controllers of this crate, as the manager knows them.

@@ -16,10 +16,14 @@
 //!   every minute, so a cluster that gains the API is served without a
 //!   restart.
 //! * A class whose deletion finds no user in the cache is confirmed with a
-//!   live LIST of PVCs and PVs started after its cache check; classes
-//!   confirmed at the same time share one list (a list in flight is reused
-//!   by nobody who checked the cache after it started, so none is trusted
-//!   past its moment).
+//!   live LIST of PVCs and PVs started after its cache check. The
+//!   confirmations are batched: the reconcile hands the class to one
+//!   confirmer task and frees its worker; the confirmer takes every class
+//!   handed over so far, checks each against the cache again, then starts
+//!   one LIST of PVCs and one of PVs and decides every class of the batch
+//!   from it. Each decision still rests on a list started after its own
+//!   cache check, so none is trusted past its moment; a release of many
+//!   classes costs a few list rounds instead of one per few classes.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -208,7 +212,9 @@ struct Shared<V: ApiVersion> {
     state: Arc<PerObject>,
     trigger: mpsc::UnboundedSender<ObjectRef<Vac<V>>>,
     lists_started: AtomicU64,
-    live: tokio::sync::Mutex<Option<Arc<Snapshot>>>,
+    /// Classes handed to the confirmer.
+    awaiting: parking_lot::Mutex<BTreeSet<String>>,
+    confirm: tokio::sync::Notify,
     live_metrics: LiveMetrics,
     shutdown: CancellationToken,
 }
@@ -232,9 +238,11 @@ pub fn rollback_warning(
     Some(format!(
         "{gate} is on at {stage}: every VolumeAttributesClass gets the finalizer {finalizer}. \
          Release {before} has no vac-protection: rolling back to it (or to --emulated-version={before}) \
-         leaves that finalizer on every class, and a class deleted afterwards stays Terminating. \
-         Before rolling back: turn {gate} off (removal stays on) and remove the finalizer from the classes; \
-         see the README, \"Rollback\"",
+         would leave that finalizer on every class, and a class deleted afterwards would stay Terminating, \
+         so the release guard refuses it (the release record names {since} as the minimum release). \
+         Before rolling back: turn {gate} off (removal stays on), then run \
+         `protection-manager strip-finalizers --controller {NAME}`; see the README, \"Rollback\"",
+        since = crate::INFO.since,
         stage = row.stage
     ))
 }
@@ -270,7 +278,8 @@ async fn run_at<V: ApiVersion>(ctx: ControllerContext, settings: Settings) -> Co
         state: Arc::new(PerObject::default()),
         trigger: trigger_tx,
         lists_started: AtomicU64::new(0),
-        live: tokio::sync::Mutex::new(None),
+        awaiting: parking_lot::Mutex::new(BTreeSet::new()),
+        confirm: tokio::sync::Notify::new(),
         live_metrics: LiveMetrics::new(&ctx.metrics),
         shutdown: ctx.shutdown.clone(),
     });
@@ -285,6 +294,7 @@ async fn run_at<V: ApiVersion>(ctx: ControllerContext, settings: Settings) -> Co
     let tasks = TaskTracker::new();
     tasks.spawn(watch_users::<V, PvcRefs>(shared.clone(), UserKind::Pvc));
     tasks.spawn(watch_users::<V, PvRefs>(shared.clone(), UserKind::Pv));
+    tasks.spawn(confirmer(shared.clone()));
     let ready = ready_when_synced(
         NAME,
         ctx.ready.clone(),
@@ -414,14 +424,8 @@ impl<V: ApiVersion> Shared<V> {
         }
     }
 
-    /// A live answer from lists started after `checked` (the value of
-    /// `lists_started` when the caller read the cache): the last one if it
-    /// qualifies, else a new one (callers waiting meanwhile share it).
-    async fn live_after(&self, checked: u64) -> Result<Arc<Snapshot>, Error> {
-        let mut last = self.live.lock().await;
-        if let Some(s) = last.as_ref().filter(|s| s.seq > checked) {
-            return Ok(s.clone());
-        }
+    /// One live LIST of PVCs and one of PVs: the users of every class.
+    async fn live_list(&self) -> Result<Snapshot, Error> {
         let seq = self.lists_started.fetch_add(1, Ordering::SeqCst) + 1;
         self.live_metrics.lists.inc();
         let lp = ListParams::default();
@@ -460,9 +464,111 @@ impl<V: ApiVersion> Shared<V> {
             pvs = pvs.len(),
             "live list"
         );
-        let snap = Arc::new(Snapshot { seq, users });
-        *last = Some(snap.clone());
-        Ok(snap)
+        Ok(Snapshot { seq, users })
+    }
+}
+
+/// The confirmer: takes every class handed over since its last round,
+/// checks each against the cache (a class that gained a user, lost its
+/// finalizer or went is dropped), then makes one live list, started after
+/// those checks, and decides each class from it. A class whose write fails
+/// goes back to the controller's queue.
+async fn confirmer<V: ApiVersion>(shared: Arc<Shared<V>>) {
+    let backoff =
+        protection_core::runtime::Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
+    loop {
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            _ = shared.confirm.notified() => {}
+        }
+        let names = std::mem::take(&mut *shared.awaiting.lock());
+        if names.is_empty() {
+            continue;
+        }
+        let f = shared.executor.finalizer();
+        let batch: Vec<(Arc<Vac<V>>, Vec<VacUse>)> = names
+            .iter()
+            .filter_map(|name| {
+                let vac = shared.store.get(&ObjectRef::new(name))?;
+                let cached = shared.index.read().users(name);
+                (decide(&vac, f.name(), f.add_enabled(), &cached, None) == VacPlan::ConfirmLive)
+                    .then_some((vac, cached))
+            })
+            .collect();
+        if batch.is_empty() {
+            continue;
+        }
+        let snap = tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            r = shared.live_list() => r,
+        };
+        let snap = match snap {
+            Ok(s) => {
+                backoff.forget("live-list");
+                s
+            }
+            Err(e) => {
+                tracing::warn!(controller = NAME, error = %e, classes = batch.len(), "live list failed; retrying the batch");
+                shared.awaiting.lock().extend(names);
+                tokio::select! {
+                    _ = shared.shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(backoff.next("live-list")) => {}
+                }
+                shared.confirm.notify_one();
+                continue;
+            }
+        };
+        tracing::debug!(
+            controller = NAME,
+            classes = batch.len(),
+            seq = snap.seq,
+            "confirming a batch with one live list"
+        );
+        let writes = futures::stream::iter(batch.into_iter().map(|(vac, cached)| {
+            let shared = shared.clone();
+            let live = snap.users.get(&vac.name_any()).cloned().unwrap_or_default();
+            async move {
+                let name = vac.name_any();
+                let f = shared.executor.finalizer();
+                let plan = decide(&vac, f.name(), f.add_enabled(), &cached, Some(&live));
+                tracing::debug!(class = %name, ?plan, "decided with a live list");
+                let r = shared
+                    .executor
+                    .execute(&shared.api, &vac, &shared.state, step_for(plan, &name, f.name()))
+                    .await;
+                match r {
+                    Ok(()) => shared.state.backoff.forget(&name),
+                    Err(e) => {
+                        tracing::warn!(controller = NAME, class = %name, error = %e, "write after the live confirmation failed; re-queued");
+                        let _ = shared.trigger.unbounded_send(ObjectRef::new(&name));
+                    }
+                }
+            }
+        }))
+        .buffer_unordered(16);
+        tokio::select! {
+            _ = shared.shutdown.cancelled() => return,
+            _ = writes.collect::<Vec<()>>() => {}
+        }
+    }
+}
+
+/// The write a final plan asks for.
+fn step_for(plan: VacPlan, name: &str, finalizer: &str) -> Step {
+    match plan {
+        VacPlan::AddFinalizer => Step::AddFinalizer,
+        VacPlan::RemoveFinalizer => Step::RemoveFinalizer {
+            why: "no PVC or PV refers to the class",
+            released: released_note(name, finalizer),
+        },
+        VacPlan::Keep(users) => Step::Keep {
+            held: held_note(name, &users),
+        },
+        VacPlan::Nothing => Step::Nothing,
+        VacPlan::ConfirmLive => {
+            tracing::error!("a final decision asked for another live confirmation; ignoring");
+            Step::Nothing
+        }
     }
 }
 
@@ -486,31 +592,17 @@ async fn reconcile_inner<V: ApiVersion>(vac: &Vac<V>, ctx: &Shared<V>) -> Result
     }
     let f = ctx.executor.finalizer();
     let cached = ctx.index.read().users(&name);
-    let checked = ctx.lists_started.load(Ordering::SeqCst);
-    let mut plan = decide(vac, f.name(), f.add_enabled(), &cached, None);
+    let plan = decide(vac, f.name(), f.add_enabled(), &cached, None);
     if plan == VacPlan::ConfirmLive {
-        let snap = ctx.live_after(checked).await?;
-        let live = snap.users.get(&name).cloned().unwrap_or_default();
-        plan = decide(vac, f.name(), f.add_enabled(), &cached, Some(&live));
-        tracing::debug!(?plan, "decided with a live list");
-    } else {
-        tracing::debug!(?plan, "decided");
+        // No user in the cache: the confirmer decides, from a live list
+        // started after its own cache check; this worker is free meanwhile.
+        tracing::debug!("handed to the live confirmation");
+        ctx.awaiting.lock().insert(name);
+        ctx.confirm.notify_one();
+        return Ok(Action::await_change());
     }
-    let step = match plan {
-        VacPlan::AddFinalizer => Step::AddFinalizer,
-        VacPlan::RemoveFinalizer => Step::RemoveFinalizer {
-            why: "no PVC or PV refers to the class",
-            released: released_note(&name, f.name()),
-        },
-        VacPlan::Keep(users) => Step::Keep {
-            held: held_note(&name, &users),
-        },
-        VacPlan::Nothing => Step::Nothing,
-        VacPlan::ConfirmLive => {
-            tracing::error!("a final decision asked for another live confirmation; ignoring");
-            Step::Nothing
-        }
-    };
+    tracing::debug!(?plan, "decided");
+    let step = step_for(plan, &name, f.name());
     ctx.executor
         .execute(&ctx.api, vac, &ctx.state, step)
         .await?;

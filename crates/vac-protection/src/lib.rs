@@ -39,7 +39,8 @@ use protection_core::finalizer::validate_finalizer_name;
 use protection_core::release::GateDecl;
 use protection_core::version::Version;
 use protection_core::{
-    ControllerDescriptor, ControllerInfo, FinalizerNames, FinalizerProfile, PolicyRule,
+    ControllerDescriptor, ControllerInfo, FinalizedResource, FinalizerNames, FinalizerProfile,
+    PolicyRule,
 };
 
 /// The release at which vac-protection appeared (remove-only by default).
@@ -91,6 +92,12 @@ pub const INFO: ControllerInfo = ControllerInfo {
             verbs: &["list", "watch"],
         },
     ],
+    finalizes: &[FinalizedResource {
+        group: "storage.k8s.io",
+        versions: &["v1", "v1beta1"],
+        kind: "VolumeAttributesClass",
+        plural: "volumeattributesclasses",
+    }],
 };
 
 /// The controllers of this crate, as the manager knows them.

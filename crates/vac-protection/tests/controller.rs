@@ -290,6 +290,55 @@ async fn a_class_is_held_by_a_claim_a_volume_or_a_pending_modification_until_the
     ctl.stop().await;
 }
 
+/// Deletions confirmed together: the confirmer decides a batch of classes
+/// from one live list; the used ones among them stay held, the others go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classes_confirmed_in_one_batch_keep_the_used_ones_and_release_the_others() {
+    let env = Env::new(SimConfig::default()).await;
+    let names: Vec<String> = (0..24).map(|i| format!("c{i:02}")).collect();
+    for n in &names {
+        env.create_class(n).await;
+    }
+    // Every third class is named by a claim.
+    let used: Vec<&String> = names.iter().step_by(3).collect();
+    for (i, n) in used.iter().enumerate() {
+        env.create_pvc(&format!("claim-{i}"), Some(n)).await;
+    }
+    let ctl = env
+        .start(Version::new(0, 4), "VolumeAttributesClass=true")
+        .await;
+    for n in &names {
+        env.wait_finalizer(n).await;
+    }
+    for n in &names {
+        env.delete_class(n).await;
+    }
+    for n in names.iter().filter(|n| !used.contains(n)) {
+        env.wait_gone(n).await;
+    }
+    for n in &used {
+        let held = env.wait_held(n).await;
+        assert!(
+            held.contains("PersistentVolumeClaim default/claim-"),
+            "{held}"
+        );
+        let f = env.finalizers(n).await.expect("a used class stays");
+        assert!(f.contains(&env.finalizer), "{n}: {f:?}");
+    }
+    let text = env.metrics.encode().unwrap();
+    let lists = text
+        .lines()
+        .find(|l| l.starts_with("protection_manager_vac_live_lists_total "))
+        .unwrap_or_default()
+        .to_string();
+    println!(
+        "verified: {} unused classes released, {} used ones held; {lists}",
+        names.len() - used.len(),
+        used.len()
+    );
+    ctl.stop().await;
+}
+
 /// The release train for a controller added at 0.4, and the rollback hazard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrade_0_3_to_0_4_gate_off_then_alpha_on_then_off_and_the_rollback_that_strands() {
@@ -426,6 +475,11 @@ async fn the_alpha_gate_warns_about_the_rollback_that_strands() {
     .expect("a warning while Alpha is on");
     assert!(w.contains("Release 0.3 has no vac-protection"), "{w}");
     assert!(w.contains("turn VolumeAttributesClass off"), "{w}");
+    assert!(w.contains("the release guard refuses it"), "{w}");
+    assert!(
+        w.contains("protection-manager strip-finalizers --controller vac-protection"),
+        "{w}"
+    );
     assert!(w.contains(&env.finalizer), "{w}");
     assert_eq!(
         vac_protection::controller::rollback_warning(&ctx(""), false, &env.finalizer),

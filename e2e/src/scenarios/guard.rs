@@ -149,7 +149,7 @@ pub async fn hazard(app: &App<'_>, rel: &ManagerRelease) -> Result<()> {
 }
 
 /// The hook Job's log, if it exists.
-async fn hook_log(app: &App<'_>, rel: &ManagerRelease) -> Result<String> {
+pub(crate) async fn hook_log(app: &App<'_>, rel: &ManagerRelease) -> Result<String> {
     let job_name = format!("{}-release-check", rel.fullname);
     let job = Api::<Job>::namespaced(app.h.client.clone(), &rel.namespace)
         .get_opt(&job_name)

@@ -6,6 +6,7 @@
 pub mod guard;
 pub mod lifecycle;
 pub mod upgrade;
+pub mod vac;
 
 use std::time::Duration;
 
