@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use rand::rngs::StdRng;
@@ -97,7 +97,19 @@ pub struct ChaosConfig {
     /// Churn VolumeAttributesClasses too, with vac-protection's gate on
     /// (where the cluster serves storage.k8s.io/v1 VolumeAttributesClass).
     pub classes: bool,
+    /// Install the chart's `secrets-used-by-pods` ProtectionRule (gate
+    /// InUseProtectionRules on) and churn Secrets mounted by pods.
+    pub secrets: bool,
 }
+
+/// The chart values that install the `secrets-used-by-pods` example rule
+/// and turn its finalizer's addition on.
+pub const SECRET_RULE_VALUES: [&str; 2] = [
+    "rules.examples.secretsUsedByPods=true",
+    "featureGates.InUseProtectionRules=true",
+];
+/// The example rule's name (charts/protection-manager/templates/protection-rules.yaml).
+pub const SECRET_RULE: &str = "secrets-used-by-pods";
 
 impl ChaosConfig {
     /// The short run of `make test` (about 1.5 minutes in all): a shorter
@@ -117,6 +129,7 @@ impl ChaosConfig {
             conflict_fraction: 0.05,
             cloud_error_rate: 0.1,
             classes: true,
+            secrets: true,
         }
     }
 
@@ -136,6 +149,7 @@ impl ChaosConfig {
             conflict_fraction: 0.05,
             cloud_error_rate: 0.1,
             classes: true,
+            secrets: true,
         }
     }
 
@@ -171,6 +185,12 @@ impl ChaosConfig {
         .chain(
             self.classes
                 .then(|| crate::scenarios::vac::GATE_ON.to_string()),
+        )
+        .chain(
+            SECRET_RULE_VALUES
+                .iter()
+                .filter(|_| self.secrets)
+                .map(|v| v.to_string()),
         )
         .collect()
     }
@@ -315,6 +335,8 @@ struct Model {
     services: Vec<Svc>,
     /// VolumeAttributesClasses: (name, deleted).
     classes: Vec<(String, bool)>,
+    /// Secrets under the rule: (name, deleted).
+    secrets: Vec<(String, bool)>,
     next: u64,
 }
 
@@ -342,6 +364,11 @@ impl Model {
             .filter(|&i| !self.classes[i].1)
             .collect()
     }
+    fn live_secrets(&self) -> Vec<usize> {
+        (0..self.secrets.len())
+            .filter(|&i| !self.secrets[i].1)
+            .collect()
+    }
     fn name(&mut self, prefix: &str) -> String {
         self.next += 1;
         format!("{prefix}-{}", self.next)
@@ -357,6 +384,7 @@ struct Churn<'a> {
     ops: BTreeMap<String, (u64, u64)>,
     max_live: usize,
     classes: bool,
+    secrets: bool,
 }
 
 fn obj<K: serde::de::DeserializeOwned>(v: Value) -> Result<K> {
@@ -427,6 +455,76 @@ impl<'a> Churn<'a> {
                 name,
                 deleted: false,
             });
+        }
+        Ok(())
+    }
+
+    fn secrets_api(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// One Secret operation under the `secrets-used-by-pods` rule: create a
+    /// Secret, start a pod that mounts one (live or Terminating: naming a
+    /// Secret being deleted is what the rule is about; a pod naming a gone
+    /// one stays Pending, still a user), or delete a Secret. Pods go with
+    /// the ordinary churn.
+    async fn secret_step(&mut self) -> Result<()> {
+        let live = self.model.live_secrets();
+        match self.rng.random_range(0..100u32) {
+            0..=34 if live.len() < self.max_live => {
+                let name = self.model.name("secret");
+                let body = json!({
+                    "apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": name, "labels": {objects::RUN_LABEL: self.h.run}},
+                    "data": {"token": "c2VjcmV0"}
+                });
+                let r = self
+                    .secrets_api()
+                    .create(&PostParams::default(), &obj(body)?)
+                    .await
+                    .map(|_| ());
+                if self.count("create secret", r)? {
+                    self.model.secrets.push((name, false));
+                }
+            }
+            35..=69
+                if !self.model.secrets.is_empty()
+                    && self.model.live_pods().len() < self.max_live =>
+            {
+                // Mostly a live Secret (so that its deletion is held), now
+                // and then any, Terminating or gone.
+                let i = if !live.is_empty() && self.rng.random_bool(0.85) {
+                    live[self.rng.random_range(0..live.len())]
+                } else {
+                    self.rng.random_range(0..self.model.secrets.len())
+                };
+                let secret = self.model.secrets[i].0.clone();
+                let name = self.model.name("pod");
+                let mut body = objects::pod_with_claims(&self.h.run, &name, &self.h.pod_image, &[]);
+                body["spec"]["volumes"] =
+                    json!([{"name": "secret", "secret": {"secretName": secret}}]);
+                body["spec"]["containers"][0]["volumeMounts"] =
+                    json!([{"name": "secret", "mountPath": "/etc/secret"}]);
+                let r = self
+                    .pods()
+                    .create(&PostParams::default(), &obj(body)?)
+                    .await
+                    .map(|_| ());
+                if self.count("create pod with secret", r)? {
+                    self.model.pods.push(PodRec {
+                        name,
+                        deleted: false,
+                    });
+                }
+            }
+            70..=99 if !live.is_empty() => {
+                let i = live[self.rng.random_range(0..live.len())];
+                let name = self.model.secrets[i].0.clone();
+                self.delete_counted(self.secrets_api(), &name, "delete secret")
+                    .await?;
+                self.model.secrets[i].1 = true;
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -556,6 +654,9 @@ impl<'a> Churn<'a> {
     async fn step(&mut self) -> Result<()> {
         if self.classes && self.rng.random_bool(0.25) {
             return self.class_step().await;
+        }
+        if self.secrets && self.rng.random_bool(0.25) {
+            return self.secret_step().await;
         }
         let m = &self.model;
         let (claims, pods, svcs, pvs) = (
@@ -731,6 +832,12 @@ impl<'a> Churn<'a> {
                 .await?;
             self.model.classes[i].1 = true;
         }
+        for i in self.model.live_secrets() {
+            let name = self.model.secrets[i].0.clone();
+            self.delete_counted(self.secrets_api(), &name, "cleanup: delete secret")
+                .await?;
+            self.model.secrets[i].1 = true;
+        }
         Ok(())
     }
 }
@@ -749,6 +856,7 @@ fn kube_fault_rules(user: &str, cfg: &ChaosConfig) -> Vec<kube_sim::FaultRule> {
         "services",
         "nodes",
         "volumeattributesclasses",
+        "secrets",
     ] {
         for (code, verb) in [(500, None), (503, None), (409, Some("patch"))] {
             let fraction = if code == 409 {
@@ -876,6 +984,7 @@ pub async fn run(
             strict: cfg.profile == Profile::UpstreamWithAdmission
                 || !create_time_policies.is_empty(),
             classes: cfg.classes,
+            secrets: cfg.secrets,
         },
     )
     .await?;
@@ -902,6 +1011,7 @@ pub async fn run(
         ops: BTreeMap::new(),
         max_live: cfg.max_live,
         classes: cfg.classes,
+        secrets: cfg.secrets,
     };
     let fault_start = Instant::now();
     let end = fault_start + cfg.duration;
@@ -1009,7 +1119,7 @@ pub async fn run(
     let deadline = Instant::now() + CONVERGENCE_BOUND + Duration::from_secs(15);
     loop {
         let pending = monitor.pending();
-        let left = remaining(h, ns, cfg.classes).await?;
+        let left = remaining(h, ns, cfg.classes, cfg.secrets).await?;
         if pending.is_empty() && left == 0 {
             break;
         }
@@ -1025,6 +1135,9 @@ pub async fn run(
     }
     let cleanup = cleanup_start.elapsed();
     let report = monitor.finish().await?;
+    if cfg.secrets {
+        remove_secret_rule(h).await?;
+    }
     Ok(ChaosReport {
         seed: cfg.seed,
         profile: cfg.profile,
@@ -1043,6 +1156,64 @@ pub async fn run(
     })
 }
 
+/// Deletes the `secrets-used-by-pods` rule and checks what a user relies
+/// on: the rule goes (its own finalizer is removed once its finalizers are
+/// off every Secret) and no Secret in the cluster keeps the rule's finalizer.
+async fn remove_secret_rule(h: &Harness) -> Result<()> {
+    let ar = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("protection-manager.io", "v1alpha1", "ProtectionRule"),
+        "protectionrules",
+    );
+    let rules: Api<kube::api::DynamicObject> = Api::all_with(h.client.clone(), &ar);
+    rules
+        .delete(SECRET_RULE, &DeleteParams::default())
+        .await
+        .ctx(|| format!("delete ProtectionRule {SECRET_RULE}"))?;
+    let deadline = Instant::now() + CONVERGENCE_BOUND;
+    while rules
+        .get_opt(SECRET_RULE)
+        .await
+        .ctx(|| format!("get ProtectionRule {SECRET_RULE}"))?
+        .is_some()
+    {
+        if Instant::now() > deadline {
+            return Err(Error::Check(format!(
+                "ProtectionRule {SECRET_RULE} still there {}s after its deletion",
+                CONVERGENCE_BOUND.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let left: Vec<String> = Api::<Secret>::all(h.client.clone())
+        .list(&kube::api::ListParams::default())
+        .await
+        .ctx(|| "list secrets".into())?
+        .items
+        .into_iter()
+        .filter(|s| {
+            s.metadata
+                .finalizers
+                .iter()
+                .flatten()
+                .any(|f| f.ends_with(crate::invariants::SECRET_RULE_FINALIZER_SUFFIX))
+        })
+        .map(|s| {
+            format!(
+                "{}/{}",
+                s.metadata.namespace.unwrap_or_default(),
+                s.metadata.name.unwrap_or_default()
+            )
+        })
+        .collect();
+    if !left.is_empty() {
+        return Err(Error::Check(format!(
+            "ProtectionRule {SECRET_RULE} is gone but its finalizer is still on {}",
+            left.join(", ")
+        )));
+    }
+    Ok(())
+}
+
 /// Another manager pod than `leader` is Ready (a standby that can take
 /// the Lease).
 async fn standby_ready(rel: &ManagerRelease, leader: &str) -> Result<bool> {
@@ -1057,7 +1228,7 @@ async fn standby_ready(rel: &ManagerRelease, leader: &str) -> Result<bool> {
 }
 
 /// Objects of the run still in the namespace (and its PVs).
-async fn remaining(h: &Harness, ns: &str, classes: bool) -> Result<usize> {
+async fn remaining(h: &Harness, ns: &str, classes: bool, secrets: bool) -> Result<usize> {
     let sel = kube::api::ListParams::default().labels(&format!("{}={}", objects::RUN_LABEL, h.run));
     let pods = Api::<Pod>::namespaced(h.client.clone(), ns)
         .list(&sel)
@@ -1085,7 +1256,17 @@ async fn remaining(h: &Harness, ns: &str, classes: bool) -> Result<usize> {
     } else {
         0
     };
-    Ok(pods.items.len() + pvcs.items.len() + svcs.items.len() + pvs.items.len() + vacs)
+    let secrets = if secrets {
+        Api::<Secret>::namespaced(h.client.clone(), ns)
+            .list(&sel)
+            .await
+            .ctx(|| "list secrets".into())?
+            .items
+            .len()
+    } else {
+        0
+    };
+    Ok(pods.items.len() + pvcs.items.len() + svcs.items.len() + pvs.items.len() + vacs + secrets)
 }
 
 /// Whether the cluster serves storage.k8s.io/v1 VolumeAttributesClass.

@@ -9,7 +9,10 @@
 //!    Likewise for VolumeAttributesClasses (when watched): at every class
 //!    `DELETED` event, no claim (spec, current or pending target class) and
 //!    no volume (spec) named it just before (upstream's vac-protection,
-//!    docs/upstream-semantics.md §10.3).
+//!    docs/upstream-semantics.md §10.3). And for Secrets under the chart's
+//!    `secrets-used-by-pods` ProtectionRule (when watched): at every Secret
+//!    `DELETED` event, no pod that had not finished (phase other than
+//!    Succeeded/Failed) referred to it just before (the rule's `while`).
 //! 2. **No load balancer is orphaned.** When a Service is gone, cloud-sim
 //!    has no load balancer for its UID: checked after every Service
 //!    `DELETED` event, on every inventory sweep (which also catches a load
@@ -32,8 +35,8 @@ use cloud_sim::LoadBalancer;
 use jiff::Timestamp;
 
 use crate::observer::{
-    Change, Kind, LeaseSummary, Observed, PodSummary, PvSummary, PvcSummary, ServiceSummary,
-    Summary, VacSummary,
+    Change, Kind, LeaseSummary, Observed, PodSummary, PvSummary, PvcSummary, SecretSummary,
+    ServiceSummary, Summary, VacSummary,
 };
 
 /// The Service cleanup finalizer's name ends so in both profiles
@@ -45,6 +48,9 @@ pub const PVC_FINALIZER_SUFFIX: &str = "pvc-protection";
 pub const PV_FINALIZER_SUFFIX: &str = "pv-protection";
 /// The class finalizer ends so in both profiles.
 pub const VAC_FINALIZER_SUFFIX: &str = "vac-protection";
+/// The finalizer of the chart's `secrets-used-by-pods` example rule ends so
+/// (`<rules.exampleFinalizerDomain>/secret-in-use`).
+pub const SECRET_RULE_FINALIZER_SUFFIX: &str = "/secret-in-use";
 
 /// How long after calm a releasable object may keep its finalizers.
 pub const CONVERGENCE_BOUND: Duration = Duration::from_secs(30);
@@ -55,6 +61,7 @@ pub enum Invariant {
     ClaimDeletedWhileInUse,
     VolumeDeletedWhileBound,
     ClassDeletedWhileInUse,
+    SecretDeletedWhileInUse,
     OrphanedLoadBalancer,
     FinalizerNotRemoved,
     LeadershipDidNotMove,
@@ -67,6 +74,9 @@ impl fmt::Display for Invariant {
             Invariant::VolumeDeletedWhileBound => "a PV disappeared while Bound",
             Invariant::ClassDeletedWhileInUse => {
                 "a VolumeAttributesClass disappeared while a PVC or PV referred to it"
+            }
+            Invariant::SecretDeletedWhileInUse => {
+                "a Secret under a ProtectionRule disappeared while a running pod referred to it"
             }
             Invariant::OrphanedLoadBalancer => "a load balancer outlived its Service",
             Invariant::FinalizerNotRemoved => {
@@ -126,6 +136,13 @@ pub struct Counts {
     /// Classes deleted in use that never carried the finalizer (created and
     /// deleted before the manager added it: no admission step adds it).
     pub unprotected_vacs_deleted_in_use: u64,
+    /// Secret deletions checked (no unfinished pod referred to it).
+    pub secret_deletions_checked: u64,
+    /// Secrets seen Terminating while an unfinished pod referred to them.
+    pub secrets_held_while_in_use: u64,
+    /// Secrets deleted in use that never carried the rule's finalizer (the
+    /// creation window: no admission step adds it).
+    pub unprotected_secrets_deleted_in_use: u64,
     pub service_deletions_checked: u64,
     /// Services deleted while they had a load balancer (ingress).
     pub services_deleted_with_lb: u64,
@@ -193,6 +210,18 @@ impl Counts {
             format!(
                 "  deleted in use before any finalizer (window) {}",
                 self.unprotected_vacs_deleted_in_use
+            ),
+            format!(
+                "Secret deletions checked (rule, unused)       {}",
+                self.secret_deletions_checked
+            ),
+            format!(
+                "  Secrets held Terminating while in use       {}",
+                self.secrets_held_while_in_use
+            ),
+            format!(
+                "  deleted in use before any finalizer (window) {}",
+                self.unprotected_secrets_deleted_in_use
             ),
             format!(
                 "Service deletions checked (no LB left)        {}",
@@ -297,6 +326,7 @@ struct World {
     pvs: HashMap<String, PvSummary>,
     services: HashMap<String, ServiceSummary>,
     vacs: HashMap<String, VacSummary>,
+    secrets: HashMap<String, SecretSummary>,
 }
 
 impl World {
@@ -310,6 +340,27 @@ impl World {
             })
             .collect();
         v.sort_by(|a, b| a.name.cmp(&b.name));
+        v
+    }
+
+    /// Unfinished pods referring to Secret `ns/name` (the rule's users).
+    fn secret_users(&self, ns: &str, name: &str) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .pods
+            .values()
+            .filter(|p| {
+                p.namespace == ns
+                    && p.secrets.iter().any(|s| s == name)
+                    && !matches!(p.phase.as_str(), "Succeeded" | "Failed")
+            })
+            .map(|p| {
+                format!(
+                    "Pod {}/{} (uid {}, rv {}, {})",
+                    p.namespace, p.name, p.uid, p.rv, p.phase
+                )
+            })
+            .collect();
+        v.sort();
         v
     }
 
@@ -360,6 +411,7 @@ pub struct Checker {
     held_pvcs: HashSet<String>,
     held_pvs: HashSet<String>,
     held_vacs: HashSet<String>,
+    held_secrets: HashSet<String>,
 }
 
 fn pod_key(p: &PodSummary) -> String {
@@ -390,6 +442,7 @@ impl Checker {
             held_pvcs: HashSet::new(),
             held_pvs: HashSet::new(),
             held_vacs: HashSet::new(),
+            held_secrets: HashSet::new(),
         }
     }
 
@@ -458,6 +511,7 @@ impl Checker {
             Summary::Pv(v) => self.apply_pv(v, deleted, checked, ev),
             Summary::Service(s) => self.apply_service(s, deleted, checked, ev),
             Summary::Vac(v) => self.apply_vac(v, deleted, checked, ev),
+            Summary::Secret(x) => self.apply_secret(x, deleted, checked, ev),
             Summary::Lease(l) => {
                 if let Some(prev) = self.lease_history.last()
                     && !l.holder.is_empty()
@@ -491,6 +545,81 @@ impl Checker {
             if self.pending.contains_key(&(Kind::Pvc, k.clone())) {
                 self.refresh_pvc(&p.namespace, &c, seen);
             }
+        }
+        let mut secrets: Vec<String> = p.secrets.clone();
+        if let Some(o) = &old {
+            secrets.extend(o.secrets.iter().cloned());
+        }
+        secrets.sort();
+        secrets.dedup();
+        for s in secrets {
+            self.refresh_secret(&p.namespace, &s, seen);
+        }
+    }
+
+    /// A pending Secret's "in use" after a pod changed.
+    fn refresh_secret(&mut self, ns: &str, name: &str, seen: Instant) {
+        let in_use = !self.world.secret_users(ns, name).is_empty();
+        if let Some(p) = self.pending.get_mut(&(Kind::Secret, ns_key(ns, name))) {
+            if in_use {
+                p.free_since = None;
+            } else if p.free_since.is_none() {
+                p.free_since = Some(seen);
+            }
+        }
+    }
+
+    fn apply_secret(&mut self, x: &SecretSummary, deleted: bool, checked: bool, ev: &Observed) {
+        let key = ns_key(&x.namespace, &x.name);
+        if x.finalizers
+            .iter()
+            .any(|f| f.ends_with(SECRET_RULE_FINALIZER_SUFFIX))
+        {
+            self.protected.insert(x.uid.clone());
+        }
+        if deleted {
+            if checked {
+                self.counts.secret_deletions_checked += 1;
+                let users = self.world.secret_users(&x.namespace, &x.name);
+                if !users.is_empty() && !self.protected.contains(&x.uid) {
+                    self.counts.unprotected_secrets_deleted_in_use += 1;
+                } else if !users.is_empty() {
+                    self.violate(
+                        Invariant::SecretDeletedWhileInUse,
+                        format!("Secret {key} (uid {})", x.uid),
+                        Some(ev.rv),
+                        format!(
+                            "DELETED with finalizers {:?} while {} referred to it",
+                            x.finalizers,
+                            users.join("; ")
+                        ),
+                    );
+                }
+            }
+            self.world.secrets.remove(&key);
+            self.converged(Kind::Secret, &key, ev.seen);
+            return;
+        }
+        self.world.secrets.insert(key.clone(), x.clone());
+        if x.deleting {
+            let in_use = !self.world.secret_users(&x.namespace, &x.name).is_empty();
+            if in_use && self.held_secrets.insert(x.uid.clone()) {
+                self.counts.secrets_held_while_in_use += 1;
+            }
+            let p = self
+                .pending
+                .entry((Kind::Secret, key.clone()))
+                .or_insert_with(|| Pending {
+                    kind: Kind::Secret,
+                    key: key.clone(),
+                    free_since: None,
+                    finalizers: vec![],
+                    rv: 0,
+                    reported: false,
+                });
+            p.finalizers = x.finalizers.clone();
+            p.rv = x.rv;
+            self.refresh_secret(&x.namespace, &x.name, ev.seen);
         }
     }
 
@@ -1055,6 +1184,7 @@ mod tests {
             rv,
             node_name: node.into(),
             claims: claims.iter().map(|s| s.to_string()).collect(),
+            secrets: vec![],
             deleting: false,
             phase: "Running".into(),
         })
@@ -1154,7 +1284,7 @@ mod tests {
         assert!(!c.pending()[0].2, "free once the claim is gone");
         c.apply(&at(6, Change::Deleted, vac("gold", true, true, 6)), 1);
         assert!(c.violations().is_empty(), "{:?}", c.violations());
-        assert_eq!(c.counts().vac_deletions_checked, 2);
+        assert_eq!(c.counts().vac_deletions_checked, 1);
         assert!(c.pending().is_empty());
         // Never carried the finalizer: the creation window, counted.
         let mut c = Checker::new(cfg());
@@ -1163,6 +1293,82 @@ mod tests {
         c.apply(&at(4, Change::Deleted, vac("new", false, true, 4)), 1);
         assert!(c.violations().is_empty());
         assert_eq!(c.counts().unprotected_vacs_deleted_in_use, 1);
+    }
+
+    fn secret(name: &str, finalizer: bool, deleting: bool, rv: u64) -> Summary {
+        Summary::Secret(SecretSummary {
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            rv,
+            finalizers: if finalizer {
+                vec!["example.com/secret-in-use".into()]
+            } else {
+                vec![]
+            },
+            deleting,
+        })
+    }
+
+    fn pod_with_secret(name: &str, secret: &str, phase: &str, rv: u64) -> Summary {
+        let mut p = pod(name, "", &[], rv);
+        if let Summary::Pod(x) = &mut p {
+            x.secrets = vec![secret.into()];
+            x.phase = phase.into();
+        }
+        p
+    }
+
+    #[test]
+    fn a_secret_under_the_rule_deleted_while_an_unfinished_pod_refers_to_it_is_a_violation() {
+        // A Pending pod (not scheduled) is a user too: the rule's `while`
+        // only excludes Succeeded and Failed.
+        let mut c = Checker::new(cfg());
+        c.apply(&at(2, Change::Added, secret("s", true, false, 2)), 1);
+        c.apply(
+            &at(3, Change::Added, pod_with_secret("p", "s", "Pending", 3)),
+            1,
+        );
+        c.apply(&at(4, Change::Modified, secret("s", true, true, 4)), 1);
+        assert_eq!(c.counts().secrets_held_while_in_use, 1);
+        c.apply(&at(5, Change::Deleted, secret("s", true, true, 5)), 1);
+        assert_eq!(c.violations().len(), 1, "{:?}", c.violations());
+        assert_eq!(
+            c.violations()[0].invariant,
+            Invariant::SecretDeletedWhileInUse
+        );
+        assert!(c.violations()[0].to_string().contains("Pod ns/p"));
+        // The pod finished first: free, checked, converged.
+        let mut c = Checker::new(cfg());
+        c.apply(&at(2, Change::Added, secret("s", true, false, 2)), 1);
+        c.apply(
+            &at(3, Change::Added, pod_with_secret("p", "s", "Running", 3)),
+            1,
+        );
+        c.apply(&at(4, Change::Modified, secret("s", true, true, 4)), 1);
+        assert!(c.pending()[0].2, "in use");
+        c.apply(
+            &at(
+                5,
+                Change::Modified,
+                pod_with_secret("p", "s", "Succeeded", 5),
+            ),
+            1,
+        );
+        assert!(!c.pending()[0].2, "free once the pod finished");
+        c.apply(&at(6, Change::Deleted, secret("s", true, true, 6)), 1);
+        assert!(c.violations().is_empty(), "{:?}", c.violations());
+        assert!(c.pending().is_empty());
+        // Never carried the finalizer: the creation window, counted.
+        let mut c = Checker::new(cfg());
+        c.apply(
+            &at(2, Change::Added, pod_with_secret("p", "new", "Running", 2)),
+            1,
+        );
+        c.apply(&at(3, Change::Added, secret("new", false, false, 3)), 1);
+        c.apply(&at(4, Change::Deleted, secret("new", false, true, 4)), 1);
+        assert!(c.violations().is_empty());
+        assert_eq!(c.counts().unprotected_secrets_deleted_in_use, 1);
     }
 
     fn svc(name: &str, deleting: bool, rv: u64) -> Summary {

@@ -58,6 +58,10 @@ pub struct MonitorSettings {
     /// while a claim or volume refers to it (the cluster must serve
     /// storage.k8s.io/v1 VolumeAttributesClass).
     pub classes: bool,
+    /// Watch the run's Secrets and check that none under the chart's
+    /// `secrets-used-by-pods` ProtectionRule is freed while an unfinished
+    /// pod refers to it (the rule must be installed).
+    pub secrets: bool,
 }
 
 impl MonitorSettings {
@@ -71,6 +75,7 @@ impl MonitorSettings {
             retry_period: Duration::from_secs(2),
             strict: false,
             classes: false,
+            secrets: false,
         }
     }
 }
@@ -112,12 +117,14 @@ impl Monitor {
             retry_period,
             strict,
             classes,
+            secrets,
         } = settings;
         let cfg = ObserverConfig {
             selector: format!("{RUN_LABEL}={}", h.run),
             lease,
             watch_timeout: Duration::from_secs(if h.is_sim() { 30 } else { 20 }),
             classes,
+            secrets,
         };
         let (observer, rx, kinds) = Observer::start(h.observer_client.clone(), cfg);
         let checker = Checker::new(CheckerConfig {

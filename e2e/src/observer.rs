@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service};
 use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -37,16 +37,18 @@ pub enum Kind {
     Service,
     Lease,
     Vac,
+    Secret,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 6] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Pod,
         Kind::Pvc,
         Kind::Pv,
         Kind::Service,
         Kind::Lease,
         Kind::Vac,
+        Kind::Secret,
     ];
 }
 
@@ -59,6 +61,7 @@ impl std::fmt::Display for Kind {
             Kind::Service => "Service",
             Kind::Lease => "Lease",
             Kind::Vac => "VolumeAttributesClass",
+            Kind::Secret => "Secret",
         })
     }
 }
@@ -75,6 +78,9 @@ pub struct PodSummary {
     /// Claims it references: `persistentVolumeClaim.claimName` and the
     /// derived names of generic ephemeral volumes (`<pod>-<volume>`).
     pub claims: Vec<String>,
+    /// Secrets it refers to as the chart's `secrets-used-by-pods` rule reads
+    /// them: secret and projected volumes, env, envFrom, imagePullSecrets.
+    pub secrets: Vec<String>,
     pub deleting: bool,
     pub phase: String,
 }
@@ -124,6 +130,17 @@ pub struct VacSummary {
     pub deleting: bool,
 }
 
+/// What the invariants need of a Secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretSummary {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub rv: u64,
+    pub finalizers: Vec<String>,
+    pub deleting: bool,
+}
+
 /// What the invariants need of a Service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceSummary {
@@ -160,6 +177,7 @@ pub enum Summary {
     Service(ServiceSummary),
     Lease(LeaseSummary),
     Vac(VacSummary),
+    Secret(SecretSummary),
 }
 
 impl Summary {
@@ -171,6 +189,7 @@ impl Summary {
             Summary::Service(_) => Kind::Service,
             Summary::Lease(_) => Kind::Lease,
             Summary::Vac(_) => Kind::Vac,
+            Summary::Secret(_) => Kind::Secret,
         }
     }
 
@@ -183,6 +202,7 @@ impl Summary {
             Summary::Service(s) => format!("{}/{}", s.namespace, s.name),
             Summary::Lease(l) => format!("{}/{}", l.namespace, l.name),
             Summary::Vac(v) => v.name.clone(),
+            Summary::Secret(s) => format!("{}/{}", s.namespace, s.name),
         }
     }
 
@@ -194,6 +214,7 @@ impl Summary {
             Summary::Service(s) => s.rv,
             Summary::Lease(l) => l.rv,
             Summary::Vac(v) => v.rv,
+            Summary::Secret(s) => s.rv,
         }
     }
 }
@@ -262,6 +283,7 @@ impl Summarize for Pod {
             rv: rv_of(self.metadata.resource_version.as_ref()),
             node_name: spec.and_then(|s| s.node_name.clone()).unwrap_or_default(),
             claims,
+            secrets: pod_secrets(self),
             deleting: self.metadata.deletion_timestamp.is_some(),
             phase: self
                 .status
@@ -269,6 +291,70 @@ impl Summarize for Pod {
                 .and_then(|s| s.phase.clone())
                 .unwrap_or_default(),
             name,
+        })
+    }
+}
+
+/// The Secrets a pod refers to (what the chart's `secrets-used-by-pods`
+/// rule's CEL reference reads), sorted and deduplicated.
+fn pod_secrets(p: &Pod) -> Vec<String> {
+    let Some(spec) = p.spec.as_ref() else {
+        return vec![];
+    };
+    let mut out: Vec<String> = Vec::new();
+    for v in spec.volumes.iter().flatten() {
+        if let Some(n) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
+            out.push(n);
+        }
+        for src in v
+            .projected
+            .iter()
+            .flat_map(|pr| pr.sources.iter().flatten())
+        {
+            if let Some(sec) = &src.secret {
+                out.push(sec.name.clone());
+            }
+        }
+    }
+    let containers = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten());
+    for c in containers {
+        for e in c.env.iter().flatten() {
+            if let Some(r) = e
+                .value_from
+                .as_ref()
+                .and_then(|v| v.secret_key_ref.as_ref())
+            {
+                out.push(r.name.clone());
+            }
+        }
+        for e in c.env_from.iter().flatten() {
+            if let Some(r) = &e.secret_ref {
+                out.push(r.name.clone());
+            }
+        }
+    }
+    for s in spec.image_pull_secrets.iter().flatten() {
+        out.push(s.name.clone());
+    }
+    out.retain(|n| !n.is_empty());
+    out.sort();
+    out.dedup();
+    out
+}
+
+impl Summarize for Secret {
+    const KIND: Kind = Kind::Secret;
+    fn summarize(&self) -> Summary {
+        Summary::Secret(SecretSummary {
+            namespace: self.namespace().unwrap_or_default(),
+            name: self.name_any(),
+            uid: self.uid().unwrap_or_default(),
+            rv: rv_of(self.metadata.resource_version.as_ref()),
+            finalizers: fins(&self.metadata),
+            deleting: self.metadata.deletion_timestamp.is_some(),
         })
     }
 }
@@ -605,6 +691,9 @@ pub struct ObserverConfig {
     /// Also watch the run's VolumeAttributesClasses (by the selector); only
     /// where the cluster serves storage.k8s.io/v1.
     pub classes: bool,
+    /// Also watch the run's Secrets (by the selector), for a ProtectionRule
+    /// over Secrets used by pods.
+    pub secrets: bool,
 }
 
 /// The running watches; reports arrive on the channel returned by
@@ -662,6 +751,16 @@ impl Observer {
             kinds.push(Kind::Vac);
             tasks.push(tokio::spawn(watch_kind(
                 Api::<VolumeAttributesClass>::all(client.clone()),
+                lp(&cfg.selector),
+                wp(&cfg.selector),
+                tx.clone(),
+                stop.clone(),
+            )));
+        }
+        if cfg.secrets {
+            kinds.push(Kind::Secret);
+            tasks.push(tokio::spawn(watch_kind(
+                Api::<Secret>::all(client.clone()),
                 lp(&cfg.selector),
                 wp(&cfg.selector),
                 tx.clone(),
@@ -860,6 +959,7 @@ mod tests {
             rv,
             node_name: String::new(),
             claims: vec![],
+            secrets: vec![],
             deleting: false,
             phase: String::new(),
         })

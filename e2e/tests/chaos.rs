@@ -91,6 +91,16 @@ async fn short_chaos(seed: u64, profile: Profile) -> Result<()> {
             "no VolumeAttributesClass disappeared while a claim or volume named it: {} class deletions checked ({} held Terminating while in use; {} deleted in use before any finalizer, the creation window)",
             c.vac_deletions_checked, c.vacs_held_while_in_use, c.unprotected_vacs_deleted_in_use
         ));
+        if h.is_sim() && (c.secret_deletions_checked == 0 || c.secrets_held_while_in_use == 0) {
+            return Err(Error::Check(format!(
+                "the churn exercised no ProtectionRule: {} Secret deletions checked, {} held while in use (seed {seed})",
+                c.secret_deletions_checked, c.secrets_held_while_in_use
+            )));
+        }
+        h.verified(format!(
+            "no Secret under the secrets-used-by-pods ProtectionRule disappeared while a running pod referred to it: {} Secret deletions checked ({} held Terminating while in use; {} deleted in use before any finalizer, the creation window); deleting the rule left no finalizer",
+            c.secret_deletions_checked, c.secrets_held_while_in_use, c.unprotected_secrets_deleted_in_use
+        ));
         h.verified(format!(
             "no orphaned load balancer: {} Service deletions and {} inventory sweeps checked",
             c.service_deletions_checked, c.cloud_sweeps
