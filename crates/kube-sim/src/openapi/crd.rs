@@ -274,6 +274,9 @@ fn cr_definitions(def: &ResourceDef, schema: &Value) -> Map<String, Value> {
     out
 }
 
+/// The served resources of one CRD group-version and their definitions.
+type GroupVersion = (Vec<ServedResource>, Map<String, Value>);
+
 /// (document path, bytes) of every group-version `store` serves: the
 /// built-in ones, apiextensions.k8s.io/v1, and its CRDs' versions.
 fn documents(store: &Store) -> Vec<(String, Bytes)> {
@@ -285,10 +288,7 @@ fn documents(store: &Store) -> Vec<(String, Bytes)> {
         "apis/apiextensions.k8s.io/v1".into(),
         Bytes::from_static(APIEXTENSIONS.as_slice()),
     ));
-    let mut by_gv: std::collections::BTreeMap<
-        (&str, &str),
-        (Vec<ServedResource>, Map<String, Value>),
-    > = Default::default();
+    let mut by_gv: std::collections::BTreeMap<(&str, &str), GroupVersion> = Default::default();
     for def in store.custom_resources() {
         let Some(served) = store
             .find(def.group, def.version, def.resource)
