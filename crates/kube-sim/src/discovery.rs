@@ -50,9 +50,12 @@ fn group_doc(name: &str, versions: &[&str]) -> Value {
     })
 }
 
-/// The built-in resources followed by a store's custom ones.
+/// The built-in resources, the review resources, then a store's custom ones.
 fn all<'a>(custom: &'a [&'static ResourceDef]) -> impl Iterator<Item = &'a ResourceDef> + Clone {
-    RESOURCES.iter().chain(custom.iter().copied())
+    RESOURCES
+        .iter()
+        .chain(crate::self_review::REVIEW_RESOURCES)
+        .chain(custom.iter().copied())
 }
 
 /// Whether `group/version` is switched off (`SimConfig::disabled_group_versions`,

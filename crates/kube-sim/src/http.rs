@@ -428,11 +428,11 @@ async fn non_resource(
             }
             json_response(200, Bytes::from_static(openapi::v2_document()), JSON)
         }
-        "/openapi/v3" => value_response(200, &openapi::v3_index(true)),
+        "/openapi/v3" => value_response(200, &openapi::crd::v3_index(&state.store, true)),
         p if p.starts_with("/openapi/v3/") => {
             let gv = &p["/openapi/v3/".len()..];
-            match openapi::v3_document(gv) {
-                Some(doc) => json_response(200, Bytes::from_static(doc), JSON),
+            match openapi::crd::v3_document(&state.store, gv) {
+                Some(doc) => json_response(200, doc, JSON),
                 None => error_response(&not_found_path()),
             }
         }
@@ -746,7 +746,7 @@ async fn resource_request(
             let opts = write_options(&q, manager)?;
             let (ct, body) = read_body(req).await?;
             let obj = decode_object(ct.as_deref(), &body)?;
-            let warnings = field_validation(def, &q, &obj)?;
+            let warnings = field_validation(def, &q, &obj, store.custom(rid).as_deref())?;
             let s = store.create(rid, &ns, obj, &opts)?;
             // Like the audit log's objectRef, name the created object.
             *created_name = object::meta_str(&s.value, "name").to_string();
@@ -765,7 +765,7 @@ async fn resource_request(
             let opts = write_options(&q, manager)?;
             let (ct, body) = read_body(req).await?;
             let obj = decode_object(ct.as_deref(), &body)?;
-            let warnings = field_validation(def, &q, &obj)?;
+            let warnings = field_validation(def, &q, &obj, store.custom(rid).as_deref())?;
             let (s, created) = store.update(rid, &ns, &name, sub, obj, &opts)?;
             Ok(with_warnings(
                 stored_response(if created { 201 } else { 200 }, &s, &want, def, &q),
@@ -968,7 +968,12 @@ async fn bind_pod(
 /// `Strict` (kubectl's default), a `Warning` header under `Warn` (the server
 /// default), silent under `Ignore`; the store drops them in every case, as
 /// decoding into the typed object does.
-fn field_validation(def: &ResourceDef, q: &Query, obj: &Value) -> Result<Vec<String>, ApiError> {
+fn field_validation(
+    def: &ResourceDef,
+    q: &Query,
+    obj: &Value,
+    custom: Option<&crate::crd::Served>,
+) -> Result<Vec<String>, ApiError> {
     let mode = q.get("fieldValidation").unwrap_or("Warn");
     if !matches!(mode, "Strict" | "Warn" | "Ignore") {
         return Err(ApiError::bad_request(format!(
@@ -978,7 +983,7 @@ fn field_validation(def: &ResourceDef, q: &Query, obj: &Value) -> Result<Vec<Str
     if mode == "Ignore" {
         return Ok(Vec::new());
     }
-    let unknown = openapi::schema::unknown_fields(def.group, def.version, def.kind, obj);
+    let unknown = openapi::crd::unknown_fields(custom, def, obj);
     if unknown.is_empty() {
         return Ok(Vec::new());
     }

@@ -32,6 +32,7 @@ pub mod resources;
 pub mod reviews;
 pub mod scale;
 pub mod selector;
+pub mod self_review;
 pub mod spec_validation;
 pub mod store;
 pub mod strategy;

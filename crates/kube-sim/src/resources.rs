@@ -70,6 +70,8 @@ impl ResourceDef {
             // Lister (pkg/registry/core/{pod/storage,componentstatus}).
             ("", "bindings") => return vec!["create"],
             ("", "componentstatuses") => return vec!["get", "list"],
+            // The review resources are create-only (pkg/registry/authorization).
+            ("authentication.k8s.io" | "authorization.k8s.io", _) => return vec!["create"],
             _ => {}
         }
         let mut v = vec!["create", "delete"];

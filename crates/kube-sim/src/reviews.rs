@@ -36,6 +36,7 @@ const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
 pub(crate) enum Review {
     Token,
     SubjectAccess,
+    SelfSubjectAccess,
 }
 
 impl Review {
@@ -44,6 +45,9 @@ impl Review {
         match path.trim_end_matches('/') {
             "/apis/authentication.k8s.io/v1/tokenreviews" => Some(Review::Token),
             "/apis/authorization.k8s.io/v1/subjectaccessreviews" => Some(Review::SubjectAccess),
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" => {
+                Some(Review::SelfSubjectAccess)
+            }
             _ => None,
         }
     }
@@ -51,7 +55,7 @@ impl Review {
     pub(crate) fn group(self) -> &'static str {
         match self {
             Review::Token => "authentication.k8s.io",
-            Review::SubjectAccess => "authorization.k8s.io",
+            Review::SubjectAccess | Review::SelfSubjectAccess => "authorization.k8s.io",
         }
     }
 
@@ -59,6 +63,7 @@ impl Review {
         match self {
             Review::Token => "tokenreviews",
             Review::SubjectAccess => "subjectaccessreviews",
+            Review::SelfSubjectAccess => "selfsubjectaccessreviews",
         }
     }
 
@@ -66,6 +71,7 @@ impl Review {
         match self {
             Review::Token => "TokenReview",
             Review::SubjectAccess => "SubjectAccessReview",
+            Review::SelfSubjectAccess => "SelfSubjectAccessReview",
         }
     }
 }
@@ -87,6 +93,7 @@ pub(crate) async fn handle(
             ),
         ));
     }
+    let requester = crate::self_review::requester(&req);
     let body = http_body_util::Limited::new(req.into_body(), MAX_BODY)
         .collect()
         .await
@@ -114,6 +121,9 @@ pub(crate) async fn handle(
     let status = match review {
         Review::Token => token_review(&obj)?,
         Review::SubjectAccess => subject_access_review(state, &obj)?,
+        Review::SelfSubjectAccess => {
+            crate::self_review::self_subject_access_review(state, &requester, &obj)?
+        }
     };
     let meta = obj
         .get("metadata")
@@ -228,7 +238,7 @@ fn strings(v: &Value, k: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn subject_access_review(state: &Arc<State>, obj: &Value) -> Result<Value, ApiError> {
+pub(crate) fn subject_access_review(state: &Arc<State>, obj: &Value) -> Result<Value, ApiError> {
     let spec = obj.get("spec").cloned().unwrap_or_else(|| json!({}));
     let user = s(&spec, "user");
     let groups = strings(&spec, "groups");

@@ -1253,8 +1253,8 @@ impl Store {
             let mut new = patch::apply_patch(&req).map_err(|e| patch_error(def, name, e))?;
             if opts.strict_fields && kind != PatchKind::Apply {
                 // handlers/patch.go: the patched object is decoded strictly.
-                let unknown =
-                    crate::openapi::schema::unknown_fields(def.group, def.version, def.kind, &new);
+                let custom = self.custom(rid);
+                let unknown = crate::openapi::crd::unknown_fields(custom.as_deref(), def, &new);
                 if !unknown.is_empty() {
                     return Err(ApiError::bad_request(
                         crate::openapi::schema::strict_decoding_error(&unknown),

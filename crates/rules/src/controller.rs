@@ -366,8 +366,9 @@ impl State {
             }
         }
         if let Err(missing) = self.access(&protected, &user_kinds).await {
+            // Asked again soon: a grant needs no restart to be noticed.
             self.retry
-                .insert(name.into(), Instant::now() + Duration::from_secs(30));
+                .insert(name.into(), Instant::now() + Duration::from_secs(10));
             return self
                 .refuse(
                     name,

@@ -33,7 +33,43 @@ impl Drop for H {
     }
 }
 
+/// The controller with the rights the chart grants for the example rule.
 async fn harness(gate: bool) -> H {
+    start(gate, true).await
+}
+
+/// The manager's identity: kube-sim answers its SelfSubjectAccessReviews
+/// from the stored RBAC objects.
+const MANAGER: &str = "system:serviceaccount:pm:manager";
+
+/// Grants `MANAGER` `verbs` on `resources` (core group) through a
+/// ClusterRole and a ClusterRoleBinding named `name`.
+async fn grant(c: &kube::Client, name: &str, resources: &[&str], verbs: &[&str]) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "rules": [{"apiGroups": [""], "resources": resources, "verbs": verbs}],
+    }))
+    .expect("cluster role");
+    Api::<ClusterRole>::all(c.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("create cluster role");
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": "manager", "namespace": "pm"}],
+    }))
+    .expect("binding");
+    Api::<ClusterRoleBinding>::all(c.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("create binding");
+}
+
+/// The controller running as `MANAGER`, granted the rights the example
+/// rule needs (`rights`) or none.
+async fn start(gate: bool, rights: bool) -> H {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -48,6 +84,16 @@ async fn harness(gate: bool) -> H {
         .create(&PostParams::default(), &crd)
         .await
         .expect("create the CRD");
+    if rights {
+        grant(
+            &client,
+            "pm-secrets",
+            &["secrets"],
+            &["get", "list", "watch", "patch"],
+        )
+        .await;
+        grant(&client, "pm-pods", &["pods"], &["list", "watch"]).await;
+    }
     let registry = release::registry(protection_rules::GATES).expect("registry");
     let mut gates = FeatureGates::new(registry, Version::new(0, 4));
     if gate {
@@ -58,7 +104,7 @@ async fn harness(gate: bool) -> H {
     let metrics: Arc<Metrics> = Metrics::new().expect("metrics");
     let t = test_support::controller_context(
         protection_rules::controller::NAME,
-        sim.client_as("system:serviceaccount:pm:manager").await,
+        sim.client_as(MANAGER).await,
         gates,
         &metrics,
         1,
@@ -602,4 +648,79 @@ async fn explain_names_the_rule_and_the_users_holding_a_secret() {
         protection_rules::explain::render(&e),
         "secrets default/db: not found\n"
     );
+}
+
+/// Issue 14: a rule the manager has no rights for is refused with a
+/// condition naming the missing right and the chart value that grants it;
+/// granting the right lets it run, with nothing restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rule_the_manager_lacks_rights_for_is_refused_until_they_are_granted() {
+    let h = start(true, false).await;
+    let c = &h.client;
+    // It may read Secrets and watch pods, but not list, watch or patch Secrets.
+    grant(c, "pm-read", &["secrets"], &["get"]).await;
+    grant(c, "pm-pods", &["pods"], &["list", "watch"]).await;
+    secret(c, "mounted").await;
+    running_pod(
+        c,
+        "web",
+        json!({
+            "containers": [{"name": "c", "image": "x"}],
+            "volumes": [{"name": "a", "secret": {"secretName": "mounted"}}]
+        }),
+    )
+    .await;
+    rules(c)
+        .create(&PostParams::default(), &rule("secrets", "Enforce", FIN))
+        .await
+        .expect("create rule");
+    let st = eventually(WAIT, "the rule is refused", async || {
+        let st = status(c, "secrets").await;
+        (st["conditions"][0]["status"] == "False").then_some(st)
+    })
+    .await;
+    let cond = &st["conditions"][0];
+    assert_eq!(cond["type"], "Ready");
+    assert_eq!(cond["reason"], "Forbidden");
+    assert_eq!(
+        cond["message"],
+        "the manager may not list secrets; add the resource to the chart's rules.allowedResources"
+    );
+    assert_eq!(
+        finalizers(c, "mounted").await,
+        Some(vec![]),
+        "nothing patched"
+    );
+    let rule_fins = rules(c)
+        .get("secrets")
+        .await
+        .expect("rule")
+        .metadata
+        .finalizers;
+    assert!(
+        rule_fins.unwrap_or_default().is_empty(),
+        "the rule is not taken either"
+    );
+
+    grant(
+        c,
+        "pm-secrets",
+        &["secrets"],
+        &["get", "list", "watch", "patch"],
+    )
+    .await;
+    until(
+        Duration::from_secs(60),
+        "the rule runs once the right is granted",
+        async || {
+            finalizers(c, "mounted")
+                .await
+                .is_some_and(|f| f.contains(&FIN.to_string()))
+        },
+    )
+    .await;
+    until(WAIT, "the rule is Ready", async || {
+        status(c, "secrets").await["conditions"][0]["status"] == "True"
+    })
+    .await;
 }

@@ -15,6 +15,7 @@
 //! `Accept` with 406), the deprecated `/watch/` paths, and subresources other
 //! than `status`.
 
+pub mod crd;
 pub mod schema;
 
 use std::collections::BTreeSet;
@@ -646,18 +647,34 @@ fn v3_param(p: &Value) -> Value {
 }
 
 fn build_v3(group: &str, version: &str) -> Option<Value> {
-    let mut v2_paths = Map::new();
-    for res in SERVED_RESOURCES
+    let served: Vec<ServedResource> = SERVED_RESOURCES
         .iter()
         .filter(|r| r.group == group && r.version == version)
-    {
+        .copied()
+        .collect();
+    (!served.is_empty()).then(|| v3_for(&served, &Map::new()))
+}
+
+/// The v3 document of `served` (one group-version): their paths, and the
+/// vendored definitions they reach plus `extra` ones (full definition name
+/// to v2 schema; a resource whose kind has no vendored definition refers to
+/// `extra[<kind>]`/`extra[<kind>List]` by the name ending in `.<kind>`).
+fn v3_for(served: &[ServedResource], extra: &Map<String, Value>) -> Value {
+    let mut v2_paths = Map::new();
+    for res in served {
         resource_paths(res, &mut v2_paths);
     }
-    if v2_paths.is_empty() {
-        return None;
+    let mut v2_paths = Value::Object(v2_paths);
+    for name in extra.keys() {
+        let kind = name.rsplit('.').next().unwrap_or(name);
+        rename_ref(
+            &mut v2_paths,
+            &format!("#/definitions/{kind}"),
+            &format!("#/definitions/{name}"),
+        );
     }
     let mut paths = Map::new();
-    for (path, item) in &v2_paths {
+    for (path, item) in v2_paths.as_object().into_iter().flatten() {
         let mut out = Map::new();
         for (k, v) in item.as_object().into_iter().flatten() {
             if k == "parameters" {
@@ -672,13 +689,19 @@ fn build_v3(group: &str, version: &str) -> Option<Value> {
         paths.insert(path.clone(), Value::Object(out));
     }
     let mut roots = BTreeSet::new();
-    collect_refs(&Value::Object(v2_paths), &mut roots);
+    collect_refs(&v2_paths, &mut roots);
+    for d in extra.values() {
+        collect_refs(d, &mut roots);
+    }
     let defs = schemas().definitions();
-    let components: Map<String, Value> = closure(roots)
+    let mut components: Map<String, Value> = closure(roots)
         .into_iter()
         .filter_map(|n| defs.get(&n).map(|d| (n, to_v3_schema(d))))
         .collect();
-    Some(json!({
+    for (n, d) in extra {
+        components.insert(n.clone(), to_v3_schema(d));
+    }
+    json!({
         "components": {
             "schemas": components,
             "securitySchemes": {"BearerToken": {"description": "Bearer Token authentication", "in": "header", "name": "authorization", "type": "apiKey"}},
@@ -686,7 +709,21 @@ fn build_v3(group: &str, version: &str) -> Option<Value> {
         "info": info(),
         "openapi": "3.0.0",
         "paths": paths,
-    }))
+    })
+}
+
+/// Replaces every `$ref` equal to `from` with `to`.
+fn rename_ref(v: &mut Value, from: &str, to: &str) {
+    match v {
+        Value::Object(m) => {
+            if m.get("$ref").and_then(Value::as_str) == Some(from) {
+                m.insert("$ref".into(), json!(to));
+            }
+            m.values_mut().for_each(|c| rename_ref(c, from, to));
+        }
+        Value::Array(a) => a.iter_mut().for_each(|c| rename_ref(c, from, to)),
+        _ => {}
+    }
 }
 
 /// (`api/v1` or `apis/<group>/<version>`, document bytes) for every served group-version.

@@ -1,0 +1,188 @@
+//! Custom resources with both real kubectls, validating as they do by
+//! default (no `--validate=false`): kubectl finds the CRD's and the custom
+//! resource's group-versions in `/openapi/v3`, sees that PATCH takes
+//! `fieldValidation`, and lets the server validate with
+//! `fieldValidation=Strict`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::tool;
+use kube_sim::{KubeSim, SimConfig};
+
+const CRD: &str = include_str!(
+    "../../../charts/protection-manager/crds/protectionrules.protection-manager.io.yaml"
+);
+
+const RULE: &str = "apiVersion: protection-manager.io/v1alpha1
+kind: ProtectionRule
+metadata:
+  name: secrets-used-by-pods
+spec:
+  protected: {version: v1, resource: secrets}
+  users:
+    - version: v1
+      resource: pods
+      reference: object.spec.?volumes.orValue([]).filter(v, has(v.secret)).map(v, v.secret.secretName)
+  finalizer: example.com/secret-in-use
+  mode: Enforce
+";
+
+fn kubectls() -> Vec<PathBuf> {
+    vec![
+        tool("KUBECTL_PINNED", ".tools/bin/kubectl"),
+        tool("KUBECTL_SYSTEM", "/usr/bin/kubectl"),
+    ]
+}
+
+async fn kubectl(bin: &Path, kc: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String) {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(bin)
+        .arg("--kubeconfig")
+        .arg(kc)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()));
+    if let Some(mut si) = child.stdin.take() {
+        if let Some(text) = stdin {
+            si.write_all(text.as_bytes()).await.unwrap();
+        }
+        drop(si);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish in 60s"))
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+async fn ok(bin: &Path, kc: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    let (success, out) = kubectl(bin, kc, args, stdin).await;
+    assert!(success, "{} {args:?} failed:\n{out}", bin.display());
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_a_crd_and_its_custom_resources_validating_server_side() {
+    for bin in kubectls() {
+        let sim = KubeSim::start(SimConfig::default()).await.unwrap();
+        let kc = sim.kubeconfig_path().to_path_buf();
+        let out = ok(&bin, &kc, &["apply", "-f", "-"], Some(CRD)).await;
+        assert_eq!(
+            out.trim(),
+            "customresourcedefinition.apiextensions.k8s.io/protectionrules.protection-manager.io created"
+        );
+        // Applying it again patches it, still validated server-side.
+        let out = ok(&bin, &kc, &["apply", "-f", "-"], Some(CRD)).await;
+        assert!(out.contains("unchanged"), "{out}");
+        let out = ok(&bin, &kc, &["apply", "-f", "-"], Some(RULE)).await;
+        assert_eq!(
+            out.trim(),
+            "protectionrule.protection-manager.io/secrets-used-by-pods created"
+        );
+        let table = ok(&bin, &kc, &["get", "protectionrules"], None).await;
+        let header: Vec<&str> = table
+            .lines()
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        assert_eq!(header[..3], ["NAME", "PROTECTED", "MODE"], "{table}");
+        assert!(
+            table.contains("secrets-used-by-pods") && table.contains("Enforce"),
+            "{table}"
+        );
+
+        // An unknown field: refused with the API server's wording.
+        let typo = RULE
+            .replace("name: secrets-used-by-pods", "name: typo")
+            .replace("  mode: Enforce\n", "  mode: Enforce\n  modee: Audit\n");
+        let (success, out) = kubectl(&bin, &kc, &["apply", "-f", "-"], Some(&typo)).await;
+        assert!(!success, "{out}");
+        assert!(
+            out.contains(
+                r#"Error from server (BadRequest): error when creating "STDIN": ProtectionRule in version "v1alpha1" cannot be handled as a ProtectionRule: strict decoding error: unknown field "spec.modee""#
+            ),
+            "{out}"
+        );
+        let (found, out) = kubectl(&bin, &kc, &["get", "protectionrule", "typo"], None).await;
+        assert!(!found && out.contains("NotFound"), "{out}");
+        // The same field on an existing rule: the patch is refused too.
+        let typo = RULE.replace("  mode: Enforce\n", "  mode: Enforce\n  modee: Audit\n");
+        let (success, out) = kubectl(&bin, &kc, &["apply", "-f", "-"], Some(&typo)).await;
+        assert!(!success, "{out}");
+        assert!(
+            out.contains(r#"strict decoding error: unknown field "spec.modee""#),
+            "{out}"
+        );
+        sim.shutdown().await;
+    }
+}
+
+/// The `/openapi/v3` index follows the CRDs: a CRD's group-version appears
+/// once it is established, its hash changes with its schema, and it goes
+/// with the CRD.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_v3_index_follows_crds() {
+    let bin = tool("KUBECTL_PINNED", ".tools/bin/kubectl");
+    let sim = KubeSim::start(SimConfig::default()).await.unwrap();
+    let kc = sim.kubeconfig_path().to_path_buf();
+    let gv = "apis/protection-manager.io/v1alpha1";
+    let index = async || -> serde_json::Value {
+        let raw = ok(&bin, &kc, &["get", "--raw", "/openapi/v3"], None).await;
+        serde_json::from_str(&raw).unwrap()
+    };
+    let before = index().await;
+    assert!(before["paths"]["apis/apiextensions.k8s.io/v1"].is_object());
+    assert!(before["paths"].get(gv).is_none());
+    ok(&bin, &kc, &["apply", "-f", "-"], Some(CRD)).await;
+    let url = index().await["paths"][gv]["serverRelativeURL"]
+        .as_str()
+        .expect("listed once established")
+        .to_string();
+    let doc: serde_json::Value =
+        serde_json::from_str(&ok(&bin, &kc, &["get", "--raw", &url], None).await).unwrap();
+    let schema = &doc["components"]["schemas"]["io.protection-manager.v1alpha1.ProtectionRule"];
+    assert!(schema["properties"]["spec"]["properties"]["finalizer"].is_object());
+    assert_eq!(
+        doc["paths"]["/apis/protection-manager.io/v1alpha1/protectionrules/{name}"]["patch"]["x-kubernetes-group-version-kind"]
+            ["kind"],
+        "ProtectionRule"
+    );
+    // A changed schema changes the hash.
+    let changed = CRD.replacen(
+        "properties:",
+        "properties:\n            extra: {type: string}",
+        1,
+    );
+    assert_ne!(changed, CRD);
+    ok(&bin, &kc, &["apply", "-f", "-"], Some(&changed)).await;
+    let url2 = index().await["paths"][gv]["serverRelativeURL"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    assert_ne!(url, url2, "the hash follows the schema");
+    ok(
+        &bin,
+        &kc,
+        &["delete", "crd", "protectionrules.protection-manager.io"],
+        None,
+    )
+    .await;
+    assert!(
+        index().await["paths"].get(gv).is_none(),
+        "gone with the CRD"
+    );
+    sim.shutdown().await;
+}
