@@ -90,6 +90,31 @@ async fn with_finalizer(client: &kube::Client) -> Result<usize> {
         .count())
 }
 
+async fn grant_manager(client: &kube::Client) -> Result<()> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": "bench-rules"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+        ],
+    }))?;
+    Api::<ClusterRole>::all(client.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .context("creating the manager's ClusterRole")?;
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "bench-rules"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "bench-rules"},
+        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": USER}],
+    }))?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .context("binding the manager's ClusterRole")?;
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let f = scale()?;
@@ -137,6 +162,10 @@ async fn main() -> Result<()> {
             Err(e) => return Err(e).context("creating the rule"),
         }
     }
+
+    // The rights the chart grants the manager for this example rule
+    // (kube-sim answers the controller's SelfSubjectAccessReviews by RBAC).
+    grant_manager(&client).await?;
 
     let t = Instant::now();
     for i in 0..NAMESPACES {
