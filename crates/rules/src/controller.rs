@@ -397,6 +397,7 @@ impl State {
             user_kinds,
             add_enabled: self.add_enabled,
             field_manager: FIELD_MANAGER.into(),
+            live: Default::default(),
         });
         let r = runner::start(ctx, generation, &self.cancel);
         if self.runners.contains_key(name) {

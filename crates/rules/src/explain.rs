@@ -124,6 +124,7 @@ pub async fn explain(
                 user_kinds,
                 add_enabled: false,
                 field_manager: String::new(),
+                live: Default::default(),
             };
             let key = (ns.clone().unwrap_or_default(), name.to_string());
             match ctx.live_users(&key).await {
