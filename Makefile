@@ -100,7 +100,7 @@ bench-sim:
 # their pods; prints writes per object (finalizer vs Event), peak RSS and the
 # manager's CPU seconds (release build).
 .PHONY: bench bench-cost-model bench-pv bench-lb bench-rules
-bench: bench-cost-model bench-pv bench-lb bench-rules
+bench: bench-cost-model bench-pv bench-lb
 
 # The cost model's own figures beside the real API server's it was
 # calibrated to (kube-sim --cost-model=real-1.36; see crates/kube-sim/README.md).
@@ -114,6 +114,7 @@ bench-vac:
 
 # One ProtectionRule (the chart's secrets-used-by-pods) over 10,000 Secrets
 # and 20,000 pods: back-fill, release after the last pod goes, RSS, requests.
+# Not in `make bench` yet: the release phase does not finish (issue 14 note).
 bench-rules:
 	$(CARGO) build --release -p protection-manager --bin protection-manager
 	$(CARGO) run --release -p protection-rules --example bench_rules -- $(BENCH_ARGS)
