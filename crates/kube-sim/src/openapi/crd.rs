@@ -332,12 +332,7 @@ pub fn v3_index(store: &Store, base_url_independent: bool) -> Value {
 /// The v3 document of `group_version_path` in `store` (see
 /// [`super::v3_document`]), or `None` when it serves no such group-version.
 pub fn v3_document(store: &Store, group_version_path: &str) -> Option<Bytes> {
-    let p = group_version_path
-        .split('?')
-        .next()
-        .unwrap_or("")
-        .trim_matches('/');
-    let p = p.strip_prefix("openapi/v3/").unwrap_or(p);
+    let p = super::document_path(group_version_path);
     documents(store)
         .into_iter()
         .find(|(path, _)| path == p)

@@ -769,16 +769,22 @@ pub fn v3_index(base_url_independent: bool) -> Value {
     json!({"paths": paths})
 }
 
-/// The OpenAPI v3 document for `group_version_path` (`api/v1`,
-/// `apis/apps/v1`; a leading `/` and a `?hash=` query are ignored), or
-/// `None` when kube-sim serves no such group-version.
-pub fn v3_document(group_version_path: &str) -> Option<&'static [u8]> {
+/// `api/v1` or `apis/<group>/<version>` of a document request path (a
+/// leading `/`, an `openapi/v3/` prefix and a `?hash=` query dropped).
+pub(crate) fn document_path(group_version_path: &str) -> &str {
     let p = group_version_path
         .split('?')
         .next()
         .unwrap_or("")
         .trim_matches('/');
-    let p = p.strip_prefix("openapi/v3/").unwrap_or(p);
+    p.strip_prefix("openapi/v3/").unwrap_or(p)
+}
+
+/// The OpenAPI v3 document for `group_version_path` (`api/v1`,
+/// `apis/apps/v1`; a leading `/` and a `?hash=` query are ignored), or
+/// `None` when kube-sim serves no such group-version.
+pub fn v3_document(group_version_path: &str) -> Option<&'static [u8]> {
+    let p = document_path(group_version_path);
     V3.iter()
         .find(|(path, _)| path == p)
         .map(|(_, doc)| doc.as_slice())
