@@ -397,7 +397,7 @@ impl State {
             user_kinds,
             add_enabled: self.add_enabled,
             field_manager: FIELD_MANAGER.into(),
-            live: Default::default(),
+            concurrency: usize::from(self.ctx.concurrency).max(1),
         });
         let r = runner::start(ctx, generation, &self.cancel);
         if self.runners.contains_key(name) {

@@ -28,15 +28,22 @@ pub struct UserRef {
     pub resource: String,
     pub namespace: String,
     pub name: String,
+    /// Set when the rule's reference expression failed on this object: it
+    /// holds every protected object in its scope (see `index`).
+    pub error: Option<String>,
 }
 
 impl std::fmt::Display for UserRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.namespace.is_empty() {
-            write!(f, "{}/{}", self.resource, self.name)
+            write!(f, "{}/{}", self.resource, self.name)?;
         } else {
-            write!(f, "{}/{} in {}", self.resource, self.name, self.namespace)
+            write!(f, "{}/{} in {}", self.resource, self.name, self.namespace)?;
         }
+        if let Some(e) = &self.error {
+            write!(f, " (its reference could not be evaluated: {e})")?;
+        }
+        Ok(())
     }
 }
 
@@ -135,6 +142,7 @@ mod tests {
             resource: "pods".into(),
             namespace: "ns".into(),
             name: n.into(),
+            error: None,
         }
     }
 

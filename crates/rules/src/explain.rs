@@ -124,11 +124,11 @@ pub async fn explain(
                 user_kinds,
                 add_enabled: false,
                 field_manager: String::new(),
-                live: Default::default(),
+                concurrency: 1,
             };
             let key = (ns.clone().unwrap_or_default(), name.to_string());
-            match ctx.live_users(&key).await {
-                Ok(u) => held = u,
+            match ctx.live_round().await {
+                Ok(live) => held = live.of(&key),
                 Err(err) => error = Some(format!("listing users: {err}")),
             }
         }

@@ -2,8 +2,16 @@
 //! (while its `while` holds), and the reverse. Fed by watch events through
 //! apply, delete and reset (after a re-list, so a delete missed during a
 //! watch gap is corrected), as linkerd's policy indexes are.
+//!
+//! A user whose reference expression fails to evaluate (a rule's CEL that
+//! does not fit some object) is *unresolved*: it cannot say which objects it
+//! uses, so it holds every protected object in its scope (its namespace; all
+//! objects when either kind is cluster-scoped) until it is fixed, changed or
+//! gone. Freeing an object it may use would be the unsafe side; the rule's
+//! status names the error. A namespaced user whose expression would have
+//! named another namespace is the one case this scope misses.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::decide::UserRef;
 
@@ -13,10 +21,47 @@ pub type ObjKey = (String, String);
 /// A user object: (index of the rule's user entry, namespace, name).
 pub type UserKey = (usize, String, String);
 
+/// What a user refers to: protected objects, or the error its reference
+/// expression gave.
+pub type Refs = Result<Vec<ObjKey>, String>;
+
+/// Whether an unresolved user in namespace `user_ns` ("" for a
+/// cluster-scoped user) may refer to `obj`.
+pub fn in_scope(user_ns: &str, obj: &ObjKey) -> bool {
+    user_ns.is_empty() || obj.0.is_empty() || user_ns == obj.0
+}
+
+/// The protected objects whose users changed.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Changed {
+    pub keys: Vec<ObjKey>,
+    /// Namespaces ("" = all) in which an unresolved user came or went:
+    /// every protected object in scope may have changed.
+    pub scopes: Vec<String>,
+}
+
+impl Changed {
+    fn merge(&mut self, other: Changed) {
+        self.keys.extend(other.keys);
+        self.scopes.extend(other.scopes);
+        self.keys.sort();
+        self.keys.dedup();
+        self.scopes.sort();
+        self.scopes.dedup();
+    }
+
+    /// Whether `obj` is among the changed.
+    pub fn covers(&self, obj: &ObjKey) -> bool {
+        self.keys.binary_search(obj).is_ok() || self.scopes.iter().any(|ns| in_scope(ns, obj))
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Index {
     by_user: HashMap<UserKey, Vec<ObjKey>>,
     by_obj: HashMap<ObjKey, BTreeSet<UserKey>>,
+    /// Users whose reference failed, with the error.
+    unresolved: BTreeMap<UserKey, String>,
     /// The user entries' resource names, for [`UserRef`]s.
     resources: Vec<String>,
 }
@@ -31,7 +76,7 @@ impl Index {
 
     /// Sets what `user` refers to; returns the protected objects whose
     /// users changed.
-    pub fn apply(&mut self, user: UserKey, refs: Vec<ObjKey>) -> Vec<ObjKey> {
+    pub fn apply(&mut self, user: UserKey, refs: Refs) -> Changed {
         let old = self.by_user.remove(&user).unwrap_or_default();
         for o in &old {
             if let Some(s) = self.by_obj.get_mut(o) {
@@ -41,56 +86,74 @@ impl Index {
                 }
             }
         }
+        let mut changed = Changed::default();
+        let was_unresolved = self.unresolved.remove(&user).is_some();
+        let refs = match refs {
+            Ok(refs) => refs,
+            Err(e) => {
+                self.unresolved.insert(user.clone(), e);
+                Vec::new()
+            }
+        };
+        if was_unresolved != self.unresolved.contains_key(&user) {
+            changed.scopes.push(user.1.clone());
+        }
         for o in &refs {
             self.by_obj
                 .entry(o.clone())
                 .or_default()
                 .insert(user.clone());
         }
-        let mut changed: Vec<ObjKey> = old.iter().chain(refs.iter()).cloned().collect();
-        changed.sort();
-        changed.dedup();
+        changed.keys = old.iter().chain(refs.iter()).cloned().collect();
+        changed.keys.sort();
+        changed.keys.dedup();
         if !refs.is_empty() {
             self.by_user.insert(user, refs);
         }
         changed
     }
 
-    pub fn delete(&mut self, user: &UserKey) -> Vec<ObjKey> {
-        self.apply(user.clone(), Vec::new())
+    pub fn delete(&mut self, user: &UserKey) -> Changed {
+        self.apply(user.clone(), Ok(Vec::new()))
     }
 
     /// Replaces every user of entry `entry` with `all` (a re-list).
-    pub fn reset(&mut self, entry: usize, all: Vec<(UserKey, Vec<ObjKey>)>) -> Vec<ObjKey> {
-        let stale: Vec<UserKey> = self
+    pub fn reset(&mut self, entry: usize, all: Vec<(UserKey, Refs)>) -> Changed {
+        let stale: BTreeSet<UserKey> = self
             .by_user
             .keys()
+            .chain(self.unresolved.keys())
             .filter(|k| k.0 == entry)
             .cloned()
             .collect();
-        let mut changed = Vec::new();
+        let mut changed = Changed::default();
         for k in stale {
-            changed.extend(self.delete(&k));
+            changed.merge(self.delete(&k));
         }
         for (k, refs) in all {
-            changed.extend(self.apply(k, refs));
+            changed.merge(self.apply(k, refs));
         }
-        changed.sort();
-        changed.dedup();
         changed
     }
 
+    fn user_ref(&self, (i, ns, name): &UserKey, error: Option<&String>) -> UserRef {
+        UserRef {
+            resource: self.resources.get(*i).cloned().unwrap_or_default(),
+            namespace: ns.clone(),
+            name: name.clone(),
+            error: error.cloned(),
+        }
+    }
+
     /// The users referring to `obj`.
+    /// The users referring to `obj`, and the unresolved users in its
+    /// scope.
     pub fn users_of(&self, obj: &ObjKey) -> Vec<UserRef> {
-        self.by_obj
-            .get(obj)
-            .into_iter()
-            .flatten()
-            .map(|(i, ns, name)| UserRef {
-                resource: self.resources.get(*i).cloned().unwrap_or_default(),
-                namespace: ns.clone(),
-                name: name.clone(),
-            })
+        let resolved = self.by_obj.get(obj).into_iter().flatten();
+        let unresolved = self.unresolved.iter().filter(|(u, _)| in_scope(&u.1, obj));
+        resolved
+            .map(|u| self.user_ref(u, None))
+            .chain(unresolved.map(|(u, e)| self.user_ref(u, Some(e))))
             .collect()
     }
 
@@ -111,22 +174,63 @@ mod tests {
         (0, "ns".into(), n.into())
     }
 
+    fn keys(c: Changed) -> Vec<ObjKey> {
+        assert!(c.scopes.is_empty(), "{c:?}");
+        c.keys
+    }
+
     #[test]
     fn apply_delete_reset() {
         let mut i = Index::new(vec!["pods".into()]);
-        assert_eq!(i.apply(u("p"), vec![k("a"), k("b")]), vec![k("a"), k("b")]);
-        assert_eq!(i.apply(u("p"), vec![k("b")]), vec![k("a"), k("b")]);
+        assert_eq!(
+            keys(i.apply(u("p"), Ok(vec![k("a"), k("b")]))),
+            vec![k("a"), k("b")]
+        );
+        assert_eq!(
+            keys(i.apply(u("p"), Ok(vec![k("b")]))),
+            vec![k("a"), k("b")]
+        );
         assert!(i.users_of(&k("a")).is_empty());
         assert_eq!(i.users_of(&k("b"))[0].name, "p");
-        i.apply(u("q"), vec![k("b")]);
-        assert_eq!(i.delete(&u("p")), vec![k("b")]);
+        i.apply(u("q"), Ok(vec![k("b")]));
+        assert_eq!(keys(i.delete(&u("p"))), vec![k("b")]);
         assert_eq!(i.users_of(&k("b")).len(), 1);
         // A re-list without q (deleted during a watch gap) drops it.
         assert_eq!(
-            i.reset(0, vec![(u("r"), vec![k("c")])]),
+            keys(i.reset(0, vec![(u("r"), Ok(vec![k("c")]))])),
             vec![k("b"), k("c")]
         );
         assert!(i.users_of(&k("b")).is_empty());
         assert_eq!(i.referenced(), 1);
+    }
+
+    #[test]
+    fn a_user_whose_reference_fails_holds_everything_in_its_namespace_until_it_resolves() {
+        let mut i = Index::new(vec!["pods".into()]);
+        i.apply(u("p"), Ok(vec![k("a")]));
+        let c = i.apply(u("p"), Err("no such key: volumes".into()));
+        assert_eq!(c.keys, vec![k("a")]);
+        assert_eq!(c.scopes, vec!["ns".to_string()]);
+        assert!(c.covers(&k("anything")));
+        assert!(!c.covers(&("other".into(), "a".into())));
+        // Every object in its namespace is held, by name, with the error.
+        let held = i.users_of(&k("zzz"));
+        assert_eq!(held.len(), 1);
+        assert_eq!(held[0].name, "p");
+        assert_eq!(held[0].error.as_deref(), Some("no such key: volumes"));
+        assert!(held[0].to_string().contains("no such key: volumes"));
+        assert!(i.users_of(&("other".into(), "a".into())).is_empty());
+        // A cluster-scoped protected kind is held whatever the namespace.
+        assert_eq!(i.users_of(&(String::new(), "sc".into())).len(), 1);
+        // Resolved again: only what it names.
+        let c = i.apply(u("p"), Ok(vec![k("b")]));
+        assert_eq!(c.scopes, vec!["ns".to_string()]);
+        assert!(i.users_of(&k("zzz")).is_empty());
+        assert_eq!(i.users_of(&k("b")).len(), 1);
+        // A re-list drops an unresolved user that went during a gap.
+        i.apply(u("q"), Err("boom".into()));
+        let c = i.reset(0, vec![]);
+        assert_eq!(c.scopes, vec!["ns".to_string()]);
+        assert!(i.users_of(&k("zzz")).is_empty());
     }
 }
