@@ -4,7 +4,7 @@
 
 use protection_e2e::harness::{Harness, HarnessOptions};
 use protection_e2e::release::ManagerRelease;
-use protection_e2e::scenarios::{App, guard, upgrade, vac};
+use protection_e2e::scenarios::{App, guard, rules, upgrade, vac};
 use protection_e2e::tools::HelmVersion;
 use protection_e2e::{Error, Result};
 
@@ -78,6 +78,22 @@ fn vac_0_3_to_0_4_alpha_and_the_refused_rollback_helm4() {
     runtime().block_on(async {
         run("vacwalk", HelmVersion::V4, async |_h, app, rel| {
             vac::upgrade_walk(app, rel).await
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    });
+}
+
+/// ProtectionRules through the release train with the chart's example:
+/// 0.3 → 0.4 with InUseProtectionRules and `rules.examples.secretsUsedByPods`
+/// (a mounted Secret is held); the rollback to 0.3 refused while a rule
+/// carries `rule-cleanup`; strip-finalizers refusing until the rule is
+/// deleted; the safe path and the rollback that then passes.
+#[test]
+fn rules_0_3_to_0_4_and_the_refused_rollback_helm4() {
+    runtime().block_on(async {
+        run("ruleswalk", HelmVersion::V4, async |_h, app, rel| {
+            rules::rollback_walk(app, rel).await
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));

@@ -115,6 +115,24 @@ pub struct FinalizedResource {
     pub versions: &'static [&'static str],
     pub kind: &'static str,
     pub plural: &'static str,
+    /// The finalizer on these objects stands for finalizers the controller
+    /// put on other objects (a ProtectionRule's `rule-cleanup`: the rule's
+    /// own finalizer may be on whatever kinds it protects). It is cleared by
+    /// deleting the object (the controller first removes the others), never
+    /// stripped: `strip-finalizers` refuses to, and the release guard's safe
+    /// path says to delete them.
+    pub cleared_by_deleting: bool,
+}
+
+impl FinalizedResource {
+    /// `plural.group` (`plural` in the core group), as kubectl names it.
+    pub fn display(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
 }
 
 /// One controller as the host knows it: its [`ControllerInfo`] and how to

@@ -210,6 +210,11 @@ impl Host {
                 gate: nf.gate.to_string(),
                 adding,
                 holders,
+                delete_to_clear: nf
+                    .finalizes
+                    .iter()
+                    .find(|r| r.cleared_by_deleting)
+                    .map(|r| r.display()),
             };
             if nf.adding {
                 finalizers.push(entry(true, None));

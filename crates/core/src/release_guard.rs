@@ -51,10 +51,14 @@ pub struct StrandedFinalizer {
     /// How many objects carried it when recorded (counted only with the
     /// gate off; `None` when not counted).
     pub holders: Option<usize>,
+    /// Set when the objects carrying it are cleared by deleting them, not by
+    /// stripping (`FinalizedResource::cleared_by_deleting`): their
+    /// `plural.group`, for the safe path.
+    pub delete_to_clear: Option<String>,
 }
 
 impl StrandedFinalizer {
-    /// `<finalizer> controller=<name> gate=<gate> adding=<bool>[ holders=<n>]`.
+    /// `<finalizer> controller=<name> gate=<gate> adding=<bool>[ holders=<n>][ delete-to-clear=<resource>]`.
     pub fn line(&self) -> String {
         let mut l = format!(
             "{} controller={} gate={} adding={}",
@@ -62,6 +66,9 @@ impl StrandedFinalizer {
         );
         if let Some(n) = self.holders {
             l.push_str(&format!(" holders={n}"));
+        }
+        if let Some(r) = &self.delete_to_clear {
+            l.push_str(&format!(" delete-to-clear={r}"));
         }
         l
     }
@@ -73,6 +80,7 @@ impl StrandedFinalizer {
             .ok_or_else(|| "an empty line".to_string())?
             .to_string();
         let (mut controller, mut gate, mut adding, mut holders) = (None, None, None, None);
+        let mut delete_to_clear = None;
         for w in words {
             let (k, v) = w
                 .split_once('=')
@@ -91,6 +99,7 @@ impl StrandedFinalizer {
                             format!("holders={v:?} in line {line:?}: expected a count")
                         })?)
                 }
+                "delete-to-clear" => delete_to_clear = Some(v.to_string()),
                 _ => return Err(format!("unknown key {k:?} in line {line:?}")),
             }
         }
@@ -101,6 +110,7 @@ impl StrandedFinalizer {
             gate: gate.ok_or_else(|| missing("gate"))?,
             adding: adding.ok_or_else(|| missing("adding"))?,
             holders,
+            delete_to_clear,
         })
     }
 
@@ -156,6 +166,16 @@ impl MinimumRelease {
             steps.push(format!(
                 "turn the gate off (helm upgrade --reset-then-reuse-values --set {})",
                 gates.join(" --set ")
+            ));
+        }
+        for r in self
+            .finalizers
+            .iter()
+            .filter_map(|f| f.delete_to_clear.as_ref())
+        {
+            steps.push(format!(
+                "delete every {r} and wait until they are gone (`kubectl delete {r} --all`; the running manager first removes \
+                 each one's finalizer from the objects it protects; rules the chart installs go with their values turned off)"
             ));
         }
         steps.push(format!("run `{}`", strip.join("` and `")));
@@ -583,8 +603,41 @@ mod tests {
                 gate: "VolumeAttributesClass".into(),
                 adding,
                 holders,
+                delete_to_clear: None,
             }],
         }
+    }
+
+    #[test]
+    fn rules_that_carry_their_cleanup_finalizer_are_deleted_not_stripped_on_the_safe_path() {
+        let v = Version::new;
+        let mut min = vac(true, None);
+        min.finalizers.push(StrandedFinalizer {
+            finalizer: "protection-manager.io/rule-cleanup".into(),
+            controller: "rules".into(),
+            gate: "InUseProtectionRules".into(),
+            adding: false,
+            holders: Some(2),
+            delete_to_clear: Some("protectionrules.protection-manager.io".into()),
+        });
+        let rec = parse(&cm_of(v(0, 4), Some(&min)), &loc()).unwrap();
+        assert_eq!(rec.minimum.as_ref(), Some(&min), "the line round-trips");
+        let msg = check(Some(&rec), v(0, 3), &loc()).unwrap_err().to_string();
+        assert!(msg.contains("protection-manager.io/rule-cleanup (controller rules, feature gate InUseProtectionRules off; 2 object(s) still carried it)"), "{msg}");
+        assert!(msg.contains("delete every protectionrules.protection-manager.io and wait until they are gone (`kubectl delete protectionrules.protection-manager.io --all`"), "{msg}");
+        assert!(
+            msg.contains("`protection-manager strip-finalizers --controller rules --namespace pm"),
+            "{msg}"
+        );
+        let (gate_off, delete) = (
+            msg.find("featureGates.VolumeAttributesClass=false")
+                .unwrap(),
+            msg.find("delete every").unwrap(),
+        );
+        assert!(
+            gate_off < delete && delete < msg.find("run `").unwrap(),
+            "{msg}"
+        );
     }
 
     fn cm_of(running: Version, min: Option<&MinimumRelease>) -> ConfigMap {

@@ -96,6 +96,7 @@ pub const INFO: ControllerInfo = ControllerInfo {
         versions: &["v1"],
         kind: "Service",
         plural: "services",
+        cleared_by_deleting: false,
     }],
 };
 

@@ -276,9 +276,9 @@ pub fn manager_namespace(explicit: Option<String>) -> String {
 /// (emulated) release: the release before never removes them, so the
 /// release guard records a minimum release while they may be on objects
 /// (protection_core::release_guard). Addition is on when the controller's
-/// gate is (a controller without a gate always adds). Controllers whose
-/// kinds are not fixed (`finalizes` empty: the rules controller) cannot be
-/// counted or stripped and are left out.
+/// gate is (a controller without a gate always adds). The rules controller
+/// is counted through its rules: `rule-cleanup` on a ProtectionRule stands
+/// for the rule's finalizer on whatever it protects.
 pub fn new_finalizers(
     selected: &[protection_core::ControllerDescriptor],
     gates: &protection_core::FeatureGates,

@@ -8,6 +8,14 @@
 //! a concurrent change is never clobbered), leaves objects being deleted to
 //! the running manager (it removes the finalizer once they are unused), and
 //! clears the record's minimum release when no object carries it any more.
+//!
+//! A finalizer that stands for others (`FinalizedResource::
+//! cleared_by_deleting`: the rules controller's `rule-cleanup` on a
+//! ProtectionRule, whose own finalizer is on the objects it protects) is
+//! never stripped: the command names the rules still carrying it and says
+//! to delete them (the running manager then removes the rule's finalizer
+//! from every object, then from the rule); once none does, it clears the
+//! record's minimum as above.
 
 use std::fmt::Write as _;
 
@@ -67,6 +75,7 @@ pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
 
     let mut out = String::new();
     let mut left = Vec::new();
+    let mut undeleted = Vec::new();
     for r in info.finalizes {
         let Some(holders) = release_guard::holders(&client, r, finalizer)
             .await
@@ -85,16 +94,38 @@ pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
                 left.push(format!("{}/{name}", r.plural));
                 continue;
             }
+            if r.cleared_by_deleting {
+                undeleted.push(name);
+                continue;
+            }
             strip_one(&client, r, &name, finalizer)
                 .await
                 .with_context(|| format!("removing {finalizer} from {}/{name}", r.plural))?;
             let _ = writeln!(out, "{}/{name}: removed {finalizer}", r.plural);
             stripped += 1;
         }
-        let _ = writeln!(
-            out,
-            "{}: {finalizer} removed from {stripped} object(s)",
-            r.plural
+        if !r.cleared_by_deleting {
+            let _ = writeln!(
+                out,
+                "{}: {finalizer} removed from {stripped} object(s)",
+                r.plural
+            );
+        }
+    }
+    if !undeleted.is_empty() {
+        let r = info
+            .finalizes
+            .iter()
+            .find(|r| r.cleared_by_deleting)
+            .map(|r| r.display())
+            .unwrap_or_default();
+        bail!(
+            "{} {r} still carry {finalizer}: {}. It stands for each one's finalizer on the objects it protects, so it is not stripped: \
+             delete them (kubectl delete {r} {}) and wait until they are gone (the running manager first removes each one's finalizer \
+             from every object it protects), then run this again",
+            undeleted.len(),
+            undeleted.join(", "),
+            undeleted.join(" ")
         );
     }
     if !left.is_empty() {

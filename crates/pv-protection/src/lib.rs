@@ -136,6 +136,7 @@ pub const PV_INFO: ControllerInfo = ControllerInfo {
         versions: &["v1"],
         kind: "PersistentVolume",
         plural: "persistentvolumes",
+        cleared_by_deleting: false,
     }],
 };
 
@@ -168,6 +169,7 @@ pub const PVC_INFO: ControllerInfo = ControllerInfo {
         versions: &["v1"],
         kind: "PersistentVolumeClaim",
         plural: "persistentvolumeclaims",
+        cleared_by_deleting: false,
     }],
 };
 

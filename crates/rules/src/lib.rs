@@ -22,7 +22,9 @@ pub mod spec;
 
 use protection_core::featuregate::{FeatureSpec, Stage};
 use protection_core::release::GateDecl;
-use protection_core::{ControllerDescriptor, ControllerInfo, FinalizerNames, PolicyRule, Version};
+use protection_core::{
+    ControllerDescriptor, ControllerInfo, FinalizedResource, FinalizerNames, PolicyRule, Version,
+};
 
 /// The release the rules controller and its gate appear in.
 pub const RULES_SINCE: Version = Version::new(0, 4);
@@ -69,8 +71,16 @@ pub const RULES_INFO: ControllerInfo = ControllerInfo {
             verbs: &["create"],
         },
     ],
-    // Whatever kinds the rules name: not listed by the release guard.
-    finalizes: &[],
+    // A rule's own finalizer may be on whatever kinds it names; its
+    // `rule-cleanup` on the rule stands for them (the rollback guard counts
+    // the rules that carry it; deleting a rule clears both).
+    finalizes: &[FinalizedResource {
+        group: spec::GROUP,
+        versions: &[spec::VERSION],
+        kind: spec::KIND,
+        plural: spec::PLURAL,
+        cleared_by_deleting: true,
+    }],
 };
 
 pub const INFOS: &[&ControllerInfo] = &[&RULES_INFO];

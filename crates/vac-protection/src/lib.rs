@@ -97,6 +97,7 @@ pub const INFO: ControllerInfo = ControllerInfo {
         versions: &["v1", "v1beta1"],
         kind: "VolumeAttributesClass",
         plural: "volumeattributesclasses",
+        cleared_by_deleting: false,
     }],
 };
 

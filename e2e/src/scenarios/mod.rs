@@ -5,6 +5,7 @@
 
 pub mod guard;
 pub mod lifecycle;
+pub mod rules;
 pub mod upgrade;
 pub mod vac;
 
@@ -240,4 +241,63 @@ pub fn scheduled_condition(p: &Pod) -> Option<(String, String)> {
         .and_then(|s| s.conditions.as_ref())
         .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
         .map(|c| (c.status.clone(), c.reason.clone().unwrap_or_default()))
+}
+
+/// `protection-manager strip-finalizers --controller <controller> ...` with
+/// the run's kubeconfig.
+pub async fn strip_finalizers(
+    app: &App<'_>,
+    rel: &crate::release::ManagerRelease,
+    controller: &str,
+) -> Result<crate::tools::Ran> {
+    let bin = crate::binaries::manager_binary()?;
+    let args = [
+        "strip-finalizers".to_string(),
+        "--controller".into(),
+        controller.into(),
+        "--namespace".into(),
+        rel.namespace.clone(),
+        "--release-record-name".into(),
+        rel.record_name(),
+        "--kubeconfig".into(),
+        app.h.kubeconfig.display().to_string(),
+    ];
+    let mut c = tokio::process::Command::new(&bin);
+    c.args(&args);
+    if let Some(ctx) = &app.h.context {
+        c.arg("--context").arg(ctx);
+    }
+    let command = format!("{} {}", bin.display(), args.join(" "));
+    let out = tokio::time::timeout(app.timeout(), c.output())
+        .await
+        .map_err(|_| Error::Check(format!("{command}: no answer within {:?}", app.timeout())))?
+        .map_err(|e| Error::Config(format!("running {command}: {e}")))?;
+    Ok(crate::tools::Ran {
+        command,
+        success: out.status.success(),
+        status: out.status.to_string(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+/// Waits until the release record satisfies `pred`; returns its data.
+pub async fn wait_record<F>(
+    rel: &crate::release::ManagerRelease,
+    what: &str,
+    pred: F,
+) -> Result<std::collections::BTreeMap<String, String>>
+where
+    F: Fn(&std::collections::BTreeMap<String, String>) -> bool,
+{
+    wait::until(
+        &format!("release record: {what}"),
+        rel.timeout,
+        || async {
+            let r = rel.record().await?;
+            Ok(pred(&r).then_some(r))
+        },
+        || async { format!("record: {:?}", rel.record().await.unwrap_or_default()) },
+    )
+    .await
 }

@@ -17,7 +17,9 @@ use crate::ensure;
 use crate::error::{Error, KubeContext, Result};
 use crate::objects;
 use crate::release::ManagerRelease;
-use crate::scenarios::{App, PVC_FINALIZER, finalizers, has_finalizer};
+use crate::scenarios::{
+    App, PVC_FINALIZER, finalizers, has_finalizer, strip_finalizers, wait_record,
+};
 use crate::wait;
 
 /// The class finalizer (project profile, the chart's default).
@@ -218,60 +220,6 @@ pub async fn lifecycle(app: &App<'_>, _rel: &ManagerRelease) -> Result<()> {
     Ok(())
 }
 
-/// `protection-manager strip-finalizers ...` with the run's kubeconfig.
-async fn strip_finalizers(app: &App<'_>, rel: &ManagerRelease) -> Result<crate::tools::Ran> {
-    let bin = crate::binaries::manager_binary()?;
-    let args = [
-        "strip-finalizers".to_string(),
-        "--controller".into(),
-        "vac-protection".into(),
-        "--namespace".into(),
-        rel.namespace.clone(),
-        "--release-record-name".into(),
-        rel.record_name(),
-        "--kubeconfig".into(),
-        app.h.kubeconfig.display().to_string(),
-    ];
-    let mut c = tokio::process::Command::new(&bin);
-    c.args(&args);
-    if let Some(ctx) = &app.h.context {
-        c.arg("--context").arg(ctx);
-    }
-    let command = format!("{} {}", bin.display(), args.join(" "));
-    let out = tokio::time::timeout(app.timeout(), c.output())
-        .await
-        .map_err(|_| Error::Check(format!("{command}: no answer within {:?}", app.timeout())))?
-        .map_err(|e| Error::Config(format!("running {command}: {e}")))?;
-    Ok(crate::tools::Ran {
-        command,
-        success: out.status.success(),
-        status: out.status.to_string(),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    })
-}
-
-/// Waits until the release record satisfies `pred`; returns its data.
-async fn wait_record<F>(
-    rel: &ManagerRelease,
-    what: &str,
-    pred: F,
-) -> Result<std::collections::BTreeMap<String, String>>
-where
-    F: Fn(&std::collections::BTreeMap<String, String>) -> bool,
-{
-    wait::until(
-        &format!("release record: {what}"),
-        rel.timeout,
-        || async {
-            let r = rel.record().await?;
-            Ok(pred(&r).then_some(r))
-        },
-        || async { format!("record: {:?}", rel.record().await.unwrap_or_default()) },
-    )
-    .await
-}
-
 /// The walk 0.3 → 0.4 (gate off) → 0.4 (Alpha on) → rollback to 0.3
 /// refused → (expert override) 0.3 strands a deleted class → 0.4 gate off
 /// releases it and the used class once its claim goes → strip-finalizers →
@@ -371,7 +319,7 @@ pub async fn upgrade_walk(app: &App<'_>, rel: &ManagerRelease) -> Result<()> {
         "0.4 Alpha on (helm upgrade --set {GATE_ON}, revision 3): back-fill put {VAC_FINALIZER} on {kept}, {spare}, {idle}; {kept} deleted stays Terminating (claim-kept uses it); the record: release {release_text:?}, minimumReleaseFinalizers {:?}",
         record.get("minimumReleaseFinalizers").map(|s| s.trim()).unwrap_or_default()
     ));
-    let ran = strip_finalizers(app, rel).await?;
+    let ran = strip_finalizers(app, rel, "vac-protection").await?;
     let err = ran.refused()?;
     ensure!(
         err.contains("Turn the gate off first"),
@@ -488,7 +436,7 @@ pub async fn upgrade_walk(app: &App<'_>, rel: &ManagerRelease) -> Result<()> {
     ));
 
     // --- The safe path: strip, then roll back.
-    let out = strip_finalizers(app, rel).await?.ok()?;
+    let out = strip_finalizers(app, rel, "vac-protection").await?.ok()?;
     ensure!(
         out.contains(&format!(
             "volumeattributesclasses/{idle}: removed {VAC_FINALIZER}"
