@@ -724,3 +724,69 @@ async fn a_rule_the_manager_lacks_rights_for_is_refused_until_they_are_granted()
     })
     .await;
 }
+
+/// A reference expression that fails on some user (here: it reads
+/// `v.secret` of every volume, and a pod has an emptyDir) cannot say what
+/// that user refers to: the user holds every Secret in its namespace (the
+/// safe side), the hold names it with the error, and the status reports
+/// it; once the user goes, the Secret is released.
+#[tokio::test]
+async fn a_user_whose_reference_fails_holds_its_namespace_and_says_why() {
+    let h = harness(true).await;
+    let c = &h.client;
+    let mut r = rule("strict", "Enforce", FIN);
+    r.data["spec"]["users"] = json!([{
+        "version": "v1",
+        "resource": "pods",
+        "reference": "object.spec.volumes.map(v, v.secret.secretName)",
+    }]);
+    rules(c)
+        .create(&PostParams::default(), &r)
+        .await
+        .expect("create rule");
+    secret(c, "unused").await;
+    running_pod(
+        c,
+        "scratch",
+        json!({"containers": [{"name": "c", "image": "x"}], "volumes": [{"name": "tmp", "emptyDir": {}}]}),
+    )
+    .await;
+    until(WAIT, "unused carries the finalizer", async || {
+        finalizers(c, "unused")
+            .await
+            .is_some_and(|f| f.contains(&FIN.to_string()))
+    })
+    .await;
+    Api::<Secret>::namespaced(c.clone(), "default")
+        .delete("unused", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let held = eventually(WAIT, "a FinalizerHeld event", async || {
+        let e = events_for(c, "unused", "FinalizerHeld").await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    assert!(
+        held[0].contains("pods/scratch in default (its reference could not be evaluated:"),
+        "{held:?}"
+    );
+    until(WAIT, "the status names the failing reference", async || {
+        status(c, "strict").await["lastError"]
+            .as_str()
+            .is_some_and(|e| e.contains("spec.users[0].reference on pods/scratch"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        finalizers(c, "unused").await.is_some(),
+        "freed while a user's reference was unknown"
+    );
+    Api::<Pod>::namespaced(c.clone(), "default")
+        .delete("scratch", &DeleteParams::default())
+        .await
+        .expect("delete pod");
+    until(WAIT, "unused is gone once the pod is", async || {
+        finalizers(c, "unused").await.is_none()
+    })
+    .await;
+}
