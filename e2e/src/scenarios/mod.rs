@@ -301,3 +301,72 @@ where
     )
     .await
 }
+
+/// `helm rollback <rel> 1` (to the 0.3 revision) refused by the
+/// pre-rollback hook: returns helm's output, the hook's log and its
+/// refusal line, which must contain every one of `wants`.
+pub async fn refused_rollback_to_first(
+    app: &App<'_>,
+    rel: &crate::release::ManagerRelease,
+    wants: &[&str],
+) -> Result<(String, String)> {
+    let err = rel.rollback(1, &[]).await?.refused()?;
+    let log = guard::hook_log(app, rel).await?;
+    let refusal = log
+        .lines()
+        .find(|l| l.contains("refusing to run as release 0.3"))
+        .unwrap_or_default()
+        .to_string();
+    for want in wants {
+        crate::ensure!(
+            refusal.contains(want),
+            "the hook's refusal should contain {want:?}:\nhelm: {err}\nhook: {log}"
+        );
+    }
+    Ok((err, refusal))
+}
+
+/// helm leaves a refused rollback's revision `pending-rollback`: rolling
+/// back to the revision that was deployed before it (from `history`, read
+/// before the refusal) clears it. Returns that rollback when helm refuses
+/// it (it does when the deployed revision added objects the refused one
+/// lacks: the release is then `failed`, no longer pending).
+pub async fn clear_pending_rollback(
+    rel: &crate::release::ManagerRelease,
+    history: &[crate::release::HistoryRow],
+) -> Result<Option<crate::tools::Ran>> {
+    let after = rel.history().await?;
+    if after.last().is_none_or(|r| r.status != "pending-rollback") {
+        return Ok(None);
+    }
+    let deployed = history
+        .iter()
+        .rev()
+        .find(|r| r.status == "deployed")
+        .map(|r| r.revision)
+        .ok_or_else(|| Error::Check(format!("no deployed revision in {history:?}")))?;
+    let ran = rel.rollback(deployed, &["--wait"]).await?;
+    rel.wait_rollout().await?;
+    Ok((!ran.success).then_some(ran))
+}
+
+/// The release record says a bare `0.4` (no minimum release).
+pub async fn ensure_bare_record(rel: &crate::release::ManagerRelease, after: &str) -> Result<()> {
+    let record = rel.record().await?;
+    crate::ensure!(
+        record.get("release").map(String::as_str) == Some("0.4")
+            && !record.contains_key("minimumRelease"),
+        "after {after} the record should say a bare 0.4: {record:?}"
+    );
+    Ok(())
+}
+
+/// `helm rollback <rel> 1 --wait` passes and 0.3 runs.
+pub async fn rollback_to_first(rel: &crate::release::ManagerRelease) -> Result<()> {
+    let out = rel.rollback(1, &["--wait"]).await?.ok()?;
+    crate::ensure!(
+        out.contains("Rollback was a success"),
+        "helm rollback: {out}"
+    );
+    rel.wait_running_as("0.3").await
+}

@@ -19,7 +19,10 @@ use serde_json::json;
 use crate::ensure;
 use crate::error::{KubeContext, Result};
 use crate::release::ManagerRelease;
-use crate::scenarios::{App, finalizers, has_finalizer, strip_finalizers, wait_record};
+use crate::scenarios::{
+    App, clear_pending_rollback, ensure_bare_record, finalizers, has_finalizer,
+    refused_rollback_to_first, rollback_to_first, strip_finalizers, wait_record,
+};
 use crate::wait;
 
 /// The rules controller's finalizer on every rule it enforced.
@@ -151,56 +154,37 @@ pub async fn rollback_walk(app: &App<'_>, rel: &ManagerRelease) -> Result<()> {
 
     // --- helm rollback to 0.3: refused by the pre-rollback hook.
     let history = rel.history().await?;
-    let err = rel.rollback(1, &[]).await?.refused()?;
-    let log = crate::scenarios::guard::hook_log(app, rel).await?;
-    let refusal = log
-        .lines()
-        .find(|l| l.contains("refusing to run as release 0.3"))
-        .unwrap_or_default()
-        .to_string();
-    for want in [
-        "objects in this cluster may carry protection-manager.io/rule-cleanup (controller rules, feature gate InUseProtectionRules on",
-        "--set featureGates.InUseProtectionRules=false",
-        "delete every protectionrules.protection-manager.io and wait until they are gone",
-        "`protection-manager strip-finalizers --controller rules --namespace",
-    ] {
-        ensure!(
-            refusal.contains(want),
-            "the hook's refusal should contain {want:?}:\nhelm: {err}\nhook: {log}"
-        );
-    }
+    let (_, refusal) = refused_rollback_to_first(
+        app,
+        rel,
+        &[
+            "objects in this cluster may carry protection-manager.io/rule-cleanup (controller rules, feature gate InUseProtectionRules on",
+            "--set featureGates.InUseProtectionRules=false",
+            "delete every protectionrules.protection-manager.io and wait until they are gone",
+            "`protection-manager strip-finalizers --controller rules --namespace",
+        ],
+    )
+    .await?;
     h.verified(format!(
         "helm rollback {} 1 (to 0.3): refused by the pre-rollback hook: {refusal}",
         rel.name
     ));
-    let after = rel.history().await?;
-    if after.last().is_some_and(|r| r.status == "pending-rollback") {
-        let deployed = history
-            .iter()
-            .rev()
-            .find(|r| r.status == "deployed")
-            .map(|r| r.revision)
-            .unwrap_or(2);
-        // helm compares the deployed revision with the refused one's
-        // manifest (0.3's, without the example rule) and refuses to adopt
-        // the rule it finds; the rollback fails, the release is `failed`,
-        // no longer pending, and the next `helm upgrade` works from the
-        // deployed revision (chart README, "Release guard").
-        let ran = rel.rollback(deployed, &["--wait"]).await?;
-        if !ran.success {
-            let out = format!("{}{}", ran.stdout, ran.stderr);
-            ensure!(
-                out.contains(&format!(
-                    "original object ProtectionRule with the name \"{RULE}\" not found"
-                )),
-                "helm rollback {deployed} after the refusal: {out}"
-            );
-            h.verified(format!(
-                "helm rollback {deployed} to clear the refused rollback's pending-rollback fails as helm does when the newer revision added an object ({:?}); the release is then failed, not pending",
-                out.trim().lines().last().unwrap_or_default()
-            ));
-        }
-        rel.wait_rollout().await?;
+    // helm compares the deployed revision with the refused one's manifest
+    // (0.3's, without the example rule) and refuses to adopt the rule it
+    // finds; the release is then `failed`, no longer pending, and the next
+    // `helm upgrade` works from the deployed revision (chart README).
+    if let Some(ran) = clear_pending_rollback(rel, &history).await? {
+        let out = format!("{}{}", ran.stdout, ran.stderr);
+        ensure!(
+            out.contains(&format!(
+                "original object ProtectionRule with the name \"{RULE}\" not found"
+            )),
+            "helm rollback to the deployed revision after the refusal: {out}"
+        );
+        h.verified(format!(
+            "clearing the refused rollback's pending-rollback by rolling back to the deployed revision fails as helm does when that revision added an object ({:?}); the release is then failed, not pending",
+            out.trim().lines().last().unwrap_or_default()
+        ));
     }
     let err = strip_finalizers(app, rel, "rules").await?.refused()?;
     ensure!(
@@ -251,22 +235,12 @@ pub async fn rollback_walk(app: &App<'_>, rel: &ManagerRelease) -> Result<()> {
         out.contains("minimum release 0.4 cleared"),
         "strip-finalizers --controller rules: {out}"
     );
-    let record = rel.record().await?;
-    ensure!(
-        record.get("release").map(String::as_str) == Some("0.4")
-            && !record.contains_key("minimumRelease"),
-        "after strip-finalizers the record should say a bare 0.4: {record:?}"
-    );
+    ensure_bare_record(rel, "strip-finalizers").await?;
     h.verified(format!(
         "safe path: helm upgrade without the example deleted rule {RULE}; the manager cleared {SECRET_FINALIZER} (mounted went, spare is bare); strip-finalizers --controller rules: {}",
         out.trim().replace('\n', "; ")
     ));
-    let out = rel.rollback(1, &["--wait"]).await?.ok()?;
-    ensure!(
-        out.contains("Rollback was a success"),
-        "helm rollback: {out}"
-    );
-    rel.wait_running_as("0.3").await?;
+    rollback_to_first(rel).await?;
     app.delete("secret", "spare", true, &[]).await?;
     h.verified("helm rollback 1 (to 0.3): passed; at 0.3 Secret spare deleted went at once: nothing stranded");
     Ok(())

@@ -18,7 +18,8 @@ use crate::error::{Error, KubeContext, Result};
 use crate::objects;
 use crate::release::ManagerRelease;
 use crate::scenarios::{
-    App, PVC_FINALIZER, finalizers, has_finalizer, strip_finalizers, wait_record,
+    App, PVC_FINALIZER, clear_pending_rollback, ensure_bare_record, finalizers, has_finalizer,
+    refused_rollback_to_first, rollback_to_first, strip_finalizers, wait_record,
 };
 use crate::wait;
 
@@ -333,30 +334,23 @@ pub async fn upgrade_walk(app: &App<'_>, rel: &ManagerRelease) -> Result<()> {
     // --- helm rollback to 0.3: refused by the pre-rollback hook.
     let history = rel.history().await?;
     let args = rel.deployment_args().await?;
-    let err = rel.rollback(1, &[]).await?.refused()?;
+    let (err, refusal) = refused_rollback_to_first(
+        app,
+        rel,
+        &[
+            "objects in this cluster may carry protection-manager.io/vac-protection (controller vac-protection, feature gate VolumeAttributesClass on",
+            "which no release before 0.4 removes",
+            "--set featureGates.VolumeAttributesClass=false",
+            "`protection-manager strip-finalizers --controller vac-protection --namespace",
+            "--skip-release-check",
+        ],
+    )
+    .await?;
     let job = format!("{}-release-check", rel.fullname);
     ensure!(
         err.contains(&job),
         "helm rollback 1 should fail in its pre-rollback hook Job {job}: {err}"
     );
-    let log = crate::scenarios::guard::hook_log(app, rel).await?;
-    let refusal = log
-        .lines()
-        .find(|l| l.contains("refusing to run as release 0.3"))
-        .unwrap_or_default()
-        .to_string();
-    for want in [
-        "objects in this cluster may carry protection-manager.io/vac-protection (controller vac-protection, feature gate VolumeAttributesClass on",
-        "which no release before 0.4 removes",
-        "--set featureGates.VolumeAttributesClass=false",
-        "`protection-manager strip-finalizers --controller vac-protection --namespace",
-        "--skip-release-check",
-    ] {
-        ensure!(
-            refusal.contains(want),
-            "the hook's refusal should contain {want:?}:\n{log}"
-        );
-    }
     ensure!(
         rel.deployment_args().await? == args,
         "the refused rollback changed the Deployment"
@@ -368,16 +362,8 @@ pub async fn upgrade_walk(app: &App<'_>, rel: &ManagerRelease) -> Result<()> {
     ));
     // helm leaves the refused rollback pending-rollback; rolling back to
     // the deployed revision (same release, gate on) clears it.
-    let after = rel.history().await?;
-    if after.last().is_some_and(|r| r.status == "pending-rollback") {
-        let deployed = history
-            .iter()
-            .rev()
-            .find(|r| r.status == "deployed")
-            .map(|r| r.revision)
-            .unwrap_or(3);
-        rel.rollback(deployed, &["--wait"]).await?.ok()?;
-        rel.wait_rollout().await?;
+    if let Some(ran) = clear_pending_rollback(rel, &history).await? {
+        ran.ok()?;
     }
 
     // The same through helm upgrade: the chart refuses at render time.
@@ -444,22 +430,12 @@ pub async fn upgrade_walk(app: &App<'_>, rel: &ManagerRelease) -> Result<()> {
         "strip-finalizers: {out}"
     );
     stay_bare(app, &[&idle, &late], "stripped classes stay bare").await?;
-    let record = rel.record().await?;
-    ensure!(
-        record.get("release").map(String::as_str) == Some("0.4")
-            && !record.contains_key("minimumRelease"),
-        "after strip-finalizers the record should say a bare 0.4: {record:?}"
-    );
+    ensure_bare_record(rel, "strip-finalizers").await?;
     h.verified(format!(
         "protection-manager strip-finalizers --controller vac-protection: {}",
         out.trim().replace('\n', "; ")
     ));
-    let out = rel.rollback(1, &["--wait"]).await?.ok()?;
-    ensure!(
-        out.contains("Rollback was a success"),
-        "helm rollback: {out}"
-    );
-    rel.wait_running_as("0.3").await?;
+    rollback_to_first(rel).await?;
     app.kubectl
         .ok(&[
             "delete",
