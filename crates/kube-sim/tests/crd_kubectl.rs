@@ -6,12 +6,8 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
-use std::time::Duration;
-
-use common::tool;
 use kube_sim::{KubeSim, SimConfig};
+use test_support::kubectl::{kubectls, ok, run_text, tool};
 
 const CRD: &str = include_str!(
     "../../../charts/protection-manager/crds/protectionrules.protection-manager.io.yaml"
@@ -30,48 +26,6 @@ spec:
   finalizer: example.com/secret-in-use
   mode: Enforce
 ";
-
-fn kubectls() -> Vec<PathBuf> {
-    vec![
-        tool("KUBECTL_PINNED", ".tools/bin/kubectl"),
-        tool("KUBECTL_SYSTEM", "/usr/bin/kubectl"),
-    ]
-}
-
-async fn kubectl(bin: &Path, kc: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String) {
-    use tokio::io::AsyncWriteExt;
-    let mut child = tokio::process::Command::new(bin)
-        .arg("--kubeconfig")
-        .arg(kc)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()));
-    if let Some(mut si) = child.stdin.take() {
-        if let Some(text) = stdin {
-            si.write_all(text.as_bytes()).await.unwrap();
-        }
-        drop(si);
-    }
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish in 60s"))
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
-async fn ok(bin: &Path, kc: &Path, args: &[&str], stdin: Option<&str>) -> String {
-    let (success, out) = kubectl(bin, kc, args, stdin).await;
-    assert!(success, "{} {args:?} failed:\n{out}", bin.display());
-    out
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_applies_a_crd_and_its_custom_resources_validating_server_side() {
@@ -108,7 +62,7 @@ async fn kubectl_applies_a_crd_and_its_custom_resources_validating_server_side()
         let typo = RULE
             .replace("name: secrets-used-by-pods", "name: typo")
             .replace("  mode: Enforce\n", "  mode: Enforce\n  modee: Audit\n");
-        let (success, out) = kubectl(&bin, &kc, &["apply", "-f", "-"], Some(&typo)).await;
+        let (success, out) = run_text(&bin, &kc, &["apply", "-f", "-"], Some(&typo)).await;
         assert!(!success, "{out}");
         assert!(
             out.contains(
@@ -116,11 +70,11 @@ async fn kubectl_applies_a_crd_and_its_custom_resources_validating_server_side()
             ),
             "{out}"
         );
-        let (found, out) = kubectl(&bin, &kc, &["get", "protectionrule", "typo"], None).await;
+        let (found, out) = run_text(&bin, &kc, &["get", "protectionrule", "typo"], None).await;
         assert!(!found && out.contains("NotFound"), "{out}");
         // The same field on an existing rule: the patch is refused too.
         let typo = RULE.replace("  mode: Enforce\n", "  mode: Enforce\n  modee: Audit\n");
-        let (success, out) = kubectl(&bin, &kc, &["apply", "-f", "-"], Some(&typo)).await;
+        let (success, out) = run_text(&bin, &kc, &["apply", "-f", "-"], Some(&typo)).await;
         assert!(!success, "{out}");
         assert!(
             out.contains(r#"strict decoding error: unknown field "spec.modee""#),

@@ -4,62 +4,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::Duration;
 
-use common::{eventually, tool};
+use common::eventually;
 use kube_sim::{KubeSim, SimConfig};
+use test_support::kubectl::{Ran, kubectls, ok, run};
 use tokio::io::{AsyncBufReadExt, BufReader};
-
-fn kubectls() -> Vec<PathBuf> {
-    vec![
-        tool("KUBECTL_PINNED", ".tools/bin/kubectl"),
-        tool("KUBECTL_SYSTEM", "/usr/bin/kubectl"),
-    ]
-}
-
-async fn kubectl(
-    bin: &Path,
-    kubeconfig: &Path,
-    args: &[&str],
-    stdin: Option<&str>,
-) -> (bool, String, String) {
-    use tokio::io::AsyncWriteExt;
-    let mut cmd = tokio::process::Command::new(bin);
-    cmd.arg("--kubeconfig").arg(kubeconfig).args(args);
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()));
-    if let Some(mut si) = child.stdin.take() {
-        if let Some(text) = stdin {
-            si.write_all(text.as_bytes()).await.unwrap();
-        }
-        drop(si);
-    }
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish in 60s"))
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    )
-}
-
-async fn ok(bin: &Path, kc: &Path, args: &[&str], stdin: Option<&str>) -> String {
-    let (success, out, err) = kubectl(bin, kc, args, stdin).await;
-    assert!(
-        success,
-        "{} {args:?} failed:\nstdout: {out}\nstderr: {err}",
-        bin.display()
-    );
-    out
-}
 
 const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web-config\n  labels:\n    app: web\ndata:\n  a: b\n";
 const DEPLOY: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n    spec: {containers: [{name: c, image: nginx:1.27}]}\n";
@@ -198,12 +148,20 @@ async fn kubectl_raw_discovery_crud_patch_apply() {
         let typo = CM
             .replace("name: web-config", "name: typo")
             .replace("data:", "dataa:");
-        let (success, _, err) = kubectl(&bin, &kc, &["create", "-f", "-"], Some(&typo)).await;
+        let Ran {
+            success,
+            stderr: err,
+            ..
+        } = run(&bin, &kc, &["create", "-f", "-"], Some(&typo)).await;
         assert!(
             !success && err.contains("strict decoding error: unknown field \"dataa\""),
             "{err}"
         );
-        let (success, _, err) = kubectl(
+        let Ran {
+            success,
+            stderr: err,
+            ..
+        } = run(
             &bin,
             &kc,
             &[
@@ -245,7 +203,11 @@ async fn kubectl_raw_discovery_crud_patch_apply() {
         .await;
         assert_eq!(r, "3/2");
         // A failing JSON-patch test is reported as the server's 422.
-        let (success, _, err) = kubectl(
+        let Ran {
+            success,
+            stderr: err,
+            ..
+        } = run(
             &bin,
             &kc,
             &[
@@ -311,7 +273,11 @@ async fn kubectl_delete_wait_false_leaves_pv_terminating_until_finalizer_removed
             None,
         )
         .await;
-        let (found, _, err) = kubectl(&bin, &kc, &["get", "pv", "pv-kubectl"], None).await;
+        let Ran {
+            success: found,
+            stderr: err,
+            ..
+        } = run(&bin, &kc, &["get", "pv", "pv-kubectl"], None).await;
         assert!(!found && err.contains("NotFound"), "{err}");
         sim.shutdown().await;
     }

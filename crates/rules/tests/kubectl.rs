@@ -5,8 +5,6 @@
 //! server-side, as kubectl does by default); a Secret mounted by a running
 //! pod survives `kubectl delete secret --wait=false` until the pod is gone.
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +14,7 @@ use protection_core::release;
 use protection_core::{Metrics, Version};
 use protection_rules::examples;
 use serde_json::json;
+use test_support::kubectl::{kubectls, ok, run_text};
 use test_support::until;
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -50,62 +49,6 @@ spec:
   volumes: [{name: creds, secret: {secretName: db-password}}]
 ";
 
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn tool(var: &str, fallback: &str) -> PathBuf {
-    let p = std::env::var(var).map(PathBuf::from).unwrap_or_else(|_| {
-        if fallback.starts_with('/') {
-            PathBuf::from(fallback)
-        } else {
-            workspace().join(fallback)
-        }
-    });
-    assert!(
-        p.exists(),
-        "{} not found (env {var}); run `make tools`",
-        p.display()
-    );
-    p
-}
-
-async fn kubectl(bin: &Path, kc: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String) {
-    use tokio::io::AsyncWriteExt;
-    let mut child = tokio::process::Command::new(bin)
-        .arg("--kubeconfig")
-        .arg(kc)
-        .args(args)
-        .current_dir(workspace())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()));
-    if let Some(mut si) = child.stdin.take() {
-        if let Some(text) = stdin {
-            si.write_all(text.as_bytes()).await.unwrap();
-        }
-        drop(si);
-    }
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish in 60s"))
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
-async fn ok(bin: &Path, kc: &Path, args: &[&str], stdin: Option<&str>) -> String {
-    let (success, out) = kubectl(bin, kc, args, stdin).await;
-    assert!(success, "{} {args:?} failed:\n{out}", bin.display());
-    out
-}
-
 /// The rules controller, as the manager runs it, with the gate on.
 async fn controller(sim: &KubeSim) -> tokio_util::sync::CancellationToken {
     let registry = release::registry(protection_rules::GATES).expect("registry");
@@ -128,10 +71,7 @@ async fn controller(sim: &KubeSim) -> tokio_util::sync::CancellationToken {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_delete_secret_waits_for_the_pod_that_mounts_it() {
-    for bin in [
-        tool("KUBECTL_PINNED", ".tools/bin/kubectl"),
-        tool("KUBECTL_SYSTEM", "/usr/bin/kubectl"),
-    ] {
+    for bin in kubectls() {
         let sim = KubeSim::start(SimConfig::default()).await.expect("start");
         let kc = sim.kubeconfig_path().to_path_buf();
         ok(&bin, &kc, &["apply", "-f", CRD_FILE], None).await;
@@ -161,7 +101,7 @@ async fn kubectl_delete_secret_waits_for_the_pod_that_mounts_it() {
         )
         .await;
         let secret_fins = async || {
-            let (found, out) = kubectl(
+            let (found, out) = run_text(
                 &bin,
                 &kc,
                 &[
@@ -226,7 +166,7 @@ async fn kubectl_delete_secret_waits_for_the_pod_that_mounts_it() {
         assert!(secret_fins().await.is_some_and(|f| f.contains(FIN)));
         ok(&bin, &kc, &["delete", "pod", "web", "--wait=false"], None).await;
         until(WAIT, "the Secret is gone with the pod", async || {
-            let (found, out) = kubectl(&bin, &kc, &["get", "secret", "db-password"], None).await;
+            let (found, out) = run_text(&bin, &kc, &["get", "secret", "db-password"], None).await;
             !found && out.contains("NotFound")
         })
         .await;

@@ -12,6 +12,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub mod bench;
+pub mod kubectl;
 pub mod objects;
 pub mod raw_http;
 

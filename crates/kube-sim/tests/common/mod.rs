@@ -110,22 +110,7 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
-/// Path of a real client binary from env `var`, else `fallback`; fails the
-/// test with instructions when missing.
-pub fn tool(var: &str, fallback: &str) -> PathBuf {
-    let p = std::env::var(var).map(PathBuf::from).unwrap_or_else(|_| {
-        let ws = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        if fallback.starts_with('/') {
-            PathBuf::from(fallback)
-        } else {
-            ws.join(fallback)
-        }
-    });
-    if !p.exists() {
-        panic!("{} not found (env {var}); run `make tools`", p.display());
-    }
-    p
-}
+pub use test_support::kubectl::tool;
 
 /// A plain HTTP/1.1 request to the simulator (no client-side retries),
 /// answering (status code, body).
