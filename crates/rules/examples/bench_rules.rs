@@ -91,28 +91,16 @@ async fn with_finalizer(client: &kube::Client) -> Result<usize> {
 }
 
 async fn grant_manager(client: &kube::Client) -> Result<()> {
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    let role: ClusterRole = serde_json::from_value(json!({
-        "metadata": {"name": "bench-rules"},
-        "rules": [
+    test_support::objects::grant_cluster(
+        client,
+        "bench-rules",
+        USER,
+        json!([
             {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch", "patch"]},
             {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
-        ],
-    }))?;
-    Api::<ClusterRole>::all(client.clone())
-        .create(&PostParams::default(), &role)
-        .await
-        .context("creating the manager's ClusterRole")?;
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "bench-rules"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "bench-rules"},
-        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": USER}],
-    }))?;
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .context("binding the manager's ClusterRole")?;
-    Ok(())
+        ]),
+    )
+    .await
 }
 
 #[tokio::main]

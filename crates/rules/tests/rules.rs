@@ -45,26 +45,14 @@ const MANAGER: &str = "system:serviceaccount:pm:manager";
 /// Grants `MANAGER` `verbs` on `resources` (core group) through a
 /// ClusterRole and a ClusterRoleBinding named `name`.
 async fn grant(c: &kube::Client, name: &str, resources: &[&str], verbs: &[&str]) {
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    let role: ClusterRole = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "rules": [{"apiGroups": [""], "resources": resources, "verbs": verbs}],
-    }))
-    .expect("cluster role");
-    Api::<ClusterRole>::all(c.clone())
-        .create(&PostParams::default(), &role)
-        .await
-        .expect("create cluster role");
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": "manager", "namespace": "pm"}],
-    }))
-    .expect("binding");
-    Api::<ClusterRoleBinding>::all(c.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("create binding");
+    test_support::objects::grant_cluster(
+        c,
+        name,
+        MANAGER,
+        json!([{"apiGroups": [""], "resources": resources, "verbs": verbs}]),
+    )
+    .await
+    .expect("grant");
 }
 
 /// The controller running as `MANAGER`, granted the rights the example

@@ -72,3 +72,44 @@ pub fn node(name: &str) -> Node {
     }))
     .unwrap_or_else(|e| panic!("node manifest: {e}"))
 }
+
+/// Grants `subject` the RBAC `rules` cluster-wide, through a ClusterRole
+/// and a ClusterRoleBinding both named `name`. `subject` is a user name, or
+/// `system:serviceaccount:<namespace>:<name>` for a ServiceAccount.
+pub async fn grant_cluster(
+    client: &kube::Client,
+    name: &str,
+    subject: &str,
+    rules: Value,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::{Api, PostParams};
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "rules": rules,
+    }))
+    .with_context(|| format!("ClusterRole {name}"))?;
+    Api::<ClusterRole>::all(client.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .with_context(|| format!("creating ClusterRole {name}"))?;
+    let subject = match subject
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|s| s.split_once(':'))
+    {
+        Some((ns, sa)) => json!({"kind": "ServiceAccount", "name": sa, "namespace": ns}),
+        None => json!({"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": subject}),
+    };
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [subject],
+    }))
+    .with_context(|| format!("ClusterRoleBinding {name}"))?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .with_context(|| format!("creating ClusterRoleBinding {name}"))?;
+    Ok(())
+}
