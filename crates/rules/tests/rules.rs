@@ -95,7 +95,8 @@ async fn start(gate: bool, rights: bool) -> H {
         sim.client_as(MANAGER).await,
         gates,
         &metrics,
-        1,
+        // The manager's default --concurrency.
+        4,
     );
     let shutdown = t.shutdown.clone();
     tokio::spawn(protection_rules::controller::run(t.ctx));
@@ -775,6 +776,90 @@ async fn a_user_whose_reference_fails_holds_its_namespace_and_says_why() {
         .expect("delete pod");
     until(WAIT, "unused is gone once the pod is", async || {
         finalizers(c, "unused").await.is_none()
+    })
+    .await;
+}
+
+/// Many held deletions released together (the keyed workers and the
+/// batched confirmer): 40 Secrets, each mounted by its own running pod,
+/// deleted; their pods deleted in two waves. No Secret goes while its pod
+/// exists, and every one goes once its pod has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_deletions_released_together_keep_every_secret_whose_pod_remains() {
+    let h = harness(true).await;
+    let c = &h.client;
+    rules(c)
+        .create(&PostParams::default(), &rule("r", "Enforce", FIN))
+        .await
+        .expect("create rule");
+    let n = 40;
+    for i in 0..n {
+        secret(c, &format!("s{i}")).await;
+        running_pod(
+            c,
+            &format!("p{i}"),
+            json!({"containers": [{"name": "c", "image": "x"}], "volumes": [{"name": "v", "secret": {"secretName": format!("s{i}")}}]}),
+        )
+        .await;
+    }
+    let secrets = Api::<Secret>::namespaced(c.clone(), "default");
+    let protected = async || {
+        secrets
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .iter()
+            .filter(|s| s.metadata.finalizers.iter().flatten().any(|f| f == FIN))
+            .count()
+    };
+    until(WAIT, "every Secret carries the finalizer", async || {
+        protected().await == n
+    })
+    .await;
+    for i in 0..n {
+        secrets
+            .delete(&format!("s{i}"), &DeleteParams::default())
+            .await
+            .expect("delete secret");
+    }
+    until(WAIT, "all held", async || {
+        status(c, "r").await["heldNow"] == json!(n)
+    })
+    .await;
+    let pods = Api::<Pod>::namespaced(c.clone(), "default");
+    // First wave: the even pods.
+    for i in (0..n).step_by(2) {
+        pods.delete(&format!("p{i}"), &DeleteParams::default())
+            .await
+            .expect("delete pod");
+    }
+    until(WAIT, "the even Secrets are gone", async || {
+        let mut all = true;
+        for i in (0..n).step_by(2) {
+            all &= finalizers(c, &format!("s{i}")).await.is_none();
+        }
+        all
+    })
+    .await;
+    for i in (1..n).step_by(2) {
+        assert!(
+            finalizers(c, &format!("s{i}")).await.is_some(),
+            "s{i} was freed while pod p{i} mounts it"
+        );
+    }
+    for i in (1..n).step_by(2) {
+        pods.delete(&format!("p{i}"), &DeleteParams::default())
+            .await
+            .expect("delete pod");
+    }
+    until(WAIT, "every Secret is gone", async || {
+        secrets
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .is_empty()
     })
     .await;
 }
