@@ -41,13 +41,19 @@ pub struct Changed {
 }
 
 impl Changed {
+    /// Adds `other` (call [`Changed::settle`] once after the last).
     fn merge(&mut self, other: Changed) {
         self.keys.extend(other.keys);
         self.scopes.extend(other.scopes);
+    }
+
+    /// Sorted, without repeats.
+    fn settle(mut self) -> Changed {
         self.keys.sort();
         self.keys.dedup();
         self.scopes.sort();
         self.scopes.dedup();
+        self
     }
 
     /// Whether `obj` is among the changed.
@@ -133,7 +139,8 @@ impl Index {
         for (k, refs) in all {
             changed.merge(self.apply(k, refs));
         }
-        changed
+        // Sorted once: a re-list of 20,000 users merges 20,000 changes.
+        changed.settle()
     }
 
     fn user_ref(&self, (i, ns, name): &UserKey, error: Option<&String>) -> UserRef {
