@@ -127,7 +127,7 @@ pub async fn explain(
                 concurrency: 1,
             };
             let key = (ns.clone().unwrap_or_default(), name.to_string());
-            match ctx.live_round().await {
+            match ctx.live_round(None).await {
                 Ok(live) => held = live.of(&key),
                 Err(err) => error = Some(format!("listing users: {err}")),
             }

@@ -68,6 +68,9 @@ pub struct Index {
     by_obj: HashMap<ObjKey, BTreeSet<UserKey>>,
     /// Users whose reference failed, with the error.
     unresolved: BTreeMap<UserKey, String>,
+    /// The resourceVersion each user's refs were computed at (see
+    /// [`Index::refs_at`]).
+    versions: HashMap<UserKey, String>,
     /// The user entries' resource names, for [`UserRef`]s.
     resources: Vec<String>,
 }
@@ -83,6 +86,7 @@ impl Index {
     /// Sets what `user` refers to; returns the protected objects whose
     /// users changed.
     pub fn apply(&mut self, user: UserKey, refs: Refs) -> Changed {
+        self.versions.remove(&user);
         let old = self.by_user.remove(&user).unwrap_or_default();
         for o in &old {
             if let Some(s) = self.by_obj.get_mut(o) {
@@ -123,12 +127,43 @@ impl Index {
         self.apply(user.clone(), Ok(Vec::new()))
     }
 
-    /// Replaces every user of entry `entry` with `all` (a re-list).
-    pub fn reset(&mut self, entry: usize, all: Vec<(UserKey, Refs)>) -> Changed {
+    /// [`Index::apply`] of refs computed from `user`'s state at
+    /// `resource_version` (remembered for [`Index::refs_at`]).
+    pub fn apply_at(
+        &mut self,
+        user: UserKey,
+        resource_version: Option<String>,
+        refs: Refs,
+    ) -> Changed {
+        let changed = self.apply(user.clone(), refs);
+        if let Some(rv) = resource_version {
+            self.versions.insert(user, rv);
+        }
+        changed
+    }
+
+    /// `user`'s refs if they were computed from its state at
+    /// `resource_version`: the same object state gives the same answer, so
+    /// a live LIST that finds the user unchanged need not evaluate the
+    /// rule's CEL again.
+    pub fn refs_at(&self, user: &UserKey, resource_version: &str) -> Option<Refs> {
+        if self.versions.get(user).map(String::as_str) != Some(resource_version) {
+            return None;
+        }
+        Some(match self.unresolved.get(user) {
+            Some(e) => Err(e.clone()),
+            None => Ok(self.by_user.get(user).cloned().unwrap_or_default()),
+        })
+    }
+
+    /// Replaces every user of entry `entry` with `all` (a re-list: each
+    /// user's resourceVersion and refs).
+    pub fn reset(&mut self, entry: usize, all: Vec<(UserKey, Option<String>, Refs)>) -> Changed {
         let stale: BTreeSet<UserKey> = self
             .by_user
             .keys()
             .chain(self.unresolved.keys())
+            .chain(self.versions.keys())
             .filter(|k| k.0 == entry)
             .cloned()
             .collect();
@@ -136,8 +171,8 @@ impl Index {
         for k in stale {
             changed.merge(self.delete(&k));
         }
-        for (k, refs) in all {
-            changed.merge(self.apply(k, refs));
+        for (k, rv, refs) in all {
+            changed.merge(self.apply_at(k, rv, refs));
         }
         // Sorted once: a re-list of 20,000 users merges 20,000 changes.
         changed.settle()
@@ -204,11 +239,32 @@ mod tests {
         assert_eq!(i.users_of(&k("b")).len(), 1);
         // A re-list without q (deleted during a watch gap) drops it.
         assert_eq!(
-            keys(i.reset(0, vec![(u("r"), Ok(vec![k("c")]))])),
+            keys(i.reset(0, vec![(u("r"), None, Ok(vec![k("c")]))])),
             vec![k("b"), k("c")]
         );
         assert!(i.users_of(&k("b")).is_empty());
         assert_eq!(i.referenced(), 1);
+    }
+
+    #[test]
+    fn refs_are_reused_only_at_the_resource_version_they_were_computed_at() {
+        let mut i = Index::new(vec!["pods".into()]);
+        i.apply_at(u("p"), Some("7".into()), Ok(vec![k("a")]));
+        assert_eq!(i.refs_at(&u("p"), "7"), Some(Ok(vec![k("a")])));
+        assert_eq!(i.refs_at(&u("p"), "8"), None);
+        // Refs applied without a version forget the old one.
+        i.apply(u("p"), Ok(vec![k("b")]));
+        assert_eq!(i.refs_at(&u("p"), "7"), None);
+        i.apply_at(u("q"), Some("9".into()), Err("boom".into()));
+        assert_eq!(i.refs_at(&u("q"), "9"), Some(Err("boom".into())));
+        // A user with no refs is remembered too.
+        i.apply_at(u("r"), Some("3".into()), Ok(vec![]));
+        assert_eq!(i.refs_at(&u("r"), "3"), Some(Ok(vec![])));
+        i.delete(&u("q"));
+        assert_eq!(i.refs_at(&u("q"), "9"), None);
+        i.reset(0, vec![(u("s"), Some("4".into()), Ok(vec![k("c")]))]);
+        assert_eq!(i.refs_at(&u("r"), "3"), None);
+        assert_eq!(i.refs_at(&u("s"), "4"), Some(Ok(vec![k("c")])));
     }
 
     #[test]

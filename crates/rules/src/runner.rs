@@ -309,7 +309,12 @@ impl RuleCtx {
     /// One LIST of every user kind: the users of every protected object.
     /// A user whose reference fails to evaluate is kept as unresolved (it
     /// holds; freeing an object it may use is the unsafe side).
-    pub async fn live_round(&self) -> Result<LiveUsers, kube::Error> {
+    ///
+    /// With the rule's `index`, a user whose listed resourceVersion is the
+    /// one the index computed its refs at reuses them (the same state gives
+    /// the same answer) instead of evaluating the CEL again: at 20,000 pods
+    /// that evaluation was most of a round.
+    pub async fn live_round(&self, index: Option<&Mutex<Index>>) -> Result<LiveUsers, kube::Error> {
         let mut out = LiveUsers::default();
         for (i, kind) in self.user_kinds.iter().enumerate() {
             // A namespaced user names another namespace only through a
@@ -322,7 +327,7 @@ impl RuleCtx {
             loop {
                 let list = api.list(&page).await?;
                 let next = list.metadata.continue_.clone().filter(|c| !c.is_empty());
-                self.collect_users(i, kind, list.items, &mut out);
+                self.collect_users(i, kind, list.items, index, &mut out);
                 match next {
                     Some(c) => page = page.continue_token(&c),
                     None => break,
@@ -333,15 +338,45 @@ impl RuleCtx {
     }
 
     /// Adds the users among `items` (of user entry `i`) to `out`.
-    fn collect_users(&self, i: usize, kind: &Kind, items: Vec<DynamicObject>, out: &mut LiveUsers) {
-        for o in items {
+    fn collect_users(
+        &self,
+        i: usize,
+        kind: &Kind,
+        items: Vec<DynamicObject>,
+        index: Option<&Mutex<Index>>,
+        out: &mut LiveUsers,
+    ) {
+        let key = |o: &DynamicObject| -> UserKey {
+            (
+                i,
+                o.metadata.namespace.clone().unwrap_or_default(),
+                o.metadata.name.clone().unwrap_or_default(),
+            )
+        };
+        // The index's answers first, under one lock; the CEL after it.
+        let known: Vec<Option<Refs>> = match index {
+            Some(ix) => {
+                let ix = ix.lock();
+                items
+                    .iter()
+                    .map(|o| {
+                        let rv = o.metadata.resource_version.as_deref()?;
+                        ix.refs_at(&key(o), rv)
+                    })
+                    .collect()
+            }
+            None => vec![None; items.len()],
+        };
+        for (o, known) in items.into_iter().zip(known) {
+            let (_, namespace, name) = key(&o);
+            let refs = known.unwrap_or_else(|| self.refs_of(i, &o));
             let user = |error: Option<String>| UserRef {
                 resource: kind.display(),
-                namespace: o.metadata.namespace.clone().unwrap_or_default(),
-                name: o.metadata.name.clone().unwrap_or_default(),
+                namespace: namespace.clone(),
+                name: name.clone(),
                 error,
             };
-            match self.refs_of(i, &o) {
+            match refs {
                 Ok(keys) => {
                     for key in keys {
                         out.users.entry(key).or_default().push(user(None));
@@ -501,7 +536,7 @@ async fn watch_users(
     let mut stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
-    let mut init: Vec<(UserKey, Refs)> = Vec::new();
+    let mut init: Vec<(UserKey, Option<String>, Refs)> = Vec::new();
     let user_key = |o: &DynamicObject| -> UserKey {
         (
             i,
@@ -527,7 +562,8 @@ async fn watch_users(
         let changed = match ev {
             Ok(watcher::Event::Apply(o)) => {
                 let r = refs(&o);
-                shared.index.lock().apply(user_key(&o), r)
+                let rv = o.metadata.resource_version.clone();
+                shared.index.lock().apply_at(user_key(&o), rv, r)
             }
             Ok(watcher::Event::Delete(o)) => shared.index.lock().delete(&user_key(&o)),
             Ok(watcher::Event::Init) => {
@@ -535,7 +571,7 @@ async fn watch_users(
                 Changed::default()
             }
             Ok(watcher::Event::InitApply(o)) => {
-                init.push((user_key(&o), refs(&o)));
+                init.push((user_key(&o), o.metadata.resource_version.clone(), refs(&o)));
                 Changed::default()
             }
             Ok(watcher::Event::InitDone) => {
@@ -725,7 +761,7 @@ async fn confirmer(w: Arc<Workers>) {
         }
         let live = tokio::select! {
             _ = w.cancel.cancelled() => return,
-            r = w.ctx.live_round() => r,
+            r = w.ctx.live_round(Some(&w.shared.index)) => r,
         };
         let live = match live {
             Ok(l) => {
