@@ -907,6 +907,11 @@ impl Store {
         let stored = Stored::at(expected.value.clone(), rv)?;
         inner.rv = rv;
         inner.res[rid].objects.remove(&key);
+        let def = crate::resources::def(rid);
+        if def.group.is_empty() && def.resource == "services" {
+            // The registry's delete frees the cluster IP and node ports.
+            self.alloc.lock().release_service(&expected.value);
+        }
         self.push_event(
             &mut inner,
             rid,
@@ -997,7 +1002,10 @@ impl Store {
         strategy::apply_defaults(def, obj);
         strategy::prepare_for_create(def, obj, now);
         if def.group.is_empty() && def.resource == "services" {
-            self.alloc.lock().allocate_service(obj);
+            self.alloc
+                .lock()
+                .allocate_service(obj)
+                .map_err(ApiError::internal)?;
         }
         // StorageObjectInUseProtection admission
         // (plugin/pkg/admission/storage/storageobjectinuseprotection/admission.go):
@@ -1350,8 +1358,13 @@ impl Store {
         )?;
         strategy::prepare_for_update(def, &mut new, old, subresource, now);
         if def.group.is_empty() && def.resource == "services" && subresource.is_none() {
-            // A type change may need a cluster IP or node ports.
-            self.alloc.lock().allocate_service(&mut new);
+            // A type change may need a cluster IP or node ports. What it
+            // drops stays allocated until the Service is deleted (released
+            // here it could be handed out while a failed update keeps it).
+            self.alloc
+                .lock()
+                .allocate_service(&mut new)
+                .map_err(ApiError::internal)?;
         }
         {
             let old_meta = object::meta(old).cloned().unwrap_or_default();

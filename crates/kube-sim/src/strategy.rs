@@ -674,6 +674,9 @@ fn service_update(new: &mut Value, old: &Value) {
     }
 }
 
+/// The default service node-port range.
+const NODE_PORTS: std::ops::RangeInclusive<u16> = 30000..=32767;
+
 /// Server-side allocation for Services (cluster IP, node ports) and other
 /// values the real server assigns on create.
 pub struct Allocator {
@@ -694,35 +697,84 @@ impl Allocator {
 
     /// Allocates from 10.96.0.0/12 (the default service CIDR); .1 is the
     /// `kubernetes` service.
-    fn cluster_ip(&mut self) -> String {
+    fn cluster_ip(&mut self) -> Result<String, String> {
         use rand::Rng;
+        if self.used_ips.len() >= (1 << 20) - 3 {
+            return Err("failed to allocate a serviceIP: range is full".into());
+        }
         loop {
             let n: u32 = self.rng.random_range(2..(1 << 20) - 1);
             if self.used_ips.insert(n) {
                 let ip = (10u32 << 24) | (96 << 16) | n;
-                return format!(
+                return Ok(format!(
                     "{}.{}.{}.{}",
                     ip >> 24,
                     (ip >> 16) & 255,
                     (ip >> 8) & 255,
                     ip & 255
-                );
+                ));
             }
         }
     }
 
-    fn node_port(&mut self) -> u16 {
+    /// The offset of `ip` in 10.96.0.0/12, if it is in it.
+    fn ip_offset(ip: &str) -> Option<u32> {
+        let ip: std::net::Ipv4Addr = ip.parse().ok()?;
+        let n = u32::from(ip);
+        (n >> 20 == (10 << 4) | (96 >> 4)).then_some(n & ((1 << 20) - 1))
+    }
+
+    /// A free port of 30000-32767, as the node-port allocator's
+    /// `AllocateNext`; "range is full" once all 2,768 are taken.
+    fn node_port(&mut self) -> Result<u16, String> {
         use rand::Rng;
+        if self.used_ports.len() >= NODE_PORTS.len() {
+            return Err("failed to allocate a nodePort: range is full".into());
+        }
         loop {
-            let p: u16 = self.rng.random_range(30000..=32767);
+            let p: u16 = self.rng.random_range(NODE_PORTS);
             if self.used_ports.insert(p) {
-                return p;
+                return Ok(p);
             }
         }
     }
 
-    /// Fills in clusterIP(s), IP families and node ports of a new Service.
-    pub fn allocate_service(&mut self, obj: &mut Value) {
+    /// The node ports and cluster IP `svc` holds.
+    fn held(svc: &Value) -> (Vec<u16>, Option<u32>) {
+        let mut ports: Vec<u16> = node_ports(svc)
+            .iter()
+            .chain(svc.pointer("/spec/healthCheckNodePort"))
+            .filter_map(Value::as_u64)
+            .filter_map(|p| u16::try_from(p).ok())
+            .collect();
+        ports.sort_unstable();
+        ports.dedup();
+        let ip = svc
+            .pointer("/spec/clusterIP")
+            .and_then(Value::as_str)
+            .and_then(Self::ip_offset);
+        (ports, ip)
+    }
+
+    /// Frees what a Service held once it is gone from storage (the
+    /// registry's delete releases its cluster IP and node ports).
+    pub fn release_service(&mut self, svc: &Value) {
+        let (ports, ip) = Self::held(svc);
+        for p in ports {
+            self.used_ports.remove(&p);
+        }
+        if let Some(ip) = ip {
+            self.used_ips.remove(&ip);
+        }
+    }
+
+    /// Fills in clusterIP(s), IP families and node ports of a new Service
+    /// (or one an update made need them); marks the ones it names as used.
+    /// Errors with upstream's "range is full" texts.
+    pub fn allocate_service(&mut self, obj: &mut Value) -> Result<(), String> {
+        let (named_ports, named_ip) = Self::held(obj);
+        self.used_ports.extend(named_ports);
+        self.used_ips.extend(named_ip);
         let spec = obj_mut(obj, "spec");
         let ty = spec
             .get("type")
@@ -730,11 +782,11 @@ impl Allocator {
             .unwrap_or("ClusterIP")
             .to_string();
         if ty == "ExternalName" {
-            return;
+            return Ok(());
         }
         let ip = match spec.get("clusterIP").and_then(Value::as_str) {
             Some(ip) if !ip.is_empty() => ip.to_string(),
-            _ => self.cluster_ip(),
+            _ => self.cluster_ip()?,
         };
         spec.insert("clusterIP".into(), json!(ip));
         spec.insert("clusterIPs".into(), json!([ip]));
@@ -751,10 +803,10 @@ impl Allocator {
                     }
                 }
             }
-            let allocated: Vec<u16> = ports
-                .iter()
-                .map(|&p| if p == 0 { self.node_port() } else { 0 })
-                .collect();
+            let mut allocated: Vec<u16> = Vec::with_capacity(ports.len());
+            for &p in &ports {
+                allocated.push(if p == 0 { self.node_port()? } else { 0 });
+            }
             if let Some(Value::Array(ps)) = spec.get_mut("ports") {
                 for (p, np) in ps.iter_mut().zip(allocated) {
                     if np != 0 {
@@ -763,5 +815,46 @@ impl Allocator {
                 }
             }
         }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod allocator_tests {
+    use super::*;
+
+    fn lb() -> Value {
+        json!({"spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}})
+    }
+
+    #[test]
+    fn node_ports_are_freed_by_deletion_and_a_full_range_is_an_error_not_a_hang() {
+        let mut a = Allocator::new(1);
+        let mut held = Vec::new();
+        for _ in NODE_PORTS {
+            let mut s = lb();
+            a.allocate_service(&mut s).expect("a free port");
+            held.push(s);
+        }
+        let mut extra = lb();
+        assert_eq!(
+            a.allocate_service(&mut extra).unwrap_err(),
+            "failed to allocate a nodePort: range is full"
+        );
+        // Deleting one Service frees its port (and cluster IP) for the next.
+        let gone = held.pop().expect("one");
+        a.release_service(&gone);
+        let mut next = lb();
+        a.allocate_service(&mut next).expect("the freed port");
+        assert_eq!(
+            next.pointer("/spec/ports/0/nodePort"),
+            gone.pointer("/spec/ports/0/nodePort")
+        );
+        // A port a Service names itself is taken from the range.
+        let mut a = Allocator::new(2);
+        let mut named = json!({"spec": {"type": "NodePort", "clusterIP": "10.96.0.9", "ports": [{"port": 80, "nodePort": 30080}]}});
+        a.allocate_service(&mut named).expect("named");
+        assert!(a.used_ports.contains(&30080));
+        assert!(a.used_ips.contains(&9));
     }
 }
