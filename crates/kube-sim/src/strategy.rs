@@ -775,6 +775,8 @@ impl Allocator {
         let (named_ports, named_ip) = Self::held(obj);
         self.used_ports.extend(named_ports);
         self.used_ips.extend(named_ip);
+        // `allocateLoadBalancerNodePorts: false` asks for none.
+        let wants_ports = needs_node_port(obj);
         let spec = obj_mut(obj, "spec");
         let ty = spec
             .get("type")
@@ -792,7 +794,7 @@ impl Allocator {
         spec.insert("clusterIPs".into(), json!([ip]));
         set_default(spec, "ipFamilies", json!(["IPv4"]));
         set_default(spec, "ipFamilyPolicy", json!("SingleStack"));
-        if ty == "NodePort" || ty == "LoadBalancer" {
+        if wants_ports {
             let mut ports: Vec<u16> = Vec::new();
             if let Some(Value::Array(ps)) = spec.get("ports") {
                 for p in ps {
@@ -850,6 +852,10 @@ mod allocator_tests {
             next.pointer("/spec/ports/0/nodePort"),
             gone.pointer("/spec/ports/0/nodePort")
         );
+        // A LoadBalancer that asks for no node ports gets none.
+        let mut none = json!({"spec": {"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false, "ports": [{"port": 80}]}});
+        a.allocate_service(&mut none).expect("no port needed");
+        assert_eq!(none.pointer("/spec/ports/0/nodePort"), None);
         // A port a Service names itself is taken from the range.
         let mut a = Allocator::new(2);
         let mut named = json!({"spec": {"type": "NodePort", "clusterIP": "10.96.0.9", "ports": [{"port": 80, "nodePort": 30080}]}});
