@@ -74,7 +74,7 @@ fn scale() -> Result<Scale> {
             let pods: usize = v
                 .parse()
                 .with_context(|| format!("--pods must be a whole number, not {v:?}"))?;
-            if pods < 2 * NAMESPACES || pods % NAMESPACES != 0 {
+            if pods < 2 * NAMESPACES || !pods.is_multiple_of(NAMESPACES) {
                 bail!(
                     "--pods must be a multiple of {NAMESPACES} (the namespaces) and at least {}, not {pods}",
                     2 * NAMESPACES
@@ -281,7 +281,11 @@ fn print_writes(by: &[(String, usize)], per: usize, what: &str) {
 
 /// The peak-RSS goal for these counts (issue 11), if one is set for them.
 fn rss_goal(s: &Scale) -> Option<(f64, &'static str)> {
-    let counts = (s.pvs, NAMESPACES * s.pvcs_per_ns, NAMESPACES * s.pods_per_ns);
+    let counts = (
+        s.pvs,
+        NAMESPACES * s.pvcs_per_ns,
+        NAMESPACES * s.pods_per_ns,
+    );
     match counts {
         (10_000, 10_000, 20_000) => Some((64.0, "(set for 10k PVs + 10k PVCs + 20k pods)")),
         (2_000, 2_000, 2_000) => Some((24.0, "(set for 2k PVs + 2k PVCs + 2k pods)")),
