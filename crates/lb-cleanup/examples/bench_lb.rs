@@ -612,11 +612,13 @@ async fn run() -> Result<()> {
     concurrently(n, 16, |i| {
         let api = fresh.clone();
         async move {
-            // No node ports: kube-sim never frees those of deleted Services,
-            // and phase 1's 2,000 used most of the 2,768 of the range.
+            // Node ports given, not allocated: kube-sim's allocator never
+            // frees those of deleted Services (nor honours
+            // allocateLoadBalancerNodePorts), and phase 1's 2,000 used most
+            // of the 2,768 in the range; it spins once they are gone.
             let mut svc = service(&name(i), FRESH_NS, true)?;
-            if let Some(spec) = svc.spec.as_mut() {
-                spec.allocate_load_balancer_node_ports = Some(false);
+            if let Some(p) = svc.spec.as_mut().and_then(|s| s.ports.as_mut()) {
+                p[0].node_port = Some(30_000 + (i % 2_768) as i32);
             }
             api.create(&PostParams::default(), &svc).await?;
             Ok(())
