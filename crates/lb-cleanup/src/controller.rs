@@ -401,7 +401,7 @@ async fn watch_nodes(
 ) {
     let mut last: HashMap<String, Node> = HashMap::new();
     let mut seen: HashMap<String, Node> = HashMap::new();
-    let events = watcher(api, watcher::Config::default())
+    let events = watcher(api, protection_core::runtime::watch_config())
         .default_backoff()
         .modify(|n: &mut Node| n.metadata.managed_fields = None)
         .reflect(writer);

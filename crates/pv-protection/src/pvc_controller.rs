@@ -199,7 +199,7 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
 /// event may free.
 async fn run_pod_watcher(shared: Arc<Shared>) {
     let api: Api<PodFacts> = Api::all(shared.client.clone());
-    let mut events = watcher(api, watcher::Config::default())
+    let mut events = watcher(api, runtime::watch_config())
         .default_backoff()
         .boxed();
     loop {
@@ -413,12 +413,19 @@ impl Shared {
 #[tracing::instrument(skip_all, fields(kind = "PersistentVolumeClaim", namespace = pvc.metadata.namespace.as_deref().unwrap_or_default(), name = %pvc.name_any()))]
 async fn reconcile(pvc: Arc<Pvc>, ctx: Arc<Shared>) -> Result<Action, Error> {
     let timer = ctx.metrics.reconcile_started();
-    tokio::select! {
-        _ = ctx.shutdown.cancelled() => {
-            timer.finish(true);
-            return Ok(Action::await_change());
+    // Only a claim being deleted is decided from the pod index; adding the
+    // finalizer to a live claim never reads it. So a back-fill starts as
+    // soon as the PVCs are listed, while the (larger) pod list still loads,
+    // and a deleting claim still waits for the whole index before anything
+    // may release it.
+    if protection_core::finalizer::is_deleting(&pvc.metadata) {
+        tokio::select! {
+            _ = ctx.shutdown.cancelled() => {
+                timer.finish(true);
+                return Ok(Action::await_change());
+            }
+            _ = ctx.wait_synced() => {}
         }
-        _ = ctx.wait_synced() => {}
     }
     let key = object_key(&*pvc);
     if ctx.state.expectations.is_stale(&key, &pvc.metadata) {

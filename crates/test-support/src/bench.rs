@@ -100,13 +100,42 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[idx.min(sorted.len() - 1)]
 }
 
+/// `(goal ≤ 7 s) ok` or `(goal ≤ 7 s) MISSED`: a figure's goal (issue 11)
+/// beside it, and whether this run met it.
+pub fn at_most(value: f64, limit: f64, unit: &str) -> String {
+    verdict(value <= limit, &format!("≤ {limit}{unit}"))
+}
+
+/// `(goal ≥ 0.8) ok` or `(goal ≥ 0.8) MISSED`.
+pub fn at_least(value: f64, limit: f64, unit: &str) -> String {
+    verdict(value >= limit, &format!("≥ {limit}{unit}"))
+}
+
+/// `(goal G) ok` / `(goal G) MISSED` for a figure whose check is `ok`.
+pub fn verdict(ok: bool, goal: &str) -> String {
+    format!("(goal {goal}) {}", if ok { "ok" } else { "MISSED" })
+}
+
 /// Prints the peak RSS and CPU seconds of the manager `pid`.
 pub fn print_manager_usage(pid: u32, wall: std::time::Duration) {
+    print_manager_usage_with_goal(pid, wall, None);
+}
+
+/// As [`print_manager_usage`], with the peak-RSS goal `(MiB, what it is
+/// set for)` printed beside the figure.
+pub fn print_manager_usage_with_goal(
+    pid: u32,
+    wall: std::time::Duration,
+    rss_goal: Option<(f64, &str)>,
+) {
     match vm_hwm_kib(pid) {
-        Some(kib) => println!(
-            "== manager peak RSS (VmHWM): {:.1} MiB ==",
-            kib as f64 / 1024.0
-        ),
+        Some(kib) => {
+            let mib = kib as f64 / 1024.0;
+            let goal = rss_goal
+                .map(|(limit, what)| format!(" {} {what}", at_most(mib, limit, " MiB")))
+                .unwrap_or_default();
+            println!("== manager peak RSS (VmHWM): {mib:.1} MiB =={goal}");
+        }
         None => println!("== manager peak RSS: /proc/{pid}/status not readable =="),
     }
     match cpu_seconds(pid) {
@@ -129,5 +158,13 @@ mod tests {
         assert!(cpu_seconds(pid).unwrap() >= 0.0);
         assert_eq!(percentile(&[1.0, 2.0, 3.0], 50.0), 2.0);
         assert!(percentile(&[], 50.0).is_nan());
+    }
+
+    #[test]
+    fn goals_print_beside_their_figure() {
+        assert_eq!(at_most(6.5, 7.0, " s"), "(goal ≤ 7 s) ok");
+        assert_eq!(at_most(7.5, 7.0, " s"), "(goal ≤ 7 s) MISSED");
+        assert_eq!(at_least(0.8, 0.8, ""), "(goal ≥ 0.8) ok");
+        assert_eq!(at_least(0.64, 0.8, ""), "(goal ≥ 0.8) MISSED");
     }
 }
