@@ -149,6 +149,13 @@ async fn running_pod(c: &kube::Client, name: &str, spec: Value) {
     .expect("pod status");
 }
 
+async fn delete_pod(c: &kube::Client, name: &str) {
+    Api::<Pod>::namespaced(c.clone(), "default")
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("delete pod");
+}
+
 async fn finalizers(c: &kube::Client, name: &str) -> Option<Vec<String>> {
     Api::<Secret>::namespaced(c.clone(), "default")
         .get_opt(name)
@@ -310,10 +317,7 @@ async fn deleting_the_pod_releases_and_deleting_the_rule_leaves_no_finalizer() {
         status(c, "r").await["heldNow"] == json!(1)
     })
     .await;
-    Api::<Pod>::namespaced(c.clone(), "default")
-        .delete("p", &DeleteParams::default())
-        .await
-        .expect("delete pod");
+    delete_pod(c, "p").await;
     until(WAIT, "a is gone once the pod is", async || {
         finalizers(c, "a").await.is_none()
     })
@@ -558,10 +562,7 @@ async fn updating_a_rule_keeps_holding_through_the_switch_and_applies_the_new_sp
         finalizers(c, "mounted").await.is_some(),
         "still mounted: still held"
     );
-    Api::<Pod>::namespaced(c.clone(), "default")
-        .delete("p", &DeleteParams::default())
-        .await
-        .expect("delete pod");
+    delete_pod(c, "p").await;
     until(WAIT, "the mounted Secret goes with its pod", async || {
         finalizers(c, "mounted").await.is_none()
     })
@@ -770,10 +771,7 @@ async fn a_user_whose_reference_fails_holds_its_namespace_and_says_why() {
         finalizers(c, "unused").await.is_some(),
         "freed while a user's reference was unknown"
     );
-    Api::<Pod>::namespaced(c.clone(), "default")
-        .delete("scratch", &DeleteParams::default())
-        .await
-        .expect("delete pod");
+    delete_pod(c, "scratch").await;
     until(WAIT, "unused is gone once the pod is", async || {
         finalizers(c, "unused").await.is_none()
     })
