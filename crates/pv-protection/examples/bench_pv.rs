@@ -7,6 +7,11 @@
 //!   back-fill rate as a fraction of kube-sim's own patch throughput measured
 //!   in this run at the same concurrency;
 //! * delete-to-gone latency p50/p99 of unused PVCs deleted at 100/s;
+//! * goal 1 of issue 11: the same number of unused claims deleted at once,
+//!   and of used claims released by deleting their pods at once, each with
+//!   its trigger → gone latency (p50/p99) and last trigger → last gone, so
+//!   the used release prints beside the unused one it must not be slower
+//!   than;
 //! * requests per object (back-fill and deletion), by verb;
 //! * the manager's peak RSS (VmHWM).
 //!
@@ -293,23 +298,182 @@ fn rss_goal(s: &Scale) -> Option<(f64, &'static str)> {
     }
 }
 
-/// Phase 3: used claims released by their pods' deletion. Deletes every
-/// used claim of the first namespaces (about 1,000 at scale 1: each is
-/// mounted by two scheduled pods), checks that none goes while its pods
-/// exist, then deletes those pods (grace period 0) and measures from the
-/// last pod delete to the last claim gone.
-async fn release_used(sim: &KubeSim, client: &Client, s: &Scale) -> Result<()> {
+/// When each PVC was seen gone (its watch `DELETED` event), by
+/// `namespace/name`: one watch for the delete phases, re-opened from the
+/// last resourceVersion when the server ends it.
+type Gone = Arc<Mutex<HashMap<String, Instant>>>;
+
+async fn watch_gone(client: &Client) -> Result<(Gone, tokio::task::JoinHandle<()>)> {
+    let pvcs: Api<PersistentVolumeClaim> = Api::all(client.clone());
+    let mut rv = pvcs
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let gone: Gone = Arc::default();
+    let seen = gone.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok(stream) = pvcs.watch(&WatchParams::default().timeout(290), &rv).await else {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            };
+            let mut stream = stream.boxed();
+            while let Some(ev) = stream.next().await {
+                let p = match ev {
+                    Ok(WatchEvent::Deleted(p)) => {
+                        let key = format!(
+                            "{}/{}",
+                            p.metadata.namespace.as_deref().unwrap_or_default(),
+                            p.name_any()
+                        );
+                        seen.lock().insert(key, Instant::now());
+                        p
+                    }
+                    Ok(WatchEvent::Added(p) | WatchEvent::Modified(p)) => p,
+                    _ => continue,
+                };
+                if let Some(v) = p.metadata.resource_version {
+                    rv = v;
+                }
+            }
+        }
+    });
+    Ok((gone, task))
+}
+
+/// Trigger → gone of one release phase: per-claim latency (ms, sorted) and
+/// last trigger → last gone (s), or `None` for claims not gone in time.
+struct Release {
+    latency_ms: Vec<f64>,
+    whole_s: f64,
+    gone: usize,
+}
+
+/// Waits (up to 5 minutes) for every claim in `triggers` (key → when its
+/// release was triggered) to be seen gone, and measures the release.
+async fn measure_release(gone: &Gone, triggers: &HashMap<String, Instant>) -> Release {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while Instant::now() < deadline {
+        let all_gone = {
+            let g = gone.lock();
+            triggers.keys().all(|k| g.contains_key(k))
+        };
+        if all_gone {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let g = gone.lock();
+    let mut latency_ms: Vec<f64> = triggers
+        .iter()
+        .filter_map(|(k, t)| {
+            g.get(k)
+                .map(|d| d.duration_since(*t).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    latency_ms.sort_by(f64::total_cmp);
+    let last_trigger = triggers.values().max().copied();
+    let last_gone = triggers.keys().filter_map(|k| g.get(k)).max().copied();
+    let whole_s = match (last_trigger, last_gone) {
+        (Some(t), Some(d)) => d.saturating_duration_since(t).as_secs_f64(),
+        _ => f64::NAN,
+    };
+    Release {
+        gone: latency_ms.len(),
+        latency_ms,
+        whole_s,
+    }
+}
+
+/// `trigger` names a claim's trigger, `last` the phase's last one.
+fn print_release(r: &Release, n: usize, trigger: &str, last: &str) {
+    println!("  gone: {}/{n}", r.gone);
+    println!(
+        "  {trigger} → gone: p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms; {last} → last claim gone: {:.2}s",
+        percentile(&r.latency_ms, 50.0),
+        percentile(&r.latency_ms, 99.0),
+        r.latency_ms.last().copied().unwrap_or(f64::NAN),
+        r.whole_s
+    );
+}
+
+/// Goal 1's check: the used release is no slower than the unused one, with
+/// an allowance of 10% + 50 ms for what two runs of the same phase differ by
+/// on a shared machine (the gone instants come from a watch, not polling).
+fn no_slower(used: f64, unused: f64) -> bool {
+    used <= unused * 1.1 + 0.05
+}
+
+/// Phase 2b: `claims` unused PVCs deleted at once (32 in flight, as the pods
+/// of phase 3 are); trigger = the claim's DELETE answered.
+async fn release_unused_burst(
+    sim: &KubeSim,
+    client: &Client,
+    gone: &Gone,
+    claims: &[(String, String)],
+) -> Result<Release> {
+    let since = sim.requests().last_seq();
+    let triggers: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    concurrently(claims.len(), 32, |k| {
+        let (n, name) = claims[k].clone();
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &n);
+        let triggers = triggers.clone();
+        async move {
+            api.delete(&name, &DeleteParams::default()).await?;
+            triggers
+                .lock()
+                .insert(format!("{n}/{name}"), Instant::now());
+            Ok(())
+        }
+    })
+    .await?;
+    let triggers = triggers.lock().clone();
+    let r = measure_release(gone, &triggers).await;
+    let (reqs, by) = requests_by_verb(sim, since);
+    println!();
+    println!(
+        "== goal 1: release of {} unused PVCs deleted at once (32 in flight) ==",
+        claims.len()
+    );
+    print_release(&r, claims.len(), "delete", "last delete");
+    println!(
+        "  requests: {reqs} = {:.3} per released PVC",
+        reqs as f64 / claims.len().max(1) as f64
+    );
+    print_writes(&by, claims.len(), "released PVC");
+    Ok(r)
+}
+
+/// Phase 3: used claims released by their pods' deletion. Deletes the used
+/// claims `claims` (each mounted by scheduled pods of its namespace), checks
+/// that none goes while its pods exist, then deletes those pods at once
+/// (grace period 0, 32 in flight) and measures from each claim's last pod
+/// delete to the claim gone, beside phase 2b's `unused` figures.
+async fn release_used(
+    sim: &KubeSim,
+    client: &Client,
+    s: &Scale,
+    gone: &Gone,
+    claims: &[(String, String)],
+    unused: &Release,
+) -> Result<()> {
     let used = s.pvcs_per_ns / 2;
     let mounting = s.pods_per_ns / 2;
-    if used == 0 || mounting == 0 {
-        return Ok(());
-    }
-    let n_ns = (1000 / used).clamp(1, NAMESPACES);
-    let claims: Vec<(String, String)> = (0..n_ns)
-        .flat_map(|i| (0..used).map(move |j| (ns(i), format!("data-{j:03}"))))
-        .collect();
-    let pods: Vec<(String, String)> = (0..n_ns)
-        .flat_map(|i| (0..mounting).map(move |j| (ns(i), format!("pod-{j:03}"))))
+    let wanted: std::collections::HashSet<&(String, String)> = claims.iter().collect();
+    // Pod j of a namespace (j < mounting) mounts claim data-{j % used}.
+    let pods: Vec<(String, String, String)> = (0..NAMESPACES)
+        .flat_map(|i| {
+            (0..mounting).map(move |j| {
+                (
+                    ns(i),
+                    format!("pod-{j:03}"),
+                    format!("data-{:03}", j % used),
+                )
+            })
+        })
+        .filter(|(n, _, c)| wanted.contains(&(n.clone(), c.clone())))
         .collect();
     let since = sim.requests().last_seq();
     concurrently(claims.len(), 32, |k| {
@@ -324,10 +488,18 @@ async fn release_used(sim: &KubeSim, client: &Client, s: &Scale) -> Result<()> {
     // Held: every claim stays (Terminating) while its pods exist. Give the
     // manager a moment to (wrongly) release any, then count.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut still = 0;
-    for i in 0..n_ns {
-        let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns(i));
-        still += api
+    let released_early = {
+        let g = gone.lock();
+        claims
+            .iter()
+            .filter(|(n, c)| g.contains_key(&format!("{n}/{c}")))
+            .count()
+    };
+    let mut terminating = 0;
+    let namespaces: std::collections::BTreeSet<&String> = claims.iter().map(|(n, _)| n).collect();
+    for n in namespaces {
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), n);
+        terminating += api
             .list_metadata(&Default::default())
             .await?
             .items
@@ -336,59 +508,57 @@ async fn release_used(sim: &KubeSim, client: &Client, s: &Scale) -> Result<()> {
             .count();
     }
     let t_pods = Instant::now();
+    let triggers: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     concurrently(pods.len(), 32, |k| {
-        let (n, name) = pods[k].clone();
+        let (n, name, claim) = pods[k].clone();
         let api: Api<Pod> = Api::namespaced(client.clone(), &n);
+        let triggers = triggers.clone();
         async move {
             api.delete(&name, &DeleteParams::default().grace_period(0))
                 .await?;
+            // A claim's trigger is its last pod's delete answered.
+            let now = Instant::now();
+            let mut t = triggers.lock();
+            let e = t.entry(format!("{n}/{claim}")).or_insert(now);
+            *e = (*e).max(now);
             Ok(())
         }
     })
     .await?;
-    let last_pod_delete = Instant::now();
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let mut left = claims.len();
-    while Instant::now() < deadline {
-        left = 0;
-        for i in 0..n_ns {
-            let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns(i));
-            left += api
-                .list_metadata(&Default::default())
-                .await?
-                .items
-                .iter()
-                .filter(|p| p.name_any().as_str() < format!("data-{used:03}").as_str())
-                .count();
-        }
-        if left == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let done = last_pod_delete.elapsed();
+    let send = t_pods.elapsed();
+    let triggers = triggers.lock().clone();
+    let r = measure_release(gone, &triggers).await;
     let (reqs, by) = requests_by_verb(sim, since);
     println!();
     println!(
-        "== release of {} used PVCs ({} pods deleted, sent over {:.1}s) ==",
+        "== goal 1: release of {} used PVCs by deleting their {} pods at once (32 in flight, sent over {:.1}s) ==",
         claims.len(),
         pods.len(),
-        (last_pod_delete - t_pods).as_secs_f64()
+        send.as_secs_f64()
     );
     println!(
-        "  held Terminating while their pods existed: {still}/{} {}",
+        "  held Terminating while their pods existed: {terminating}/{} ({released_early} gone early) {}",
         claims.len(),
-        verdict(still == claims.len(), "all")
+        verdict(terminating == claims.len() && released_early == 0, "all")
     );
+    print_release(&r, claims.len(), "its last pod's delete", "last pod delete");
+    let p99 = |r: &Release| percentile(&r.latency_ms, 99.0) / 1000.0;
     println!(
-        "  gone: {}/{}; last pod delete → last claim gone: {:.2}s",
-        claims.len() - left,
-        claims.len(),
-        done.as_secs_f64()
+        "  vs the unused claims deleted at once: p99 {:.2}s vs {:.2}s, last → last {:.2}s vs {:.2}s {}",
+        p99(&r),
+        p99(unused),
+        r.whole_s,
+        unused.whole_s,
+        verdict(
+            r.gone == claims.len()
+                && no_slower(p99(&r), p99(unused))
+                && no_slower(r.whole_s, unused.whole_s),
+            "used no slower than unused, both figures, allowing 10% + 50 ms"
+        )
     );
     println!(
         "  requests: {reqs} = {:.3} per released PVC",
-        reqs as f64 / claims.len() as f64
+        reqs as f64 / claims.len().max(1) as f64
     );
     print_writes(&by, claims.len(), "released PVC");
     for (k, n) in &by {
@@ -518,43 +688,19 @@ async fn run() -> Result<()> {
     }
 
     // Phase 2: delete unused PVCs at DELETE_RATE/s, measure delete → gone.
-    let pvcs: Api<PersistentVolumeClaim> = Api::all(client.clone());
-    let gone: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let watch_gone = gone.clone();
-    let rv = pvcs
-        .list_metadata(&kube::api::ListParams::default().limit(1))
-        .await?
-        .metadata
-        .resource_version
-        .unwrap_or_default();
-    let mut watch = pvcs
-        .watch(&WatchParams::default().timeout(290), &rv)
-        .await?
-        .boxed();
-    let watcher = tokio::spawn(async move {
-        while let Some(ev) = watch.next().await {
-            if let Ok(WatchEvent::Deleted(p)) = ev {
-                let key = format!(
-                    "{}/{}",
-                    p.metadata.namespace.as_deref().unwrap_or_default(),
-                    p.name_any()
-                );
-                watch_gone.lock().insert(key, Instant::now());
-            }
-        }
-    });
+    let (gone, watcher) = watch_gone(&client).await?;
     // Unused claims: the second half of each namespace's claims.
     let used = s.pvcs_per_ns / 2;
-    let unused: Vec<(String, String)> = (used..s.pvcs_per_ns)
+    let all_unused: Vec<(String, String)> = (used..s.pvcs_per_ns)
         .flat_map(|j| (0..NAMESPACES).map(move |i| (ns(i), format!("data-{j:03}"))))
-        .take(s.deletes)
         .collect();
+    let unused = &all_unused[..s.deletes.min(all_unused.len())];
     let since = sim.requests().last_seq();
     let mut sent: HashMap<String, Instant> = HashMap::new();
     let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / DELETE_RATE));
     let t_del = Instant::now();
     let mut inflight = Vec::new();
-    for (n, name) in &unused {
+    for (n, name) in unused {
         tick.tick().await;
         let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), n);
         sent.insert(format!("{n}/{name}"), Instant::now());
@@ -573,7 +719,6 @@ async fn run() -> Result<()> {
     while gone.lock().len() < unused.len() && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    watcher.abort();
     let g = gone.lock().clone();
     let mut lat: Vec<f64> = sent
         .iter()
@@ -606,7 +751,20 @@ async fn run() -> Result<()> {
         println!("    {k:<40} {n}");
     }
 
-    release_used(&sim, &client, &s).await?;
+    // Goal 1: the same number of unused and used claims released at once.
+    // Used claims are taken by namespace (the first `used` of each), in the
+    // same count as the unused ones phase 2 left.
+    let n = 1000usize.min(all_unused.len() - unused.len());
+    let burst = &all_unused[unused.len()..unused.len() + n];
+    let used_claims: Vec<(String, String)> = (0..NAMESPACES)
+        .flat_map(|i| (0..used).map(move |j| (ns(i), format!("data-{j:03}"))))
+        .take(n)
+        .collect();
+    if n > 0 && s.pods_per_ns / 2 > 0 {
+        let unused_release = release_unused_burst(&sim, &client, &gone, burst).await?;
+        release_used(&sim, &client, &s, &gone, &used_claims, &unused_release).await?;
+    }
+    watcher.abort();
 
     println!();
     test_support::bench::print_manager_usage_with_goal(pid, t0.elapsed(), rss_goal(&s));
