@@ -15,6 +15,8 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // Before any thread exists (the async runtimes start below).
+    malloc_tune::tune();
     let cli = cli::Cli::parse();
     match cli.command {
         cli::Command::Version => {

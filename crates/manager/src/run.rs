@@ -99,6 +99,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         leader_elect = args.leader_elect,
         identity = %identity,
         api_server = %server,
+        malloc_tuned = ?malloc_tune::applied(),
         "starting protection-manager"
     );
     if emulated < release::BINARY_VERSION {
