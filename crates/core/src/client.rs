@@ -157,11 +157,72 @@ pub fn build_client_observed(
         config.headers.push((header::USER_AGENT, ua));
     }
     let server = server_url(&config);
-    let builder = ClientBuilder::try_from(config).map_err(|source| ClientError::Build {
+    let builder = client_builder(config).map_err(|source| ClientError::Build {
         server: server.clone(),
         source,
     })?;
     layered(builder, opts, server, metrics)
+}
+
+/// The most a connection's read buffer grows to. hyper's default (~400 KiB)
+/// is reached by every large LIST page, and a pooled connection keeps its
+/// grown buffer for life: the watches that reuse those connections held
+/// 1.5-2 MiB of buffers at 2,000 objects of each kind, a tenth of the
+/// manager's memory there (issue 11). 64 KiB still reads a list page in a
+/// handful of reads.
+pub const READ_BUFFER_MAX: usize = 64 * 1024;
+
+/// The service type of kube's standard stack (kube's own `GenericService`,
+/// which it does not export).
+type GenericService = tower::util::BoxService<
+    http::Request<kube::client::Body>,
+    http::Response<Box<kube::client::DynBody>>,
+    tower::BoxError,
+>;
+
+/// kube's standard stack (`ClientBuilder::try_from`), with the connection
+/// read buffer capped at [`READ_BUFFER_MAX`], which kube gives no way to set.
+/// The layers are kube 5.0's, in its order: base URI, retry of server errors
+/// (`Config::default_retry`), auth, extra headers (our User-Agent), tracing;
+/// and the connector's connect/read/write timeouts. kube's stack also records
+/// when an exec plugin's client certificate expires (`Client::valid_until`,
+/// informational, which nothing here reads). With a proxy configured,
+/// kube's own stack is used unchanged (it implements the proxy kinds).
+fn client_builder(config: kube::Config) -> Result<ClientBuilder<GenericService>, kube::Error> {
+    use http_body_util::BodyExt;
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use kube::client::{ConfigExt, DynBody};
+    use tower::{BoxError, ServiceBuilder, ServiceExt};
+
+    if config.proxy_url.is_some() {
+        return ClientBuilder::try_from(config);
+    }
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    let https = config.rustls_https_connector_with_connector(http)?;
+    let mut connector = hyper_timeout::TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let hyper = hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .http1_max_buf_size(READ_BUFFER_MAX)
+        .build(connector);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.default_retry.then(|| {
+            tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry())
+        }))
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .map_err(BoxError::from)
+        .service(hyper)
+        .map_response(|res| {
+            res.map(|body| Box::new(BodyExt::map_err(body, BoxError::from)) as Box<DynBody>)
+        })
+        .boxed();
+    Ok(ClientBuilder::new(service, config.default_namespace))
 }
 
 /// Puts our layers on a kube client stack and builds the client.
@@ -453,5 +514,65 @@ mod tests {
             panic!("qps 1e-300 must be refused");
         };
         assert!(matches!(e, ClientError::RateLimit(_)), "{e}");
+    }
+    /// Serves one HTTP/1.1 connection: reads a request (headers only) and
+    /// answers `body`, then returns the request's head.
+    async fn serve_once(listener: tokio::net::TcpListener, body: Vec<u8>) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut conn, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the client closed before sending a request");
+            head.extend_from_slice(&buf[..n]);
+        }
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        conn.write_all(answer.as_bytes()).await.unwrap();
+        conn.write_all(&body).await.unwrap();
+        conn.flush().await.unwrap();
+        String::from_utf8_lossy(&head).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_list_page_far_larger_than_the_read_buffer_arrives_whole_with_our_headers() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // A 1 MiB list page: 16 times the read buffer's cap.
+        let items: Vec<serde_json::Value> = (0..4096)
+            .map(|i| serde_json::json!({"metadata": {"name": format!("cm-{i:05}")}, "data": {"v": "x".repeat(240)}}))
+            .collect();
+        let page = serde_json::to_vec(&serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMapList", "metadata": {"resourceVersion": "7"}, "items": items
+        }))
+        .unwrap();
+        assert!(page.len() > 16 * READ_BUFFER_MAX, "{}", page.len());
+        let server = tokio::spawn(serve_once(listener, page));
+
+        let mut config = kube::Config::new(format!("http://{addr}").parse().unwrap());
+        config.auth_info.token = Some("t0ken".to_string().into());
+        let opts = ClientOptions {
+            user_agent: "protection-manager/test".into(),
+            ..Default::default()
+        };
+        let (client, _) = build_client(config, &opts).unwrap();
+        let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+            kube::Api::namespaced(client, "default");
+        let list = api.list(&Default::default()).await.unwrap();
+        assert_eq!(list.items.len(), 4096);
+        assert_eq!(list.items[4095].metadata.name.as_deref(), Some("cm-04095"));
+        let head = server.await.unwrap().to_ascii_lowercase();
+        assert!(
+            head.starts_with("get /api/v1/namespaces/default/configmaps"),
+            "{head}"
+        );
+        assert!(
+            head.contains("user-agent: protection-manager/test"),
+            "{head}"
+        );
+        assert!(head.contains("authorization: bearer t0ken"), "{head}");
     }
 }
