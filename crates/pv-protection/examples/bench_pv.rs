@@ -19,7 +19,8 @@
 //! [--pods N]` (F scales every count, default 1.0; N sets the number of
 //! pods, default 20,000 × F). Each figure with a goal (issue 11) prints it
 //! beside the figure with `ok` or `MISSED`: the back-fill at ≥ 0.8 of
-//! kube-sim's own patch throughput, every used claim held while its pods
+//! kube-sim's own patch throughput (judged on the cost-modelled run, which
+//! stands for a real API server), every used claim held while its pods
 //! exist, and peak RSS ≤ 64 MiB at 10k PVs + 10k PVCs + 20k pods
 //! (`--scale 1`) or ≤ 24 MiB at 2k + 2k + 2k (`--scale 0.2 --pods 2000`). The manager binary is
 //! `$PROTECTION_MANAGER_BIN`, else `protection-manager` next to this example's
@@ -583,6 +584,7 @@ async fn run() -> Result<()> {
     let cost_model = test_support::bench::arg_value("--cost-model")?
         .map(|m| kube_sim::cost::CostSpec::load(&m).map_err(anyhow::Error::msg))
         .transpose()?;
+    let modelled = cost_model.is_some();
     match test_support::bench::arg_value("--cost-model")? {
         Some(m) => println!("kube-sim with cost model {m:?} (a real API server's service times)"),
         None => println!("kube-sim without a cost model (writes in microseconds)"),
@@ -676,7 +678,15 @@ async fn run() -> Result<()> {
     println!(
         "  vs kube-sim patch throughput ({throughput:.0}/s at concurrency {calib_c}): {:.2} of it (adding phase), {whole:.2} (whole back-fill) {}",
         rate / throughput,
-        at_least((whole * 100.0).round() / 100.0, BACKFILL_GOAL, "")
+        if modelled {
+            at_least((whole * 100.0).round() / 100.0, BACKFILL_GOAL, "")
+        } else {
+            // Goal 4 predicts a real API server, where the server's own
+            // latency sets the pace; here kube-sim answers in microseconds
+            // and the two processes share the machine's CPU, so the ratio
+            // measures CPU shares, not the manager's pacing.
+            format!("(goal ≥ {BACKFILL_GOAL} is judged on the cost-modelled run)")
+        }
     );
     println!(
         "  requests: {backfill_requests} = {:.3} per object",
