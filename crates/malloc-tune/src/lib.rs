@@ -23,8 +23,9 @@
 //! Each setting is skipped when its environment variable
 //! (`MALLOC_ARENA_MAX`, `MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`) or
 //! its `GLIBC_TUNABLES` entry (`glibc.malloc.arena_max`, `…mmap_threshold`,
-//! `…trim_threshold`) is set: what the operator sets wins. Called first in
-//! `main`, before any thread starts (the manager's `main` does). Other C libraries and platforms: nothing.
+//! `…trim_threshold`) is set: what the operator sets wins. [`tune`] belongs
+//! first in `main`, before any thread starts (the manager's `main` does so).
+//! With another C library, or on another platform, it does nothing.
 
 /// The settings applied: `(mallopt parameter, value, environment variable,
 /// GLIBC_TUNABLES name)`.
