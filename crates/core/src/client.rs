@@ -515,6 +515,7 @@ mod tests {
         };
         assert!(matches!(e, ClientError::RateLimit(_)), "{e}");
     }
+
     /// Serves one HTTP/1.1 connection: reads a request (headers only) and
     /// answers `body`, then returns the request's head.
     async fn serve_once(listener: tokio::net::TcpListener, body: Vec<u8>) -> String {
