@@ -156,6 +156,20 @@ async fn delete_pod(c: &kube::Client, name: &str) {
         .expect("delete pod");
 }
 
+async fn delete_secret(c: &kube::Client, name: &str) {
+    Api::<Secret>::namespaced(c.clone(), "default")
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("delete secret");
+}
+
+/// Whether Secret `name` exists and carries the rule's finalizer.
+async fn protected(c: &kube::Client, name: &str) -> bool {
+    finalizers(c, name)
+        .await
+        .is_some_and(|f| f.contains(&FIN.to_string()))
+}
+
 async fn finalizers(c: &kube::Client, name: &str) -> Option<Vec<String>> {
     Api::<Secret>::namespaced(c.clone(), "default")
         .get_opt(name)
@@ -217,18 +231,12 @@ async fn a_secret_mounted_by_a_running_pod_survives_delete_until_the_pod_is_gone
     // Every Secret gets the finalizer (the add phase is on).
     for s in ["mounted", "env", "pull", "projected", "unused"] {
         until(WAIT, &format!("{s} carries {FIN}"), async || {
-            finalizers(c, s)
-                .await
-                .is_some_and(|f| f.contains(&FIN.to_string()))
+            protected(c, s).await
         })
         .await;
     }
-    let secrets = Api::<Secret>::namespaced(c.clone(), "default");
     for s in ["mounted", "env", "pull", "projected", "unused"] {
-        secrets
-            .delete(s, &DeleteParams::default())
-            .await
-            .expect("delete");
+        delete_secret(c, s).await;
     }
     // The unused one goes; the four the pod uses stay.
     until(WAIT, "the unused secret is gone", async || {
@@ -289,12 +297,7 @@ async fn deleting_the_pod_releases_and_deleting_the_rule_leaves_no_finalizer() {
     )
     .await;
     until(WAIT, "a and b carry the finalizer", async || {
-        finalizers(c, "a")
-            .await
-            .is_some_and(|f| f.contains(&FIN.to_string()))
-            && finalizers(c, "b")
-                .await
-                .is_some_and(|f| f.contains(&FIN.to_string()))
+        protected(c, "a").await && protected(c, "b").await
     })
     .await;
     until(
@@ -308,11 +311,7 @@ async fn deleting_the_pod_releases_and_deleting_the_rule_leaves_no_finalizer() {
         },
     )
     .await;
-    let secrets = Api::<Secret>::namespaced(c.clone(), "default");
-    secrets
-        .delete("a", &DeleteParams::default())
-        .await
-        .expect("delete");
+    delete_secret(c, "a").await;
     until(WAIT, "a is held", async || {
         status(c, "r").await["heldNow"] == json!(1)
     })
@@ -356,10 +355,7 @@ async fn an_audit_rule_holds_nothing_and_reports_what_it_would_hold() {
     })
     .await;
     assert_eq!(finalizers(c, "s").await, Some(vec![]));
-    Api::<Secret>::namespaced(c.clone(), "default")
-        .delete("s", &DeleteParams::default())
-        .await
-        .expect("delete");
+    delete_secret(c, "s").await;
     assert_eq!(finalizers(c, "s").await, None, "nothing held");
     let notes = eventually(WAIT, "a WouldHold event", async || {
         let e = events_for(c, "s", "WouldHold").await;
@@ -500,22 +496,15 @@ async fn updating_a_rule_keeps_holding_through_the_switch_and_applies_the_new_sp
     .await;
     until(WAIT, "both carry the finalizer", async || {
         for s in ["mounted", "pull"] {
-            if !finalizers(c, s)
-                .await
-                .is_some_and(|f| f.contains(&FIN.to_string()))
-            {
+            if !protected(c, s).await {
                 return false;
             }
         }
         true
     })
     .await;
-    let secrets = Api::<Secret>::namespaced(c.clone(), "default");
     for s in ["mounted", "pull"] {
-        secrets
-            .delete(s, &DeleteParams::default())
-            .await
-            .expect("delete");
+        delete_secret(c, s).await;
     }
     until(WAIT, "both are held", async || {
         status(c, "r").await["heldNow"] == json!(2)
@@ -592,15 +581,10 @@ async fn explain_names_the_rule_and_the_users_holding_a_secret() {
         .await;
     }
     until(WAIT, "db carries the finalizer", async || {
-        finalizers(c, "db")
-            .await
-            .is_some_and(|f| f.contains(&FIN.to_string()))
+        protected(c, "db").await
     })
     .await;
-    Api::<Secret>::namespaced(c.clone(), "default")
-        .delete("db", &DeleteParams::default())
-        .await
-        .expect("delete");
+    delete_secret(c, "db").await;
     let e = protection_rules::explain::explain(c, "secret", Some("default"), "db")
         .await
         .expect("explain")
@@ -621,10 +605,7 @@ async fn explain_names_the_rule_and_the_users_holding_a_secret() {
             .is_none()
     );
     for p in ["api", "worker"] {
-        Api::<Pod>::namespaced(c.clone(), "default")
-            .delete(p, &DeleteParams::default())
-            .await
-            .expect("delete pod");
+        delete_pod(c, p).await;
     }
     until(WAIT, "db is gone", async || {
         finalizers(c, "db").await.is_none()
@@ -702,11 +683,7 @@ async fn a_rule_the_manager_lacks_rights_for_is_refused_until_they_are_granted()
     until(
         Duration::from_secs(60),
         "the rule runs once the right is granted",
-        async || {
-            finalizers(c, "mounted")
-                .await
-                .is_some_and(|f| f.contains(&FIN.to_string()))
-        },
+        async || protected(c, "mounted").await,
     )
     .await;
     until(WAIT, "the rule is Ready", async || {
@@ -742,15 +719,10 @@ async fn a_user_whose_reference_fails_holds_its_namespace_and_says_why() {
     )
     .await;
     until(WAIT, "unused carries the finalizer", async || {
-        finalizers(c, "unused")
-            .await
-            .is_some_and(|f| f.contains(&FIN.to_string()))
+        protected(c, "unused").await
     })
     .await;
-    Api::<Secret>::namespaced(c.clone(), "default")
-        .delete("unused", &DeleteParams::default())
-        .await
-        .expect("delete");
+    delete_secret(c, "unused").await;
     let held = eventually(WAIT, "a FinalizerHeld event", async || {
         let e = events_for(c, "unused", "FinalizerHeld").await;
         (!e.is_empty()).then_some(e)
@@ -801,7 +773,7 @@ async fn many_deletions_released_together_keep_every_secret_whose_pod_remains() 
         .await;
     }
     let secrets = Api::<Secret>::namespaced(c.clone(), "default");
-    let protected = async || {
+    let protected_count = async || {
         secrets
             .list(&ListParams::default())
             .await
@@ -812,25 +784,19 @@ async fn many_deletions_released_together_keep_every_secret_whose_pod_remains() 
             .count()
     };
     until(WAIT, "every Secret carries the finalizer", async || {
-        protected().await == n
+        protected_count().await == n
     })
     .await;
     for i in 0..n {
-        secrets
-            .delete(&format!("s{i}"), &DeleteParams::default())
-            .await
-            .expect("delete secret");
+        delete_secret(c, &format!("s{i}")).await;
     }
     until(WAIT, "all held", async || {
         status(c, "r").await["heldNow"] == json!(n)
     })
     .await;
-    let pods = Api::<Pod>::namespaced(c.clone(), "default");
     // First wave: the even pods.
     for i in (0..n).step_by(2) {
-        pods.delete(&format!("p{i}"), &DeleteParams::default())
-            .await
-            .expect("delete pod");
+        delete_pod(c, &format!("p{i}")).await;
     }
     until(WAIT, "the even Secrets are gone", async || {
         let mut all = true;
@@ -847,9 +813,7 @@ async fn many_deletions_released_together_keep_every_secret_whose_pod_remains() 
         );
     }
     for i in (1..n).step_by(2) {
-        pods.delete(&format!("p{i}"), &DeleteParams::default())
-            .await
-            .expect("delete pod");
+        delete_pod(c, &format!("p{i}")).await;
     }
     until(WAIT, "every Secret is gone", async || {
         secrets
