@@ -317,7 +317,10 @@ fn applies_to(subjects: &Value, user: &str, groups: &[String], binding_ns: &str)
                     n => n,
                 };
                 if user == format!("system:serviceaccount:{ns}:{name}") {
-                    return Some(format!("ServiceAccount \"{ns}/{name}\""));
+                    // describeSubject (rbac/validation/rule.go) writes a
+                    // ServiceAccount as "name/namespace", the reverse of the
+                    // usual order; the reason text is a real server's.
+                    return Some(format!("ServiceAccount \"{name}/{ns}\""));
                 }
             }
             _ => {}
@@ -411,14 +414,16 @@ fn rbac_allows(
             .iter()
             .any(|rule| rule_allows(rule, attrs))
         {
+            // clusterRoleBindingDescriber / roleBindingDescriber: a
+            // RoleBinding is named "name/namespace".
             let name = b["metadata"]["name"].as_str().unwrap_or("");
-            let at = if binding_ns.is_empty() {
-                String::new()
+            let name = if binding_ns.is_empty() {
+                name.to_string()
             } else {
-                format!(" in namespace {binding_ns:?}")
+                format!("{name}/{binding_ns}")
             };
             return Some(format!(
-                "RBAC: allowed by {kind} {name:?} of {} {:?} to {subject}{at}",
+                "RBAC: allowed by {kind} {name:?} of {} {:?} to {subject}",
                 s(role_ref, "kind"),
                 s(role_ref, "name")
             ));

@@ -166,9 +166,10 @@ async fn subject_access_review_evaluates_rbac() {
         .await
         .expect("review");
     assert!(allowed);
+    // describeSubject writes a ServiceAccount "name/namespace".
     assert_eq!(
         reason,
-        "RBAC: allowed by ClusterRoleBinding \"metrics-reader\" of ClusterRole \"metrics-reader\" to ServiceAccount \"monitoring/prometheus\""
+        "RBAC: allowed by ClusterRoleBinding \"metrics-reader\" of ClusterRole \"metrics-reader\" to ServiceAccount \"prometheus/monitoring\""
     );
     // Another verb, another path, another account: denied.
     let mut post = metrics_review(prometheus, &sa_groups);
@@ -233,11 +234,15 @@ async fn subject_access_review_evaluates_rbac() {
         },
         ..Default::default()
     };
-    assert!(
-        review(&admin, &resource("shop", "web"))
-            .await
-            .expect("review")
-            .0
+    // The reason names a RoleBinding "name/namespace", as upstream's
+    // roleBindingDescriber does.
+    let (allowed, reason) = review(&admin, &resource("shop", "web"))
+        .await
+        .expect("review");
+    assert!(allowed);
+    assert_eq!(
+        reason,
+        "RBAC: allowed by RoleBinding \"status-writer/shop\" of Role \"status-writer\" to User \"alice\""
     );
     assert!(
         !review(&admin, &resource("shop", "api"))
