@@ -30,11 +30,11 @@ $(TOOLS_BIN)/helm4 $(TOOLS_BIN)/helm3 $(TOOLS_BIN)/kubectl: hack/install-tools.s
 build:
 	$(CARGO) build --workspace --all-targets
 
-test: tools fmt-check
+test: tools fmt-check go-check real-k8s
 	$(CARGO) test --workspace --all-targets --no-fail-fast
 	$(CARGO) test --workspace --doc
 
-lint: fmt-check clippy
+lint: fmt-check clippy go-check
 
 fmt:
 	$(CARGO) fmt --all
@@ -48,6 +48,20 @@ clippy:
 clean:
 	$(CARGO) clean
 	rm -rf $(TOOLS_DIR)
+
+# --- The real control plane (hack/real-k8s, crates/control-plane) ------------
+# kube-apiserver, kube-controller-manager and kube-scheduler v1.36.3 and etcd
+# 3.6.8, built with Go from the k8s.io/kubernetes module into
+# $${XDG_CACHE_HOME:-$$HOME/.cache}/protection-manager/k8s-v1.36.3/bin (outside
+# the clone; a second run builds nothing). Tests build them on first use too.
+.PHONY: real-k8s go-check
+real-k8s:
+	./hack/real-k8s/build.sh
+
+# gofmt and go vet for the Go module of the test bed.
+go-check:
+	@out="$$(gofmt -l hack/real-k8s)"; if [ -n "$$out" ]; then echo "gofmt: not formatted: $$out" >&2; exit 1; fi
+	cd hack/real-k8s && GOTOOLCHAIN=local go vet ./...
 
 # --- Property tests at length ---------------------------------------------------
 # `make test` runs every property test with proptest's default 256 cases;
