@@ -56,7 +56,9 @@ pub enum Error {
     },
     #[error("{name}: {message}")]
     Process { name: String, message: String },
-    #[error("{name} did not become ready within {after:?}: {why}\n--- last lines of {log} ---\n{tail}")]
+    #[error(
+        "{name} did not become ready within {after:?}: {why}\n--- last lines of {log} ---\n{tail}"
+    )]
     NotReady {
         name: String,
         after: Duration,
@@ -141,9 +143,8 @@ impl Config {
             kube_api_burst: None,
             extra_args: Vec::new(),
         });
-        self.disable_admission_plugins.retain(|p| {
-            p != "ServiceAccount" && p != "StorageObjectInUseProtection"
-        });
+        self.disable_admission_plugins
+            .retain(|p| p != "ServiceAccount" && p != "StorageObjectInUseProtection");
         self
     }
 
@@ -283,6 +284,12 @@ impl ControlPlane {
         let sa_key = write("sa.key", &pki.sa_key_pem)?;
         let sa_pub = write("sa.pub", &pki.sa_public_pem)?;
         let audit_policy = write("audit-policy.yaml", audit::POLICY)?;
+        // The aggregation layer's front proxy, as kubeadm sets it up: the
+        // API server publishes this CA in kube-system's
+        // extension-apiserver-authentication, which KCM and the scheduler read.
+        let proxy = pki.client("front-proxy-client", &[])?;
+        let proxy_crt = write("front-proxy-client.crt", &proxy.cert_pem)?;
+        let proxy_key = write("front-proxy-client.key", &proxy.key_pem)?;
         let s = |p: &Path| p.display().to_string();
 
         let mut ports = HashMap::new();
@@ -309,14 +316,12 @@ impl ControlPlane {
             },
             dir: dir.clone(),
         };
-        std::fs::write(
-            &cp.kubeconfig,
-            cp.kubeconfig_yaml("admin", &cp.admin, None),
-        )
-        .map_err(|source| Error::Io {
-            path: cp.kubeconfig.clone(),
-            source,
-        })?;
+        std::fs::write(&cp.kubeconfig, cp.kubeconfig_yaml("admin", &cp.admin, None)).map_err(
+            |source| Error::Io {
+                path: cp.kubeconfig.clone(),
+                source,
+            },
+        )?;
 
         // etcd
         let t = Instant::now();
@@ -372,6 +377,17 @@ impl ControlPlane {
             "--audit-log-mode=blocking".into(),
             "--audit-log-maxsize=0".into(),
             "--allow-privileged=true".into(),
+            format!("--requestheader-client-ca-file={}", s(&ca_crt)),
+            "--requestheader-allowed-names=front-proxy-client".into(),
+            "--requestheader-username-headers=X-Remote-User".into(),
+            "--requestheader-group-headers=X-Remote-Group".into(),
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-".into(),
+            format!("--proxy-client-cert-file={}", s(&proxy_crt)),
+            format!("--proxy-client-key-file={}", s(&proxy_key)),
+            // The `kubernetes` Service cannot have a loopback endpoint
+            // (Endpoints validation refuses 127.0.0.0/8); pods of the process
+            // kubelet reach the server at its loopback address directly.
+            "--endpoint-reconciler-type=none".into(),
             format!("--cert-dir={}", s(&dir.join("apiserver-certs"))),
             "--profiling=false".into(),
         ];
@@ -388,7 +404,10 @@ impl ControlPlane {
             ));
         }
         if !config.feature_gates.is_empty() {
-            args.push(format!("--feature-gates={}", config.feature_gates.join(",")));
+            args.push(format!(
+                "--feature-gates={}",
+                config.feature_gates.join(",")
+            ));
         }
         if !config.runtime_config.is_empty() {
             args.push(format!(
@@ -518,9 +537,13 @@ impl ControlPlane {
             .entry(name.to_string())
             .or_default()
             .clone();
-        cell.get_or_try_init(|| async { ControlPlane::start(config().named(name)).await.map(Arc::new) })
-            .await
-            .cloned()
+        cell.get_or_try_init(|| async {
+            ControlPlane::start(config().named(name))
+                .await
+                .map(Arc::new)
+        })
+        .await
+        .cloned()
     }
 
     /// The API server's URL (`https://127.0.0.1:PORT`).

@@ -148,8 +148,20 @@ async fn etcd_restarts_keep_the_data_and_a_stalled_apiserver_answers_after_sigco
 
     cp.signal(Component::ApiServer, Signal::SIGSTOP)
         .unwrap_or_else(|e| panic!("{e}"));
+    // kill(2) returns before every thread has stopped: wait for the state.
+    let pid = cp.pid(Component::ApiServer).unwrap_or_default();
+    for _ in 0..100 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.split_whitespace().nth(2) == Some("T") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let stalled = tokio::time::timeout(Duration::from_millis(500), cms.get_opt("kept")).await;
-    assert!(stalled.is_err(), "a stopped API server answered");
+    assert!(
+        stalled.is_err(),
+        "a stopped API server answered: {stalled:?}"
+    );
     cp.signal(Component::ApiServer, Signal::SIGCONT)
         .unwrap_or_else(|e| panic!("{e}"));
     let back = tokio::time::timeout(Duration::from_secs(30), cms.get_opt("kept"))
