@@ -11,14 +11,6 @@
 //! * [`release_guard`]: the release record that refuses an unsafe downgrade.
 //! * [`names`]: validation of the object names a flag can carry.
 
-// The controller runtime these modules build on, under the paths they had
-// when they lived in protection-core.
-#[cfg(test)]
-use protection_core::release;
-use protection_core::{
-    controllers, duration, errors, events, featuregate, metrics, redact, runtime, version,
-};
-
 pub mod admin;
 pub mod client;
 pub mod client_metrics;
