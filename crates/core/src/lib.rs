@@ -31,9 +31,7 @@ pub use controllers::{
     FinalizedResource, FinalizerNames, PolicyRule, ReadySignal,
 };
 pub use featuregate::FeatureGates;
-pub use finalizer::{
-    FinalizerError, FinalizerPatch, FinalizerProfile, Outcome, PatchStyle, PhasedFinalizer,
-};
+pub use finalizer::{FinalizerError, FinalizerPatch, FinalizerProfile, Outcome, PhasedFinalizer};
 pub use metrics::{ControllerMetrics, Metrics};
 pub use version::Version;
 
