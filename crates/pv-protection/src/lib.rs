@@ -40,7 +40,6 @@
 //! object is in use (naming the pods and their nodes, or the bound claim) and
 //! `FinalizerReleased` when a held deletion is released.
 
-pub mod batch;
 pub mod explain;
 pub mod index;
 pub mod objects;
