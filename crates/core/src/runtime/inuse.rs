@@ -180,6 +180,13 @@ pub trait Rule: Send + Sync + Sized + 'static {
     fn held_note(&self, obj: &Self::Object, users: &[Self::Use]) -> String;
     /// The note of the event that says a held deletion was released.
     fn released_note(&self, obj: &Self::Object, finalizer: &str) -> String;
+    /// Whether a deletion that finds no user in the cache is confirmed by a
+    /// live round. False for a rule whose object itself says whether it is
+    /// in use (pv-protection: `status.phase`): the object just read is the
+    /// answer, and nothing is listed.
+    fn confirms_live(&self) -> bool {
+        true
+    }
     /// Whether the add phase may write before the users index synced
     /// (adding never reads it); true unless the rule says otherwise.
     fn wait_for_users_before_adding(&self) -> bool {
@@ -619,7 +626,8 @@ async fn reconcile<R: Rule>(
     }
     let f = engine.executor.finalizer();
     let cached = engine.cached_users(&obj);
-    let plan = decide(obj.meta(), f.name(), f.add_enabled(), &cached, None);
+    let live = (!engine.rule.confirms_live()).then_some(&[][..]);
+    let plan = decide(obj.meta(), f.name(), f.add_enabled(), &cached, live);
     tracing::debug!(?plan, "decided from the cache");
     if plan == Plan::ConfirmLive {
         // No user in the cache: the scope's confirmer decides, from a live
