@@ -93,27 +93,23 @@ impl UsersIndex {
 
     /// A PVC was added or updated: the classes it no longer names.
     pub fn apply_pvc(&mut self, pvc: &PvcRefs) -> BTreeSet<String> {
-        self.0
-            .apply(UserKey(UserKind::Pvc, pvc_key(pvc)), pvc.classes())
+        Feed::apply(self, pvc)
     }
 
     /// A PV was added or updated: the classes it no longer names.
     pub fn apply_pv(&mut self, pv: &PvRefs) -> BTreeSet<String> {
-        self.0
-            .apply(UserKey(UserKind::Pv, pv_key(pv)), pv.classes())
+        Feed::apply(self, pv)
     }
 
     /// A PVC was deleted: every class it named (upstream `pvcDeleted` uses
     /// the deleted object's fields; so do we, and the index's too).
     pub fn delete_pvc(&mut self, pvc: &PvcRefs) -> BTreeSet<String> {
-        self.0
-            .delete(UserKey(UserKind::Pvc, pvc_key(pvc)), pvc.classes())
+        Feed::delete(self, pvc)
     }
 
     /// A PV was deleted: every class it named.
     pub fn delete_pv(&mut self, pv: &PvRefs) -> BTreeSet<String> {
-        self.0
-            .delete(UserKey(UserKind::Pv, pv_key(pv)), pv.classes())
+        Feed::delete(self, pv)
     }
 
     /// A re-list of `kind` starts: what it does not list again is gone.
@@ -128,36 +124,46 @@ impl UsersIndex {
     }
 }
 
-impl Feed<PvcRefs> for UsersIndex {
-    fn apply(&mut self, pvc: &PvcRefs) -> BTreeSet<String> {
-        self.apply_pvc(pvc)
+/// A PVC or PV as the index takes it: its kind, its key and the classes it
+/// names.
+pub trait Refs {
+    const KIND: UserKind;
+    fn key(&self) -> String;
+    fn classes(&self) -> Vec<(String, Field)>;
+}
+
+impl Refs for PvcRefs {
+    const KIND: UserKind = UserKind::Pvc;
+    fn key(&self) -> String {
+        pvc_key(self)
     }
-    fn delete(&mut self, pvc: &PvcRefs) -> BTreeSet<String> {
-        self.delete_pvc(pvc)
-    }
-    fn begin_reset(&mut self) {
-        self.begin_relist(UserKind::Pvc);
-    }
-    fn finish_reset(&mut self) -> BTreeSet<String> {
-        self.finish_relist(UserKind::Pvc)
-    }
-    fn len(&self) -> usize {
-        self.0.len()
+    fn classes(&self) -> Vec<(String, Field)> {
+        PvcRefs::classes(self)
     }
 }
 
-impl Feed<PvRefs> for UsersIndex {
-    fn apply(&mut self, pv: &PvRefs) -> BTreeSet<String> {
-        self.apply_pv(pv)
+impl Refs for PvRefs {
+    const KIND: UserKind = UserKind::Pv;
+    fn key(&self) -> String {
+        pv_key(self)
     }
-    fn delete(&mut self, pv: &PvRefs) -> BTreeSet<String> {
-        self.delete_pv(pv)
+    fn classes(&self) -> Vec<(String, Field)> {
+        PvRefs::classes(self)
+    }
+}
+
+impl<T: Refs> Feed<T> for UsersIndex {
+    fn apply(&mut self, user: &T) -> BTreeSet<String> {
+        self.0.apply(UserKey(T::KIND, user.key()), user.classes())
+    }
+    fn delete(&mut self, user: &T) -> BTreeSet<String> {
+        self.0.delete(UserKey(T::KIND, user.key()), user.classes())
     }
     fn begin_reset(&mut self) {
-        self.begin_relist(UserKind::Pv);
+        self.begin_relist(T::KIND);
     }
     fn finish_reset(&mut self) -> BTreeSet<String> {
-        self.finish_relist(UserKind::Pv)
+        self.finish_relist(T::KIND)
     }
     fn len(&self) -> usize {
         self.0.len()
