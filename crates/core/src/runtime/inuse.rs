@@ -187,11 +187,6 @@ pub trait Rule: Send + Sync + Sized + 'static {
     fn confirms_live(&self) -> bool {
         true
     }
-    /// Whether the add phase may write before the users index synced
-    /// (adding never reads it); true unless the rule says otherwise.
-    fn wait_for_users_before_adding(&self) -> bool {
-        false
-    }
 }
 
 /// How one user watch feeds the index: each verb returns the store keys of
@@ -607,7 +602,7 @@ async fn reconcile<R: Rule>(
     // protected objects are listed, while the (larger) user lists still
     // load, and a deletion still waits for the whole index before anything
     // may release it.
-    if is_deleting(obj.meta()) || engine.rule.wait_for_users_before_adding() {
+    if is_deleting(obj.meta()) {
         tokio::select! {
             _ = engine.shutdown.cancelled() => {
                 timer.finish(true);
