@@ -359,10 +359,16 @@ fn injected_error(
 /// `fieldManager` or, like upstream's prefixFromUserAgent, the user agent up
 /// to the first '/'.
 fn field_manager(q: &Query, ua: &str) -> String {
-    if let Some(m) = q.get("fieldManager") {
-        return m.to_string();
+    let m = match q.get("fieldManager") {
+        Some(m) if !m.is_empty() => m.to_string(),
+        _ => crate::patch::manager_from_user_agent(ua),
+    };
+    // buildManagerInfo: a manager without a name is "unknown".
+    if m.is_empty() {
+        "unknown".to_string()
+    } else {
+        m
     }
-    crate::patch::manager_from_user_agent(ua)
 }
 
 async fn non_resource(
@@ -746,6 +752,7 @@ async fn resource_request(
             let opts = write_options(&q, manager)?;
             let (ct, body) = read_body(req).await?;
             let obj = decode_object(ct.as_deref(), &body)?;
+            decodes_as(def, &obj)?;
             let warnings = field_validation(def, &q, &obj, store.custom(rid).as_deref())?;
             let s = store.create(rid, &ns, obj, &opts)?;
             // Like the audit log's objectRef, name the created object.
@@ -765,6 +772,7 @@ async fn resource_request(
             let opts = write_options(&q, manager)?;
             let (ct, body) = read_body(req).await?;
             let obj = decode_object(ct.as_deref(), &body)?;
+            decodes_as(def, &obj)?;
             let warnings = field_validation(def, &q, &obj, store.custom(rid).as_deref())?;
             let (s, created) = store.update(rid, &ns, &name, sub, obj, &opts)?;
             Ok(with_warnings(
@@ -962,6 +970,21 @@ async fn bind_pod(
         201,
         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
     ))
+}
+
+/// Decoding a create or update body into the kind's Go type: a value an
+/// integer field cannot hold is upstream's 400 (`Lease in version "v1"
+/// cannot be handled as a Lease: json: cannot unmarshal number 2147483648
+/// into Go struct field LeaseSpec.spec.leaseDurationSeconds of type int32`).
+fn decodes_as(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
+    match openapi::schema::integer_decode_error(def.group, def.version, def.kind, obj) {
+        None => Ok(()),
+        Some(e) => Err(ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: {e}",
+            kind = def.kind,
+            version = def.version
+        ))),
+    }
 }
 
 /// `fieldValidation` for create/update: unknown fields are an error under

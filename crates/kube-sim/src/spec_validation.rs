@@ -104,6 +104,7 @@ pub fn validate_create(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let spec = obj.get("spec");
     match (def.group, def.resource) {
+        ("coordination.k8s.io", "leases") => lease_spec(obj, &mut errs),
         ("", "pods") => containers(spec, "spec", &mut errs),
         ("", "persistentvolumeclaims") => {
             if is_empty(spec.and_then(|s| s.get("accessModes"))) {
@@ -217,6 +218,7 @@ fn data_size(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
 pub fn validate_update(def: &ResourceDef, new: &Value, old: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     match (def.group, def.resource) {
+        ("coordination.k8s.io", "leases") => lease_spec(new, &mut errs),
         ("", "persistentvolumeclaims") => pvc_update(new, old, &mut errs),
         ("", "services") => {
             let lb =
@@ -238,6 +240,120 @@ pub fn validate_update(def: &ResourceDef, new: &Value, old: &Value) -> Vec<Field
         _ => {}
     }
     errs.extend(data_size(def, new));
+    errs
+}
+
+/// `ValidateLeaseSpec` (pkg/apis/coordination/validation): a positive
+/// duration, a non-negative transition count. (The strategy and
+/// preferredHolder fields of CoordinatedLeaderElection are not checked.)
+fn lease_spec(obj: &Value, errs: &mut Vec<FieldError>) {
+    if let Some(d) = obj
+        .pointer("/spec/leaseDurationSeconds")
+        .and_then(Value::as_i64)
+        && d <= 0
+    {
+        errs.push(FieldError::invalid(
+            "spec.leaseDurationSeconds",
+            json!(d),
+            "must be greater than 0",
+        ));
+    }
+    if let Some(t) = obj
+        .pointer("/spec/leaseTransitions")
+        .and_then(Value::as_i64)
+        && t < 0
+    {
+        errs.push(FieldError::invalid(
+            "spec.leaseTransitions",
+            json!(t),
+            "must be greater than or equal to 0",
+        ));
+    }
+}
+
+/// Validation of a `/status` write beyond the metadata
+/// (`ValidateServiceStatusUpdate` → `ValidateLoadBalancerStatus`, with the
+/// StrictIPCIDRValidation gate on as in 1.36).
+pub fn validate_status_update(def: &ResourceDef, new: &Value, old: &Value) -> Vec<FieldError> {
+    if !(def.group.is_empty() && def.resource == "services") {
+        return Vec::new();
+    }
+    load_balancer_status(new, old)
+}
+
+fn load_balancer_status(new: &Value, old: &Value) -> Vec<FieldError> {
+    const PATH: &str = "status.loadBalancer.ingress";
+    let ingress = new
+        .pointer("/status/loadBalancer/ingress")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let lb = new.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer");
+    if !lb && !ingress.is_empty() {
+        return vec![FieldError::forbidden(
+            PATH,
+            "may only be used when `spec.type` is 'LoadBalancer'",
+        )];
+    }
+    let old_ips: Vec<&str> = old
+        .pointer("/status/loadBalancer/ingress")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|i| i.get("ip").and_then(Value::as_str))
+                .filter(|ip| !ip.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut errs = Vec::new();
+    for (i, ing) in ingress.iter().enumerate() {
+        let path = format!("{PATH}[{i}]");
+        let ip = ing.get("ip").and_then(Value::as_str).unwrap_or_default();
+        if !ip.is_empty() {
+            for m in crate::netaddr::valid_ip_for_legacy_field(ip, &old_ips) {
+                errs.push(FieldError::invalid(&format!("{path}.ip"), json!(ip), m));
+            }
+        }
+        match ing.get("ipMode").filter(|m| !m.is_null()) {
+            None if !ip.is_empty() => errs.push(required(
+                &format!("{path}.ipMode"),
+                "must be specified when `ip` is set",
+            )),
+            None => {}
+            Some(_) if ip.is_empty() => errs.push(FieldError::forbidden(
+                &format!("{path}.ipMode"),
+                "may not be specified when `ip` is not set",
+            )),
+            Some(mode) if !matches!(mode.as_str(), Some("Proxy" | "VIP")) => {
+                errs.push(FieldError::not_supported(
+                    &format!("{path}.ipMode"),
+                    mode.clone(),
+                    &["Proxy", "VIP"],
+                ))
+            }
+            Some(_) => {}
+        }
+        let host = ing
+            .get("hostname")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !host.is_empty() {
+            for m in crate::validation::dns1123_subdomain(host) {
+                errs.push(FieldError::invalid(
+                    &format!("{path}.hostname"),
+                    json!(host),
+                    m,
+                ));
+            }
+            if crate::netaddr::parse_ip_sloppy(host).is_some() {
+                errs.push(FieldError::invalid(
+                    &format!("{path}.hostname"),
+                    json!(host),
+                    "must be a DNS name, not an IP address",
+                ));
+            }
+        }
+    }
     errs
 }
 
