@@ -134,6 +134,20 @@ vac-protection:
     - apiGroups: [""]
       resources: [persistentvolumeclaims, persistentvolumes]
       verbs: [list, watch]
+service-cidr-protection:
+  aliases: [service-cidr-controller]
+  enabledByDefault: true
+  since: "0.5"
+  rules:
+    - apiGroups: [networking.k8s.io]
+      resources: [servicecidrs]
+      verbs: [get, list, watch, patch]
+    - apiGroups: [networking.k8s.io]
+      resources: [servicecidrs/status]
+      verbs: [patch]
+    - apiGroups: [networking.k8s.io]
+      resources: [ipaddresses]
+      verbs: [list, watch]
 rules:
   aliases: []
   enabledByDefault: true
@@ -426,6 +440,7 @@ exactly one flag; `--flag=value` keeps each flag in one list item.
 {{- if or (has "pv-protection" $enabled) (has "pvc-protection" $enabled) }}
 {{- $args = append $args (printf "--storage-protection-resync-period=%v" $v.storageProtection.resyncPeriod) }}
 {{- end }}
+{{- $args = append $args (printf "--service-cidr-resync-period=%v" $v.serviceCIDRProtection.resyncPeriod) }}
 {{- if has "service-lb-cleanup" $enabled }}
 {{- $lb := $v.loadBalancer }}
 {{- $args = append $args (printf "--lb-class=%s" $lb.class) }}
@@ -472,6 +487,10 @@ VolumeAttributesClass:
   - {since: "0.4", default: false, locked: false}
   - {since: "0.5", default: true, locked: false}
   - {since: "0.6", default: true, locked: true}
+MultiCIDRServiceAllocator:
+  - {since: "0.5", default: false, locked: false}
+  - {since: "0.6", default: true, locked: false}
+  - {since: "0.7", default: true, locked: true}
 InUseProtectionRules:
   - {since: "0.4", default: false, locked: false}
 {{- end }}

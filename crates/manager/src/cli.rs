@@ -364,6 +364,12 @@ pub struct RunArgs {
     )]
     pub lb: lb_cleanup::Options,
 
+    #[command(
+        flatten,
+        next_help_heading = "ServiceCIDR protection (service-cidr-protection)"
+    )]
+    pub service_cidr: service_cidr_protection::Options,
+
     /// Serve /metrics on this address instead of the admin server (which then
     /// answers 404 there), over HTTPS with authentication unless
     /// --metrics-secure=false. Unset: /metrics stays on the admin server.

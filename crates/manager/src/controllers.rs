@@ -43,6 +43,13 @@ const CRATES: &[Crate] = &[
         },
     },
     Crate {
+        infos: service_cidr_protection::INFOS,
+        descriptors: |a| {
+            service_cidr_protection::descriptors(a.service_cidr.resync_period, a.finalizer_profile)
+                .context("ServiceCIDR protection settings")
+        },
+    },
+    Crate {
         infos: protection_rules::INFOS,
         descriptors: |_| Ok(protection_rules::descriptors()),
     },

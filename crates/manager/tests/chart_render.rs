@@ -166,6 +166,7 @@ fn default_values_render_exactly_these_args() {
                 "--release-record-name=pm-protection-manager-release",
                 "--shutdown-grace-period=15s",
                 "--storage-protection-resync-period=5m",
+                "--service-cidr-resync-period=5m",
                 "--lb-class=protection-manager.io/load-balancer",
                 "--lb-include-unclassed=false",
                 "--lb-resync-period=30s",

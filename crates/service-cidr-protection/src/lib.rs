@@ -93,6 +93,39 @@ pub const INFO: ControllerInfo = ControllerInfo {
 /// The controllers of this crate, as the manager knows them.
 pub const INFOS: &[&ControllerInfo] = &[&INFO];
 
+/// Default of `--service-cidr-resync-period`.
+pub const DEFAULT_RESYNC_PERIOD: std::time::Duration = std::time::Duration::from_secs(300);
+
+fn duration_arg(s: &str) -> Result<std::time::Duration, String> {
+    protection_core::duration::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// Flags of service-cidr-protection (flattened into `protection-manager
+/// run`).
+#[derive(Clone, Debug, clap::Args)]
+#[group(id = "service-cidr-protection")]
+pub struct Options {
+    /// How often service-cidr-protection re-checks every ServiceCIDR being
+    /// deleted with its finalizer (or lacking it, or its Ready condition),
+    /// as upstream's informer resync does. Re-checks read the caches. `0`
+    /// disables it.
+    #[arg(
+        id = "service_cidr_resync_period",
+        long = "service-cidr-resync-period",
+        default_value = "5m",
+        value_parser = duration_arg
+    )]
+    pub resync_period: std::time::Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            resync_period: DEFAULT_RESYNC_PERIOD,
+        }
+    }
+}
+
 /// Configuration errors.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
