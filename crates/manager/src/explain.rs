@@ -34,6 +34,9 @@ pub enum Kind {
     Pv,
     Service,
     Vac,
+    /// A kind a controller crate explains through its hook (the table's
+    /// `explain`), by its title.
+    Hooked(&'static str),
 }
 
 impl Kind {
@@ -43,9 +46,15 @@ impl Kind {
             "pv" | "pvs" | "persistentvolume" | "persistentvolumes" => Kind::Pv,
             "svc" | "service" | "services" => Kind::Service,
             "vac" | "vacs" | "volumeattributesclass" | "volumeattributesclasses" => Kind::Vac,
-            other => bail!(
-                "unknown kind {other:?}: explain understands pvc (persistentvolumeclaim), pv (persistentvolume), svc (service) and vac (volumeattributesclass)"
-            ),
+            other => match crate::controllers::explain_kind_named(other) {
+                Some(k) => Kind::Hooked(k.title),
+                None => bail!(
+                    "unknown kind {other:?}: explain understands pvc (persistentvolumeclaim), pv (persistentvolume), svc (service), vac (volumeattributesclass){}",
+                    crate::controllers::explain_kinds()
+                        .map(|k| format!(", {}", k.names[0]))
+                        .collect::<String>()
+                ),
+            },
         })
     }
 
@@ -55,6 +64,7 @@ impl Kind {
             Kind::Pv => "PersistentVolume",
             Kind::Service => "Service",
             Kind::Vac => "VolumeAttributesClass",
+            Kind::Hooked(title) => title,
         }
     }
 }
@@ -121,6 +131,11 @@ pub enum Holder {
     Releasable { controller: &'static str },
     /// A finalizer protection-manager does not own.
     Foreign(String),
+    /// What a controller's explain hook says holds the object (or would).
+    Said {
+        controller: &'static str,
+        line: String,
+    },
 }
 
 /// Everything `explain` prints, computed.
@@ -277,6 +292,7 @@ impl Report {
                     Holder::Foreign(f) => format!(
                         "held by finalizer {f}, which protection-manager does not own: the controller that added it must remove it."
                     ),
+                    Holder::Said { controller, line } => format!("held by {controller}: {line}"),
                 };
                 let _ = writeln!(out, "  Why:         {line}");
             }
@@ -297,6 +313,9 @@ impl Report {
                         "  If deleted:  vac-protection would hold it while {} refers to it.",
                         who.join(", ")
                     );
+                }
+                if let Holder::Said { controller, line } = h {
+                    let _ = writeln!(out, "  If deleted:  {controller} would hold it: {line}");
                 }
                 if let Holder::VolumeBound { claim: Some(c) } = h {
                     let _ = writeln!(
@@ -347,18 +366,19 @@ impl Report {
                     None => self.holders.push(Holder::Foreign(f.clone())),
                     Some(c) => {
                         let held = self.holders.iter().any(|h| {
-                            matches!(
-                                (c, h),
-                                (
-                                    "pvc-protection",
-                                    Holder::PodsUseClaim(_) | Holder::PodsUnreadable(_)
-                                ) | ("pv-protection", Holder::VolumeBound { .. })
-                                    | ("service-lb-cleanup", Holder::LoadBalancer(_))
-                                    | (
-                                        "vac-protection",
-                                        Holder::ClassInUse(_) | Holder::ClassUsersUnreadable(_)
-                                    )
-                            )
+                            matches!(h, Holder::Said { controller, .. } if *controller == c)
+                                || matches!(
+                                    (c, h),
+                                    (
+                                        "pvc-protection",
+                                        Holder::PodsUseClaim(_) | Holder::PodsUnreadable(_)
+                                    ) | ("pv-protection", Holder::VolumeBound { .. })
+                                        | ("service-lb-cleanup", Holder::LoadBalancer(_))
+                                        | (
+                                            "vac-protection",
+                                            Holder::ClassInUse(_) | Holder::ClassUsersUnreadable(_)
+                                        )
+                                )
                         });
                         if !held {
                             self.holders.push(Holder::Releasable { controller: c });
@@ -376,6 +396,11 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
     let client = client(&args.client).await?;
     let namespace = match kind {
         Kind::Pv | Kind::Vac => None,
+        Kind::Hooked(title)
+            if !crate::controllers::explain_kind(title).is_some_and(|k| k.namespaced) =>
+        {
+            None
+        }
         _ => Some(args.namespace.clone().unwrap_or_else(|| "default".into())),
     };
     let mut report = Report {
@@ -393,6 +418,25 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
     report.leader = leader(&client, args.lease_name.as_deref()).await;
     let ns = namespace.clone().unwrap_or_default();
     let meta: ObjectMeta = match kind {
+        Kind::Hooked(title) => {
+            let Some(hook) = crate::controllers::explain_kind(title) else {
+                bail!("no controller explains {title}");
+            };
+            let Some(e) = (hook.explain)(client.clone(), namespace.clone(), name.clone())
+                .await
+                .with_context(|| format!("explaining {title} {name}"))?
+            else {
+                return Ok(report);
+            };
+            report.facts.extend(e.facts);
+            report
+                .holders
+                .extend(e.held.into_iter().map(|line| Holder::Said {
+                    controller: hook.controller,
+                    line,
+                }));
+            e.meta
+        }
         Kind::Pvc => {
             let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
             let Some(pvc) = api

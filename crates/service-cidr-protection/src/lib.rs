@@ -18,6 +18,7 @@
 
 pub mod cidr;
 pub mod controller;
+pub mod explain;
 pub mod index;
 
 use protection_core::featuregate::{FeatureSpec, Stage};
