@@ -568,7 +568,7 @@ mod tests {
             "protection_manager_terminating_objects{controller=\"pvc-protection\"} 0",
             "protection_manager_terminating_oldest_age_seconds{controller=\"pvc-protection\"} 0",
             "protection_manager_leader 1",
-            "protection_manager_build_info{emulated_version=\"0.4\",version=\"0.3\"} 1",
+            "protection_manager_build_info{emulated_version=\"0.5\",version=\"0.3\"} 1",
             "protection_manager_feature_enabled{name=\"ServiceLoadBalancerFinalizer\",stage=\"GA\"} 1",
             "# TYPE protection_manager_process_resident_memory_bytes gauge",
             "# TYPE protection_manager_process_cpu_seconds_total counter",

@@ -481,7 +481,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("emulation version 9.9 is not between [0.0, 0.4]"),
+            e.contains("emulation version 9.9 is not between [0.0, 0.5]"),
             "{e}"
         );
         let e = parse(&["run", "--emulated-version=abc"])

@@ -554,6 +554,15 @@ const VAC: &[&str] = &[
     "list core/persistentvolumes",
     "watch core/persistentvolumes",
 ];
+const SCIDR: &[&str] = &[
+    "get networking.k8s.io/servicecidrs",
+    "list networking.k8s.io/servicecidrs",
+    "watch networking.k8s.io/servicecidrs",
+    "patch networking.k8s.io/servicecidrs",
+    "patch networking.k8s.io/servicecidrs/status",
+    "list networking.k8s.io/ipaddresses",
+    "watch networking.k8s.io/ipaddresses",
+];
 const RULES: &[&str] = &[
     "get protection-manager.io/protectionrules",
     "list protection-manager.io/protectionrules",
@@ -576,13 +585,24 @@ fn rbac_rules_follow_the_enabled_controllers() {
     let cases: &[Case] = &[
         (
             &[],
+            &[PV, PVC, LB, VAC, SCIDR, RULES, EVENTS],
+            "pv-protection,pvc-protection,rules,service-cidr-protection,service-lb-cleanup,vac-protection",
+        ),
+        (
+            &["controllers={*,-service-lb-cleanup}"],
+            &[PV, PVC, VAC, SCIDR, RULES, EVENTS],
+            "pv-protection,pvc-protection,rules,service-cidr-protection,vac-protection",
+        ),
+        // service-cidr-protection appeared in 0.5.
+        (
+            &["emulatedVersion=0.4"],
             &[PV, PVC, LB, VAC, RULES, EVENTS],
             "pv-protection,pvc-protection,rules,service-lb-cleanup,vac-protection",
         ),
         (
-            &["controllers={*,-service-lb-cleanup}"],
-            &[PV, PVC, VAC, RULES, EVENTS],
-            "pv-protection,pvc-protection,rules,vac-protection",
+            &["controllers={service-cidr-controller}"],
+            &[SCIDR, EVENTS],
+            "service-cidr-protection",
         ),
         // vac-protection and rules appeared in 0.4: at 0.3 `*` does not
         // include them.
@@ -603,8 +623,8 @@ fn rbac_rules_follow_the_enabled_controllers() {
         ),
         (
             &["controllers={-pvc-protection,*}"],
-            &[PV, LB, VAC, RULES, EVENTS],
-            "pv-protection,rules,service-lb-cleanup,vac-protection",
+            &[PV, LB, VAC, SCIDR, RULES, EVENTS],
+            "pv-protection,rules,service-cidr-protection,service-lb-cleanup,vac-protection",
         ),
         (
             &["controllers={persistentvolumeclaim-protection-controller,service-lb-controller}"],
@@ -620,8 +640,8 @@ fn rbac_rules_follow_the_enabled_controllers() {
         // service-lb-cleanup without a provider makes no API call.
         (
             &["loadBalancer.provider.endpoint="],
-            &[PV, PVC, VAC, RULES, EVENTS],
-            "pv-protection,pvc-protection,rules,vac-protection",
+            &[PV, PVC, VAC, SCIDR, RULES, EVENTS],
+            "pv-protection,pvc-protection,rules,service-cidr-protection,vac-protection",
         ),
         // At release 0.0 no controller exists yet.
         (&["emulatedVersion=0.0"], &[EVENTS], ""),
@@ -951,8 +971,8 @@ fn the_chart_refuses_unsafe_combinations_with_a_clear_message() {
             "extraArgs: --concurrency is already set from the chart's values (--concurrency=4)",
         ),
         (
-            &["emulatedVersion=0.5"],
-            "emulatedVersion: emulation version 0.5 is not between [0.0, 0.4]",
+            &["emulatedVersion=0.6"],
+            "emulatedVersion: emulation version 0.6 is not between [0.0, 0.5]",
         ),
     ];
     for helm in helms() {
@@ -987,8 +1007,9 @@ fn gate_checks_match_the_binary_at_every_emulated_version() {
         "StorageObjectInUseProtection",
         "ServiceLoadBalancerFinalizer",
         "VolumeAttributesClass",
+        "MultiCIDRServiceAllocator",
     ];
-    for version in ["0.0", "0.1", "0.2", "0.3", "0.4"] {
+    for version in ["0.0", "0.1", "0.2", "0.3", "0.4", "0.5"] {
         for gate in gates {
             for value in [true, false] {
                 let out = support::run_to_end(&[
@@ -1056,6 +1077,9 @@ fn controller_selection_matches_the_binary() {
         ("*", "0.4"),
         ("*,-vac-protection", "0.4"),
         ("volumeattributesclass-protection-controller", "0.4"),
+        ("*", "0.5"),
+        ("*,-service-cidr-protection", "0.5"),
+        ("service-cidr-controller", "0.5"),
     ];
     let dir = support::tempdir();
     let dead = support::free_port();

@@ -288,8 +288,65 @@ impl Rule for ServiceCidrRule {
     }
 }
 
-/// Runs the controller until `ctx.shutdown`.
+/// The readiness detail while the cluster serves no ServiceCIDR API.
+pub const NO_API_NOTE: &str =
+    "idle: the cluster serves no networking.k8s.io/v1 ServiceCIDR and IPAddress API";
+/// How often an idle controller looks for the API again.
+const REDISCOVER: Duration = Duration::from_secs(60);
+
+/// Whether networking.k8s.io/v1 serves servicecidrs and ipaddresses (a 404
+/// for the group version is "no"); retried while the API server cannot
+/// answer, `None` on shutdown.
+async fn served(ctx: &ControllerContext) -> Option<bool> {
+    let mut delay = Duration::from_millis(500);
+    loop {
+        match ctx
+            .client
+            .list_api_group_resources("networking.k8s.io/v1")
+            .await
+        {
+            Ok(list) => {
+                let has = |n: &str| list.resources.iter().any(|r| r.name == n);
+                return Some(has("servicecidrs") && has("ipaddresses"));
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => return Some(false),
+            Err(e) => {
+                tracing::warn!(controller = NAME, error = %e, retry_in = ?delay, "API discovery failed; retrying");
+                tokio::select! {
+                    _ = ctx.shutdown.cancelled() => return None,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+/// Runs the controller until `ctx.shutdown`; idle (ready, saying why)
+/// while the cluster serves no ServiceCIDR API.
 pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult {
+    let mut warned = false;
+    loop {
+        match served(&ctx).await {
+            None => return Ok(()),
+            Some(true) => break,
+            Some(false) => {
+                if !warned {
+                    tracing::warn!(
+                        controller = NAME,
+                        "the cluster serves no networking.k8s.io/v1 ServiceCIDR API; service-cidr-protection does nothing until it does"
+                    );
+                    warned = true;
+                }
+                if !protection_core::runtime::idle_while_unserved(&ctx, NO_API_NOTE, REDISCOVER)
+                    .await
+                {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    ctx.ready.set_note(None);
     let finalizer = phased_finalizer(
         &ctx,
         &settings.finalizer,

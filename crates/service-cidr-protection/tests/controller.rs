@@ -238,3 +238,31 @@ async fn a_range_another_range_contains_goes_after_the_grace_whatever_its_addres
             .is_some_and(|p| p.name_any() == "parent")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_without_the_api_leaves_it_idle_and_ready() {
+    let sim = KubeSim::start(SimConfig {
+        disabled_group_versions: vec!["networking.k8s.io/v1".into()],
+        ..SimConfig::default()
+    })
+    .await
+    .expect("kube-sim");
+    let registry = protection_core::release::registry(GATES).expect("registry");
+    let gates = FeatureGates::new(registry, Version::new(0, 5));
+    let metrics: Arc<Metrics> = Metrics::new().expect("metrics");
+    let t = test_support::controller_context(NAME, sim.client().await, gates, &metrics, 4);
+    let ready = t.ready.clone();
+    let settings = Settings {
+        finalizer: INFO.finalizer.get(FinalizerProfile::Project).to_string(),
+        resync_period: Duration::ZERO,
+    };
+    let shutdown = t.shutdown.clone();
+    let run = tokio::spawn(service_cidr_protection::controller::run(t.ctx, settings));
+    until(WAIT, "ready while idle", async || ready.is_ready()).await;
+    assert_eq!(
+        ready.note().as_deref(),
+        Some(service_cidr_protection::controller::NO_API_NOTE)
+    );
+    shutdown.cancel();
+    run.await.expect("task").expect("Ok on shutdown");
+}
