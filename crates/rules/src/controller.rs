@@ -18,6 +18,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -55,6 +56,8 @@ struct State {
     /// Status as last written (or the refusal to write).
     status: HashMap<String, Value>,
     cancel: CancellationToken,
+    /// Set at shutdown: stops the rules' CEL evaluations at their next step.
+    cel_stop: Arc<AtomicBool>,
 }
 
 /// How often a cluster without the ProtectionRule CRD is asked again.
@@ -97,6 +100,15 @@ pub async fn run(ctx: ControllerContext) -> Result<(), ControllerError> {
         }
     }
     ctx.ready.set_note(None);
+    crate::cel::register_metrics(ctx.metrics.registry());
+    let cel_stop = Arc::new(AtomicBool::new(false));
+    tokio::spawn({
+        let (shutdown, flag) = (ctx.shutdown.clone(), cel_stop.clone());
+        async move {
+            shutdown.cancelled().await;
+            flag.store(true, Ordering::Relaxed);
+        }
+    });
     let mut stream = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -110,6 +122,7 @@ pub async fn run(ctx: ControllerContext) -> Result<(), ControllerError> {
         next: HashMap::new(),
         retry: HashMap::new(),
         status: HashMap::new(),
+        cel_stop,
     };
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     let mut init: Vec<DynamicObject> = Vec::new();
@@ -346,10 +359,16 @@ impl State {
         {
             return;
         }
-        let (spec, users) = match spec::compile(&spec_value) {
+        let (spec, mut users) = match spec::compile(&spec_value) {
             Ok(x) => x,
-            Err(e) => return self.refuse(name, generation, "InvalidRule", e).await,
+            Err(e) => return self.refuse(name, generation, e.reason, e.message).await,
         };
+        for u in &mut users {
+            u.reference.set_cancel(self.cel_stop.clone());
+            if let Some(w) = &mut u.while_ {
+                w.set_cancel(self.cel_stop.clone());
+            }
+        }
         let client = &self.ctx.client;
         let protected = match runner::resolve_protected(client, &spec.protected).await {
             Ok(k) => k,

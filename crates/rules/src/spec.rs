@@ -115,8 +115,44 @@ pub fn check_finalizer(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Why a rule is refused: the condition's reason and a message naming the
+/// field.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct RuleError {
+    /// `InvalidRule`, or `ExpressionTooExpensive` for an expression whose
+    /// estimated cost is past the budget.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl From<String> for RuleError {
+    fn from(message: String) -> Self {
+        RuleError {
+            reason: "InvalidRule",
+            message,
+        }
+    }
+}
+
+impl From<&str> for RuleError {
+    fn from(message: &str) -> Self {
+        message.to_string().into()
+    }
+}
+
+fn expression(field: String, source: &str) -> Result<Expr, RuleError> {
+    cel::compile(source).map_err(|e| RuleError {
+        reason: match e {
+            cel::CompileError::Invalid(_) => "InvalidRule",
+            cel::CompileError::TooExpensive(_) => "ExpressionTooExpensive",
+        },
+        message: format!("{field}: {e}"),
+    })
+}
+
 /// Parses `spec` and compiles its expressions; the error names the field.
-pub fn compile(spec: &serde_json::Value) -> Result<(RuleSpec, Vec<CompiledUser>), String> {
+pub fn compile(spec: &serde_json::Value) -> Result<(RuleSpec, Vec<CompiledUser>), RuleError> {
     let spec: RuleSpec = serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
     check_finalizer(&spec.finalizer).map_err(|e| format!("spec.finalizer: {e}"))?;
     if spec.protected.resource.is_none() && spec.protected.kind.is_none() {
@@ -127,11 +163,10 @@ pub fn compile(spec: &serde_json::Value) -> Result<(RuleSpec, Vec<CompiledUser>)
     }
     let mut users = Vec::new();
     for (i, u) in spec.users.iter().enumerate() {
-        let reference =
-            cel::compile(&u.reference).map_err(|e| format!("spec.users[{i}].reference: {e}"))?;
+        let reference = expression(format!("spec.users[{i}].reference"), &u.reference)?;
         let while_ = match &u.while_ {
             Some(w) if !w.trim().is_empty() => {
-                Some(cel::compile(w).map_err(|e| format!("spec.users[{i}].while: {e}"))?)
+                Some(expression(format!("spec.users[{i}].while"), w)?)
             }
             _ => None,
         };
@@ -168,7 +203,8 @@ mod tests {
             "finalizer": "example.com/x"
         }))
         .unwrap_err();
-        assert!(e.starts_with("spec.users[0].reference: "), "{e}");
+        assert!(e.message.starts_with("spec.users[0].reference: "), "{e}");
+        assert_eq!(e.reason, "InvalidRule");
         let (s, u) = compile(&json!({
             "protected": {"version": "v1", "resource": "secrets"},
             "users": [{"version": "v1", "resource": "pods", "reference": "'a'", "while": "true"}],
@@ -177,6 +213,40 @@ mod tests {
         .unwrap();
         assert_eq!(s.mode, Mode::Enforce);
         assert!(u[0].while_.is_some());
+    }
+
+    /// Bug 1 of issue 27: an expression whose work grows with the square of
+    /// a user object's size pinned a core per rule; it is refused when the
+    /// rule is compiled, naming the field and the budget.
+    #[test]
+    fn an_expression_quadratic_in_the_object_is_refused_as_too_expensive() {
+        let e = compile(&json!({
+            "protected": {"version": "v1", "resource": "secrets"},
+            "users": [{"version": "v1", "resource": "pods",
+                "reference": "object.spec.containers.map(a, object.spec.containers.map(b, b.name)).flatten()"}],
+            "finalizer": "example.com/x"
+        }))
+        .unwrap_err();
+        assert_eq!(e.reason, "ExpressionTooExpensive");
+        assert!(
+            e.message.starts_with(
+                "spec.users[0].reference: estimated cost exceeds budget by factor of more than 100x"
+            ),
+            "{e}"
+        );
+        let e = compile(&json!({
+            "protected": {"version": "v1", "resource": "secrets"},
+            "users": [{"version": "v1", "resource": "pods", "reference": "'a'",
+                "while": "has(lists.range(2000).map(i, object)[0].metadata)"}],
+            "finalizer": "example.com/x"
+        }))
+        .unwrap_err();
+        assert_eq!(e.reason, "ExpressionTooExpensive");
+        assert!(
+            e.message
+                .starts_with("spec.users[0].while: estimated memory exceeds budget"),
+            "{e}"
+        );
     }
 
     #[test]
