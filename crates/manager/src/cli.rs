@@ -138,6 +138,12 @@ pub struct StripFinalizersArgs {
     #[arg(long, default_value = protection_host::release_guard::DEFAULT_RECORD_NAME, value_parser = object_name_arg)]
     pub release_record_name: String,
 
+    /// Also remove the finalizer from objects still in use (or whose use
+    /// cannot be told): they can then be deleted while used. Without it
+    /// they are kept, and listed.
+    #[arg(long, default_value_t = false)]
+    pub strip_from_objects_in_use: bool,
+
     #[command(flatten)]
     pub client: ClientArgs,
 }

@@ -1,0 +1,147 @@
+//! Issue 27: what a careless operator or a hostile user can feed the
+//! binary's commands: `strip-finalizers` on objects in use (bug 3).
+
+mod support;
+
+use std::process::Command;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube_sim::{KubeSim, SimConfig};
+use serde_json::json;
+use support::BIN;
+
+/// Runs the binary against `sim` (admin kubeconfig); (success, stdout,
+/// stderr).
+fn cli(sim: &KubeSim, args: &[&str]) -> (bool, String, String) {
+    let kubeconfig = sim.kubeconfig_path();
+    let out = Command::new(BIN)
+        .args(args)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("run protection-manager");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn finalizers(o: &DynamicObject) -> Vec<String> {
+    o.metadata.finalizers.clone().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strip_finalizers_refuses_what_every_release_knows_and_keeps_objects_in_use() {
+    let sim = KubeSim::start(SimConfig::default()).await.expect("sim");
+    let client = sim.client().await;
+    // A claim a running pod uses, with pvc-protection's finalizer.
+    let pvc_fin = "protection-manager.io/pvc-protection";
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    pvcs.create(
+        &PostParams::default(),
+        &test_support::objects::pvc("default", "data", &[pvc_fin]),
+    )
+    .await
+    .expect("pvc");
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &test_support::objects::pod("default", "app", "data", Some("node-1")),
+        )
+        .await
+        .expect("pod");
+    for controller in ["pvc-protection", "pv-protection", "service-lb-cleanup"] {
+        for profile in ["project", "upstream"] {
+            let (ok, stdout, stderr) = cli(
+                &sim,
+                &[
+                    "strip-finalizers",
+                    "--controller",
+                    controller,
+                    "--finalizer-profile",
+                    profile,
+                    "-n",
+                    "default",
+                ],
+            );
+            assert!(!ok, "{controller} ({profile}) must be refused: {stdout}");
+            assert!(
+                stderr.contains("a rollback never strands it, so there is nothing to strip"),
+                "{controller} ({profile}): {stderr}"
+            );
+        }
+    }
+    let claim = pvcs.get("data").await.expect("pvc");
+    assert_eq!(
+        claim.metadata.finalizers.unwrap_or_default(),
+        [pvc_fin],
+        "the claim in use keeps its finalizer"
+    );
+    println!("verified: strip-finalizers refuses pv-, pvc-protection and service-lb-cleanup");
+
+    // VolumeAttributesClasses: one used by a claim, one unused.
+    let vac_fin = "protection-manager.io/vac-protection";
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("storage.k8s.io", "v1", "VolumeAttributesClass"),
+        "volumeattributesclasses",
+    );
+    let vacs: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    for name in ["gold", "idle"] {
+        let v: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass",
+            "metadata": {"name": name, "finalizers": [vac_fin]},
+            "driverName": "csi.example.com",
+        }))
+        .expect("vac");
+        vacs.create(&PostParams::default(), &v).await.expect("vac");
+    }
+    let mut used = test_support::objects::pvc("default", "fast", &[]);
+    used.spec
+        .get_or_insert_with(Default::default)
+        .volume_attributes_class_name = Some("gold".into());
+    pvcs.create(&PostParams::default(), &used)
+        .await
+        .expect("pvc");
+    let args = [
+        "strip-finalizers",
+        "--controller",
+        "vac-protection",
+        "-n",
+        "default",
+    ];
+    let (ok, stdout, stderr) = cli(&sim, &args);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains(&format!("volumeattributesclasses/idle: removed {vac_fin}")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("kept protection-manager.io/vac-protection on objects in use")
+            && stdout.contains(
+                "volumeattributesclasses/gold (used by PersistentVolumeClaim default/fast (spec.volumeAttributesClassName))"
+            ),
+        "{stdout}"
+    );
+    assert_eq!(
+        finalizers(&vacs.get("gold").await.expect("gold")),
+        [vac_fin]
+    );
+    assert!(finalizers(&vacs.get("idle").await.expect("idle")).is_empty());
+    println!("verified: strip-finalizers keeps a class in use, strips the unused one");
+    // Forced, it says so and strips.
+    let forced: Vec<&str> = args
+        .iter()
+        .copied()
+        .chain(["--strip-from-objects-in-use"])
+        .collect();
+    let (ok, stdout, stderr) = cli(&sim, &forced);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains(&format!("volumeattributesclasses/gold: removed {vac_fin}")),
+        "{stdout}"
+    );
+    assert!(finalizers(&vacs.get("gold").await.expect("gold")).is_empty());
+    println!("verified: --strip-from-objects-in-use strips a class in use");
+}
