@@ -83,6 +83,7 @@ fuzz:
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p kube-sim --test fuzz
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p cloud-sim --test fuzz
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p kube-cel --test fuzz
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p protection-manager --bin protection-manager -- explain::tests::a_checked_target_name cli::tests::properties
 
 # --- Container image and Helm chart -------------------------------------------
 # `make image` needs docker or podman (the development machines have neither:

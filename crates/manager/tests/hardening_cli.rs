@@ -1,5 +1,6 @@
 //! Issue 27: what a careless operator or a hostile user can feed the
-//! binary's commands: `strip-finalizers` on objects in use (bug 3).
+//! binary's commands: `strip-finalizers` on objects in use (bug 3), names
+//! that would reach a URL as more than a name (bug 4).
 
 mod support;
 
@@ -26,6 +27,36 @@ fn cli(sim: &KubeSim, args: &[&str]) -> (bool, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// [`cli`], killed (and failing) after a minute: a command that hangs is
+/// the bug.
+fn cli_bounded(sim: &KubeSim, args: &[&str]) -> (bool, String) {
+    let kubeconfig = sim.kubeconfig_path();
+    let mut child = Command::new(BIN)
+        .args(args)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .env_remove("KUBECONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            return (st.success(), err);
+        }
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?} still running after 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
 }
 
 fn finalizers(o: &DynamicObject) -> Vec<String> {
@@ -144,4 +175,41 @@ async fn strip_finalizers_refuses_what_every_release_knows_and_keeps_objects_in_
     );
     assert!(finalizers(&vacs.get("gold").await.expect("gold")).is_empty());
     println!("verified: --strip-from-objects-in-use strips a class in use");
+}
+
+/// Bug 4: `explain 'pvc/x?watch=true'` sent a watch and never returned.
+/// Every name is checked against its kind's rule before it is used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_refuses_names_that_are_not_names_before_sending_anything() {
+    let sim = KubeSim::start(SimConfig::default()).await.expect("sim");
+    for (target, want) in [
+        ("pvc/x?watch=true", "a lowercase RFC 1123 subdomain"),
+        ("pv/x#frag", "a lowercase RFC 1123 subdomain"),
+        ("vac/..", "a lowercase RFC 1123 subdomain"),
+        ("svc/Web", "a DNS-1035 label"),
+        ("svc/x?watch=true", "a DNS-1035 label"),
+        (
+            "secrets/x?watch=true",
+            "a name explain can look up has no '?'",
+        ),
+        ("widgets.example.com/a%2Fb", "may not contain '%'"),
+    ] {
+        let (ok, stderr) = cli_bounded(&sim, &["explain", target, "-n", "default"]);
+        assert!(!ok, "{target}: {stderr}");
+        assert!(stderr.contains(want), "{target}: want {want:?} in {stderr}");
+        assert!(
+            stderr.contains(target),
+            "{target}: the error names it: {stderr}"
+        );
+    }
+    // No request reached the server with any of them.
+    let log = sim.requests().records(&Default::default());
+    assert!(
+        log.iter()
+            .all(|r| r.verb != "watch" && !r.name.contains('x')),
+        "{log:?}"
+    );
+    println!(
+        "verified: explain refuses names with '?', '#', '..', '%' or the wrong case, sending nothing"
+    );
 }
