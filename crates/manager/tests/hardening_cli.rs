@@ -1,6 +1,7 @@
 //! Issue 27: what a careless operator or a hostile user can feed the
 //! binary's commands: `strip-finalizers` on objects in use (bug 3), names
-//! that would reach a URL as more than a name (bug 4).
+//! that would reach a URL as more than a name (bug 4), durations their API
+//! field or consumer cannot hold (bug 5, the floors of intervals).
 
 mod support;
 
@@ -212,4 +213,32 @@ async fn explain_refuses_names_that_are_not_names_before_sending_anything() {
     println!(
         "verified: explain refuses names with '?', '#', '..', '%' or the wrong case, sending nothing"
     );
+}
+
+/// Bug 5 and the floors: a lease duration past int32 seconds was written
+/// into the Lease, and then no manager could decode it; a 1 ns resync used
+/// 15% of a core; a 0 ping interval spent the client's budget on /version.
+/// Each is refused at start, naming the flag and why.
+#[test]
+fn duration_flags_are_bounded_to_what_their_consumer_holds() {
+    support::assert_each_refused(&[
+        (
+            &["run", "--leader-elect-lease-duration=2147483648s"],
+            "--leader-elect-lease-duration",
+        ),
+        (
+            &["run", "--leader-elect-lease-duration=2147483648s"],
+            "the Lease's spec.leaseDurationSeconds is an int32 of seconds",
+        ),
+        (
+            &["run", "--storage-protection-resync-period=1ns"],
+            "must be 0 (off) or at least 1s: client-go's minimum resync period",
+        ),
+        (
+            &["run", "--lb-resync-period=1ns"],
+            "must be 0 (off) or at least 1s",
+        ),
+        (&["run", "--ping-interval=0"], "--ping-interval"),
+        (&["run", "--ping-interval=10ms"], "each ping is a request"),
+    ]);
 }
