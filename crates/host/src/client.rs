@@ -100,6 +100,58 @@ pub enum ClientError {
     UserAgent(String),
     #[error("client-side rate limit")]
     RateLimit(#[source] RateLimitError),
+    /// A kubeconfig, or a file it names, that is not a regular file or is
+    /// larger than what it holds: refused before anything reads it.
+    #[error(transparent)]
+    File(#[from] token_file::FileError),
+}
+
+/// The most a kubeconfig may weigh (one with many clusters and inline
+/// certificates is a few hundred kilobytes).
+pub const MAX_KUBECONFIG_BYTES: u64 = 16 * 1024 * 1024;
+/// The most a certificate, key or CA bundle file may weigh (a system CA
+/// bundle is about 200 KiB).
+pub const MAX_CERTIFICATE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The kubeconfig files kube's inference reads: `KUBECONFIG`'s, else
+/// `~/.kube/config` when it exists.
+fn inferred_kubeconfigs() -> Vec<PathBuf> {
+    match std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
+        Some(v) => std::env::split_paths(&v)
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect(),
+        None => std::env::var_os("HOME")
+            .map(|h| PathBuf::from(h).join(".kube").join("config"))
+            .filter(|p| p.exists())
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// Checks the files a kubeconfig names (certificate authority, client
+/// certificate and key, token file) before kube reads them.
+fn check_referenced_files(kc: &Kubeconfig) -> Result<(), token_file::FileError> {
+    for c in kc.clusters.iter().filter_map(|c| c.cluster.as_ref()) {
+        if let Some(p) = &c.certificate_authority {
+            token_file::check_file(
+                p.as_ref(),
+                MAX_CERTIFICATE_BYTES,
+                "certificate authority file",
+            )?;
+        }
+    }
+    for a in kc.auth_infos.iter().filter_map(|a| a.auth_info.as_ref()) {
+        if let Some(p) = &a.client_certificate {
+            token_file::check_file(p.as_ref(), MAX_CERTIFICATE_BYTES, "client certificate file")?;
+        }
+        if let Some(p) = &a.client_key {
+            token_file::check_file(p.as_ref(), MAX_CERTIFICATE_BYTES, "client key file")?;
+        }
+        if let Some(p) = &a.token_file {
+            token_file::check_file(p.as_ref(), token_file::MAX_TOKEN_BYTES, "token file")?;
+        }
+    }
+    Ok(())
 }
 
 /// The longest wait a server may ask for (`Retry-After`) before a request
@@ -222,10 +274,14 @@ pub async fn load_config(opts: &ClientOptions) -> Result<kube::Config, ClientErr
     };
     match &opts.kubeconfig {
         Some(path) => {
+            // Checked first: kube reads it whole, and its error quotes the
+            // path twice.
+            token_file::check_file(path, MAX_KUBECONFIG_BYTES, "kubeconfig")?;
             let kc = Kubeconfig::read_from(path).map_err(|source| ClientError::Kubeconfig {
                 path: path.display().to_string(),
                 source,
             })?;
+            check_referenced_files(&kc)?;
             kube::Config::from_custom_kubeconfig(kc, &kco)
                 .await
                 .map_err(|source| ClientError::Kubeconfig {
@@ -234,6 +290,17 @@ pub async fn load_config(opts: &ClientOptions) -> Result<kube::Config, ClientErr
                 })
         }
         None => {
+            let inferred = inferred_kubeconfigs();
+            for p in &inferred {
+                if p.exists() {
+                    token_file::check_file(p, MAX_KUBECONFIG_BYTES, "kubeconfig")?;
+                }
+            }
+            if !inferred.is_empty()
+                && let Ok(kc) = Kubeconfig::read()
+            {
+                check_referenced_files(&kc)?;
+            }
             match &opts.context {
                 Some(context) => kube::Config::from_kubeconfig(&kco).await.map_err(|source| {
                     ClientError::Context {

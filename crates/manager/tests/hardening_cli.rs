@@ -1,7 +1,8 @@
 //! Issue 27: what a careless operator or a hostile user can feed the
 //! binary's commands: `strip-finalizers` on objects in use (bug 3), names
 //! that would reach a URL as more than a name (bug 4), durations their API
-//! field or consumer cannot hold (bug 5, the floors of intervals).
+//! field or consumer cannot hold (bug 5, the floors of intervals), files
+//! that are not files or never end (bug 7).
 
 mod support;
 
@@ -33,10 +34,15 @@ fn cli(sim: &KubeSim, args: &[&str]) -> (bool, String, String) {
 /// [`cli`], killed (and failing) after a minute: a command that hangs is
 /// the bug.
 fn cli_bounded(sim: &KubeSim, args: &[&str]) -> (bool, String) {
-    let kubeconfig = sim.kubeconfig_path();
+    let kubeconfig = format!("--kubeconfig={}", sim.kubeconfig_path().display());
+    let all: Vec<&str> = args.iter().copied().chain([kubeconfig.as_str()]).collect();
+    run_bounded(&all)
+}
+
+/// Runs the binary, killed (and failing) after a minute; (success, stderr).
+fn run_bounded(args: &[&str]) -> (bool, String) {
     let mut child = Command::new(BIN)
         .args(args)
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .env_remove("KUBECONFIG")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -241,4 +247,73 @@ fn duration_flags_are_bounded_to_what_their_consumer_holds() {
         (&["run", "--ping-interval=0"], "--ping-interval"),
         (&["run", "--ping-interval=10ms"], "each ping is a request"),
     ]);
+}
+
+/// Bug 7: a kubeconfig (or a file it names, or a token or certificate
+/// file) that is `/dev/zero` grew the process to gigabytes in seconds, a
+/// FIFO hung it before its first log line. Each is refused at once, naming
+/// the file and why.
+#[test]
+fn files_that_are_not_regular_files_are_refused_naming_them() {
+    let dir = support::tempdir();
+    let fifo = dir.join("fifo");
+    let have_fifo = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    let (ok, stderr) = run_bounded(&["run", "--kubeconfig=/dev/zero"]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("the kubeconfig /dev/zero is not a regular file (it is a character device); refusing to read it"),
+        "{stderr}"
+    );
+    if have_fifo {
+        let arg = format!("--kubeconfig={}", fifo.display());
+        let (ok, stderr) = run_bounded(&["explain", "pvc/x", &arg]);
+        assert!(!ok);
+        assert!(
+            stderr.contains("is not a regular file (it is a FIFO)"),
+            "{stderr}"
+        );
+    }
+    // A file the kubeconfig names.
+    let kc = dir.join("kubeconfig");
+    std::fs::write(
+        &kc,
+        r#"{"apiVersion":"v1","kind":"Config","current-context":"t",
+"clusters":[{"name":"t","cluster":{"server":"https://127.0.0.1:9","certificate-authority":"/dev/zero"}}],
+"users":[{"name":"t","user":{"token":"x"}}],
+"contexts":[{"name":"t","context":{"cluster":"t","user":"t"}}]}"#,
+    )
+    .expect("write kubeconfig");
+    let arg = format!("--kubeconfig={}", kc.display());
+    let (ok, stderr) = run_bounded(&["release-check", &arg]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("the certificate authority file /dev/zero is not a regular file"),
+        "{stderr}"
+    );
+    // The token and certificate files of the flags.
+    let (ok, stderr) = run_bounded(&[
+        "run",
+        "--lb-provider-endpoint=http://127.0.0.1:9/",
+        "--lb-provider-token-file=/dev/zero",
+    ]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("the token file /dev/zero is not a regular file"),
+        "{stderr}"
+    );
+    // A missing kubeconfig is named once, unquoted twice.
+    let (ok, stderr) = run_bounded(&["run", "--kubeconfig=/nonexistent/kubeconfig"]);
+    assert!(!ok);
+    assert!(
+        stderr.contains(
+            "cannot read the kubeconfig /nonexistent/kubeconfig: No such file or directory"
+        ) && !stderr.contains("'\""),
+        "{stderr}"
+    );
+    println!(
+        "verified: /dev/zero, a FIFO, a named /dev/zero and a missing file are refused naming them"
+    );
 }
