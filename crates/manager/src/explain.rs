@@ -411,7 +411,6 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
         events: Vec::new(),
         leader: None,
     };
-    report.leader = leader(&client, args.lease_name.as_deref()).await;
     let ns = namespace.clone().unwrap_or_default();
     let meta: ObjectMeta = match kind {
         Kind::Pvc => {
@@ -552,6 +551,9 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
             meta
         }
     };
+    // The leader after the object: a server that does not answer is
+    // reported after one request timeout, not two.
+    report.leader = leader(&client, args.lease_name.as_deref()).await;
     report.found = true;
     report.deleting_since = meta.deletion_timestamp.as_ref().map(|t| t.0);
     report.finalizers = meta.finalizers.clone().unwrap_or_default();
