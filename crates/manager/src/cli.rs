@@ -43,6 +43,10 @@ pub enum Command {
     /// it; turn its gate off first), then clear the release record's
     /// minimum release once no object carries it.
     StripFinalizers(StripFinalizersArgs),
+    /// Check `run`'s flags as `run` does before it connects to anything
+    /// (exit 0 if `run` would start with them; 1 with the reason if not).
+    /// The chart's tests run it on rendered values.
+    ValidateConfig(Box<RunArgs>),
     /// Explain why an object is Terminating (or what would hold it):
     /// `explain pvc/data -n demo`, `explain pv/pv-1`, `explain svc/web -n demo`.
     Explain(ExplainArgs),
