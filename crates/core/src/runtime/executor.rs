@@ -9,6 +9,9 @@ use kube::api::Api;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use std::sync::Arc;
+
+use super::fight::{Fights, Verdict, other_writer};
 use super::object_key;
 use super::observer::PerObject;
 use crate::events::EventRecorder;
@@ -23,6 +26,11 @@ pub const REASON_RELEASED: &str = "FinalizerReleased";
 pub const ACTION_HELD: &str = "HoldDeletion";
 /// `action` of the released event.
 pub const ACTION_RELEASED: &str = "RemoveFinalizer";
+/// Reason of the Warning emitted once when another writer keeps removing
+/// our finalizer (runtime::fight).
+pub const REASON_FIGHT: &str = "FinalizerFight";
+/// `action` of the fight event.
+pub const ACTION_FIGHT: &str = "AddFinalizer";
 
 /// One decided step, controller-neutral.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,11 +52,16 @@ pub enum Step {
 pub struct Executor {
     finalizer: PhasedFinalizer,
     events: EventRecorder,
+    fights: Arc<Fights>,
 }
 
 impl Executor {
     pub fn new(finalizer: PhasedFinalizer, events: EventRecorder) -> Self {
-        Executor { finalizer, events }
+        Executor {
+            finalizer,
+            events,
+            fights: Arc::default(),
+        }
     }
 
     pub fn finalizer(&self) -> &PhasedFinalizer {
@@ -73,6 +86,19 @@ impl Executor {
         let uid = obj.meta().uid.clone().unwrap_or_default();
         match step {
             Step::AddFinalizer => {
+                match self.fights.before_add(&uid) {
+                    Verdict::Write => {}
+                    Verdict::Waiting { wait } => return Err(self.fight(obj, wait)),
+                    Verdict::BackOff { wait, started } => {
+                        if let Some(m) = self.finalizer.metrics() {
+                            m.finalizer_fight_backoff();
+                        }
+                        if started {
+                            self.report_fight(api, obj, wait).await;
+                        }
+                        return Err(self.fight(obj, wait));
+                    }
+                }
                 if self.finalizer.add(api, obj).await?.wrote() {
                     state.expectations.wrote(&key, obj.meta(), ());
                     tracing::info!(%kind, finalizer = self.finalizer.name(), "added finalizer");
@@ -81,6 +107,7 @@ impl Executor {
             Step::RemoveFinalizer { why, released } => {
                 let was_held = state.events.is_held(&uid);
                 if self.finalizer.remove(api, obj).await?.wrote() {
+                    self.fights.forget(&uid);
                     state.expectations.wrote(&key, obj.meta(), ());
                     tracing::info!(%kind, finalizer = self.finalizer.name(), "removed finalizer: {why}");
                     state.events.forget(&uid);
@@ -112,5 +139,50 @@ impl Executor {
             Step::Nothing => {}
         }
         Ok(())
+    }
+
+    fn fight<K: Resource>(&self, obj: &K, wait: std::time::Duration) -> FinalizerError
+    where
+        K::DynamicType: Default,
+    {
+        FinalizerError::Fight {
+            kind: K::kind(&K::DynamicType::default()).to_string(),
+            name: obj.name_any(),
+            finalizer: self.finalizer.name().to_string(),
+            wait,
+        }
+    }
+
+    /// The one Warning of a fight, naming the other writer: the field
+    /// manager that wrote the object last (one metadata GET: the cache keeps
+    /// no managedFields).
+    async fn report_fight<K>(&self, api: &Api<K>, obj: &K, wait: std::time::Duration)
+    where
+        K: Resource + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+    {
+        // Metadata only, in full (the controller's own type may decode a
+        // slim metadata without managedFields).
+        let other = match api.get_metadata_opt(&obj.name_any()).await {
+            Ok(Some(live)) => other_writer(&live.metadata, self.finalizer.field_manager()),
+            _ => None,
+        };
+        let who = other.map_or_else(
+            || "another writer (whose field manager left no trace in managedFields: a pure removal owns no field)".to_string(),
+            |m| format!("field manager {m:?} (the last other writer)"),
+        );
+        let note = format!(
+            "{who} keeps removing finalizer {}: re-adding it only after {wait:?}, then backing off further while the removals go on",
+            self.finalizer.name()
+        );
+        tracing::warn!(object = %object_key(obj), "{note}");
+        self.events
+            .warning(
+                &obj.object_ref(&K::DynamicType::default()),
+                REASON_FIGHT,
+                ACTION_FIGHT,
+                note,
+            )
+            .await;
     }
 }
