@@ -979,10 +979,10 @@ async fn bind_pod(
 fn decodes_as(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
     match openapi::schema::integer_decode_error(def.group, def.version, def.kind, obj) {
         None => Ok(()),
-        Some(e) => Err(ApiError::bad_request(format!(
-            "{kind} in version {version:?} cannot be handled as a {kind}: {e}",
-            kind = def.kind,
-            version = def.version
+        Some(e) => Err(ApiError::bad_request(openapi::schema::undecodable_message(
+            def.kind,
+            def.version,
+            &e,
         ))),
     }
 }

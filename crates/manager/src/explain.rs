@@ -24,6 +24,8 @@ use pv_protection::index::{PodUse, Via};
 use pv_protection::objects::{PvFacts, PvcFacts};
 use vac_protection::index::VacUse;
 
+use protection_host::names::{NameRule, escape_path_segment, validate_name};
+
 use crate::cli::ExplainArgs;
 use crate::release_check::client;
 
@@ -58,6 +60,15 @@ impl Kind {
         })
     }
 
+    /// The rule kube-apiserver checks this kind's names with.
+    fn name_rule(self) -> NameRule {
+        match self {
+            Kind::Service => NameRule::Dns1035Label,
+            // A hooked kind's names (ServiceCIDR's) are DNS subdomains.
+            Kind::Pvc | Kind::Pv | Kind::Vac | Kind::Hooked(_) => NameRule::Dns1123Subdomain,
+        }
+    }
+
     fn title(self) -> &'static str {
         match self {
             Kind::Pvc => "PersistentVolumeClaim",
@@ -90,6 +101,15 @@ pub async fn explain_rules(
     if name.is_empty() || name.contains('/') {
         bail!(
             "expected <kind>/<name>, e.g. pvc/data or secrets/db; got {:?}",
+            args.target
+        );
+    }
+    // The kind's own name rule is not known here: the least every kind's
+    // names obey, and nothing a URL would read as more than a name.
+    validate_name(&args.target, name, NameRule::PathSegment)?;
+    if escape_path_segment(name) != name {
+        bail!(
+            "invalid {} {name:?}: a name explain can look up has no '?', '#', ';', ',', spaces or non-ASCII characters",
             args.target
         );
     }
@@ -393,6 +413,8 @@ impl Report {
 /// Reads everything and builds the report.
 pub async fn explain(args: &ExplainArgs) -> Result<Report> {
     let (kind, name) = parse_target(&args.target)?;
+    // Checked before any request: the name goes into the URL's path.
+    validate_name(&args.target, &name, kind.name_rule())?;
     let client = client(&args.client).await?;
     let namespace = match kind {
         Kind::Pv | Kind::Vac => None,
@@ -415,7 +437,6 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
         events: Vec::new(),
         leader: None,
     };
-    report.leader = leader(&client, args.lease_name.as_deref()).await;
     let ns = namespace.clone().unwrap_or_default();
     let meta: ObjectMeta = match kind {
         Kind::Hooked(title) => {
@@ -575,6 +596,9 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
             meta
         }
     };
+    // The leader after the object: a server that does not answer is
+    // reported after one request timeout, not two.
+    report.leader = leader(&client, args.lease_name.as_deref()).await;
     report.found = true;
     report.deleting_since = meta.deletion_timestamp.as_ref().map(|t| t.0);
     report.finalizers = meta.finalizers.clone().unwrap_or_default();
@@ -688,6 +712,20 @@ mod tests {
 
     fn ts(s: i64) -> Option<Timestamp> {
         Timestamp::from_second(1_800_000_000 + s).ok()
+    }
+
+    proptest::proptest! {
+        /// Issue 27, bug 4 (`make fuzz`): whatever the target, a name that
+        /// passes its kind's rule goes into the URL as it is: one path
+        /// segment, no query, no fragment.
+        #[test]
+        fn a_checked_target_name_is_one_plain_path_segment(target in "\\PC{0,40}") {
+            if let Ok((kind, name)) = parse_target(&target)
+                && validate_name(&target, &name, kind.name_rule()).is_ok()
+            {
+                proptest::prop_assert_eq!(escape_path_segment(&name), name);
+            }
+        }
     }
 
     #[test]

@@ -396,10 +396,14 @@ pub fn strict_decoding_error(unknown: &[String]) -> String {
 /// `fieldValidation=Strict` (kubectl's default) and unknown fields:
 /// `ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: unknown field "dataa"`.
 pub fn strict_create_update_message(kind: &str, version: &str, unknown: &[String]) -> String {
-    format!(
-        "{kind} in version {version:?} cannot be handled as a {kind}: {}",
-        strict_decoding_error(unknown)
-    )
+    undecodable_message(kind, version, &strict_decoding_error(unknown))
+}
+
+/// The 400 BadRequest message of a create or update whose body does not
+/// decode into the kind's type: `{kind} in version "v1" cannot be handled as
+/// a {kind}: {why}`.
+pub fn undecodable_message(kind: &str, version: &str, why: &str) -> String {
+    format!("{kind} in version {version:?} cannot be handled as a {kind}: {why}")
 }
 
 /// The `Warning` header text for one unknown field under
