@@ -295,11 +295,9 @@ pub const NO_API_NOTE: &str =
 const REDISCOVER: Duration = Duration::from_secs(60);
 
 /// Whether networking.k8s.io/v1 serves servicecidrs and ipaddresses (a 404
-/// for the group version is "no"); retried while the API server cannot
-/// answer, `None` on shutdown.
+/// for the group version is "no"); `None` on shutdown.
 async fn served(ctx: &ControllerContext) -> Option<bool> {
-    let mut delay = Duration::from_millis(500);
-    loop {
+    protection_core::runtime::discover(ctx, || async {
         match ctx
             .client
             .list_api_group_resources("networking.k8s.io/v1")
@@ -307,19 +305,13 @@ async fn served(ctx: &ControllerContext) -> Option<bool> {
         {
             Ok(list) => {
                 let has = |n: &str| list.resources.iter().any(|r| r.name == n);
-                return Some(has("servicecidrs") && has("ipaddresses"));
+                Ok(has("servicecidrs") && has("ipaddresses"))
             }
-            Err(kube::Error::Api(s)) if s.code == 404 => return Some(false),
-            Err(e) => {
-                tracing::warn!(controller = NAME, error = %e, retry_in = ?delay, "API discovery failed; retrying");
-                tokio::select! {
-                    _ = ctx.shutdown.cancelled() => return None,
-                    _ = tokio::time::sleep(delay) => {}
-                }
-                delay = (delay * 2).min(Duration::from_secs(30));
-            }
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(e) => Err(e),
         }
-    }
+    })
+    .await
 }
 
 /// Runs the controller until `ctx.shutdown`; idle (ready, saying why)

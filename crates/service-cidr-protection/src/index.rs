@@ -119,18 +119,7 @@ impl Feed<ServiceCIDR> for Ranges {
 impl Feed<IPAddress> for Ranges {
     fn apply(&mut self, ip: &IPAddress) -> BTreeSet<String> {
         // An address that stops being the allocator's counts no more.
-        let name = ip.name_any();
-        let old: Vec<ManagedIp> = self
-            .ips
-            .iter()
-            .filter(|i| i.name == name)
-            .cloned()
-            .collect();
-        let mut out = BTreeSet::new();
-        for o in old {
-            self.ips.remove(&o);
-            out.extend(self.containing(&o));
-        }
+        let mut out = Feed::<IPAddress>::delete(self, ip);
         if let Some(m) = managed(ip) {
             out.extend(self.containing(&m));
             self.ips.insert(m);

@@ -78,30 +78,16 @@ async fn serves(client: &kube::Client, version: &str) -> Result<bool, kube::Erro
 /// Asks discovery which version to serve, retrying while the API server
 /// cannot answer; `None` on shutdown too.
 async fn discover(ctx: &ControllerContext) -> Option<Option<Served>> {
-    let mut delay = Duration::from_millis(500);
-    loop {
-        let res = async {
-            let v1 = serves(&ctx.client, V1::VERSION).await?;
-            let beta = if v1 {
-                false
-            } else {
-                serves(&ctx.client, V1Beta1::VERSION).await?
-            };
-            Ok::<_, kube::Error>(pick(v1, beta))
-        }
-        .await;
-        match res {
-            Ok(s) => return Some(s),
-            Err(e) => {
-                tracing::warn!(controller = NAME, error = %e, retry_in = ?delay, "API discovery failed; retrying");
-                tokio::select! {
-                    _ = ctx.shutdown.cancelled() => return None,
-                    _ = tokio::time::sleep(delay) => {}
-                }
-                delay = (delay * 2).min(Duration::from_secs(30));
-            }
-        }
-    }
+    protection_core::runtime::discover(ctx, || async {
+        let v1 = serves(&ctx.client, V1::VERSION).await?;
+        let beta = if v1 {
+            false
+        } else {
+            serves(&ctx.client, V1Beta1::VERSION).await?
+        };
+        Ok(pick(v1, beta))
+    })
+    .await
 }
 
 /// Runs the controller until `ctx.shutdown`.

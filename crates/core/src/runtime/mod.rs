@@ -113,7 +113,6 @@ pub fn phased_finalizer(
     Ok(f)
 }
 
-/// The store key of an object: `name` (cluster-scoped) or `namespace/name`.
 /// While the cluster does not serve a controller's API there is nothing to
 /// sync and no reason to hold the manager unready: reports ready with
 /// `note` (shown by `/readyz?verbose`) and waits `every` before the caller
@@ -134,6 +133,33 @@ pub async fn idle_while_unserved(
     }
 }
 
+/// Asks discovery (`probe`) until the API server answers, retrying with a
+/// doubling delay (at most 30 s) and a warning naming the controller;
+/// `None` on shutdown.
+pub async fn discover<T, Fut>(
+    ctx: &crate::ControllerContext,
+    mut probe: impl FnMut() -> Fut,
+) -> Option<T>
+where
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let mut delay = std::time::Duration::from_millis(500);
+    loop {
+        match probe().await {
+            Ok(v) => return Some(v),
+            Err(e) => {
+                tracing::warn!(controller = ctx.name, error = %e, retry_in = ?delay, "API discovery failed; retrying");
+                tokio::select! {
+                    _ = ctx.shutdown.cancelled() => return None,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(std::time::Duration::from_secs(30));
+            }
+        }
+    }
+}
+
+/// The store key of an object: `name` (cluster-scoped) or `namespace/name`.
 pub fn object_key<K: Resource>(obj: &K) -> String {
     match obj.meta().namespace.as_deref() {
         Some(ns) if !ns.is_empty() => format!("{ns}/{}", obj.name_any()),
