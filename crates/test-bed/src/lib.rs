@@ -20,6 +20,8 @@
 //!   audit log, read back as the same [`Request`] rows ([`Server::mark`],
 //!   [`Server::requests_since`]).
 
+pub mod bench;
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -411,21 +413,30 @@ impl Server {
                 .audit_log()
                 .events_since(mark.0)
                 .into_iter()
-                .map(|e| {
-                    let code = e.code();
-                    let o = e.object_ref.unwrap_or_default();
-                    Request {
-                        user: e.user.username,
-                        user_agent: e.user_agent,
-                        verb: e.verb,
-                        resource: o.resource,
-                        subresource: o.subresource,
-                        namespace: o.namespace,
-                        name: o.name,
-                        code,
-                    }
-                })
+                .map(request_of)
                 .collect(),
+        }
+    }
+
+    /// Every request recorded after `from` and up to `to`.
+    pub fn requests_between(&self, from: Mark, to: Mark) -> Vec<Request> {
+        match &self.inner {
+            Inner::Sim(_) => self
+                .requests_since(from)
+                .into_iter()
+                .take((to.0.saturating_sub(from.0)) as usize)
+                .collect(),
+            Inner::Real(c) => {
+                let bytes = std::fs::read(c.audit_log().path()).unwrap_or_default();
+                let end = (to.0 as usize).min(bytes.len());
+                let start = (from.0 as usize).min(end);
+                String::from_utf8_lossy(&bytes[start..end])
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<control_plane::audit::Event>(l).ok())
+                    .filter(|e| e.stage == "ResponseComplete")
+                    .map(request_of)
+                    .collect()
+            }
         }
     }
 
@@ -450,6 +461,21 @@ impl Server {
             Inner::Sim(s) => s.shutdown().await,
             Inner::Real(c) => drop(c),
         }
+    }
+}
+
+fn request_of(e: control_plane::audit::Event) -> Request {
+    let code = e.code();
+    let o = e.object_ref.unwrap_or_default();
+    Request {
+        user: e.user.username,
+        user_agent: e.user_agent,
+        verb: e.verb,
+        resource: o.resource,
+        subresource: o.subresource,
+        namespace: o.namespace,
+        name: o.name,
+        code,
     }
 }
 
