@@ -150,6 +150,31 @@ bench-lb:
 	$(CARGO) run --release -p lb-cleanup --example bench_lb -- $(BENCH_ARGS)
 	$(CARGO) run --release -p lb-cleanup --example bench_lb -- --cost-model real-1.36 $(BENCH_ARGS)
 
+# --- Ours beside upstream on the real control plane (never in `make test`) -----
+# `make bench-real`: on one real kube-apiserver v1.36.3 per benchmark (release
+# builds; prints every figure as a ratio with its issue-23 goal):
+# - storage: KCM's pv/pvc-protection (defaults, QPS 1000) vs ours in the
+#   upstream profile (defaults, the large back-fill setting) over 2,000 and
+#   10,000 PVs + PVCs + scheduled pods, and the server's own finalizer-PATCH
+#   ceiling (BENCH_REAL_PV_ARGS, e.g. `--sizes 2000 --contenders kcm,ours`);
+# - load balancers: upstream's service controller (hack/real-k8s
+#   cmd/service-controller, 16 workers, fake cloud) vs ours with cloud-sim over
+#   2,000 Services (BENCH_REAL_LB_ARGS, e.g. `--services 500`);
+# - VolumeAttributesClasses: KCM's controller vs ours (BENCH_REAL_VAC_ARGS).
+# The storage run at 10,000 takes about half an hour (KCM at its default QPS
+# alone back-fills 20,000 finalizers in ~8 minutes).
+BENCH_REAL_PV_ARGS ?=
+BENCH_REAL_LB_ARGS ?=
+BENCH_REAL_VAC_ARGS ?=
+
+.PHONY: bench-real
+bench-real: real-k8s
+	./hack/real-k8s/build.sh service-controller
+	$(CARGO) build --release -p protection-manager --bin protection-manager
+	$(CARGO) run --release -p pv-protection --example bench_real_pv -- $(BENCH_REAL_PV_ARGS)
+	$(CARGO) run --release -p lb-cleanup --example bench_real_lb -- $(BENCH_REAL_LB_ARGS)
+	$(CARGO) run --release -p vac-protection --example bench_real_vac -- $(BENCH_REAL_VAC_ARGS)
+
 # --- End-to-end suite (e2e/, see e2e/README.md) --------------------------------
 # `make e2e`: the lifecycle, upgrade/downgrade and short chaos scenarios, each
 # printing what it verified. On kube-sim (with its cluster emulation) and
