@@ -43,11 +43,16 @@ pub fn manager_binary() -> Result<PathBuf> {
 /// `<dir>/protection-manager` for the executable's directory or its parent
 /// (test binaries live in `<target>/<profile>/deps`).
 pub fn beside_exe(exe: &Path) -> Option<PathBuf> {
+    beside_exe_named(exe, NAME)
+}
+
+/// `<dir>/<name>` for the executable's directory or its parent.
+pub fn beside_exe_named(exe: &Path, name: &str) -> Option<PathBuf> {
     let dir = exe.parent()?;
     [Some(dir), dir.parent()]
         .into_iter()
         .flatten()
-        .map(|d| d.join(NAME))
+        .map(|d| d.join(name))
         .find(|p| p.is_file())
 }
 
