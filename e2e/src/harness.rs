@@ -373,6 +373,16 @@ impl Harness {
         self.sim.is_some()
     }
 
+    /// Whether the nodes run every tag of the manager image's repository as
+    /// the manager binary (kube-sim's kubelet, the process kubelet of
+    /// `make e2e-real`).
+    pub fn runs_any_image_tag(&self) -> bool {
+        match &self.mode {
+            Mode::Sim => true,
+            Mode::Cluster(t) => t.image_any_tag,
+        }
+    }
+
     /// In cluster mode, prints why a sim-only step is skipped and returns
     /// true.
     pub fn skip_in_cluster(&self, what: &str) -> bool {

@@ -315,6 +315,7 @@ impl RealCluster {
             cloud_sim_url: self.cloud_url.clone(),
             cloud_sim_token: Some(CLOUD_TOKEN.into()),
             pod_image: DEFAULT_POD_IMAGE.into(),
+            image_any_tag: true,
         }
     }
 
@@ -326,6 +327,7 @@ impl RealCluster {
             ("E2E_IMAGE".into(), t.image.to_string()),
             ("E2E_CLOUD_SIM_URL".into(), t.cloud_sim_url),
             ("E2E_CLOUD_SIM_TOKEN".into(), CLOUD_TOKEN.into()),
+            ("E2E_IMAGE_ANY_TAG".into(), "1".into()),
         ]
     }
 
