@@ -253,6 +253,8 @@ impl ChaosConfig {
 pub struct ChaosReport {
     pub seed: u64,
     pub profile: Profile,
+    /// The chart's leaderElection.leaseDuration of the run.
+    pub lease_duration: Duration,
     /// The create-time MutatingAdmissionPolicies the chart installed (none:
     /// the creation window was counted, not a violation).
     pub create_time_policies: Vec<String>,
@@ -294,14 +296,26 @@ impl ChaosReport {
                 "no fault of the real cluster was injected (seed {seed})"
             )));
         }
+        self.record_verified(h);
+        Ok(())
+    }
+
+    /// Records on `h` what the run verified, with the counts behind each
+    /// invariant.
+    pub fn record_verified(&self, h: &Harness) {
         let c = &self.monitor.counts;
         h.verified(format!(
-            "no claim or volume disappeared in use: {} PVC and {} PV deletions checked ({} PVCs and {} PVs held Terminating while in use; {} + {} deleted in use before any finalizer, the creation window)",
-            c.pvc_deletions_checked, c.pv_deletions_checked, c.pvcs_held_while_in_use, c.pvs_held_while_bound, c.unprotected_pvcs_deleted_in_use, c.unprotected_pvs_deleted_bound
+            "no claim or volume disappeared in use: {} PVC and {} PV deletions checked ({} PVCs and {} PVs held Terminating while in use; {} claims and {} volumes deleted in use before any finalizer, the creation window{})",
+            c.pvc_deletions_checked, c.pv_deletions_checked, c.pvcs_held_while_in_use, c.pvs_held_while_bound, c.unprotected_pvcs_deleted_in_use, c.unprotected_pvs_deleted_bound,
+            if self.create_time_policies.is_empty() { "" } else { ", closed by the create-time policy" }
         ));
         h.verified(format!(
-            "no VolumeAttributesClass or rule-protected Secret disappeared in use: {} class and {} Secret deletions checked",
-            c.vac_deletions_checked, c.secret_deletions_checked
+            "no VolumeAttributesClass disappeared while a claim or volume named it: {} class deletions checked ({} held Terminating while in use; {} deleted in use before any finalizer, the creation window)",
+            c.vac_deletions_checked, c.vacs_held_while_in_use, c.unprotected_vacs_deleted_in_use
+        ));
+        h.verified(format!(
+            "no Secret under the secrets-used-by-pods ProtectionRule disappeared while a running pod referred to it: {} Secret deletions checked ({} held Terminating while in use; {} deleted in use before any finalizer, the creation window); deleting the rule left no finalizer",
+            c.secret_deletions_checked, c.secrets_held_while_in_use, c.unprotected_secrets_deleted_in_use
         ));
         h.verified(format!(
             "no orphaned load balancer: {} Service deletions and {} inventory sweeps checked",
@@ -313,11 +327,12 @@ impl ChaosReport {
             c.max_convergence.map_or(0.0, |d| d.as_secs_f64())
         ));
         h.verified(format!(
-            "leadership moved after each of {} leader kills, the slowest {:.2}s after the last renewal",
+            "leadership moved after each of {} leader kills, the slowest {:.2}s after the last renewal (bound lease {}s + {}s)",
             self.kills.len(),
             c.max_failover.map_or(0.0, |d| d.as_secs_f64()),
+            self.lease_duration.as_secs(),
+            self.monitor.tolerance.as_secs()
         ));
-        Ok(())
     }
 
     /// The printable report.
@@ -357,28 +372,24 @@ impl ChaosReport {
             })
             .collect();
         out.push(format!("churn: {}", ops.join(", ")));
-        if !self.kube_faults.is_empty() || self.watch_cuts > 0 {
-            let f: Vec<String> = self
-                .kube_faults
-                .iter()
+        let counted = |m: &BTreeMap<String, u64>| {
+            m.iter()
                 .map(|(k, v)| format!("{k} {v}"))
-                .collect();
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if !self.kube_faults.is_empty() || self.watch_cuts > 0 {
             out.push(format!(
                 "kube-sim faults injected: {}; watch cuts {}; forced 410 on the manager's watches {}",
-                f.join(", "),
+                counted(&self.kube_faults),
                 self.watch_cuts,
                 self.forced_gone
             ));
         }
         if !self.real_faults.is_empty() {
-            let f: Vec<String> = self
-                .real_faults
-                .iter()
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect();
             out.push(format!(
                 "real-cluster faults injected: {}; kubelet restarts {}",
-                f.join(", "),
+                counted(&self.real_faults),
                 self.kubelet_restarts
             ));
         }
@@ -1393,6 +1404,7 @@ pub async fn run(
     Ok(ChaosReport {
         seed: cfg.seed,
         profile: cfg.profile,
+        lease_duration: cfg.lease_duration,
         create_time_policies,
         fault_phase,
         total: started.elapsed(),

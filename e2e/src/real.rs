@@ -74,29 +74,6 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
-/// `<name>` beside the running executable (or in its parent directory), or
-/// the path in `var`.
-fn binary(name: &str, var: &str) -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os(var).filter(|v| !v.is_empty()) {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(Error::Config(format!(
-                "{var}={} is not a file",
-                p.display()
-            )))
-        };
-    }
-    let exe = std::env::current_exe().io_ctx(|| "finding the running executable".into())?;
-    crate::binaries::beside_exe_named(&exe, name).ok_or_else(|| {
-        Error::Config(format!(
-            "no {name} binary next to {}; build it (cargo build -p {name}, or cargo test --workspace) or set {var}",
-            exe.display()
-        ))
-    })
-}
-
 /// The chart's appVersion (the manager image's tag).
 pub fn app_version() -> Result<String> {
     let path = crate::tools::chart_dir().join("Chart.yaml");
@@ -114,8 +91,8 @@ impl RealCluster {
     /// default StorageClass exists; prints how long it took.
     pub async fn start(name: &str) -> Result<RealCluster> {
         let t0 = Instant::now();
-        let kube_sim = binary("kube-sim", "KUBE_SIM_BIN")?;
-        let cloud_sim = binary("cloud-sim", "CLOUD_SIM_BIN")?;
+        let kube_sim = crate::binaries::locate("kube-sim", "KUBE_SIM_BIN", "kube-sim")?;
+        let cloud_sim = crate::binaries::locate("cloud-sim", "CLOUD_SIM_BIN", "cloud-sim")?;
         let manager = crate::binaries::manager_binary()?;
         let mut config = control_plane::Config::default()
             .with_kcm(["*"])

@@ -8,6 +8,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use common::cluster::{cluster, within};
 use common::real::{Bed, KUBELET, real};
@@ -140,6 +141,122 @@ async fn job_that_fails(bed: &Bed) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_that_succeeds() {
     differential!("a Job whose pod exits 0", job_that_succeeds);
+}
+
+/// Watches Job `name` until it is gone: the finalizers it carried while
+/// being deleted, and whether its pods went too. With `delete`, deletes the
+/// Job so once the watch has listed it (a Job without finalizers can be
+/// gone before a watch started after the delete would see it).
+async fn job_until_gone(
+    bed: &Bed,
+    jobs: &Api<Job>,
+    pods: &Api<Pod>,
+    name: &str,
+    delete: Option<DeleteParams>,
+) -> Value {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let stream = watcher(
+        jobs.clone(),
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+    )
+    .default_backoff();
+    futures::pin_mut!(stream);
+    let mut while_deleting: Vec<String> = Vec::new();
+    let mut delete = delete;
+    let until = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        match tokio::time::timeout_at(until, stream.next()).await {
+            Ok(Some(Ok(watcher::Event::InitDone))) => {
+                if let Some(dp) = delete.take() {
+                    jobs.delete(name, &dp)
+                        .await
+                        .unwrap_or_else(|e| panic!("{}: deleting Job {name}: {e}", bed.name()));
+                }
+            }
+            Ok(Some(Ok(watcher::Event::Apply(j) | watcher::Event::InitApply(j)))) => {
+                if j.metadata.deletion_timestamp.is_some() {
+                    for f in j.finalizers() {
+                        if !while_deleting.contains(f) {
+                            while_deleting.push(f.clone());
+                        }
+                    }
+                }
+            }
+            Ok(Some(Ok(watcher::Event::Delete(_)))) => break,
+            Ok(Some(_)) => {}
+            _ => panic!("{}: Job {name} was not deleted within 120s", bed.name()),
+        }
+    }
+    let left = within(60, "the Job's pods to go", || async {
+        let n = pods.list(&ListParams::default()).await.ok()?.items.len();
+        (n == 0).then_some(n)
+    })
+    .await;
+    json!({"finalizersWhileDeleting": while_deleting, "podsLeft": left})
+}
+
+/// A finished Job with `ttlSecondsAfterFinished: 0`: the
+/// ttl-after-finished controller deletes it (foreground) and its pod.
+async fn job_ttl(bed: &Bed) -> Value {
+    let ns = bed.namespace("ttl").await;
+    let client = bed.client().await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client, &ns);
+    jobs.create(
+        &PostParams::default(),
+        &obj(json!({
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ttl"},
+            "spec": {
+                "ttlSecondsAfterFinished": 0,
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "sh", "command": ["sh", "-c", "exit 0"]}]}},
+            },
+        })),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    job_until_gone(bed, &jobs, &pods, "ttl", None).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_job_with_a_ttl() {
+    differential!("a finished Job with ttlSecondsAfterFinished 0", job_ttl);
+}
+
+/// A finished Job deleted as helm deletes a hook (propagation Background):
+/// the garbage collector deletes its pod.
+async fn job_deleted_in_background(bed: &Bed) -> Value {
+    let ns = bed.namespace("hook").await;
+    let client = bed.client().await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let pods: Api<Pod> = Api::namespaced(client, &ns);
+    jobs.create(
+        &PostParams::default(),
+        &obj(json!({
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "hook"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "sh", "command": ["sh", "-c", "exit 0"]}]}}},
+        })),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    within(120, "the Job to complete", || async {
+        let j = jobs.get("hook").await.ok()?;
+        j.status?
+            .conditions?
+            .iter()
+            .any(|c| c.type_ == "Complete" && c.status == "True")
+            .then_some(())
+    })
+    .await;
+    job_until_gone(bed, &jobs, &pods, "hook", Some(DeleteParams::background())).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_job_deleted_in_the_background() {
+    differential!(
+        "a finished Job deleted in the background",
+        job_deleted_in_background
+    );
 }
 
 /// backoffLimit 0 and a pod that exits 3: FailureTarget, then Failed.

@@ -144,7 +144,12 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // The clients' own reports of a kube-apiserver restart
+                // (connect errors, cut watches) are the faults of
+                // --real, not news: RUST_LOG shows them.
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new("warn,kube_client=off,kube_runtime=off")
+                }),
         )
         .with_writer(std::io::stderr)
         .init();
