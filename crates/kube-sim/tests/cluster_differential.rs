@@ -199,23 +199,30 @@ async fn job_until_gone(
 /// A finished Job with `ttlSecondsAfterFinished: 0`: the
 /// ttl-after-finished controller deletes it (foreground) and its pod.
 async fn job_ttl(bed: &Bed) -> Value {
-    let ns = bed.namespace("ttl").await;
+    let (jobs, pods) = succeeding_job(bed, "ttl", Some(0)).await;
+    job_until_gone(bed, &jobs, &pods, "ttl", None).await
+}
+
+/// A Job `name` (in a namespace of its own) whose pod exits 0, with
+/// `ttlSecondsAfterFinished` if given; the Jobs and pods of its namespace.
+async fn succeeding_job(bed: &Bed, name: &str, ttl: Option<i32>) -> (Api<Job>, Api<Pod>) {
+    let ns = bed.namespace(name).await;
     let client = bed.client().await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     let pods: Api<Pod> = Api::namespaced(client, &ns);
     jobs.create(
         &PostParams::default(),
         &obj(json!({
-            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "ttl"},
+            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
             "spec": {
-                "ttlSecondsAfterFinished": 0,
+                "ttlSecondsAfterFinished": ttl,
                 "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "sh", "command": ["sh", "-c", "exit 0"]}]}},
             },
         })),
     )
     .await
-    .unwrap_or_else(|e| panic!("{e}"));
-    job_until_gone(bed, &jobs, &pods, "ttl", None).await
+    .unwrap_or_else(|e| panic!("{}: creating Job {name}: {e}", bed.name()));
+    (jobs, pods)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,19 +233,7 @@ async fn a_finished_job_with_a_ttl() {
 /// A finished Job deleted as helm deletes a hook (propagation Background):
 /// the garbage collector deletes its pod.
 async fn job_deleted_in_background(bed: &Bed) -> Value {
-    let ns = bed.namespace("hook").await;
-    let client = bed.client().await;
-    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
-    let pods: Api<Pod> = Api::namespaced(client, &ns);
-    jobs.create(
-        &PostParams::default(),
-        &obj(json!({
-            "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "hook"},
-            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "sh", "command": ["sh", "-c", "exit 0"]}]}}},
-        })),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
+    let (jobs, pods) = succeeding_job(bed, "hook", None).await;
     within(120, "the Job to complete", || async {
         let j = jobs.get("hook").await.ok()?;
         j.status?
