@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, S
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
@@ -129,6 +130,17 @@ impl RealFault {
         RealFault::RestartEtcd,
         RealFault::StallApiServer,
     ];
+
+    /// The next fault: each kind once per round of [`RealFault::ALL`], in
+    /// a seeded order, so that a short run's few faults are of different
+    /// kinds (a uniform draw gave a 60-s run two stalls and no restart).
+    fn draw(deck: &mut Vec<RealFault>, rng: &mut StdRng) -> RealFault {
+        if deck.is_empty() {
+            deck.extend(RealFault::ALL);
+            deck.shuffle(rng);
+        }
+        deck.pop().unwrap_or(RealFault::StallApiServer)
+    }
 
     fn name(self) -> &'static str {
         match self {
@@ -1437,13 +1449,14 @@ async fn inject_real_faults(
     use std::sync::atomic::Ordering;
     let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x5eed_fa17);
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut deck = Vec::new();
     loop {
         let wait = rand_between(&mut rng, cfg.real_fault_after);
         if Instant::now() + wait >= until {
             return counts;
         }
         tokio::time::sleep(wait).await;
-        let fault = RealFault::ALL[rng.random_range(0..RealFault::ALL.len())];
+        let fault = RealFault::draw(&mut deck, &mut rng);
         if fault != RealFault::KillKubelet {
             // No new leader kill from now on; wait for a leadership move in
             // progress to complete.
@@ -1621,4 +1634,26 @@ fn rand_between(rng: &mut StdRng, (lo, hi): (Duration, Duration)) -> Duration {
     }
     let ms = rng.random_range(lo.as_millis() as u64..=hi.as_millis() as u64);
     Duration::from_millis(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_round_of_real_faults_has_each_kind_once() {
+        for seed in 0..20 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let mut deck = Vec::new();
+            for round in 0..3 {
+                let mut drawn: Vec<RealFault> = (0..RealFault::ALL.len())
+                    .map(|_| RealFault::draw(&mut deck, &mut rng))
+                    .collect();
+                drawn.sort_by_key(|f| f.name());
+                let mut all = RealFault::ALL.to_vec();
+                all.sort_by_key(|f| f.name());
+                assert_eq!(drawn, all, "seed {seed}, round {round}");
+            }
+        }
+    }
 }
