@@ -188,7 +188,7 @@ CHAOS_DURATION ?= 10m
 CHAOS_SEED ?=
 CHAOS_ARGS ?=
 
-.PHONY: e2e e2e-standalone e2e-kind chaos
+.PHONY: e2e e2e-standalone e2e-kind e2e-real chaos chaos-real
 
 e2e: tools
 	$(CARGO) build -p protection-manager --bin protection-manager
@@ -202,9 +202,23 @@ e2e-standalone: tools
 e2e-kind: tools
 	IMAGE=$(IMAGE) IMAGE_VERSION=$(IMAGE_VERSION) CARGO=$(CARGO) MAKE=$(MAKE) ./e2e/kind.sh
 
+# The whole suite in cluster mode on the real control plane (kube-apiserver,
+# etcd, KCM, kube-scheduler v1.36.3) with two process-kubelet nodes, kube-sim's
+# hostPath provisioner and cloud-sim, all on this machine (e2e/real.sh).
+e2e-real: tools
+	CARGO=$(CARGO) MAKE=$(MAKE) ./e2e/real.sh
+
 chaos: tools
 	$(CARGO) build -p protection-manager --bin protection-manager
 	$(CARGO) run -p protection-e2e --bin chaos -- --duration $(CHAOS_DURATION) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) $(CHAOS_ARGS)
+
+# The same churn and invariants on the real control plane, with its own
+# faults instead of kube-sim's: SIGKILL of the leader's process and of the
+# process kubelets (restarted, adopting their containers), kube-apiserver and
+# etcd restarts (data kept), apiserver SIGSTOP/SIGCONT stalls.
+chaos-real: tools real-k8s
+	$(CARGO) build -p protection-manager -p kube-sim -p cloud-sim --bins
+	$(CARGO) run -p protection-e2e --bin chaos -- --real --duration $(CHAOS_DURATION) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) $(CHAOS_ARGS)
 
 # The guided tour (README's first command): builds, starts kube-sim + cloud-sim,
 # installs the chart with helm and narrates with kubectl; cleans up after itself.
