@@ -864,8 +864,12 @@ async fn carry_out(w: &Workers, key: &ObjKey, meta: &ObjectMeta, plan: Plan) -> 
         }
         Plan::RemoveFinalizer => {
             if let Some(p) = w.finalizer.remove_patch(meta) {
+                // Read before the removal: the watch may deliver the
+                // object's deletion (which forgets it) before the request
+                // returns.
+                let was_held = memory.is_held(&uid) && is_deleting(meta);
                 ctx.send(key, p).await?;
-                if memory.is_held(&uid) && is_deleting(meta) {
+                if was_held {
                     ctx.events
                         .normal(
                             &ctx.object_ref(meta),
