@@ -427,6 +427,9 @@ impl Served {
         errs
     }
 
+    // The walk's state (value, old value, path, root, both error lists)
+    // travels together down one recursion.
+    #[allow(clippy::too_many_arguments)]
     fn walk(
         &self,
         node: &Node,
