@@ -20,21 +20,28 @@ const NAME: &str = "protection-manager";
 
 /// Where the manager binary is.
 pub fn manager_binary() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("PM_BIN").filter(|v| !v.is_empty()) {
+    locate(NAME, "PM_BIN", "protection-manager")
+}
+
+/// The path in `var`, else `name` beside the running executable (or in
+/// its parent directory); the error says how to build it (`cargo build -p
+/// <package>`) or set `var`.
+pub fn locate(name: &str, var: &str, package: &str) -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os(var).filter(|v| !v.is_empty()) {
         let p = PathBuf::from(p);
         return if p.is_file() {
             Ok(p)
         } else {
             Err(Error::Config(format!(
-                "PM_BIN={} is not a file",
+                "{var}={} is not a file",
                 p.display()
             )))
         };
     }
     let exe = std::env::current_exe().io_ctx(|| "finding the running executable".into())?;
-    beside_exe(&exe).ok_or_else(|| {
+    beside_exe_named(&exe, name).ok_or_else(|| {
         Error::Config(format!(
-            "no {NAME} binary next to {} (looked in its directory and the one above); build it (cargo build -p protection-manager, or run the tests with cargo test --workspace / make e2e) or set PM_BIN",
+            "no {name} binary next to {} (looked in its directory and the one above); build it (cargo build -p {package}, or run the tests with cargo test --workspace / make e2e) or set {var}",
             exe.display()
         ))
     })
@@ -43,11 +50,16 @@ pub fn manager_binary() -> Result<PathBuf> {
 /// `<dir>/protection-manager` for the executable's directory or its parent
 /// (test binaries live in `<target>/<profile>/deps`).
 pub fn beside_exe(exe: &Path) -> Option<PathBuf> {
+    beside_exe_named(exe, NAME)
+}
+
+/// `<dir>/<name>` for the executable's directory or its parent.
+pub fn beside_exe_named(exe: &Path, name: &str) -> Option<PathBuf> {
     let dir = exe.parent()?;
     [Some(dir), dir.parent()]
         .into_iter()
         .flatten()
-        .map(|d| d.join(NAME))
+        .map(|d| d.join(name))
         .find(|p| p.is_file())
 }
 

@@ -21,6 +21,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, S
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
@@ -100,6 +101,55 @@ pub struct ChaosConfig {
     /// Install the chart's `secrets-used-by-pods` ProtectionRule (gate
     /// InUseProtectionRules on) and churn Secrets mounted by pods.
     pub secrets: bool,
+    /// On a real cluster this process started ([`crate::real`]): a fault of
+    /// the cluster itself at a random point in this window after the
+    /// previous one (see [`RealFault`]).
+    pub real_fault_after: (Duration, Duration),
+}
+
+/// The faults of a real cluster (`make chaos-real`), instead of kube-sim's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RealFault {
+    /// SIGKILL to a node's kubelet process; it is started again a second
+    /// later and adopts the containers that kept running.
+    KillKubelet,
+    /// kube-apiserver stopped and started again (every watch and request
+    /// of every client breaks).
+    RestartApiServer,
+    /// etcd stopped and started again, its data kept.
+    RestartEtcd,
+    /// kube-apiserver stopped (SIGSTOP) for 2-5 s, then continued: requests
+    /// hang, as behind a network partition.
+    StallApiServer,
+}
+
+impl RealFault {
+    const ALL: [RealFault; 4] = [
+        RealFault::KillKubelet,
+        RealFault::RestartApiServer,
+        RealFault::RestartEtcd,
+        RealFault::StallApiServer,
+    ];
+
+    /// The next fault: each kind once per round of [`RealFault::ALL`], in
+    /// a seeded order, so that a short run's few faults are of different
+    /// kinds (a uniform draw gave a 60-s run two stalls and no restart).
+    fn draw(deck: &mut Vec<RealFault>, rng: &mut StdRng) -> RealFault {
+        if deck.is_empty() {
+            deck.extend(RealFault::ALL);
+            deck.shuffle(rng);
+        }
+        deck.pop().unwrap_or(RealFault::StallApiServer)
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            RealFault::KillKubelet => "SIGKILL of a kubelet",
+            RealFault::RestartApiServer => "kube-apiserver restart",
+            RealFault::RestartEtcd => "etcd restart (data kept)",
+            RealFault::StallApiServer => "kube-apiserver SIGSTOP/SIGCONT stall",
+        }
+    }
 }
 
 /// The chart values that install the `secrets-used-by-pods` example rule
@@ -130,6 +180,19 @@ impl ChaosConfig {
             cloud_error_rate: 0.1,
             classes: true,
             secrets: true,
+            real_fault_after: (Duration::from_secs(5), Duration::from_secs(10)),
+        }
+    }
+
+    /// The short run on a real cluster (`make test`): the chart's default
+    /// lease timings, since a kube-apiserver restart takes longer than the
+    /// short run's 5 s renew deadline.
+    pub fn real_short(seed: u64) -> ChaosConfig {
+        ChaosConfig {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+            ..ChaosConfig::short(seed)
         }
     }
 
@@ -150,6 +213,7 @@ impl ChaosConfig {
             cloud_error_rate: 0.1,
             classes: true,
             secrets: true,
+            real_fault_after: (Duration::from_secs(8), Duration::from_secs(25)),
         }
     }
 
@@ -201,6 +265,8 @@ impl ChaosConfig {
 pub struct ChaosReport {
     pub seed: u64,
     pub profile: Profile,
+    /// The chart's leaderElection.leaseDuration of the run.
+    pub lease_duration: Duration,
     /// The create-time MutatingAdmissionPolicies the chart installed (none:
     /// the creation window was counted, not a violation).
     pub create_time_policies: Vec<String>,
@@ -215,11 +281,72 @@ pub struct ChaosReport {
     pub kills: Vec<Kill>,
     /// Kills put off because no standby was Ready yet.
     pub kills_postponed: u64,
+    /// The real cluster's faults injected, by kind (chaos-real).
+    pub real_faults: BTreeMap<String, u64>,
+    /// Kubelet restarts after a crash (chaos-real).
+    pub kubelet_restarts: u64,
     pub monitor: MonitorReport,
     pub cleanup: Duration,
 }
 
 impl ChaosReport {
+    /// What a run on a real cluster must show: no violation, a leader
+    /// killed, the real cluster's own faults injected, the churn's
+    /// protections exercised; records the counts as verified.
+    pub fn check(&self, h: &Harness) -> Result<()> {
+        let seed = self.seed;
+        self.monitor
+            .ok()
+            .map_err(|e| Error::Check(format!("seed {seed}: {e}")))?;
+        if self.kills.is_empty() {
+            return Err(Error::Check(format!(
+                "no leader was killed during the run (seed {seed})"
+            )));
+        }
+        if h.real().is_some() && self.real_faults.is_empty() {
+            return Err(Error::Check(format!(
+                "no fault of the real cluster was injected (seed {seed})"
+            )));
+        }
+        self.record_verified(h);
+        Ok(())
+    }
+
+    /// Records on `h` what the run verified, with the counts behind each
+    /// invariant.
+    pub fn record_verified(&self, h: &Harness) {
+        let c = &self.monitor.counts;
+        h.verified(format!(
+            "no claim or volume disappeared in use: {} PVC and {} PV deletions checked ({} PVCs and {} PVs held Terminating while in use; {} claims and {} volumes deleted in use before any finalizer, the creation window{})",
+            c.pvc_deletions_checked, c.pv_deletions_checked, c.pvcs_held_while_in_use, c.pvs_held_while_bound, c.unprotected_pvcs_deleted_in_use, c.unprotected_pvs_deleted_bound,
+            if self.create_time_policies.is_empty() { "" } else { ", closed by the create-time policy" }
+        ));
+        h.verified(format!(
+            "no VolumeAttributesClass disappeared while a claim or volume named it: {} class deletions checked ({} held Terminating while in use; {} deleted in use before any finalizer, the creation window)",
+            c.vac_deletions_checked, c.vacs_held_while_in_use, c.unprotected_vacs_deleted_in_use
+        ));
+        h.verified(format!(
+            "no Secret under the secrets-used-by-pods ProtectionRule disappeared while a running pod referred to it: {} Secret deletions checked ({} held Terminating while in use; {} deleted in use before any finalizer, the creation window); deleting the rule left no finalizer",
+            c.secret_deletions_checked, c.secrets_held_while_in_use, c.unprotected_secrets_deleted_in_use
+        ));
+        h.verified(format!(
+            "no orphaned load balancer: {} Service deletions and {} inventory sweeps checked",
+            c.service_deletions_checked, c.cloud_sweeps
+        ));
+        h.verified(format!(
+            "finalizers converged after calm: {} objects released, the slowest in {:.2}s (bound 30s)",
+            c.converged_after_calm,
+            c.max_convergence.map_or(0.0, |d| d.as_secs_f64())
+        ));
+        h.verified(format!(
+            "leadership moved after each of {} leader kills, the slowest {:.2}s after the last renewal (bound lease {}s + {}s)",
+            self.kills.len(),
+            c.max_failover.map_or(0.0, |d| d.as_secs_f64()),
+            self.lease_duration.as_secs(),
+            self.monitor.tolerance.as_secs()
+        ));
+    }
+
     /// The printable report.
     pub fn lines(&self) -> Vec<String> {
         let mut out = vec![
@@ -257,17 +384,25 @@ impl ChaosReport {
             })
             .collect();
         out.push(format!("churn: {}", ops.join(", ")));
-        if !self.kube_faults.is_empty() || self.watch_cuts > 0 {
-            let f: Vec<String> = self
-                .kube_faults
-                .iter()
+        let counted = |m: &BTreeMap<String, u64>| {
+            m.iter()
                 .map(|(k, v)| format!("{k} {v}"))
-                .collect();
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if !self.kube_faults.is_empty() || self.watch_cuts > 0 {
             out.push(format!(
                 "kube-sim faults injected: {}; watch cuts {}; forced 410 on the manager's watches {}",
-                f.join(", "),
+                counted(&self.kube_faults),
                 self.watch_cuts,
                 self.forced_gone
+            ));
+        }
+        if !self.real_faults.is_empty() {
+            out.push(format!(
+                "real-cluster faults injected: {}; kubelet restarts {}",
+                counted(&self.real_faults),
+                self.kubelet_restarts
             ));
         }
         out.push(format!("cloud-sim: {}", self.cloud_stats));
@@ -385,6 +520,18 @@ struct Churn<'a> {
     max_live: usize,
     classes: bool,
     secrets: bool,
+    /// Real-cluster faults make the API unavailable at times: count those
+    /// failures instead of ending the run.
+    tolerate_unavailable: bool,
+}
+
+/// Whether `e` says the API server was unreachable or unavailable (not an
+/// answer about the request itself).
+fn unavailable(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code >= 500 || s.code == 429,
+        _ => true,
+    }
 }
 
 fn obj<K: serde::de::DeserializeOwned>(v: Value) -> Result<K> {
@@ -403,6 +550,19 @@ impl<'a> Churn<'a> {
     }
 
     fn count(&mut self, op: &str, r: std::result::Result<(), kube::Error>) -> Result<bool> {
+        if self.tolerate_unavailable
+            && let Err(err) = &r
+            && unavailable(err)
+        {
+            // The API server is restarting, stalled or lost its etcd: the
+            // request may or may not have taken effect. The model assumes
+            // it did; the cleanup sweeps whatever is left either way.
+            self.ops
+                .entry(format!("{op} (outcome unknown: API unavailable)"))
+                .or_insert((0, 0))
+                .0 += 1;
+            return Ok(true);
+        }
         let e = self.ops.entry(op.to_string()).or_insert((0, 0));
         match r {
             Ok(()) => {
@@ -601,8 +761,7 @@ impl<'a> Churn<'a> {
                     return Ok(());
                 };
                 let pv = format!("{}-{}", self.h.run, self.model.name("pv"));
-                let v: PersistentVolume =
-                    obj(objects::host_path_pv_with_vac(&self.h.run, &pv, &class))?;
+                let v: PersistentVolume = obj(objects::csi_pv_with_vac(&self.h.run, &pv, &class))?;
                 let r = self
                     .pvs()
                     .create(&PostParams::default(), &v)
@@ -838,8 +997,77 @@ impl<'a> Churn<'a> {
                 .await?;
             self.model.secrets[i].1 = true;
         }
+        if self.tolerate_unavailable {
+            self.sweep().await?;
+        }
         Ok(())
     }
+
+    /// Deletes the run's objects the model does not know are there (a
+    /// create whose answer was lost to a fault of the API server).
+    async fn sweep(&mut self) -> Result<()> {
+        let sel = kube::api::ListParams::default().labels(&format!(
+            "{}={}",
+            objects::RUN_LABEL,
+            self.h.run
+        ));
+        async fn sweep_kind<K>(
+            churn: &mut Churn<'_>,
+            api: Api<K>,
+            sel: &kube::api::ListParams,
+            op: &str,
+        ) -> Result<()>
+        where
+            K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+            K::DynamicType: Default,
+        {
+            for (name, deleting) in run_objects(api.clone(), sel).await? {
+                if !deleting {
+                    churn.delete_counted(api.clone(), &name, op).await?;
+                }
+            }
+            Ok(())
+        }
+        sweep_kind(self, self.pods(), &sel, "cleanup sweep: delete pod").await?;
+        sweep_kind(self, self.services(), &sel, "cleanup sweep: delete service").await?;
+        sweep_kind(self, self.pvcs(), &sel, "cleanup sweep: delete claim").await?;
+        sweep_kind(self, self.pvs(), &sel, "cleanup sweep: delete volume").await?;
+        if self.classes {
+            sweep_kind(self, self.vacs(), &sel, "cleanup sweep: delete class").await?;
+        }
+        if self.secrets {
+            sweep_kind(
+                self,
+                self.secrets_api(),
+                &sel,
+                "cleanup sweep: delete secret",
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// The names of the objects `sel` selects, each with whether its deletion
+/// was requested.
+async fn run_objects<K>(api: Api<K>, sel: &kube::api::ListParams) -> Result<Vec<(String, bool)>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    Ok(api
+        .list(sel)
+        .await
+        .ctx(|| format!("list {}", K::plural(&Default::default())))?
+        .items
+        .iter()
+        .map(|o| {
+            (
+                o.meta().name.clone().unwrap_or_default(),
+                o.meta().deletion_timestamp.is_some(),
+            )
+        })
+        .collect())
 }
 
 /// Faults on kube-sim aimed at the manager's user only (the churn, the
@@ -1012,12 +1240,27 @@ pub async fn run(
         max_live: cfg.max_live,
         classes: cfg.classes,
         secrets: cfg.secrets,
+        tolerate_unavailable: h.real().is_some(),
     };
     let fault_start = Instant::now();
     let end = fault_start + cfg.duration;
     // Kills stop early enough that the last move completes before calm.
     let last_kill =
         end.checked_sub(cfg.lease_duration + cfg.retry_period * 2 + Duration::from_secs(2));
+    // The real cluster's faults run beside the churn (a restart takes
+    // seconds), and stop with the kills.
+    let move_pending = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let fault_active = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let real_faults = match (h.real_cluster(), last_kill) {
+        (Some(real), Some(until)) => Some(tokio::spawn(inject_real_faults(
+            real,
+            cfg.clone(),
+            until,
+            move_pending.clone(),
+            fault_active.clone(),
+        ))),
+        _ => None,
+    };
     let mut kills = Vec::new();
     let mut next_kill = Instant::now() + rand_between(&mut rng, cfg.kill_after);
     let mut next_cut = Instant::now() + Duration::from_secs(rng.random_range(5..15));
@@ -1035,19 +1278,44 @@ pub async fn run(
                 .is_some_and(|l| !l.holder.is_empty() && &l.holder != killed)
         {
             waiting_for_move = None;
+            move_pending.store(false, std::sync::atomic::Ordering::SeqCst);
             next_kill = now + rand_between(&mut rng, cfg.kill_after);
         }
-        if waiting_for_move.is_none()
+        // Not while a fault of the real cluster's own is under way or due:
+        // the move would measure the fault, not the election (and kills
+        // would leave the faults no window).
+        let leader = if waiting_for_move.is_none()
             && now >= next_kill
             && last_kill.is_some_and(|l| now < l)
-            && let Some((pod, identity)) = rel.leader().await?
+            && !fault_active.load(std::sync::atomic::Ordering::Relaxed)
         {
+            match rel.leader().await {
+                Ok(l) => l,
+                Err(e) if churn.tolerate_unavailable => {
+                    tracing::info!(error = %e, "chaos: cannot read the leader now");
+                    None
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            None
+        };
+        if let Some((pod, identity)) = leader {
             // Only with a Ready standby to take over: a replica still in
             // CrashLoopBackOff from an earlier kill (the kubelet's restart
             // delay doubles up to 5 minutes) cannot, and the leadership
             // invariant is about the election, not about restart backoff.
-            if !standby_ready(rel, &pod).await? {
+            if !standby_ready(rel, &pod).await.unwrap_or(false) {
                 postponed += 1;
+                next_kill = now + Duration::from_secs(1);
+                tokio::time::sleep(rand_between(&mut churn.rng, cfg.op_interval)).await;
+                continue;
+            }
+            // Claim the window against a real-cluster fault starting now
+            // (each side sets its flag, then reads the other's).
+            move_pending.store(true, std::sync::atomic::Ordering::SeqCst);
+            if fault_active.load(std::sync::atomic::Ordering::SeqCst) {
+                move_pending.store(false, std::sync::atomic::Ordering::SeqCst);
                 next_kill = now + Duration::from_secs(1);
                 tokio::time::sleep(rand_between(&mut churn.rng, cfg.op_interval)).await;
                 continue;
@@ -1066,6 +1334,7 @@ pub async fn run(
                 }
                 // The pod may be between restarts: try again later.
                 Err(e) => {
+                    move_pending.store(false, std::sync::atomic::Ordering::SeqCst);
                     tracing::info!(%pod, error = %e, "chaos: could not kill the leader now");
                     next_kill = now + Duration::from_secs(1);
                 }
@@ -1108,6 +1377,12 @@ pub async fn run(
         }
         None => BTreeMap::new(),
     };
+    let real_faults = match real_faults {
+        Some(t) => t
+            .await
+            .map_err(|e| Error::Real(format!("the fault task failed: {e}")))?,
+        None => BTreeMap::new(),
+    };
     h.cloud.clear_faults().await?;
     let cloud_stats = h.cloud.stats().await.unwrap_or(Value::Null);
     monitor.set_calm();
@@ -1141,6 +1416,7 @@ pub async fn run(
     Ok(ChaosReport {
         seed: cfg.seed,
         profile: cfg.profile,
+        lease_duration: cfg.lease_duration,
         create_time_policies,
         fault_phase,
         total: started.elapsed(),
@@ -1151,9 +1427,84 @@ pub async fn run(
         cloud_stats,
         kills,
         kills_postponed: postponed,
+        real_faults,
+        kubelet_restarts: h.real().map_or(0, |r| r.kubelet_restarts()),
         monitor: report,
         cleanup,
     })
+}
+
+/// Injects [`RealFault`]s until `until`, one at a random point of
+/// `cfg.real_fault_after` after the previous one; a control-plane fault
+/// holds off new leader kills (`active`) from when it is due until two
+/// retry periods after it, and waits for a leadership move in progress
+/// (`move_pending`) before it starts.
+async fn inject_real_faults(
+    real: std::sync::Arc<crate::real::RealCluster>,
+    cfg: ChaosConfig,
+    until: Instant,
+    move_pending: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    active: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> BTreeMap<String, u64> {
+    use std::sync::atomic::Ordering;
+    let mut rng = StdRng::seed_from_u64(cfg.seed ^ 0x5eed_fa17);
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut deck = Vec::new();
+    loop {
+        let wait = rand_between(&mut rng, cfg.real_fault_after);
+        if Instant::now() + wait >= until {
+            return counts;
+        }
+        tokio::time::sleep(wait).await;
+        let fault = RealFault::draw(&mut deck, &mut rng);
+        if fault != RealFault::KillKubelet {
+            // No new leader kill from now on; wait for a leadership move in
+            // progress to complete.
+            active.store(true, Ordering::SeqCst);
+            while move_pending.load(Ordering::SeqCst) && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            if Instant::now() >= until {
+                active.store(false, Ordering::Relaxed);
+                return counts;
+            }
+        }
+        let r = match fault {
+            RealFault::KillKubelet => {
+                let node = crate::real::NODES[rng.random_range(0..crate::real::NODES.len())];
+                real.kill_kubelet(node)
+            }
+            RealFault::RestartApiServer => real
+                .restart(control_plane::Component::ApiServer)
+                .await
+                .map(|_| ()),
+            RealFault::RestartEtcd => real
+                .restart(control_plane::Component::Etcd)
+                .await
+                .map(|_| ()),
+            RealFault::StallApiServer => {
+                let pause = Duration::from_millis(rng.random_range(2_000..=5_000));
+                real.stall_apiserver(pause).await
+            }
+        };
+        tracing::info!(
+            fault = fault.name(),
+            ok = r.is_ok(),
+            "chaos: real-cluster fault"
+        );
+        let key = match &r {
+            Ok(()) => fault.name().to_string(),
+            Err(e) => {
+                tracing::warn!(fault = fault.name(), error = %e, "chaos: the fault failed");
+                format!("{} (failed)", fault.name())
+            }
+        };
+        *counts.entry(key).or_default() += 1;
+        if fault != RealFault::KillKubelet {
+            tokio::time::sleep(cfg.retry_period * 2).await;
+            active.store(false, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Deletes the `secrets-used-by-pods` rule and checks what a user relies
@@ -1230,43 +1581,36 @@ async fn standby_ready(rel: &ManagerRelease, leader: &str) -> Result<bool> {
 /// Objects of the run still in the namespace (and its PVs).
 async fn remaining(h: &Harness, ns: &str, classes: bool, secrets: bool) -> Result<usize> {
     let sel = kube::api::ListParams::default().labels(&format!("{}={}", objects::RUN_LABEL, h.run));
-    let pods = Api::<Pod>::namespaced(h.client.clone(), ns)
-        .list(&sel)
-        .await
-        .ctx(|| "list pods".into())?;
-    let pvcs = Api::<PersistentVolumeClaim>::namespaced(h.client.clone(), ns)
-        .list(&sel)
-        .await
-        .ctx(|| "list pvcs".into())?;
-    let svcs = Api::<Service>::namespaced(h.client.clone(), ns)
-        .list(&sel)
-        .await
-        .ctx(|| "list services".into())?;
-    let pvs = Api::<PersistentVolume>::all(h.client.clone())
-        .list(&sel)
-        .await
-        .ctx(|| "list pvs".into())?;
-    let vacs = if classes {
-        Api::<crate::observer::VolumeAttributesClass>::all(h.client.clone())
-            .list(&sel)
-            .await
-            .ctx(|| "list volumeattributesclasses".into())?
-            .items
+    let c = &h.client;
+    let mut n = run_objects(Api::<Pod>::namespaced(c.clone(), ns), &sel)
+        .await?
+        .len()
+        + run_objects(
+            Api::<PersistentVolumeClaim>::namespaced(c.clone(), ns),
+            &sel,
+        )
+        .await?
+        .len()
+        + run_objects(Api::<Service>::namespaced(c.clone(), ns), &sel)
+            .await?
             .len()
-    } else {
-        0
-    };
-    let secrets = if secrets {
-        Api::<Secret>::namespaced(h.client.clone(), ns)
-            .list(&sel)
-            .await
-            .ctx(|| "list secrets".into())?
-            .items
-            .len()
-    } else {
-        0
-    };
-    Ok(pods.items.len() + pvcs.items.len() + svcs.items.len() + pvs.items.len() + vacs + secrets)
+        + run_objects(Api::<PersistentVolume>::all(c.clone()), &sel)
+            .await?
+            .len();
+    if classes {
+        n += run_objects(
+            Api::<crate::observer::VolumeAttributesClass>::all(c.clone()),
+            &sel,
+        )
+        .await?
+        .len();
+    }
+    if secrets {
+        n += run_objects(Api::<Secret>::namespaced(c.clone(), ns), &sel)
+            .await?
+            .len();
+    }
+    Ok(n)
 }
 
 /// Whether the cluster serves storage.k8s.io/v1 VolumeAttributesClass.
@@ -1290,4 +1634,26 @@ fn rand_between(rng: &mut StdRng, (lo, hi): (Duration, Duration)) -> Duration {
     }
     let ms = rng.random_range(lo.as_millis() as u64..=hi.as_millis() as u64);
     Duration::from_millis(ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_round_of_real_faults_has_each_kind_once() {
+        for seed in 0..20 {
+            let mut rng = StdRng::seed_from_u64(seed);
+            let mut deck = Vec::new();
+            for round in 0..3 {
+                let mut drawn: Vec<RealFault> = (0..RealFault::ALL.len())
+                    .map(|_| RealFault::draw(&mut deck, &mut rng))
+                    .collect();
+                drawn.sort_by_key(|f| f.name());
+                let mut all = RealFault::ALL.to_vec();
+                all.sort_by_key(|f| f.name());
+                assert_eq!(drawn, all, "seed {seed}, round {round}");
+            }
+        }
+    }
 }

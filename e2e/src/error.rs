@@ -26,6 +26,9 @@ pub enum Error {
     Sim(String),
     #[error("cloud-sim: {0}")]
     Cloud(String),
+    /// The real cluster of [`crate::real`] (control plane, kubelets).
+    #[error("real cluster: {0}")]
+    Real(String),
     #[error("{context}: {source}")]
     Io {
         context: String,

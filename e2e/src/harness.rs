@@ -32,6 +32,12 @@ use crate::mode::{ClusterTarget, ImageRef, MANAGER_REPOSITORY, Mode};
 use crate::objects::RUN_LABEL;
 use crate::tools::{Helm, HelmVersion, Kubectl};
 
+/// What the cluster mode cannot check: kube-sim records every request
+/// (who wrote which object, how often); a cluster's API server does not
+/// tell a client.
+const REQUEST_ACCOUNTING: &str =
+    "request accounting (the manager's writes to the user's objects counted)";
+
 /// The nodes kube-sim registers in sim mode.
 pub const SIM_NODES: [&str; 2] = ["node-1", "node-2"];
 /// cloud-sim's bearer token in sim mode (mounted from a Secret by the chart).
@@ -103,6 +109,9 @@ pub struct Harness {
     releases: Mutex<Vec<String>>,
     /// Cluster mode: held for the whole run (see [`CLUSTER_TURN`]).
     _cluster_turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+    /// The real cluster this process started ([`crate::real`]), when the
+    /// scenarios run on one: its processes can be signalled and restarted.
+    real: Option<std::sync::Arc<crate::real::RealCluster>>,
 }
 
 static RUNS: AtomicU64 = AtomicU64::new(0);
@@ -209,6 +218,7 @@ impl Harness {
             cloud,
             cloud_token: Some(SIM_CLOUD_TOKEN.to_string()),
             _cluster_turn: None,
+            real: None,
             dir,
             run,
             manager_image: ImageRef {
@@ -225,6 +235,32 @@ impl Harness {
         };
         h.wait_nodes_ready().await?;
         Ok(h)
+    }
+
+    /// Brings up the harness on `real` (cluster mode, with its processes at
+    /// hand for faults), whatever the environment says.
+    pub async fn start_real(
+        opts: HarnessOptions,
+        real: std::sync::Arc<crate::real::RealCluster>,
+    ) -> Result<Harness> {
+        let target = real.target();
+        let mode = Mode::Cluster(target.clone());
+        let run = run_id(&opts.name);
+        let dir = std::env::temp_dir().join(format!("protection-e2e-{run}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).io_ctx(|| format!("creating {}", dir.display()))?;
+        let mut h = Harness::start_cluster(mode, target, run, dir).await?;
+        h.real = Some(real);
+        Ok(h)
+    }
+
+    /// The real cluster, when this process started it.
+    pub fn real(&self) -> Option<&crate::real::RealCluster> {
+        self.real.as_deref()
+    }
+
+    /// The same, shared (for tasks that outlive a borrow).
+    pub fn real_cluster(&self) -> Option<std::sync::Arc<crate::real::RealCluster>> {
+        self.real.clone()
     }
 
     async fn start_cluster(
@@ -258,6 +294,7 @@ impl Harness {
             std::sync::Arc::new(Cloud::connect(&t.cloud_sim_url, t.cloud_sim_token.clone()).await?);
         let h = Harness {
             _cluster_turn: Some(turn),
+            real: None,
             mode,
             observer_client: client.clone(),
             client,
@@ -342,6 +379,16 @@ impl Harness {
         self.sim.is_some()
     }
 
+    /// Whether the nodes run every tag of the manager image's repository as
+    /// the manager binary (kube-sim's kubelet, the process kubelet of
+    /// `make e2e-real`).
+    pub fn runs_any_image_tag(&self) -> bool {
+        match &self.mode {
+            Mode::Sim => true,
+            Mode::Cluster(t) => t.image_any_tag,
+        }
+    }
+
     /// In cluster mode, prints why a sim-only step is skipped and returns
     /// true.
     pub fn skip_in_cluster(&self, what: &str) -> bool {
@@ -349,8 +396,12 @@ impl Harness {
             return false;
         }
         let line = format!("NOTE (cluster mode): skipped {what}: needs kube-sim");
-        println!("{line}");
-        self.verified.lock().push(line);
+        let mut verified = self.verified.lock();
+        // Said once per run: a step repeated by a scenario skips the same.
+        if !verified.contains(&line) {
+            println!("{line}");
+            verified.push(line);
+        }
         true
     }
 
@@ -416,6 +467,9 @@ impl Harness {
 
     /// kube-sim's recorded requests of `user` since `since` (sim only).
     pub fn requests(&self, user: &str, since: u64) -> Option<Vec<kube_sim::RequestRecord>> {
+        if self.skip_in_cluster(REQUEST_ACCOUNTING) {
+            return None;
+        }
         let sim = self.sim.as_ref()?;
         Some(sim.requests().records(&kube_sim::RequestFilter {
             user: Some(user.to_string()),
@@ -428,6 +482,9 @@ impl Harness {
     /// requests carry no bearer token over kube-sim's plain HTTP and are
     /// recorded as `system:anonymous`.)
     pub fn all_requests(&self, since: u64) -> Option<Vec<kube_sim::RequestRecord>> {
+        if self.skip_in_cluster(REQUEST_ACCOUNTING) {
+            return None;
+        }
         let sim = self.sim.as_ref()?;
         Some(sim.requests().records(&kube_sim::RequestFilter {
             since: Some(since),
@@ -483,8 +540,13 @@ impl Harness {
     }
 
     /// Kills the process of a pod's container at once: SIGKILL through the
-    /// emulated kubelet (sim), or a forced deletion (cluster).
+    /// emulated kubelet (sim) or the process kubelet (a real cluster this
+    /// process started), or a forced deletion (another cluster).
     pub async fn kill_pod(&self, ns: &str, pod: &str, container: &str) -> Result<KillHow> {
+        if let Some(real) = &self.real {
+            let pids = real.signal_pod(ns, pod, container, "KILL").await?;
+            return Ok(KillHow::Signal { pids });
+        }
         match &self.sim {
             Some(sim) => {
                 let pids = sim
@@ -546,6 +608,13 @@ impl Harness {
         if !self.is_sim() {
             let api: Api<Namespace> = Api::all(self.client.clone());
             let namespaces = self.namespaces.lock().clone();
+            // The releases' create-time policies first: left behind, they
+            // would put this run's finalizers on every later run's claims
+            // and volumes (the namespaces do not hold them).
+            let releases = self.releases.lock().clone();
+            for r in &releases {
+                self.remove_release_policies_and_rules(r).await;
+            }
             // A failed scenario can leave objects with the manager's
             // finalizers; once its namespace is gone nothing would remove
             // them (the README's uninstall step, done here).
@@ -598,6 +667,14 @@ impl Harness {
             {
                 tracing::warn!(error = %e, "deleting the run's PersistentVolumes");
             }
+            let classes: Api<crate::observer::VolumeAttributesClass> =
+                Api::all(self.client.clone());
+            if let Err(e) = classes
+                .delete_collection(&DeleteParams::background(), &lp)
+                .await
+            {
+                tracing::debug!(error = %e, "deleting the run's VolumeAttributesClasses");
+            }
         }
         match std::sync::Arc::try_unwrap(self.cloud) {
             Ok(c) => c.shutdown().await,
@@ -611,48 +688,108 @@ impl Harness {
 }
 
 impl Harness {
-    /// Removes the `protection-manager.io/*` finalizers from the run's PVCs
-    /// and Services in `ns` and from its PVs (cluster mode clean-up).
-    async fn strip_project_finalizers(&self, ns: &str) {
-        use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Service};
-        let lp = kube::api::ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run));
-        async fn strip<K>(api: Api<K>, lp: &kube::api::ListParams)
-        where
-            K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-        {
-            let Ok(list) = api.list(lp).await else { return };
-            for o in list.items {
-                let fins = o.meta().finalizers.clone().unwrap_or_default();
-                let keep: Vec<&String> = fins
-                    .iter()
-                    .filter(|f| !f.starts_with("protection-manager.io/"))
-                    .collect();
-                if keep.len() == fins.len() {
-                    continue;
-                }
-                let patch = json!([
-                    {"op": "test", "path": "/metadata/finalizers", "value": fins},
-                    {"op": "replace", "path": "/metadata/finalizers", "value": keep},
-                ]);
-                let name = o.meta().name.clone().unwrap_or_default();
-                if let Ok(p) = serde_json::from_value::<json_patch::Patch>(patch) {
-                    let _ = api
-                        .patch(
-                            &name,
-                            &kube::api::PatchParams::default(),
-                            &kube::api::Patch::Json::<()>(p),
-                        )
-                        .await;
+    /// What `helm uninstall` would remove of release `r` outside its
+    /// namespace that its scenario may have left (cluster mode): the
+    /// create-time MutatingAdmissionPolicies and their bindings, and its
+    /// ProtectionRules (their finalizers stripped first: no manager runs to
+    /// clear them).
+    async fn remove_release_policies_and_rules(&self, r: &str) {
+        use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+        let lp =
+            kube::api::ListParams::default().labels(&format!("app.kubernetes.io/instance={r}"));
+        let dynamic = |group: &str, version: &str, kind: &str, plural: &str| {
+            let ar = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk(group, version, kind),
+                plural,
+            );
+            Api::<DynamicObject>::all_with(self.client.clone(), &ar)
+        };
+        for version in ["v1", "v1beta1"] {
+            for (kind, plural) in [
+                (
+                    "MutatingAdmissionPolicyBinding",
+                    "mutatingadmissionpolicybindings",
+                ),
+                ("MutatingAdmissionPolicy", "mutatingadmissionpolicies"),
+            ] {
+                let api = dynamic("admissionregistration.k8s.io", version, kind, plural);
+                if let Err(e) = api
+                    .delete_collection(&DeleteParams::background(), &lp)
+                    .await
+                {
+                    tracing::debug!(release = %r, %kind, %version, error = %e, "deleting the release's policies");
                 }
             }
         }
+        let rules = dynamic(
+            "protection-manager.io",
+            "v1alpha1",
+            "ProtectionRule",
+            "protectionrules",
+        );
+        strip(rules.clone(), &lp).await;
+        if let Err(e) = rules
+            .delete_collection(&DeleteParams::background(), &lp)
+            .await
+        {
+            tracing::debug!(release = %r, error = %e, "deleting the release's ProtectionRules");
+        }
+    }
+
+    /// Removes the `protection-manager.io/*` finalizers from the run's PVCs,
+    /// Services and Secrets in `ns` and from its PVs and
+    /// VolumeAttributesClasses (cluster mode clean-up).
+    async fn strip_project_finalizers(&self, ns: &str) {
+        use k8s_openapi::api::core::v1::{
+            PersistentVolume, PersistentVolumeClaim, Secret, Service,
+        };
+        let lp = kube::api::ListParams::default().labels(&format!("{RUN_LABEL}={}", self.run));
         strip(
             Api::<PersistentVolumeClaim>::namespaced(self.client.clone(), ns),
             &lp,
         )
         .await;
         strip(Api::<Service>::namespaced(self.client.clone(), ns), &lp).await;
+        strip(Api::<Secret>::namespaced(self.client.clone(), ns), &lp).await;
         strip(Api::<PersistentVolume>::all(self.client.clone()), &lp).await;
+        strip(
+            Api::<crate::observer::VolumeAttributesClass>::all(self.client.clone()),
+            &lp,
+        )
+        .await;
+    }
+}
+
+/// Removes the `protection-manager.io/*` finalizers from the objects `lp`
+/// selects.
+async fn strip<K>(api: Api<K>, lp: &kube::api::ListParams)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let Ok(list) = api.list(lp).await else { return };
+    for o in list.items {
+        let fins = o.meta().finalizers.clone().unwrap_or_default();
+        let keep: Vec<&String> = fins
+            .iter()
+            .filter(|f| !f.starts_with("protection-manager.io/"))
+            .collect();
+        if keep.len() == fins.len() {
+            continue;
+        }
+        let patch = json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": fins},
+            {"op": "replace", "path": "/metadata/finalizers", "value": keep},
+        ]);
+        let name = o.meta().name.clone().unwrap_or_default();
+        if let Ok(p) = serde_json::from_value::<json_patch::Patch>(patch) {
+            let _ = api
+                .patch(
+                    &name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Json::<()>(p),
+                )
+                .await;
+        }
     }
 }
 

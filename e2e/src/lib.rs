@@ -19,8 +19,10 @@ pub mod mode;
 pub mod monitor;
 pub mod objects;
 pub mod observer;
+pub mod real;
 pub mod release;
 pub mod scenarios;
+pub mod suite;
 pub mod tools;
 pub mod wait;
 

@@ -45,6 +45,11 @@ pub struct ClusterTarget {
     pub cloud_sim_token: Option<String>,
     /// `E2E_POD_IMAGE`: the image of the user pods that mount claims.
     pub pod_image: String,
+    /// `E2E_IMAGE_ANY_TAG=1`: the nodes run every tag of `E2E_IMAGE`'s
+    /// repository as the same build (the process kubelet of `make
+    /// e2e-real` maps the repository), so steps that need a second tag of
+    /// the image run.
+    pub image_any_tag: bool,
 }
 
 /// An image reference split into repository and tag (digests are not
@@ -145,6 +150,7 @@ impl Mode {
             cloud_sim_url,
             cloud_sim_token: get("E2E_CLOUD_SIM_TOKEN"),
             pod_image: get("E2E_POD_IMAGE").unwrap_or_else(|| DEFAULT_POD_IMAGE.into()),
+            image_any_tag: get("E2E_IMAGE_ANY_TAG").is_some_and(|v| v == "1" || v == "true"),
         }))
     }
 

@@ -126,9 +126,17 @@ pub fn pending_pvc_with_vac(run: &str, name: &str, class: Option<&str>) -> Value
     })
 }
 
-/// [`host_path_pv`] with `spec.volumeAttributesClassName`.
-pub fn host_path_pv_with_vac(run: &str, name: &str, class: &str) -> Value {
+/// An Available PV naming a VolumeAttributesClass. kube-apiserver accepts
+/// `volumeAttributesClassName` only on a CSI volume ("spec.csi: Required
+/// value: has to be specified when using volumeAttributesClassName"), so it
+/// is one, of a driver no node runs (nothing mounts it).
+pub fn csi_pv_with_vac(run: &str, name: &str, class: &str) -> Value {
     let mut v = host_path_pv(run, name);
-    v["spec"]["volumeAttributesClassName"] = json!(class);
+    let spec = &mut v["spec"];
+    if let Some(m) = spec.as_object_mut() {
+        m.remove("hostPath");
+    }
+    spec["csi"] = json!({"driver": "csi.e2e.protection-manager.io", "volumeHandle": name});
+    spec["volumeAttributesClassName"] = json!(class);
     v
 }

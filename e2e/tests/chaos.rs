@@ -76,47 +76,19 @@ async fn short_chaos(seed: u64, profile: Profile) -> Result<()> {
         }
         report.monitor.ok().map_err(|e| Error::Check(format!("seed {seed}: {e}")))?;
         let c = &report.monitor.counts;
-        h.verified(format!(
-            "no claim or volume disappeared in use: {} PVC and {} PV deletions checked ({} PVCs and {} PVs held Terminating while in use; {} claims and {} volumes deleted in use before any finalizer, the creation window{})",
-            c.pvc_deletions_checked, c.pv_deletions_checked, c.pvcs_held_while_in_use, c.pvs_held_while_bound, c.unprotected_pvcs_deleted_in_use, c.unprotected_pvs_deleted_bound,
-            if report.create_time_policies.is_empty() { "" } else { ", closed by the create-time policy" }
-        ));
         if h.is_sim() && (c.vac_deletions_checked == 0 || c.vacs_held_while_in_use == 0) {
             return Err(Error::Check(format!(
                 "the churn exercised no VolumeAttributesClass protection: {} class deletions checked, {} held while in use (seed {seed})",
                 c.vac_deletions_checked, c.vacs_held_while_in_use
             )));
         }
-        h.verified(format!(
-            "no VolumeAttributesClass disappeared while a claim or volume named it: {} class deletions checked ({} held Terminating while in use; {} deleted in use before any finalizer, the creation window)",
-            c.vac_deletions_checked, c.vacs_held_while_in_use, c.unprotected_vacs_deleted_in_use
-        ));
         if h.is_sim() && (c.secret_deletions_checked == 0 || c.secrets_held_while_in_use == 0) {
             return Err(Error::Check(format!(
                 "the churn exercised no ProtectionRule: {} Secret deletions checked, {} held while in use (seed {seed})",
                 c.secret_deletions_checked, c.secrets_held_while_in_use
             )));
         }
-        h.verified(format!(
-            "no Secret under the secrets-used-by-pods ProtectionRule disappeared while a running pod referred to it: {} Secret deletions checked ({} held Terminating while in use; {} deleted in use before any finalizer, the creation window); deleting the rule left no finalizer",
-            c.secret_deletions_checked, c.secrets_held_while_in_use, c.unprotected_secrets_deleted_in_use
-        ));
-        h.verified(format!(
-            "no orphaned load balancer: {} Service deletions and {} inventory sweeps checked",
-            c.service_deletions_checked, c.cloud_sweeps
-        ));
-        h.verified(format!(
-            "finalizers converged after calm: {} objects released, the slowest in {:.2}s (bound 30s)",
-            c.converged_after_calm,
-            c.max_convergence.map_or(0.0, |d| d.as_secs_f64())
-        ));
-        h.verified(format!(
-            "leadership moved after each of {} leader kills, the slowest {:.2}s after the last renewal (bound lease {}s + {}s)",
-            report.kills.len(),
-            c.max_failover.map_or(0.0, |d| d.as_secs_f64()),
-            ChaosConfig::short(seed).lease_duration.as_secs(),
-            report.monitor.tolerance.as_secs()
-        ));
+        report.record_verified(&h);
         Ok(())
     }
     .await;

@@ -3,68 +3,17 @@
 //! chart with helm 4, with the invariants checked throughout. Runs on
 //! kube-sim, or on the cluster named by E2E_KUBECONFIG.
 
-use protection_e2e::Result;
-use protection_e2e::harness::{Harness, HarnessOptions};
-use protection_e2e::monitor::{Monitor, MonitorSettings};
-use protection_e2e::release::ManagerRelease;
-use protection_e2e::scenarios::{App, lifecycle, vac};
-use protection_e2e::tools::HelmVersion;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
+use protection_e2e::scenarios::{lifecycle, vac};
+use protection_e2e::suite::{Bed, runtime, with_manager as frame};
+use protection_e2e::{release::ManagerRelease, scenarios::App};
 
 /// Installs the manager (its own release, one replica), starts the
 /// monitor, runs `scenario`, and fails on any error or violation.
-async fn with_manager<F>(name: &str, sets: &[&str], scenario: F) -> Result<()>
+async fn with_manager<F>(name: &str, sets: &[&str], scenario: F) -> protection_e2e::Result<()>
 where
-    F: for<'a> AsyncFnOnce(&'a App<'a>, &'a ManagerRelease) -> Result<()>,
+    F: for<'a> AsyncFnOnce(&'a App<'a>, &'a ManagerRelease) -> protection_e2e::Result<()>,
 {
-    let h = Harness::start(HarnessOptions::new(name)).await?;
-    println!("== {name}: {} mode, run {}", h.mode.name(), h.run);
-    let result = async {
-        let helm = h.helm(HelmVersion::V4).await?;
-        let rel = ManagerRelease::prepare(&h, helm, "pm", "system").await?;
-        rel.install(sets, true).await?;
-        let own = h.own_release()?;
-        rel.wait_running_as(&own).await?;
-        h.verified(format!("helm install (helm 4): the manager rolled out and recorded release {own}"));
-        let app = App::new(&h, "app").await?;
-        // The class invariant where vac-protection's gate is on and the
-        // cluster serves the API.
-        let classes = sets.contains(&vac::GATE_ON) && vac::served(&app).await?;
-        let monitor = Monitor::start(
-            &h,
-            MonitorSettings {
-                classes,
-                ..MonitorSettings::namespaces(std::slice::from_ref(&app.ns))
-            },
-        )
-        .await?;
-        let r = scenario(&app, &rel).await;
-        if let Err(e) = &r {
-            println!("manager state:\n{}", rel.diagnostics().await);
-            println!("manager logs:\n{}", rel.logs(&h, true).await.unwrap_or_default());
-            return Err(protection_e2e::Error::Check(format!("{e}")));
-        }
-        let report = monitor.finish().await?;
-        for l in report.counts.lines() {
-            println!("  invariants: {l}");
-        }
-        report.ok()?;
-        h.verified(format!(
-            "invariants held throughout: {} PVC, {} PV and {} VolumeAttributesClass deletions checked, {} Service deletions checked against cloud-sim",
-            report.counts.pvc_deletions_checked, report.counts.pv_deletions_checked, report.counts.vac_deletions_checked, report.counts.service_deletions_checked
-        ));
-        Ok(())
-    }
-    .await;
-    h.finish().await;
-    result
+    frame(Bed::FromEnv, name, sets, scenario).await
 }
 
 #[test]

@@ -2,45 +2,18 @@
 //! phase walk (helm 4), the 0.2 → 0.0 hazard and the release guard (helm
 //! 3.18), and, with E2E_OLD_BIN / E2E_NEW_BIN, a real cross-build upgrade.
 
-use protection_e2e::harness::{Harness, HarnessOptions};
+use protection_e2e::Result;
+use protection_e2e::harness::Harness;
 use protection_e2e::release::ManagerRelease;
 use protection_e2e::scenarios::{App, guard, rules, upgrade, vac};
+use protection_e2e::suite::{Bed, runtime, with_release};
 use protection_e2e::tools::HelmVersion;
-use protection_e2e::{Error, Result};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
 
 async fn run<F>(name: &str, helm: HelmVersion, scenario: F) -> Result<()>
 where
     F: for<'a> AsyncFnOnce(&'a Harness, &'a App<'a>, &'a ManagerRelease) -> Result<()>,
 {
-    let h = Harness::start(HarnessOptions::new(name)).await?;
-    println!("== {name}: {} mode, run {}, {helm}", h.mode.name(), h.run);
-    let result = async {
-        let helm = h.helm(helm).await?;
-        let rel = ManagerRelease::prepare(&h, helm, "pm", "system").await?;
-        let app = App::new(&h, "app").await?;
-        let r = scenario(&h, &app, &rel).await;
-        if let Err(e) = &r {
-            println!("helm history: {:?}", rel.history().await);
-            println!("manager state:\n{}", rel.diagnostics().await);
-            println!(
-                "manager logs:\n{}",
-                rel.logs(&h, true).await.unwrap_or_default()
-            );
-            return Err(Error::Check(format!("{e}")));
-        }
-        Ok(())
-    }
-    .await;
-    h.finish().await;
-    result
+    with_release(Bed::FromEnv, name, helm, scenario).await
 }
 
 #[test]

@@ -6,7 +6,7 @@
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/protection-manager/k8s-v1.36.3/bin/
 #
 # A second run builds nothing: each binary is kept with the key of what built
-# it (this module's go.mod/go.sum/sources, the flags, the Go version); a
+# it (this module's go.mod/go.sum, its own sources, the flags, the Go version); a
 # binary whose key differs, or that does not answer its version, is rebuilt.
 # Correctness never depends on the cache: a binary is moved into place only
 # after it built and answered its version.
@@ -56,15 +56,22 @@ ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
 ldflags+=" -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=36"
 
-# The key: everything that decides what the binaries are.
-key="$(
-  cd "$HERE"
-  {
-    echo "$go_version ${GOEXPERIMENT:-} $ldflags"
-    cat go.mod go.sum
-    find cmd -name '*.go' -print0 | sort -z | xargs -0 cat
-  } | sha256sum | cut -c1-16
-)"
+# The key of a binary: everything that decides what it is (the Go version,
+# the flags, go.mod/go.sum, and the sources of its own ./cmd/ package when it
+# has one), so that changing one program here rebuilds that program only.
+key_of() {
+  local pkg="$1"
+  (
+    cd "$HERE"
+    {
+      echo "$go_version ${GOEXPERIMENT:-} $ldflags"
+      cat go.mod go.sum
+      if [[ "$pkg" == ./* ]]; then
+        find "$pkg" -name '*.go' -print0 | sort -z | xargs -0 cat
+      fi
+    } | sha256sum | cut -c1-16
+  )
+}
 
 declare -A packages=(
   [kube-apiserver]=k8s.io/kubernetes/cmd/kube-apiserver
@@ -112,6 +119,7 @@ total_start=$SECONDS
 built=0
 for b in "${binaries[@]}"; do
   out="$BIN_DIR/$b"
+  key="$(key_of "${packages[$b]}")"
   if [[ -x "$out" && "$(cat "$out.key" 2>/dev/null)" == "$key" ]] && answers_version "$out" "${version_of[$b]}"; then
     echo "real-k8s: $b $K8S_VERSION cached ($out)"
     continue

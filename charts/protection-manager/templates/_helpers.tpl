@@ -570,9 +570,17 @@ and the enabled examples' kinds), as a YAML list of RBAC rules.
 {{- end }}
 {{- $ex := .Values.rules.examples }}
 {{- $protected := list }}
-{{- if $ex.secretsUsedByPods }}{{ $protected = append $protected "secrets" }}{{ end }}
-{{- if $ex.configMapsUsedByPods }}{{ $protected = append $protected "configmaps" }}{{ end }}
-{{- if $ex.pvcsUsedByPods }}{{ $protected = append $protected "persistentvolumeclaims" }}{{ end }}
+{{- /* An example turned off keeps its kind's rights while its rule still
+exists in the cluster (`lookup`, so only against one): helm deletes the
+rule in the same upgrade that would drop the rights, and the manager needs
+them to clear the rule's finalizer from every object it protects before the
+rule can go. The next upgrade drops them. */}}
+{{- $served := .Capabilities.APIVersions.Has "protection-manager.io/v1alpha1/ProtectionRule" }}
+{{- range $e := list (list "secretsUsedByPods" "secrets-used-by-pods" "secrets") (list "configMapsUsedByPods" "configmaps-used-by-pods" "configmaps") (list "pvcsUsedByPods" "pvcs-used-by-pods" "persistentvolumeclaims") }}
+{{- if or (get $ex (index $e 0)) (and $served (lookup "protection-manager.io/v1alpha1" "ProtectionRule" "" (index $e 1))) }}
+{{- $protected = append $protected (index $e 2) }}
+{{- end }}
+{{- end }}
 {{- if $protected }}
 {{- $out = append $out (dict "apiGroups" (list "") "resources" $protected "verbs" (list "get" "list" "watch" "patch")) }}
 {{- $out = append $out (dict "apiGroups" (list "") "resources" (list "pods") "verbs" (list "list" "watch")) }}

@@ -184,33 +184,15 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
                 "storageProtectionAdmission": state.store.storage_protection(),
             }),
         ),
-        (Method::GET, "/_sim/pods") => reply(200, json!({"items": state.runtimes.list()})),
-        (Method::POST, p) if p.starts_with("/_sim/pods/") && p.ends_with("/signal") => {
-            let parts: Vec<&str> = p["/_sim/pods/".len()..p.len() - "/signal".len()]
-                .split('/')
-                .collect();
-            let [ns, name] = parts.as_slice() else {
-                return bad("expected /_sim/pods/{namespace}/{name}/signal");
-            };
-            let mut sig = "KILL".to_string();
-            let mut container: Option<String> = None;
-            for (k, v) in form_urlencoded::parse(query.as_deref().unwrap_or("").as_bytes()) {
-                match k.as_ref() {
-                    "sig" | "signal" => sig = v.into_owned(),
-                    "container" => container = Some(v.into_owned()),
-                    other => return bad(format!("unknown parameter {other:?}")),
-                }
-            }
-            let sig: crate::cluster::Signal = match sig.parse() {
-                Ok(s) => s,
-                Err(e) => return bad(e),
-            };
-            match state.runtimes.signal(ns, name, container.as_deref(), sig) {
-                Ok(pids) => reply(200, json!({"pids": pids})),
-                Err(e @ crate::cluster::SignalError::Kill { .. }) => {
-                    reply(500, json!({"error": e.to_string()}))
-                }
-                Err(e) => reply(404, json!({"error": e.to_string()})),
+        (m, p) if p.starts_with("/_sim/pods") => {
+            match crate::cluster::runtime::pods_endpoint(
+                &state.runtimes,
+                &m,
+                p,
+                query.as_deref().unwrap_or(""),
+            ) {
+                Some((code, body)) => reply(code, body),
+                None => reply(404, json!({"error": format!("no admin endpoint {path}")})),
             }
         }
         _ => reply(404, json!({"error": format!("no admin endpoint {path}")})),

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use cel::{Context, Env, Value as CelValue};
 use serde_json::{Value, json};
 
-use crate::error::FieldError;
+use crate::error::{FieldError, FieldErrorType};
 use crate::resources::{self, CustomResource, ResId};
 use kube_cel::{env, to_cel};
 
@@ -352,6 +352,15 @@ pub fn printer_columns(group: &str, resource: &str) -> Option<Vec<Value>> {
         .cloned()
 }
 
+/// Whether `node` or anything under it has x-kubernetes-validations (the
+/// real server has a CEL validator for the version then).
+fn has_rules(node: &Node) -> bool {
+    !node.rules.is_empty()
+        || node.properties.iter().any(|(_, n)| has_rules(n))
+        || node.items.as_deref().is_some_and(has_rules)
+        || node.additional.as_deref().is_some_and(has_rules)
+}
+
 /// The JSON type name upstream's errors print for a value.
 fn type_name(v: &Value) -> &'static str {
     match v {
@@ -380,10 +389,47 @@ impl Served {
     pub fn admit(&self, obj: &mut Value, old: Option<&Value>) -> Vec<FieldError> {
         default_and_prune(&self.schema, obj, true);
         let mut errs = Vec::new();
-        self.walk(&self.schema, obj, old, "", true, &mut errs);
+        self.walk(&self.schema, obj, old, "", true, &mut errs, None);
+        if !has_rules(&self.schema) {
+            return errs;
+        }
+        // As the real server's customResourceStrategy: a type, enum,
+        // required, length or count error blocks the CEL rules
+        // (hasBlockingErr), and says so.
+        let blocking = errs.iter().any(|e| {
+            matches!(
+                e.kind,
+                FieldErrorType::NotSupported
+                    | FieldErrorType::Required
+                    | FieldErrorType::TooLong
+                    | FieldErrorType::TooMany
+            ) || e.detail.contains(" in body must be of type ")
+        });
+        if blocking {
+            errs.push(FieldError::invalid(
+                "<nil>",
+                Value::Null,
+                "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+            ));
+        } else {
+            let mut rules = Vec::new();
+            self.walk(
+                &self.schema,
+                obj,
+                old,
+                "",
+                true,
+                &mut Vec::new(),
+                Some(&mut rules),
+            );
+            errs.extend(rules);
+        }
         errs
     }
 
+    // The walk's state (value, old value, path, root, both error lists)
+    // travels together down one recursion.
+    #[allow(clippy::too_many_arguments)]
     fn walk(
         &self,
         node: &Node,
@@ -392,6 +438,7 @@ impl Served {
         path: &str,
         root: bool,
         errs: &mut Vec<FieldError>,
+        mut rule_errs: Option<&mut Vec<FieldError>>,
     ) {
         let raw = &node.raw;
         let field = if path.is_empty() { "<root>" } else { path };
@@ -501,7 +548,15 @@ impl Served {
                     for (i, item) in a.iter().enumerate() {
                         // Lists without a map/set type have no correlation
                         // for transition rules.
-                        self.walk(items, item, None, &format!("{path}[{i}]"), false, errs);
+                        self.walk(
+                            items,
+                            item,
+                            None,
+                            &format!("{path}[{i}]"),
+                            false,
+                            errs,
+                            rule_errs.as_deref_mut(),
+                        );
                     }
                 }
             }
@@ -519,18 +574,38 @@ impl Served {
                     }
                     if let Some(cv) = m.get(k) {
                         let ov = old.and_then(|o| o.get(k));
-                        self.walk(child, cv, ov, &join(path, k), false, errs);
+                        self.walk(
+                            child,
+                            cv,
+                            ov,
+                            &join(path, k),
+                            false,
+                            errs,
+                            rule_errs.as_deref_mut(),
+                        );
                     }
                 }
                 if let Some(ap) = &node.additional {
                     for (k, cv) in m {
                         let ov = old.and_then(|o| o.get(k));
-                        self.walk(ap, cv, ov, &format!("{path}[{k}]"), false, errs);
+                        self.walk(
+                            ap,
+                            cv,
+                            ov,
+                            &format!("{path}[{k}]"),
+                            false,
+                            errs,
+                            rule_errs.as_deref_mut(),
+                        );
                     }
                 }
             }
             _ => {}
         }
+        // The CEL rules run in a second pass, into `rule_errs`.
+        let Some(errs) = rule_errs else {
+            return;
+        };
         if node.rules.is_empty() {
             return;
         }
@@ -560,7 +635,14 @@ impl Served {
                     } else {
                         r.message.clone()
                     };
-                    errs.push(FieldError::invalid(&at, json!(type_name(v)), msg));
+                    // As the real server (apiextensions' cel validation):
+                    // the value itself for a scalar, none for an object or
+                    // array (field.OmitValueType).
+                    let mut e = FieldError::invalid(&at, v.clone(), msg);
+                    if v.is_object() || v.is_array() {
+                        e.value = None;
+                    }
+                    errs.push(e);
                 }
                 Ok(other) => errs.push(FieldError::invalid(
                     &at,
@@ -758,7 +840,7 @@ mod tests {
             errs,
             [
                 "spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1",
-                "spec.name: Invalid value: \"string\": must be domain-qualified",
+                "spec.name: Invalid value: \"x\": must be domain-qualified",
             ]
         );
         assert_eq!(o["spec"]["mode"], "A");
@@ -770,7 +852,54 @@ mod tests {
             .iter()
             .map(|e| e.to_string())
             .collect();
-        assert_eq!(errs, ["spec.name: Invalid value: \"string\": is immutable"]);
+        assert_eq!(errs, ["spec.name: Invalid value: \"c.d\": is immutable"]);
+    }
+
+    /// The real server skips the CEL rules while the object breaks its
+    /// schema's type, enum, required, length or count, and says so
+    /// (apiextensions' hasBlockingErr); a minimum does not block them.
+    #[test]
+    fn schema_errors_that_block_the_rules_say_so() {
+        let c = crd(json!({
+            "type": "object",
+            "properties": {"spec": {"type": "object",
+                "properties": {
+                    "size": {"type": "integer", "minimum": 1},
+                    "mode": {"type": "string", "enum": ["A", "B"]},
+                    "name": {"type": "string", "x-kubernetes-validations": [
+                        {"rule": "self.contains('.')", "message": "must be domain-qualified"}]}
+                }}}
+        }));
+        let s = served(&c);
+        let admit = |o: Value| -> Vec<String> {
+            let mut o = o;
+            s[0].admit(&mut o, None)
+                .iter()
+                .map(|e| e.to_string())
+                .collect()
+        };
+        assert_eq!(
+            admit(json!({"spec": {"mode": "C", "name": "x"}})),
+            [
+                "spec.mode: Unsupported value: \"C\": supported values: \"A\", \"B\"",
+                "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+            ]
+        );
+        assert_eq!(
+            admit(json!({"spec": {"size": "big", "name": "x"}}))
+                .last()
+                .map(String::as_str),
+            Some(
+                "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation"
+            )
+        );
+        assert_eq!(
+            admit(json!({"spec": {"size": 0, "name": "x"}})),
+            [
+                "spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1",
+                "spec.name: Invalid value: \"x\": must be domain-qualified",
+            ]
+        );
     }
 
     #[test]

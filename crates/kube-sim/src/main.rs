@@ -6,6 +6,8 @@ use anyhow::Context;
 use clap::Parser;
 
 /// A Kubernetes API server emulator for tests, demos and benchmarks.
+/// (`kube-sim kubelet --help`: its node agent as a process, for any API
+/// server.)
 #[derive(Parser, Debug)]
 #[command(name = "kube-sim", version)]
 struct Args {
@@ -75,8 +77,42 @@ struct Args {
     service_cluster_ip_range: String,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    // `kube-sim kubelet ...` (the process kubelet) and `kube-sim
+    // container-shim ...` (what it starts each container through).
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match argv.get(1).and_then(|a| a.to_str()) {
+        Some("container-shim") => {
+            let rest: Vec<String> = argv[2..]
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            return kube_sim::cluster::kubelet::shim::main(&rest);
+        }
+        Some("kubelet") => {
+            init_tracing();
+            argv.remove(1);
+            return kube_sim::cluster::kubelet::process::main(argv);
+        }
+        _ => {}
+    }
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("kube-sim: starting the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(serve()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -84,6 +120,10 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+}
+
+async fn serve() -> anyhow::Result<()> {
+    init_tracing();
     let args = Args::parse();
     let mut cluster = kube_sim::ClusterConfig::parse_emulate(&args.emulate)
         .with_context(|| format!("--emulate {:?}", args.emulate))?;

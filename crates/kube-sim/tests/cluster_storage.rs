@@ -744,7 +744,7 @@ async fn pods_beyond_node_capacity_are_unschedulable() {
     assert_eq!(reason, "Unschedulable");
     assert_eq!(
         message,
-        "0/1 nodes are available: 1 Too many pods. preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
+        "0/1 nodes are available: 1 Too many pods. no new claims to deallocate, preemption: 0/1 nodes are available: 1 No preemption victims found for incoming pod."
     );
     pods.delete("first", &DeleteParams::default())
         .await

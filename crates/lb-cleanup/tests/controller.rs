@@ -1,6 +1,7 @@
 //! The service-lb-cleanup controller against kube-sim and cloud-sim: the
 //! ported upstream e2e, the gate phases with back-fill, node sync, class
-//! selection, request accounting and recovery.
+//! selection (each also on the real kube-apiserver v1.36.3: `NAME::real`),
+//! request accounting and recovery.
 
 mod common;
 
@@ -11,12 +12,19 @@ use common::*;
 use kube::api::{Api, Patch, PatchParams};
 use kube_sim::{FaultRule, RequestFilter};
 use serde_json::json;
+use test_bed::Bed;
+
+test_bed::on_both_beds!(
+    should_handle_load_balancer_cleanup_finalizer_for_service,
+    gate_phases_with_downgrade_and_backfill,
+    class_selection,
+    node_changes_update_load_balancer_hosts,
+);
 
 /// Upstream e2e "should handle load balancer cleanup finalizer for service"
 /// (test/e2e/network/loadbalancer.go), step by step.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn should_handle_load_balancer_cleanup_finalizer_for_service() {
-    let mut env = Env::new().await;
+async fn should_handle_load_balancer_cleanup_finalizer_for_service(bed: Bed) {
+    let mut env = Env::on(bed).await;
     env.add_nodes(&["node-a", "node-b"]).await;
     env.start(Ctl::default()).await;
 
@@ -113,9 +121,8 @@ async fn should_handle_load_balancer_cleanup_finalizer_for_service() {
 /// The KEP's rollout: at 0.1 (gate Alpha, off) no finalizer is added but a
 /// finalizer left by a newer release is still removed on delete; at 0.2 and
 /// 0.3 Services that exist without it are back-filled at start-up.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gate_phases_with_downgrade_and_backfill() {
-    let mut env = Env::new().await;
+async fn gate_phases_with_downgrade_and_backfill(bed: Bed) {
+    let mut env = Env::on(bed).await;
     env.add_nodes(&["node-a"]).await;
 
     // 0.3: a Service gets the finalizer.
@@ -216,9 +223,8 @@ async fn gate_phases_with_downgrade_and_backfill() {
 
 /// Only Services of our class are touched; Services with no class only
 /// with --lb-include-unclassed; another class never.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn class_selection() {
-    let mut env = Env::new().await;
+async fn class_selection(bed: Bed) {
+    let mut env = Env::on(bed).await;
     env.add_nodes(&["node-a"]).await;
     env.start(Ctl::default()).await;
     env.create(&lb_service("foreign", Some("cloud.example.com/nlb")))
@@ -258,9 +264,8 @@ async fn class_selection() {
 
 /// Upstream node sync: hosts are updated when a node joins, leaves, or is
 /// excluded by label; not when something irrelevant changes.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_changes_update_load_balancer_hosts() {
-    let mut env = Env::new().await;
+async fn node_changes_update_load_balancer_hosts(bed: Bed) {
+    let mut env = Env::on(bed).await;
     env.add_nodes(&["node-a", "node-b"]).await;
     env.start(Ctl::default()).await;
     let uid = env
@@ -354,7 +359,7 @@ async fn request_accounting_three_writes_per_lifecycle_and_none_on_resync() {
     })
     .await;
     let n = 10;
-    let since = env.kube.requests().last_seq();
+    let since = env.mark();
     for i in 0..n {
         env.create(&lb_service(&format!("svc-{i}"), Some(CLASS)))
             .await;
@@ -369,7 +374,7 @@ async fn request_accounting_three_writes_per_lifecycle_and_none_on_resync() {
     }
 
     // Steady state: re-list every watch, let resyncs pass, restart.
-    let steady = env.kube.requests().last_seq();
+    let steady = env.mark();
     let puts_before = |env: &Env| {
         env.cloud
             .stats()
@@ -378,7 +383,7 @@ async fn request_accounting_three_writes_per_lifecycle_and_none_on_resync() {
             .map_or(0, |o| o.total)
     };
     let lists = |env: &Env, since: u64| {
-        env.kube.requests().count(
+        env.kube().requests().count(
             &RequestFilter::default()
                 .user(USER)
                 .resource("services")
@@ -387,8 +392,8 @@ async fn request_accounting_three_writes_per_lifecycle_and_none_on_resync() {
         )
     };
     // Both watches (Services, Nodes) end and resume with 410 Gone: a re-list.
-    env.kube.faults().gone_next_watches(2);
-    env.kube.faults().cut_watches();
+    env.kube().faults().gone_next_watches(2);
+    env.kube().faults().cut_watches();
     wait_for("the controller re-listed services", || {
         let c = lists(&env, steady);
         async move { c > 0 }
@@ -579,7 +584,7 @@ async fn killed_between_lb_deleted_and_finalizer_removed_recovers() {
         s.is_some_and(|s| finalizers(s).contains(&FINALIZER.into()) && !ingress_ips(s).is_empty())
     })
     .await;
-    let rule = env.kube.faults().add(
+    let rule = env.kube().faults().add(
         FaultRule::error(500)
             .user(USER)
             .resource("services")
@@ -594,7 +599,7 @@ async fn killed_between_lb_deleted_and_finalizer_removed_recovers() {
     let rejected = RequestFilter::default().user(USER).resource("services");
     wait_for("the finalizer removal was attempted", || {
         let n = env
-            .kube
+            .kube()
             .requests()
             .records(&rejected)
             .iter()
@@ -609,7 +614,7 @@ async fn killed_between_lb_deleted_and_finalizer_removed_recovers() {
         finalizers(&s).contains(&FINALIZER.into()),
         "stuck on our finalizer"
     );
-    env.kube.faults().remove(rule);
+    env.kube().faults().remove(rule);
 
     env.start(Ctl::default()).await;
     env.wait_service("web", "is gone", |s| s.is_none()).await;

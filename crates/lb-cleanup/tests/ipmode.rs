@@ -1,7 +1,8 @@
 //! A real API server defaults a status ingress `{ip}` to `{ip, ipMode:
 //! VIP}` (SetDefaults_Service, LoadBalancerIPMode), and kube-sim does the
-//! same. The controller must not take a defaulted `ipMode` for a difference
-//! and rewrite the status on every sync.
+//! same (both are asked: `NAME::kube_sim`, `NAME::real`). The controller
+//! must not take a defaulted `ipMode` for a difference and rewrite the
+//! status on every sync.
 
 mod common;
 
@@ -10,6 +11,12 @@ use std::time::Duration;
 use cloud_sim::Operation;
 use common::*;
 use serde_json::json;
+use test_bed::{Bed, Request};
+
+test_bed::on_both_beds!(
+    no_status_rewrite_when_the_provider_reports_ip_mode,
+    no_status_rewrite_when_the_server_defaults_ip_mode,
+);
 
 fn puts(env: &Env) -> u64 {
     env.cloud
@@ -24,15 +31,19 @@ fn puts(env: &Env) -> u64 {
 /// synced with the provider: a PUT) and answers the controller's Service
 /// writes during them. A sync that took the stored status for stale would
 /// write it again.
-async fn writes_after_provisioning(ip_mode: Option<&str>) -> Vec<kube_sim::RequestRecord> {
-    let mut env = Env::with_cloud(cloud_sim::Config::default().with_ingress_ip_mode(ip_mode)).await;
+async fn writes_after_provisioning(bed: Bed, ip_mode: Option<&str>) -> Vec<Request> {
+    let mut env = Env::with_cloud_on(
+        bed,
+        cloud_sim::Config::default().with_ingress_ip_mode(ip_mode),
+    )
+    .await;
     env.add_nodes(&["node-a"]).await;
     env.start(Ctl {
         resync: Duration::from_secs(1),
         ..Ctl::default()
     })
     .await;
-    let since = env.kube.requests().last_seq();
+    let since = env.mark();
     env.create(&lb_service("web", Some(CLASS))).await;
     let svc = env
         .wait_service("web", "has its finalizer and ingress", |s| {
@@ -57,7 +68,7 @@ async fn writes_after_provisioning(ip_mode: Option<&str>) -> Vec<kube_sim::Reque
     let provisioning = env.service_writes(since);
     assert_eq!(provisioning.len(), 2, "{provisioning:#?}");
 
-    let steady = env.kube.requests().last_seq();
+    let steady = env.mark();
     for i in 0..4 {
         let p0 = puts(&env);
         env.merge(
@@ -80,9 +91,8 @@ async fn writes_after_provisioning(ip_mode: Option<&str>) -> Vec<kube_sim::Reque
 
 /// A provider that reports `ipMode: VIP` (cloud-sim's default): the stored
 /// status equals the written one; syncs write nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_status_rewrite_when_the_provider_reports_ip_mode() {
-    let writes = writes_after_provisioning(Some("VIP")).await;
+async fn no_status_rewrite_when_the_provider_reports_ip_mode(bed: Bed) {
+    let writes = writes_after_provisioning(bed, Some("VIP")).await;
     assert!(
         writes.is_empty(),
         "status rewritten after provisioning: {writes:#?}"
@@ -91,9 +101,8 @@ async fn no_status_rewrite_when_the_provider_reports_ip_mode() {
 
 /// A provider that reports no `ipMode`: the controller writes `{ip}`, the
 /// server stores `{ip, ipMode: VIP}`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_status_rewrite_when_the_server_defaults_ip_mode() {
-    let writes = writes_after_provisioning(None).await;
+async fn no_status_rewrite_when_the_server_defaults_ip_mode(bed: Bed) {
+    let writes = writes_after_provisioning(bed, None).await;
     assert!(
         writes.is_empty(),
         "status rewritten after provisioning: {writes:#?}"

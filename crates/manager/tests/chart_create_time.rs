@@ -2,9 +2,11 @@
 //! MutatingAdmissionPolicy and binding, with helm 3.18 and 4.1. Rendered
 //! with `--api-versions` for the `auto` detection (what a 1.36 / 1.34-1.35 /
 //! 1.33 cluster serves), per finalizer profile, release, gate and controller
-//! set; then installed into kube-sim, where a claim and a volume created while
-//! no manager runs carry the finalizer, and an upgrade that turns the gate off
-//! (or an uninstall) takes the policy away.
+//! set; then installed into kube-sim and into the real kube-apiserver v1.36.3
+//! (admissionregistration.k8s.io/v1, its own CEL and policy plugin), where a
+//! claim and a volume created while no manager runs carry the finalizer, and
+//! an upgrade that turns the gate off (or an uninstall) takes the policy
+//! away.
 
 mod chart_support;
 mod support;
@@ -12,8 +14,8 @@ mod support;
 use chart_support::{Helm, HelmVersion, Rendered, chart_dir};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
-use kube_sim::{KubeSim, SimConfig};
 use serde_json::{Value, json};
+use test_bed::{Bed, Options, Server};
 
 const V1: &str = "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy";
 const V1BETA1: &str = "admissionregistration.k8s.io/v1beta1/MutatingAdmissionPolicy";
@@ -276,14 +278,39 @@ fn policy_names(list: &[DynamicObject]) -> Vec<String> {
     n
 }
 
-fn installed(version: HelmVersion) {
+/// Waits until a dry-run CREATE of a claim comes back with the chart's
+/// finalizer (`want`) or without it: a real API server takes a policy (or
+/// its removal) up from its informers shortly after the write that made it.
+async fn wait_policy_in_effect(pvcs: &Api<PersistentVolumeClaim>, want: bool, what: &str) {
+    let probe: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "probe"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+    .expect("pvc json");
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    test_support::until(std::time::Duration::from_secs(60), what, async || {
+        pvcs.create(&dry, &probe).await.is_ok_and(|c| {
+            c.metadata
+                .finalizers
+                .unwrap_or_default()
+                .contains(&PVC_FINALIZER.to_string())
+                == want
+        })
+    })
+    .await;
+}
+
+fn installed(version: HelmVersion, bed: Bed) {
     let rt = runtime();
     rt.block_on(async {
-        let sim = KubeSim::start(SimConfig::default())
+        let server = Server::start(bed, Options::named("chart-policy"))
             .await
-            .expect("start kube-sim");
-        let client = sim.client().await;
-        let helm = Helm::new(version).with_kubeconfig(sim.kubeconfig_path());
+            .unwrap_or_else(|e| panic!("start {}: {e:#}", bed.name()));
+        let client = server.client().await.expect("admin client");
+        let helm = Helm::new(version).with_kubeconfig(server.kubeconfig_path());
         let chart = chart_dir().to_string_lossy().into_owned();
         let ns = "pm-system";
         let base = |extra: &[&str]| -> Vec<String> {
@@ -301,7 +328,7 @@ fn installed(version: HelmVersion) {
             }
             a
         };
-        // auto: kube-sim serves admissionregistration.k8s.io/v1.
+        // auto: both serve admissionregistration.k8s.io/v1.
         let mut install = vec![
             "install".to_string(),
             "pm".to_string(),
@@ -325,9 +352,10 @@ fn installed(version: HelmVersion) {
             "{version:?}"
         );
 
-        // No manager runs (kube-sim has no kubelet here): the finalizer is
-        // there from the first write.
+        // No manager runs (no kubelet, and no KCM to make its pod): the
+        // finalizer is there from the first write.
         let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+        wait_policy_in_effect(&pvcs, true, "the policy mutates claims").await;
         let claim = |name: &str| -> PersistentVolumeClaim {
             serde_json::from_value(json!({
                 "metadata": {"name": name},
@@ -377,6 +405,7 @@ fn installed(version: HelmVersion) {
         helm_ok(&helm, upgrade).await;
         let list = policies.list(&Default::default()).await.expect("list policies");
         assert!(list.items.is_empty(), "{version:?}: {:?}", policy_names(&list.items));
+        wait_policy_in_effect(&pvcs, false, "the policy's removal is in effect").await;
         let created = pvcs
             .create(&PostParams::default(), &claim("later"))
             .await
@@ -396,6 +425,7 @@ fn installed(version: HelmVersion) {
             policies.list(&Default::default()).await.expect("list").items.len(),
             2
         );
+        wait_policy_in_effect(&pvcs, true, "the policy is back in effect").await;
         helm_ok(
             &helm,
             vec![
@@ -414,16 +444,27 @@ fn installed(version: HelmVersion) {
             &ApiResource::from_gvk_with_plural(&gvk, "mutatingadmissionpolicybindings"),
         );
         assert!(bindings.list(&Default::default()).await.expect("list").items.is_empty());
-        sim.shutdown().await;
+        wait_policy_in_effect(&pvcs, false, "nothing mutates claims after the uninstall").await;
+        server.shutdown().await;
     });
 }
 
 #[test]
 fn helm3_installs_the_policy_and_a_claim_created_without_a_manager_is_protected() {
-    installed(HelmVersion::V3);
+    installed(HelmVersion::V3, Bed::Sim);
 }
 
 #[test]
 fn helm4_installs_the_policy_and_a_claim_created_without_a_manager_is_protected() {
-    installed(HelmVersion::V4);
+    installed(HelmVersion::V4, Bed::Sim);
+}
+
+#[test]
+fn helm3_policy_on_the_real_api_server_protects_a_claim_created_without_a_manager() {
+    installed(HelmVersion::V3, Bed::Real);
+}
+
+#[test]
+fn helm4_policy_on_the_real_api_server_protects_a_claim_created_without_a_manager() {
+    installed(HelmVersion::V4, Bed::Real);
 }

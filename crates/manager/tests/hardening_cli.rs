@@ -420,3 +420,41 @@ async fn clear_messages_for_common_mistakes() {
         "verified: a host name, an HTML server, a missing namespace and a silent server are named"
     );
 }
+
+/// `validate-config` answers as `run` would start, without a cluster: the
+/// chart's tests run it on rendered values (weak spot "the chart refuses
+/// every value the binary refuses").
+#[test]
+fn validate_config_accepts_what_run_starts_with_and_refuses_what_it_refuses() {
+    let (ok, stderr) = run_bounded(&["validate-config", "--controllers=*,-service-lb-cleanup"]);
+    assert!(ok, "{stderr}");
+    support::assert_each_refused(&[
+        (
+            &["validate-config", "--controllers="],
+            "validation failed for '--controllers': the list is empty",
+        ),
+        (
+            &["validate-config", "--storage-protection-resync-period=1ns"],
+            "\"1ns\" is out of range: must be 0 (off) or at least 1s",
+        ),
+        (
+            &[
+                "validate-config",
+                "--leader-elect-lease-duration=20s",
+                "--leader-elect-renew-deadline=30s",
+            ],
+            "leaseDuration must be greater than renewDeadline",
+        ),
+    ]);
+    let out = support::run_to_end(&["validate-config", "--controllers=pvc-protection"]);
+    assert!(out.status.success());
+    // (The release is the binary's own: not named, so a version bump
+    // leaves this test alone.)
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with(
+            "the configuration is valid: `run` would start 1 controller(s) (pvc-protection) at release "
+        ),
+        "{stdout}"
+    );
+}

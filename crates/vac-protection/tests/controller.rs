@@ -1,8 +1,11 @@
-//! vac-protection against kube-sim: the lifecycle (a class held by a claim,
-//! by a volume, by a pending modification; released when the last user
-//! goes), the release train (0.4 gate off adds nothing and still removes;
-//! Alpha on back-fills), the rollback hazard (a release without the
-//! controller strands the finalizers the Alpha gate added), and the API
+//! vac-protection against kube-sim and the real kube-apiserver v1.36.3
+//! (`NAME::kube_sim`, `NAME::real`): the lifecycle (a class held by a
+//! claim, by a volume, by a pending modification; released when the last
+//! user goes), the release train (0.4 gate off adds nothing and still
+//! removes; Alpha on back-fills), the rollback hazard (a release without the
+//! controller strands the finalizers the Alpha gate added); the upstream
+//! profile in place of KCM's volumeattributesclass-protection-controller
+//! beside the real KCM and admission plugin; and, on kube-sim, the API
 //! versions (v1, v1beta1 only, none).
 
 use std::sync::Arc;
@@ -15,20 +18,27 @@ use kube::api::{
     PatchParams, PostParams,
 };
 use kube::{Client, ResourceExt};
-use kube_sim::{KubeSim, SimConfig};
+use kube_sim::SimConfig;
 use protection_core::release::gates_at;
 use protection_core::{ControllerResult, FinalizerProfile, Metrics, ReadySignal, Version};
 use serde_json::json;
+use test_bed::{Bed, Options, Server};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use vac_protection::controller::{NAME, NO_API_NOTE};
 use vac_protection::{GATES, INFO, Settings};
 
+test_bed::on_both_beds!(
+    a_class_is_held_by_a_claim_a_volume_or_a_pending_modification_until_the_last_user_goes,
+    classes_confirmed_in_one_batch_keep_the_used_ones_and_release_the_others,
+    upgrade_0_3_to_0_4_gate_off_then_alpha_on_then_off_and_the_rollback_that_strands,
+);
+
 const DEADLINE: Duration = Duration::from_secs(30);
 const USER: &str = "protection-manager";
 
 struct Env {
-    sim: KubeSim,
+    server: Server,
     client: Client,
     metrics: Arc<Metrics>,
     finalizer: String,
@@ -52,7 +62,20 @@ impl Running {
 }
 
 impl Env {
+    /// On kube-sim configured by `cfg`.
     async fn new(cfg: SimConfig) -> Env {
+        Env::on(
+            Bed::Sim,
+            Options {
+                sim: Some(cfg),
+                ..Options::default()
+            },
+            FinalizerProfile::Project,
+        )
+        .await
+    }
+
+    async fn on(bed: Bed, options: Options, profile: FinalizerProfile) -> Env {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
                 tracing_subscriber::EnvFilter::try_from_default_env()
@@ -60,13 +83,21 @@ impl Env {
             )
             .with_test_writer()
             .try_init();
-        let sim = KubeSim::start(cfg).await.expect("kube-sim");
-        let client = sim.client().await;
+        let server = Server::start(
+            bed,
+            Options {
+                name: "vac-protection".into(),
+                ..options
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("start {}: {e:#}", bed.name()));
+        let client = server.client().await.expect("admin client");
         Env {
-            sim,
+            server,
             client,
             metrics: Metrics::new().expect("metrics"),
-            finalizer: INFO.finalizer.get(FinalizerProfile::Project).to_string(),
+            finalizer: INFO.finalizer.get(profile).to_string(),
         }
     }
 
@@ -77,7 +108,10 @@ impl Env {
         gates.set_from_flag(feature_gates).expect("--feature-gates");
         let t = test_support::controller_context(
             NAME,
-            self.sim.client_as(USER).await,
+            self.server
+                .controller_client(USER, INFO.rbac)
+                .await
+                .expect("controller client"),
             gates,
             &self.metrics,
             4,
@@ -196,7 +230,9 @@ impl Env {
         let pv: PersistentVolume = serde_json::from_value(json!({
             "metadata": {"name": name},
             "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
-                     "hostPath": {"path": "/tmp/x"}, "volumeAttributesClassName": class}
+                     // A class is only for CSI volumes (the API server's validation).
+                     "csi": {"driver": "csi.example.com", "volumeHandle": name},
+                     "volumeAttributesClassName": class}
         }))
         .unwrap();
         Api::<PersistentVolume>::all(self.client.clone())
@@ -206,9 +242,10 @@ impl Env {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_class_is_held_by_a_claim_a_volume_or_a_pending_modification_until_the_last_user_goes() {
-    let env = Env::new(SimConfig::default()).await;
+async fn a_class_is_held_by_a_claim_a_volume_or_a_pending_modification_until_the_last_user_goes(
+    bed: Bed,
+) {
+    let env = Env::on(bed, Options::default(), FinalizerProfile::Project).await;
     for c in ["gold", "silver", "bronze"] {
         env.create_class(c).await;
     }
@@ -260,12 +297,10 @@ async fn a_class_is_held_by_a_claim_a_volume_or_a_pending_modification_until_the
         .await
         .unwrap();
     env.wait_gone("gold").await;
+    // A volume's class cannot be unset (the API server forbids the update
+    // from a value to nil): the volume goes.
     Api::<PersistentVolume>::all(env.client.clone())
-        .patch(
-            "pv-1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"volumeAttributesClassName": null}})),
-        )
+        .delete("pv-1", &DeleteParams::default())
         .await
         .unwrap();
     env.wait_gone("silver").await;
@@ -292,9 +327,8 @@ async fn a_class_is_held_by_a_claim_a_volume_or_a_pending_modification_until_the
 
 /// Deletions confirmed together: the confirmer decides a batch of classes
 /// from one live list; the used ones among them stay held, the others go.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn classes_confirmed_in_one_batch_keep_the_used_ones_and_release_the_others() {
-    let env = Env::new(SimConfig::default()).await;
+async fn classes_confirmed_in_one_batch_keep_the_used_ones_and_release_the_others(bed: Bed) {
+    let env = Env::on(bed, Options::default(), FinalizerProfile::Project).await;
     let names: Vec<String> = (0..24).map(|i| format!("c{i:02}")).collect();
     for n in &names {
         env.create_class(n).await;
@@ -342,9 +376,10 @@ async fn classes_confirmed_in_one_batch_keep_the_used_ones_and_release_the_other
 }
 
 /// The release train for a controller added at 0.4, and the rollback hazard.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn upgrade_0_3_to_0_4_gate_off_then_alpha_on_then_off_and_the_rollback_that_strands() {
-    let env = Env::new(SimConfig::default()).await;
+async fn upgrade_0_3_to_0_4_gate_off_then_alpha_on_then_off_and_the_rollback_that_strands(
+    bed: Bed,
+) {
+    let env = Env::on(bed, Options::default(), FinalizerProfile::Project).await;
     // 0.3 has no vac-protection: a class lives without a finalizer.
     env.create_class("pre-existing").await;
     env.create_class("doomed").await;
@@ -487,4 +522,64 @@ async fn the_alpha_gate_warns_about_the_rollback_that_strands() {
         vac_protection::controller::rollback_warning(&ctx(""), false, &env.finalizer),
         None
     );
+}
+
+/// The upstream profile in place of KCM's own controller, on the real
+/// control plane: KCM v1.36.3 runs every controller but
+/// volumeattributesclass-protection-controller (its pvc-protection removes
+/// the claims' finalizers), the real admission plugin adds
+/// `kubernetes.io/vac-protection` on create, and ours hold and remove it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_profile_in_place_of_kcms_controller_beside_the_real_admission_plugin() {
+    let env = Env::on(
+        Bed::Real,
+        Options {
+            storage_protection_admission: true,
+            kcm: Some(vec![
+                "*".into(),
+                "-volumeattributesclass-protection-controller".into(),
+            ]),
+            ..Options::default()
+        },
+        FinalizerProfile::Upstream,
+    )
+    .await;
+    assert_eq!(env.finalizer, "kubernetes.io/vac-protection");
+    let since = env.server.mark();
+    env.create_class("gold").await;
+    assert_eq!(
+        env.finalizers("gold").await,
+        Some(vec!["kubernetes.io/vac-protection".to_string()]),
+        "added by the admission plugin"
+    );
+    let ctl = env.start(Version::new(0, 4), "").await;
+    env.create_pvc("data", Some("gold")).await;
+    env.delete_class("gold").await;
+    let held = env.wait_held("gold").await;
+    assert!(
+        held.contains("PersistentVolumeClaim default/data (spec.volumeAttributesClassName)"),
+        "{held}"
+    );
+    // KCM's pvc-protection releases the claim; ours then the class.
+    env.pvcs()
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("gold").await;
+    let requests = env.server.requests_since(since);
+    let ours: Vec<_> = requests
+        .iter()
+        .filter(|r| r.user == USER && r.resource == "volumeattributesclasses" && r.is_write())
+        .map(|r| (r.verb.as_str(), r.name.as_str()))
+        .collect();
+    assert_eq!(ours, [("patch", "gold")], "one write: the removal");
+    let kcm: Vec<_> = requests
+        .iter()
+        .filter(|r| {
+            r.user
+                .ends_with(":volumeattributesclass-protection-controller")
+        })
+        .collect();
+    assert!(kcm.is_empty(), "KCM's own controller is off: {kcm:?}");
+    ctl.stop().await;
 }

@@ -41,6 +41,13 @@ struct Args {
     /// creation; sim only).
     #[arg(long, default_value = "project", value_parser = ["project", "project-no-policy", "upstream"])]
     profile: String,
+    /// On the real control plane this program starts (kube-apiserver, etcd,
+    /// kube-controller-manager, kube-scheduler, two process kubelets;
+    /// `make chaos-real`), with the real cluster's faults instead of
+    /// kube-sim's: SIGKILL of the leader's process and of kubelets,
+    /// kube-apiserver and etcd restarts, apiserver stalls.
+    #[arg(long)]
+    real: bool,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -66,13 +73,16 @@ async fn run(args: Args) -> Result<bool> {
             .map(|d| d.as_secs())
             .unwrap_or(1)
     });
-    let mut cfg = if args.short {
-        ChaosConfig {
+    let mut cfg = match (args.short, args.real) {
+        (true, false) => ChaosConfig {
             duration: args.duration,
             ..ChaosConfig::short(seed)
-        }
-    } else {
-        ChaosConfig::long(seed, args.duration)
+        },
+        (true, true) => ChaosConfig {
+            duration: args.duration,
+            ..ChaosConfig::real_short(seed)
+        },
+        (false, _) => ChaosConfig::long(seed, args.duration),
     };
     match args.profile.as_str() {
         "upstream" => cfg.profile = Profile::UpstreamWithAdmission,
@@ -86,7 +96,16 @@ async fn run(args: Args) -> Result<bool> {
     let mut opts = HarnessOptions::new("chaos");
     opts.seed = seed;
     opts.history_window = 1_000_000;
-    let h = Harness::start(opts).await.context("starting the harness")?;
+    let h = if args.real {
+        let real = protection_e2e::real::RealCluster::start("chaos-real")
+            .await
+            .context("starting the real cluster")?;
+        Harness::start_real(opts, std::sync::Arc::new(real))
+            .await
+            .context("starting the harness")?
+    } else {
+        Harness::start(opts).await.context("starting the harness")?
+    };
     println!("chaos: {} mode, run {}", h.mode.name(), h.run);
     let result = async {
         let helm = h.helm(HelmVersion::V4).await?;
@@ -95,12 +114,29 @@ async fn run(args: Args) -> Result<bool> {
         chaos::run(&h, &rel, &app.ns, &cfg).await
     }
     .await;
-    h.finish().await;
-    let report = result.context("the chaos run failed")?;
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            h.finish().await;
+            return Err(anyhow::Error::from(e).context("the chaos run failed"));
+        }
+    };
     for l in report.lines() {
         println!("{l}");
     }
-    Ok(report.monitor.violations.is_empty() && !report.kills.is_empty())
+    let ok = if args.real {
+        match report.check(&h) {
+            Ok(()) => true,
+            Err(e) => {
+                eprintln!("chaos: {e}");
+                false
+            }
+        }
+    } else {
+        report.monitor.violations.is_empty() && !report.kills.is_empty()
+    };
+    h.finish().await;
+    Ok(ok)
 }
 
 fn main() -> ExitCode {
@@ -108,7 +144,12 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // The clients' own reports of a kube-apiserver restart
+                // (connect errors, cut watches) are the faults of
+                // --real, not news: RUST_LOG shows them.
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new("warn,kube_client=off,kube_runtime=off")
+                }),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -338,10 +338,13 @@ pub async fn guard(app: &App<'_>, rel: &ManagerRelease) -> Result<()> {
     }
 
     // (d) The pre-upgrade hook: a new image whose release the chart cannot
-    // know (sim only: the kubelet runs any tag of the image as the binary).
-    if h.skip_in_cluster(
-        "the pre-upgrade hook with another image tag (needs a second tag of the image)",
-    ) {
+    // know (where the nodes run any tag of the image as the binary: kube-sim,
+    // the process kubelet).
+    if !h.runs_any_image_tag()
+        && h.skip_in_cluster(
+            "the pre-upgrade hook with another image tag (needs a second tag of the image)",
+        )
+    {
         return Ok(());
     }
     let err = rel

@@ -41,6 +41,17 @@ pub fn finalizers(meta: &ObjectMeta) -> Vec<String> {
     meta.finalizers.clone().unwrap_or_default()
 }
 
+/// The finalizers of the project profile (`protection-manager.io/*`): on a
+/// real cluster, kube-controller-manager's pv/pvc-protection and the
+/// StorageObjectInUseProtection admission plugin add `kubernetes.io/*` ones
+/// of their own, which say nothing about the manager.
+pub fn project_finalizers(meta: &ObjectMeta) -> Vec<String> {
+    finalizers(meta)
+        .into_iter()
+        .filter(|f| f.starts_with("protection-manager.io/"))
+        .collect()
+}
+
 pub fn has_finalizer(meta: &ObjectMeta, f: &str) -> bool {
     finalizers(meta).iter().any(|x| x == f)
 }

@@ -23,7 +23,8 @@ use crate::error::{KubeContext, Result};
 use crate::objects;
 use crate::release::{CONTAINER, LB_CLASS, ManagerRelease};
 use crate::scenarios::{
-    App, LB_FINALIZER, PV_FINALIZER, PVC_FINALIZER, finalizers, has_finalizer, ingress, pvc_phase,
+    App, LB_FINALIZER, PV_FINALIZER, PVC_FINALIZER, has_finalizer, ingress, project_finalizers,
+    pvc_phase,
 };
 use crate::wait;
 
@@ -99,9 +100,9 @@ async fn fixture_finalizers(
     let v = app.pvs().get(&f.pv).await.ctx(|| "get pv".into())?;
     let c = app.pvcs().get(&f.pvc).await.ctx(|| "get pvc".into())?;
     Ok((
-        finalizers(&s.metadata),
-        finalizers(&v.metadata),
-        finalizers(&c.metadata),
+        project_finalizers(&s.metadata),
+        project_finalizers(&v.metadata),
+        project_finalizers(&c.metadata),
     ))
 }
 
@@ -220,7 +221,7 @@ async fn create_time(app: &App<'_>, rel: &ManagerRelease, on: bool, claim: &str)
         .create(&Default::default(), &obj)
         .await
         .ctx(|| format!("create pvc {claim}"))?;
-    let f = finalizers(&created.metadata);
+    let f = project_finalizers(&created.metadata);
     if on {
         ensure!(
             f == [PVC_FINALIZER.to_string()],

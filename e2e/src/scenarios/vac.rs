@@ -159,7 +159,7 @@ pub async fn lifecycle(app: &App<'_>, _rel: &ManagerRelease) -> Result<()> {
         Some(&gold),
     ))
     .await?;
-    app.create(&objects::host_path_pv_with_vac(&h.run, &pv, &gold))
+    app.create(&objects::csi_pv_with_vac(&h.run, &pv, &gold))
         .await?;
     app.create(&objects::pending_pvc_with_vac(&h.run, "moving", None))
         .await?;

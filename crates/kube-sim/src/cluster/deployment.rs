@@ -160,6 +160,22 @@ fn status_of(rs: &ReplicaSet) -> (i32, i32, i32) {
     )
 }
 
+/// `GetTerminatingReplicaCountForReplicaSets`: the sum of the ReplicaSets'
+/// terminatingReplicas; None once a ReplicaSet the controller has synced
+/// reports none.
+fn terminating_replicas(all: &[ReplicaSet]) -> Option<i32> {
+    let mut sum = 0;
+    for rs in all {
+        let st = rs.status.clone().unwrap_or_default();
+        match (st.observed_generation.unwrap_or(0), st.terminating_replicas) {
+            (0, None) => {}
+            (_, None) => return None,
+            (_, Some(n)) => sum += n,
+        }
+    }
+    Some(sum)
+}
+
 fn d_replicas(d: &Deployment) -> i32 {
     d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
 }
@@ -271,6 +287,7 @@ fn calculate_status(
     st.ready_replicas = nz(ready);
     st.available_replicas = nz(available);
     st.unavailable_replicas = nz((d_replicas(d) - available).max(0));
+    st.terminating_replicas = terminating_replicas(all);
     if available >= d_replicas(d) - max_unavailable(d) {
         set_cond(
             &mut st,

@@ -241,8 +241,10 @@ async fn sync(
     }
     st.succeeded = Some(succeeded);
     st.failed = Some(failed);
-    uncounted.succeeded = Some(u_succ.iter().cloned().collect());
-    uncounted.failed = Some(u_fail.iter().cloned().collect());
+    // Empty lists are omitted on the wire (`omitempty`): an empty
+    // `uncountedTerminatedPods: {}`, as kube-controller-manager writes it.
+    uncounted.succeeded = (!u_succ.is_empty()).then(|| u_succ.iter().cloned().collect());
+    uncounted.failed = (!u_fail.is_empty()).then(|| u_fail.iter().cloned().collect());
     st.uncounted_terminated_pods = Some(uncounted);
     let active: Vec<&Arc<Pod>> = pods.iter().filter(|p| util::pod_active(p)).collect();
     let terminating = pods

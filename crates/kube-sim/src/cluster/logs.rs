@@ -10,10 +10,13 @@ use bytes::Bytes;
 use http::{Method, Response, StatusCode, header};
 use serde_json::Value;
 
+use tokio_util::sync::CancellationToken;
+
+use super::runtime::PodRuntimes;
 use crate::error::ApiError;
 use crate::http::{Query, RespBody, State};
 
-fn text(code: u16, body: Vec<u8>) -> Response<RespBody> {
+pub(crate) fn text(code: u16, body: Vec<u8>) -> Response<RespBody> {
     let mut r = Response::new(RespBody::Full(Some(Bytes::from(body))));
     *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
     r.headers_mut().insert(
@@ -105,49 +108,87 @@ pub(crate) async fn serve(
         )));
     }
     let uid = crate::object::meta_str(&pod.value, "uid").to_string();
-    let running = state
-        .runtimes
+    let opts = LogOptions {
+        previous: q.flag("previous"),
+        tail_lines: q.get("tailLines").and_then(|t| t.parse::<usize>().ok()),
+        limit_bytes: q.get("limitBytes").and_then(|t| t.parse::<usize>().ok()),
+        follow: q.flag("follow"),
+    };
+    match container_log(&state.runtimes, &uid, &container, &opts, &state.shutdown) {
+        Ok(r) => Ok(r),
+        Err(LogError::NotRunning) => {
+            let reason = pod
+                .value
+                .pointer("/status/containerStatuses")
+                .and_then(Value::as_array)
+                .and_then(|cs| {
+                    cs.iter()
+                        .find(|c| c.get("name").and_then(Value::as_str) == Some(container.as_str()))
+                })
+                .and_then(|c| c.pointer("/state/waiting/reason"))
+                .and_then(Value::as_str)
+                .unwrap_or("ContainerCreating")
+                .to_string();
+            Err(ApiError::bad_request(format!(
+                "container {container:?} in pod {name:?} is waiting to start: {reason}"
+            )))
+        }
+        Err(LogError::NoPrevious) => Err(ApiError::bad_request(format!(
+            "previous terminated container {container:?} in pod {name:?} not found"
+        ))),
+    }
+}
+
+/// What a log request asks for (`pods/log` and the kubelet's
+/// `/containerLogs`).
+#[derive(Debug, Clone, Default)]
+pub struct LogOptions {
+    pub previous: bool,
+    pub tail_lines: Option<usize>,
+    pub limit_bytes: Option<usize>,
+    pub follow: bool,
+}
+
+/// Why a container has no log to serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogError {
+    /// No kubelet runs the container (yet).
+    NotRunning,
+    /// `previous` was asked for a container that never restarted.
+    NoPrevious,
+}
+
+/// The log of `container` of the pod `uid` that a kubelet runs, as
+/// `text/plain`; with `follow`, what is appended is streamed until the pod
+/// goes away or `shutdown`.
+pub fn container_log(
+    runtimes: &Arc<PodRuntimes>,
+    uid: &str,
+    container: &str,
+    opts: &LogOptions,
+    shutdown: &CancellationToken,
+) -> Result<Response<RespBody>, LogError> {
+    let rt = runtimes
         .list()
         .into_iter()
         .find(|p| p.uid == uid)
-        .and_then(|p| p.containers.into_iter().find(|c| c.name == container));
-    let Some(rt) = running else {
-        let reason = pod
-            .value
-            .pointer("/status/containerStatuses")
-            .and_then(Value::as_array)
-            .and_then(|cs| {
-                cs.iter()
-                    .find(|c| c.get("name").and_then(Value::as_str) == Some(container.as_str()))
-            })
-            .and_then(|c| c.pointer("/state/waiting/reason"))
-            .and_then(Value::as_str)
-            .unwrap_or("ContainerCreating")
-            .to_string();
-        return Err(ApiError::bad_request(format!(
-            "container {container:?} in pod {name:?} is waiting to start: {reason}"
-        )));
-    };
-    let previous = q.flag("previous");
-    let path = if previous {
-        rt.previous_log_path.clone().ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "previous terminated container {container:?} in pod {name:?} not found"
-            ))
-        })?
+        .and_then(|p| p.containers.into_iter().find(|c| c.name == container))
+        .ok_or(LogError::NotRunning)?;
+    let path = if opts.previous {
+        rt.previous_log_path.clone().ok_or(LogError::NoPrevious)?
     } else {
         rt.log_path.clone()
     };
-    let lines = q.get("tailLines").and_then(|t| t.parse::<usize>().ok());
-    let limit = q.get("limitBytes").and_then(|t| t.parse::<usize>().ok());
     let data = std::fs::read(&path).unwrap_or_default();
-    let first = tail(&data, lines, limit);
-    if !q.flag("follow") || previous {
+    let first = tail(&data, opts.tail_lines, opts.limit_bytes);
+    if !opts.follow || opts.previous {
         return Ok(text(200, first));
     }
     // follow: stream what is appended until the pod goes away.
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
-    let st = state.clone();
+    let runtimes = runtimes.clone();
+    let shutdown = shutdown.clone();
+    let uid = uid.to_string();
     let mut offset = data.len();
     tokio::spawn(async move {
         if tx.send(Bytes::from(first)).await.is_err() {
@@ -156,7 +197,7 @@ pub(crate) async fn serve(
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {}
-                _ = st.shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => return,
                 _ = tx.closed() => return,
             }
             let now = std::fs::read(&path).unwrap_or_default();
@@ -173,7 +214,7 @@ pub(crate) async fn serve(
                 }
                 offset = now.len();
             }
-            if !st.runtimes.list().iter().any(|p| p.uid == uid) {
+            if !runtimes.list().iter().any(|p| p.uid == uid) {
                 return;
             }
         }

@@ -22,6 +22,7 @@ pub mod informer;
 pub mod job;
 pub mod kubelet;
 pub mod logs;
+pub mod provisioner;
 pub mod pvbinder;
 pub mod replicaset;
 pub mod runtime;
@@ -34,7 +35,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-pub use runtime::{PodProcess, PodRuntimes, Signal, SignalError};
+pub use runtime::{Launcher, PodProcess, PodRuntimes, Signal, SignalError};
 
 /// The users the emulated components authenticate as.
 pub mod users {
@@ -93,7 +94,7 @@ pub struct ClusterConfig {
     /// Node agents that run the pods bound to their node.
     pub kubelet: bool,
     /// A default StorageClass `standard` (WaitForFirstConsumer) served by
-    /// kube-sim's hostPath provisioner (needs `pv_binder`).
+    /// kube-sim's hostPath provisioner (its volumes are bound by `pv_binder`).
     pub provisioner: bool,
     pub kubelet_config: KubeletConfig,
 }
@@ -194,6 +195,8 @@ pub struct KubeletConfig {
     /// Each node's `pods` capacity (the kubelet's `--max-pods`, upstream
     /// 110); the scheduler answers "Too many pods" beyond it.
     pub max_pods: u32,
+    /// How container processes are started.
+    pub launcher: Launcher,
 }
 
 impl Default for KubeletConfig {
@@ -205,6 +208,7 @@ impl Default for KubeletConfig {
             crash_loop_max: Duration::from_secs(300),
             lease_interval: Duration::from_secs(10),
             max_pods: 110,
+            launcher: Launcher::Direct,
         }
     }
 }
@@ -313,11 +317,18 @@ pub(crate) async fn start(
     stop: CancellationToken,
 ) -> Result<(), String> {
     let nodes = cfg.node_names();
-    if !nodes.is_empty() {
-        kubelet::register_nodes(&clients, &nodes, cfg.kubelet_config.max_pods).await?;
+    for (i, n) in nodes.iter().enumerate() {
+        let client = clients.client(&users::node(n)).await?;
+        kubelet::register_node(&client, n, i, cfg.kubelet_config.max_pods, None).await?;
     }
     if cfg.provisioner {
-        pvbinder::ensure_default_storage_class(&clients).await?;
+        let client = clients.client(provisioner::PROVISIONER_USER).await?;
+        provisioner::ensure_default_storage_class(&client).await?;
+        tokio::spawn(provisioner::run(
+            client,
+            kubelet_root.join("provisioned"),
+            stop.clone(),
+        ));
     }
     if cfg.deployments || cfg.jobs || cfg.pv_binder {
         let kcm = informer::ControllerManager::start(
@@ -342,14 +353,7 @@ pub(crate) async fn start(
         }
         if cfg.pv_binder {
             let p_client = clients.client(users::PV_BINDER).await?;
-            let prov_client = clients.client(pvbinder::PROVISIONER_USER).await?;
-            tokio::spawn(pvbinder::run(
-                kcm.clone(),
-                p_client,
-                prov_client,
-                kubelet_root.join("provisioned"),
-                stop.clone(),
-            ));
+            tokio::spawn(pvbinder::run(kcm.clone(), p_client, stop.clone()));
         }
     }
     if cfg.scheduler {
@@ -367,7 +371,8 @@ pub(crate) async fn start(
                     config: cfg.kubelet_config.clone(),
                     root: kubelet_root.join(n),
                     runtimes: runtimes.clone(),
-                    server_url: clients.url.clone(),
+                    api: kubelet::ApiAccess::sim(&clients.url),
+                    address: None,
                 },
                 stop.clone(),
             ));

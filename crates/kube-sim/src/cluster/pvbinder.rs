@@ -1,8 +1,9 @@
 //! kube-controller-manager's persistentvolume-binder subset
 //! (pkg/controller/volume/persistentvolume/pv_controller.go), as
-//! `system:serviceaccount:kube-system:persistent-volume-binder`, and
-//! kube-sim's hostPath dynamic provisioner ([`super::HOSTPATH_PROVISIONER`])
-//! as `system:serviceaccount:kube-system:kube-sim-hostpath-provisioner`.
+//! `system:serviceaccount:kube-system:persistent-volume-binder`. Dynamic
+//! provisioning is an external provisioner's ([`super::provisioner`]): the
+//! binder hands a claim to it with the storage-provisioner annotations and
+//! binds the volume it creates.
 //!
 //! * A PV without claimRef (or pre-bound by name only) is `Available`.
 //! * A PVC without `volumeName` binds to the smallest Available PV that
@@ -16,24 +17,21 @@
 //!   accessModes, capacity).
 //! * No match: an event (`FailedBinding` "no persistent volumes available
 //!   for this claim and no storage class is set", `WaitForFirstConsumer`,
-//!   `ProvisioningFailed`, `ExternalProvisioning`); with a class served by
-//!   kube-sim's provisioner, a hostPath PV `pvc-<claim uid>` is created
-//!   pre-bound to the claim (`ProvisioningSucceeded`).
+//!   `ProvisioningFailed`, `ExternalProvisioning`).
 //! * A PV whose claim is gone becomes `Released`; with reclaim policy Delete
-//!   it is deleted if kube-sim's provisioner made it, else it turns `Failed`
+//!   it is left to its external provisioner if one made it
+//!   (`pv.kubernetes.io/provisioned-by`), else it turns `Failed`
 //!   (`VolumeFailedDelete`, as for a hostPath PV without a deleter plugin).
 //! * A bound PVC whose PV is gone becomes `Lost` (`ClaimLost`).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
     Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimStatus,
 };
-use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource};
 use serde_json::json;
@@ -41,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{EventType, Recorder};
 use super::informer::{self, ControllerManager};
-use super::{Clients, HOSTPATH_PROVISIONER, util};
+use super::util;
 
 pub const BOUND_BY_CONTROLLER: &str = "pv.kubernetes.io/bound-by-controller";
 pub const BIND_COMPLETED: &str = "pv.kubernetes.io/bind-completed";
@@ -49,53 +47,17 @@ pub const PROVISIONED_BY: &str = "pv.kubernetes.io/provisioned-by";
 pub const SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
 pub const STORAGE_PROVISIONER: &str = "volume.kubernetes.io/storage-provisioner";
 pub const BETA_STORAGE_PROVISIONER: &str = "volume.beta.kubernetes.io/storage-provisioner";
-pub const PROVISIONER_USER: &str =
-    "system:serviceaccount:kube-system:kube-sim-hostpath-provisioner";
-
-/// Creates the default StorageClass `standard` of the hostPath provisioner
-/// (as kind's installer creates its `standard` class).
-pub(crate) async fn ensure_default_storage_class(clients: &Clients) -> Result<(), String> {
-    let client = clients.client(PROVISIONER_USER).await?;
-    let api: Api<StorageClass> = Api::all(client);
-    let sc: StorageClass = serde_json::from_value(json!({
-        "apiVersion": "storage.k8s.io/v1",
-        "kind": "StorageClass",
-        "metadata": {"name": "standard", "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
-        "provisioner": HOSTPATH_PROVISIONER,
-        "reclaimPolicy": "Delete",
-        "volumeBindingMode": "WaitForFirstConsumer",
-    }))
-    .map_err(|e| e.to_string())?;
-    match api.create(&PostParams::default(), &sc).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(e) => Err(format!("creating the default StorageClass: {e}")),
-    }
-}
-
 struct Binder {
     client: Client,
-    provisioner: Client,
     recorder: Recorder,
-    prov_recorder: Recorder,
-    root: PathBuf,
     /// Last event per claim uid (events are emitted once per change).
     told: BTreeMap<String, String>,
 }
 
-pub(crate) async fn run(
-    kcm: ControllerManager,
-    client: Client,
-    provisioner: Client,
-    root: PathBuf,
-    stop: CancellationToken,
-) {
+pub(crate) async fn run(kcm: ControllerManager, client: Client, stop: CancellationToken) {
     let mut b = Binder {
         recorder: Recorder::new(client.clone(), "persistentvolume-controller", None),
-        prov_recorder: Recorder::new(provisioner.clone(), HOSTPATH_PROVISIONER, None),
         client,
-        provisioner,
-        root,
         told: BTreeMap::new(),
     };
     let mut rx = kcm.changes.subscribe();
@@ -286,24 +248,9 @@ impl Binder {
             }
             if policy == "Delete" && pv_phase(&cur) == "Released" {
                 let name = pv.metadata.name.clone().unwrap_or_default();
-                if annotation(&pv.metadata, PROVISIONED_BY) == Some(HOSTPATH_PROVISIONER) {
-                    if !util::deleting(&pv.metadata) {
-                        let api: Api<PersistentVolume> = Api::all(self.provisioner.clone());
-                        match api.delete(&name, &DeleteParams::default()).await {
-                            Ok(_) => {}
-                            Err(kube::Error::Api(e)) if e.code == 404 => {}
-                            Err(e) => return Err(e),
-                        }
-                        if let Some(path) = pv
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.host_path.as_ref())
-                            .map(|h| PathBuf::from(&h.path))
-                            && path.starts_with(&self.root)
-                        {
-                            let _ = std::fs::remove_dir_all(path);
-                        }
-                    }
+                if annotation(&pv.metadata, PROVISIONED_BY).is_some() {
+                    // "External deleter for volume requested, ignoring":
+                    // its provisioner deletes it.
                 } else {
                     let msg = format!(
                         "error getting deleter volume plugin for volume {name:?}: no deletable volume plugin matched"
@@ -410,9 +357,7 @@ impl Binder {
                 self.tell(pvc, EventType::Normal, "ExternalProvisioning", &format!("Waiting for a volume to be created either by the external provisioner '{}' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered.", sc.provisioner));
                 return Ok(());
             }
-            if sc.provisioner == HOSTPATH_PROVISIONER {
-                self.provision(pvc, &sc, selected.as_deref()).await?;
-            }
+            // The external provisioner creates the volume.
             return Ok(());
         }
         let pv = kcm.pvs.get(&ObjectRef::new(&volume));
@@ -633,68 +578,5 @@ impl Binder {
             self.set_claim_status(&pvc, "Bound", Some(&pv)).await?;
         }
         Ok(())
-    }
-
-    async fn provision(
-        &mut self,
-        pvc: &PersistentVolumeClaim,
-        sc: &StorageClass,
-        node: Option<&str>,
-    ) -> Result<(), kube::Error> {
-        let uid = pvc.metadata.uid.clone().unwrap_or_default();
-        let name = format!("pvc-{uid}");
-        let api: Api<PersistentVolume> = Api::all(self.provisioner.clone());
-        if api.get_opt(&name).await?.is_some() {
-            return Ok(());
-        }
-        let ns = pvc.metadata.namespace.clone().unwrap_or_default();
-        let cname = pvc.metadata.name.clone().unwrap_or_default();
-        self.prov_recorder.event(
-            &pvc.object_ref(&()),
-            EventType::Normal,
-            "Provisioning",
-            &format!("External provisioner is provisioning volume for claim \"{ns}/{cname}\""),
-        );
-        let path = self.root.join(&name);
-        let _ = std::fs::create_dir_all(&path);
-        let spec = pvc.spec.clone().unwrap_or_default();
-        let storage = spec
-            .resources
-            .as_ref()
-            .and_then(|r| r.requests.as_ref())
-            .and_then(|r| r.get("storage"))
-            .map(|q| q.0.clone())
-            .unwrap_or_else(|| "1Gi".into());
-        let mut pv = json!({
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": name, "annotations": {PROVISIONED_BY: HOSTPATH_PROVISIONER}},
-            "spec": {
-                "capacity": {"storage": storage},
-                "accessModes": spec.access_modes.clone().unwrap_or_else(|| vec!["ReadWriteOnce".into()]),
-                "persistentVolumeReclaimPolicy": sc.reclaim_policy.clone().unwrap_or_else(|| "Delete".into()),
-                "storageClassName": sc.metadata.name,
-                "volumeMode": spec.volume_mode.clone().unwrap_or_else(|| "Filesystem".into()),
-                "hostPath": {"path": path.display().to_string(), "type": "DirectoryOrCreate"},
-                "claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": ns, "name": cname, "uid": uid, "resourceVersion": pvc.metadata.resource_version},
-            },
-        });
-        if let Some(n) = node {
-            pv["spec"]["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [n]}]}]}});
-        }
-        let pv: PersistentVolume = serde_json::from_value(pv).map_err(kube::Error::SerdeError)?;
-        match api.create(&PostParams::default(), &pv).await {
-            Ok(_) => {
-                self.prov_recorder.event(
-                    &pvc.object_ref(&()),
-                    EventType::Normal,
-                    "ProvisioningSucceeded",
-                    &format!("Successfully provisioned volume {name}"),
-                );
-                Ok(())
-            }
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-            Err(e) => Err(e),
-        }
     }
 }

@@ -328,6 +328,17 @@ async fn pass(
                 }
             }
         }
+        // terminatingReplicas (DeploymentReplicaSetTerminatingReplicas, on
+        // by default since 1.35): the RS's pods being deleted and not yet
+        // terminal, always reported, 0 included.
+        st.terminating_replicas = Some(
+            owned
+                .iter()
+                .filter(|p| {
+                    util::deleting(&p.metadata) && !matches!(util::phase(p), "Succeeded" | "Failed")
+                })
+                .count() as i32,
+        );
         // omitempty counts (replicas is the only required one).
         st.fully_labeled_replicas = (fully != 0).then_some(fully);
         st.ready_replicas = (ready != 0).then_some(ready);

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use parking_lot::Mutex;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A signal the chaos hook can send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +69,49 @@ pub(crate) fn send_signal(pid: u32, sig: Signal) -> std::io::Result<()> {
     rustix::process::kill_process(p, sig.raw()).map_err(std::io::Error::from)
 }
 
+/// When process `pid` started (`/proc/<pid>/stat` field 22, in clock ticks
+/// since boot): with the pid, it names one process, never a later one that
+/// reused the pid. `None` if no such process runs.
+pub fn proc_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // Fields after the name start at 3 (state); starttime is field 22.
+    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+/// Whether the process that `pid` named when it started at `start` still
+/// runs (and is not a zombie).
+pub fn proc_alive(pid: u32, start: u64) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return false;
+    };
+    let mut fields = rest.split_whitespace();
+    let state = fields.next().unwrap_or("");
+    let started = rest
+        .split_whitespace()
+        .nth(22 - 3)
+        .and_then(|s| s.parse::<u64>().ok());
+    state != "Z" && state != "X" && started == Some(start)
+}
+
+/// How the kubelet starts container processes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Launcher {
+    /// As its own children (kube-sim's in-process kubelets): they end with
+    /// the kubelet.
+    #[default]
+    Direct,
+    /// Each through `PROGRAM container-shim` (the process kubelet, as
+    /// containerd-shim for a real kubelet): a container outlives a kubelet
+    /// crash and the next kubelet adopts it; it ends when the process
+    /// `session_pid` (the kubelet's supervisor) ends.
+    Shim { program: PathBuf, session_pid: u32 },
+}
+
 /// Errors of the signal hook.
 #[derive(Debug, thiserror::Error)]
 pub enum SignalError {
@@ -83,7 +126,7 @@ pub enum SignalError {
 }
 
 /// One container of a pod as the kubelet runs it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContainerRuntime {
     pub name: String,
@@ -101,7 +144,7 @@ pub struct ContainerRuntime {
 }
 
 /// A pod as the kubelet runs it, its processes as `/_sim/pods` lists them.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodProcess {
     pub namespace: String,
@@ -111,6 +154,48 @@ pub struct PodProcess {
     /// The pod's directory (volumes, logs, kubeconfig).
     pub dir: PathBuf,
     pub containers: Vec<ContainerRuntime>,
+}
+
+/// `GET /_sim/pods` and `POST /_sim/pods/{ns}/{name}/signal?sig=&container=`
+/// on `runtimes` (kube-sim's admin API and the process kubelet's): the
+/// status code and JSON answer, or `None` for another path.
+pub fn pods_endpoint(
+    runtimes: &PodRuntimes,
+    method: &http::Method,
+    path: &str,
+    query: &str,
+) -> Option<(u16, serde_json::Value)> {
+    use serde_json::json;
+    let bad = |m: String| Some((400, json!({"error": m})));
+    if method == http::Method::GET && path == "/_sim/pods" {
+        return Some((200, json!({"items": runtimes.list()})));
+    }
+    let p = path.strip_prefix("/_sim/pods/")?.strip_suffix("/signal")?;
+    if method != http::Method::POST {
+        return Some((405, json!({"error": "use POST"})));
+    }
+    let parts: Vec<&str> = p.split('/').collect();
+    let [ns, name] = parts.as_slice() else {
+        return bad("expected /_sim/pods/{namespace}/{name}/signal".into());
+    };
+    let mut sig = "KILL".to_string();
+    let mut container: Option<String> = None;
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        match k.as_ref() {
+            "sig" | "signal" => sig = v.into_owned(),
+            "container" => container = Some(v.into_owned()),
+            other => return bad(format!("unknown parameter {other:?}")),
+        }
+    }
+    let sig: Signal = match sig.parse() {
+        Ok(s) => s,
+        Err(e) => return bad(format!("{e}")),
+    };
+    Some(match runtimes.signal(ns, name, container.as_deref(), sig) {
+        Ok(pids) => (200, json!({"pids": pids})),
+        Err(e @ SignalError::Kill { .. }) => (500, json!({"error": e.to_string()})),
+        Err(e) => (404, json!({"error": e.to_string()})),
+    })
 }
 
 /// The registry of running pods, by uid.

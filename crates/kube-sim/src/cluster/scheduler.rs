@@ -233,10 +233,21 @@ fn claim_names(p: &Pod) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The FitError of a pod a PreFilter plugin rejected (VolumeBinding's
+/// claim checks), as kube-scheduler 1.34+ words it: with DynamicResources
+/// in the default profile (DRA on by default), its PostFilter runs before
+/// DefaultPreemption and, its own PreFilter never having run, fails to read
+/// its cycle state; that error ("not found") is the PostFilter message
+/// (pkg/scheduler/framework/types.go FitError.Error, schedule_one.go).
 fn prefilter_msg(n: usize, msg: &str) -> String {
-    format!(
-        "0/{n} nodes are available: {msg}. preemption: 0/{n} nodes are available: {n} Preemption is not helpful for scheduling."
-    )
+    format!("0/{n} nodes are available: {msg}. not found")
+}
+
+/// The PostFilter message after a Filter failure: DynamicResources ("no new
+/// claims to deallocate" for a pod without ResourceClaims), then
+/// DefaultPreemption, joined as a Status joins its reasons.
+fn postfilter_msg(n: usize, preemption: &str) -> String {
+    format!("no new claims to deallocate, preemption: 0/{n} nodes are available: {preemption}.")
 }
 
 impl Scheduler {
@@ -476,9 +487,9 @@ impl Scheduler {
                 ));
             }
             return Err(Unfit::Fit(format!(
-                "0/{n} nodes are available: {}. preemption: 0/{n} nodes are available: {}.",
+                "0/{n} nodes are available: {}. {}",
                 parts.join(", "),
-                pre.join(", ")
+                postfilter_msg(n, &pre.join(", "))
             )));
         };
         if !delayed.is_empty() {

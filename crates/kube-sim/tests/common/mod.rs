@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod real;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,5 +1,6 @@
-//! Runs the service-lb-cleanup controller in-process against kube-sim and
-//! cloud-sim.
+//! Runs the service-lb-cleanup controller in-process against a server
+//! (kube-sim, or the real kube-apiserver v1.36.3 with the controller's RBAC
+//! rules only; see the `test-bed` crate) and cloud-sim.
 #![allow(dead_code)]
 
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use std::time::{Duration, Instant};
 use cloud_sim::{CloudSim, Config as CloudConfig};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube_sim::{KubeSim, RequestFilter, SimConfig};
+use kube_sim::KubeSim;
 use lb_cleanup::Options;
 use protection_core::controllers::ReadySignal;
 use protection_core::metrics::Metrics;
@@ -16,12 +17,13 @@ use protection_core::release;
 use protection_core::version::Version;
 use protection_core::{ControllerResult, FinalizerProfile};
 use serde_json::Value;
+use test_bed::{Bed, Mark, Request, Server};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub const CLASS: &str = "protection-manager.io/load-balancer";
 pub const FINALIZER: &str = "protection-manager.io/load-balancer-cleanup";
-/// The user the controller's requests are attributed to in kube-sim.
+/// The user the controller's requests are attributed to.
 pub const USER: &str = "lb-controller";
 pub const NS: &str = "default";
 /// Generous: a loaded 2-core machine.
@@ -66,9 +68,9 @@ struct Running {
     ready: ReadySignal,
 }
 
-/// kube-sim + cloud-sim + (optionally) a running controller.
+/// A server + cloud-sim + (optionally) a running controller.
 pub struct Env {
-    pub kube: KubeSim,
+    pub server: Server,
     pub cloud: CloudSim,
     pub admin: kube::Client,
     pub metrics: Arc<Metrics>,
@@ -99,28 +101,43 @@ pub fn ingress_ips(s: &Service) -> Vec<String> {
 }
 
 impl Env {
+    /// On kube-sim.
     pub async fn new() -> Self {
-        Self::with_cloud(CloudConfig::default()).await
+        Self::on(Bed::Sim).await
     }
 
-    pub async fn with_cloud(cfg: CloudConfig) -> Self {
+    pub async fn on(bed: Bed) -> Self {
+        Self::with_cloud_on(bed, CloudConfig::default()).await
+    }
+
+    pub async fn with_cloud_on(bed: Bed, cfg: CloudConfig) -> Self {
         // RUST_LOG=lb_cleanup=debug shows the controller's decisions.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
-        let kube = KubeSim::start(SimConfig::default())
+        let server = Server::start(bed, test_bed::Options::named("lb-cleanup"))
             .await
-            .expect("start kube-sim");
+            .unwrap_or_else(|e| panic!("start {}: {e:#}", bed.name()));
         let cloud = CloudSim::start(cfg).await.expect("start cloud-sim");
-        let admin = kube.client().await;
+        let admin = server.client().await.expect("admin client");
         Self {
-            kube,
+            server,
             cloud,
             admin,
             metrics: Metrics::new().expect("metrics"),
             running: None,
         }
+    }
+
+    /// kube-sim (faults, its request log).
+    pub fn kube(&self) -> &KubeSim {
+        self.server.sim()
+    }
+
+    /// The present end of the server's request record.
+    pub fn mark(&self) -> u64 {
+        self.server.mark().0
     }
 
     pub fn services(&self) -> Api<Service> {
@@ -167,7 +184,11 @@ impl Env {
         self.stop().await;
         let mut gates = release::gates_at(ctl.version, lb_cleanup::GATES).expect("version");
         gates.set_from_flag(&ctl.gates).expect("gates");
-        let client = self.kube.client_as(USER).await;
+        let client = self
+            .server
+            .controller_client(USER, lb_cleanup::INFO.rbac)
+            .await
+            .expect("controller client");
         let opts = Options {
             lb_provider_endpoint: Some(self.cloud.url()),
             lb_include_unclassed: ctl.include_unclassed,
@@ -213,17 +234,13 @@ impl Env {
         self.running.as_ref().is_some_and(|r| r.ready.is_ready())
     }
 
-    /// Writes (create/update/patch/delete) by the controller on Services.
-    pub fn service_writes(&self, since: u64) -> Vec<kube_sim::RequestRecord> {
-        let f = RequestFilter::default()
-            .user(USER)
-            .resource("services")
-            .since(since);
-        self.kube
-            .requests()
-            .records(&f)
+    /// Writes (create/update/patch/delete) by the controller on Services
+    /// after `since` ([`Env::mark`]).
+    pub fn service_writes(&self, since: u64) -> Vec<Request> {
+        self.server
+            .requests_since(Mark(since))
             .into_iter()
-            .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
+            .filter(|r| r.user == USER && r.resource == "services" && r.is_write())
             .collect()
     }
 

@@ -1,17 +1,25 @@
-//! Request accounting from kube-sim's log: one write to add and one to
-//! remove per object, and none while idle across resync rounds.
+//! Request accounting: one write to add and one to remove per object, and
+//! none while idle across resync rounds, counted in kube-sim's request log
+//! and in the real kube-apiserver's audit log; a lagging cache sends
+//! nothing (kube-sim: its faults stall the watch).
 
 use std::time::Duration;
 
+use test_bed::Bed;
+
 use crate::support::{Harness, Setup, Which, verifies};
 
-#[tokio::test]
-async fn one_write_to_add_and_one_to_remove_per_object() {
+test_bed::on_both_beds!(
+    one_write_to_add_and_one_to_remove_per_object,
+    no_writes_and_no_lists_across_resync_rounds_while_idle,
+);
+
+async fn one_write_to_add_and_one_to_remove_per_object(bed: Bed) {
     verifies(
         "exactly one PATCH adds and one PATCH removes each finalizer (PVs, PVCs, with pod \
          events racing the adds), and nothing else is written to PVs or PVCs",
     );
-    let h = Harness::new(Setup::default()).await;
+    let h = Harness::on(bed, Setup::default()).await;
     h.namespace("acct").await;
     const N: usize = 30;
     for i in 0..N {
@@ -84,17 +92,19 @@ async fn one_write_to_add_and_one_to_remove_per_object() {
     }
 }
 
-#[tokio::test]
-async fn no_writes_and_no_lists_across_resync_rounds_while_idle() {
+async fn no_writes_and_no_lists_across_resync_rounds_while_idle(bed: Bed) {
     verifies(
         "with a 100ms resync, ten rounds over kept (in use) and settled objects cause zero \
          writes (no patch, no repeated event) and zero live pod LISTs; the Terminating gauge \
          counts the kept objects",
     );
-    let h = Harness::new(Setup {
-        resync: Duration::from_millis(100),
-        ..Setup::default()
-    })
+    let h = Harness::on(
+        bed,
+        Setup {
+            resync: Duration::from_millis(100),
+            ..Setup::default()
+        },
+    )
     .await;
     h.namespace("idle").await;
     let _pv = h.start(Which::Pv).await;
@@ -183,7 +193,7 @@ async fn a_reconcile_on_a_cache_that_lags_our_own_write_sends_nothing() {
 
     // Stall the PVC watch: it is cut and every re-watch fails (no re-list,
     // so the cached copy stays as it is).
-    let faults = h.sim.faults();
+    let faults = h.sim().faults();
     let rule = faults.add(
         kube_sim::FaultRule::error(500)
             .verb("watch")

@@ -6,7 +6,7 @@ use kube_sim::{FaultAction, FaultRule, RequestFilter};
 use crate::support::{Harness, Setup, USER, Which, verifies};
 
 fn live_lists(h: &Harness, ns: &str) -> usize {
-    h.sim.requests().count(&RequestFilter {
+    h.sim().requests().count(&RequestFilter {
         namespace: Some(ns.to_string()),
         ..RequestFilter::default()
             .user(USER)
@@ -36,7 +36,7 @@ async fn one_live_pod_list_per_namespace_batch() {
     }
     // Every live LIST takes 2 s, so whatever is reconciled while the first
     // batch's LIST is in flight lands in the second batch.
-    let faults = h.sim.faults();
+    let faults = h.sim().faults();
     for (ns, _) in spaces {
         let mut rule = FaultRule::new(FaultAction::Latency { millis: 2000 })
             .verb("list")
@@ -80,7 +80,7 @@ async fn pvc_kept_by_a_pod_the_cache_has_not_seen_yet() {
     h.create_pvc("late", "pvc1", &[&h.pvc_finalizer]).await;
     let _pvc = h.start(Which::Pvc).await;
     // Stall the pod watch so the index does not learn about the new pod.
-    let faults = h.sim.faults();
+    let faults = h.sim().faults();
     faults.add(FaultRule::error(500).verb("watch").resource("pods"));
     faults.cut_watches();
     h.create_pod("late", "pod1", "pvc1", Some("node1")).await;
@@ -94,7 +94,7 @@ async fn pvc_kept_by_a_pod_the_cache_has_not_seen_yet() {
 }
 
 fn live_lists_since(h: &Harness, ns: &str, since: u64) -> usize {
-    h.sim.requests().count(&RequestFilter {
+    h.sim().requests().count(&RequestFilter {
         namespace: Some(ns.to_string()),
         ..RequestFilter::default()
             .user(USER)

@@ -1,9 +1,21 @@
-//! test/e2e/storage/pvc_protection.go and pv_protection.go, ported.
+//! test/e2e/storage/pvc_protection.go and pv_protection.go, ported; each
+//! runs on kube-sim and on the real kube-apiserver (`NAME::kube_sim`,
+//! `NAME::real`).
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::ResourceExt;
+use test_bed::Bed;
 
 use crate::support::{Harness, Setup, Which, verifies};
+
+test_bed::on_both_beds!(
+    pvc_not_in_active_use_is_deleted_immediately,
+    pvc_in_active_use_is_not_removed_until_the_pod_is_deleted,
+    unscheduled_pod_for_a_terminating_pvc_neither_blocks_nor_frees_it,
+    pv_not_bound_is_deleted_immediately,
+    bound_pv_is_not_removed_until_the_claim_is_deleted_and_it_leaves_bound,
+    a_terminating_pod_keeps_its_claim_until_it_is_gone,
+);
 
 /// pvc_protection.go BeforeEach: a PVC and a running (scheduled) pod using
 /// it; the PVC gets the finalizer.
@@ -20,10 +32,9 @@ fn terminating(p: &Option<PersistentVolumeClaim>) -> bool {
         .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
 }
 
-#[tokio::test]
-async fn pvc_not_in_active_use_is_deleted_immediately() {
+async fn pvc_not_in_active_use_is_deleted_immediately(bed: Bed) {
     verifies("e2e 'Verify \"immediate\" deletion of a PVC that is not in active use by a pod'");
-    let h = Harness::new(Setup::default()).await;
+    let h = Harness::on(bed, Setup::default()).await;
     let _c = h.start(Which::Pvc).await;
     pvc_in_use(&h, "e2e").await;
     h.delete_pod("e2e", "pod-1").await;
@@ -31,10 +42,9 @@ async fn pvc_not_in_active_use_is_deleted_immediately() {
     h.wait_pvc_gone("e2e", "pvc-protection").await;
 }
 
-#[tokio::test]
-async fn pvc_in_active_use_is_not_removed_until_the_pod_is_deleted() {
+async fn pvc_in_active_use_is_not_removed_until_the_pod_is_deleted(bed: Bed) {
     verifies("e2e 'Verify that PVC in active use by a pod is not removed immediately'");
-    let h = Harness::new(Setup::default()).await;
+    let h = Harness::on(bed, Setup::default()).await;
     let _c = h.start(Which::Pvc).await;
     pvc_in_use(&h, "e2e").await;
     h.delete_pvc("e2e", "pvc-protection").await;
@@ -60,13 +70,12 @@ async fn pvc_in_active_use_is_not_removed_until_the_pod_is_deleted() {
     );
 }
 
-#[tokio::test]
-async fn unscheduled_pod_for_a_terminating_pvc_neither_blocks_nor_frees_it() {
+async fn unscheduled_pod_for_a_terminating_pvc_neither_blocks_nor_frees_it(bed: Bed) {
     verifies(
         "e2e 'Verify that scheduling of a pod that uses PVC that is being deleted fails and the pod becomes Unschedulable': \
          an unscheduled pod does not keep the PVC, and does not free it while the scheduled pod exists",
     );
-    let h = Harness::new(Setup::default()).await;
+    let h = Harness::on(bed, Setup::default()).await;
     let _c = h.start(Which::Pvc).await;
     pvc_in_use(&h, "e2e").await;
     h.delete_pvc("e2e", "pvc-protection").await;
@@ -92,10 +101,9 @@ async fn unscheduled_pod_for_a_terminating_pvc_neither_blocks_nor_frees_it() {
     assert!(h.pods("e2e").get_opt("pod-3").await.unwrap().is_some());
 }
 
-#[tokio::test]
-async fn pv_not_bound_is_deleted_immediately() {
+async fn pv_not_bound_is_deleted_immediately(bed: Bed) {
     verifies("e2e 'Verify \"immediate\" deletion of a PV that is not bound to a PVC'");
-    let h = Harness::new(Setup::default()).await;
+    let h = Harness::on(bed, Setup::default()).await;
     let _c = h.start(Which::Pv).await;
     h.create_pv("pv-e2e", &[]).await;
     h.set_pv_phase("pv-e2e", "Available").await;
@@ -104,10 +112,9 @@ async fn pv_not_bound_is_deleted_immediately() {
     h.wait_pv_gone("pv-e2e").await;
 }
 
-#[tokio::test]
-async fn bound_pv_is_not_removed_until_the_claim_is_deleted_and_it_leaves_bound() {
+async fn bound_pv_is_not_removed_until_the_claim_is_deleted_and_it_leaves_bound(bed: Bed) {
     verifies("e2e 'Verify that PV bound to a PVC is not removed immediately'");
-    let h = Harness::new(Setup::default()).await;
+    let h = Harness::on(bed, Setup::default()).await;
     let _pv = h.start(Which::Pv).await;
     let _pvc = h.start(Which::Pvc).await;
     h.namespace("e2e").await;
@@ -143,17 +150,19 @@ async fn bound_pv_is_not_removed_until_the_claim_is_deleted_and_it_leaves_bound(
     h.wait_event("", "pv-e2e", "FinalizerReleased").await;
 }
 
-#[tokio::test]
-async fn a_terminating_pod_keeps_its_claim_until_it_is_gone() {
+async fn a_terminating_pod_keeps_its_claim_until_it_is_gone(bed: Bed) {
     verifies(
         "with graceful pod deletion, a pod that is Terminating (deletionTimestamp set, grace \
          period running) still keeps its PVC; the PVC goes once the kubelet's final delete \
          removes the pod",
     );
-    let h = Harness::new(Setup {
-        pod_graceful_deletion: true,
-        ..Setup::default()
-    })
+    let h = Harness::on(
+        bed,
+        Setup {
+            pod_graceful_deletion: true,
+            ..Setup::default()
+        },
+    )
     .await;
     let _c = h.start(Which::Pvc).await;
     h.namespace("grace").await;
@@ -168,7 +177,10 @@ async fn a_terminating_pod_keeps_its_claim_until_it_is_gone() {
     h.delete_pvc("grace", "data").await;
     h.wait_event("grace", "data", "FinalizerHeld").await;
     let before = h.reconciles("pvc-protection");
-    h.delete_pod("grace", "web-0").await;
+    h.pods("grace")
+        .delete("web-0", &kube::api::DeleteParams::default())
+        .await
+        .expect("delete pod");
     let pod = h
         .pods("grace")
         .get_opt("web-0")

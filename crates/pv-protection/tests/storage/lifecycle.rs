@@ -17,10 +17,10 @@ async fn pvc_protection_is_ready_only_once_the_pod_index_has_synced() {
         .resource("pods")
         .user(USER);
     rule.namespace = Some(String::new());
-    h.sim.faults().add(rule);
+    h.sim().faults().add(rule);
     let c = h.spawn(Which::Pvc).await;
     let pvc_listed = || {
-        h.sim.requests().count(
+        h.sim().requests().count(
             &RequestFilter::default()
                 .user(USER)
                 .verb("list")
@@ -28,7 +28,7 @@ async fn pvc_protection_is_ready_only_once_the_pod_index_has_synced() {
         ) > 0
     };
     wait_until("the PVC list was answered", || async { pvc_listed() }).await;
-    let pods_listed = h.sim.requests().count(
+    let pods_listed = h.sim().requests().count(
         &RequestFilter::default()
             .user(USER)
             .verb("list")
@@ -67,11 +67,11 @@ async fn back_fill_starts_before_the_pod_index_but_a_used_claim_waits_for_it() {
         .resource("pods")
         .user(USER);
     rule.namespace = Some(String::new());
-    h.sim.faults().add(rule);
+    h.sim().faults().add(rule);
     let c = h.spawn(Which::Pvc).await;
 
     h.wait_pvc_finalizer("early", "fresh").await;
-    let pods_listed = h.sim.requests().count(
+    let pods_listed = h.sim().requests().count(
         &RequestFilter::default()
             .user(USER)
             .verb("list")

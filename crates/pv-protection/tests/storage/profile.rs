@@ -1,22 +1,31 @@
 //! The `upstream` finalizer profile beside an API server that runs the
-//! StorageObjectInUseProtection admission plugin (kube-sim's emulation).
+//! StorageObjectInUseProtection admission plugin: kube-sim's emulation, and
+//! the real plugin in kube-apiserver v1.36.3.
 
 use kube::ResourceExt;
+use test_bed::Bed;
 
 use crate::support::{Harness, Setup, Which, verifies};
 
-#[tokio::test]
-async fn upstream_profile_with_admission_plugin() {
+test_bed::on_both_beds!(
+    upstream_profile_with_admission_plugin,
+    project_profile_leaves_upstream_finalizers_alone,
+);
+
+async fn upstream_profile_with_admission_plugin(bed: Bed) {
     verifies(
         "upstream profile: the admission plugin adds kubernetes.io/pvc-protection and \
          kubernetes.io/pv-protection on create (the controllers send no add), and the \
          controllers remove them with upstream's rules",
     );
-    let h = Harness::new(Setup {
-        profile: protection_core::FinalizerProfile::Upstream,
-        admission: true,
-        ..Setup::default()
-    })
+    let h = Harness::on(
+        bed,
+        Setup {
+            profile: protection_core::FinalizerProfile::Upstream,
+            admission: true,
+            ..Setup::default()
+        },
+    )
     .await;
     assert_eq!(h.pvc_finalizer, "kubernetes.io/pvc-protection");
     assert_eq!(h.pv_finalizer, "kubernetes.io/pv-protection");
@@ -51,16 +60,18 @@ async fn upstream_profile_with_admission_plugin() {
     );
 }
 
-#[tokio::test]
-async fn project_profile_leaves_upstream_finalizers_alone() {
+async fn project_profile_leaves_upstream_finalizers_alone(bed: Bed) {
     verifies(
         "project profile beside the admission plugin: our finalizer is added next to \
          kubernetes.io/pvc-protection, and only ours is removed",
     );
-    let h = Harness::new(Setup {
-        admission: true,
-        ..Setup::default()
-    })
+    let h = Harness::on(
+        bed,
+        Setup {
+            admission: true,
+            ..Setup::default()
+        },
+    )
     .await;
     h.namespace("side").await;
     let _pvc = h.start(Which::Pvc).await;

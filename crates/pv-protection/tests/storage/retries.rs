@@ -13,7 +13,7 @@ async fn saving_pvc_finalizer_fails_then_controller_retries() {
     );
     let h = Harness::new(Setup::default()).await;
     h.namespace("retry").await;
-    h.sim.faults().add(
+    h.sim().faults().add(
         FaultRule::error(403)
             .verb("patch")
             .resource("persistentvolumeclaims")
@@ -33,7 +33,7 @@ async fn pvc_finalizer_removal_fails_then_controller_retries() {
     h.namespace("retry").await;
     h.create_pvc("retry", "pvc1", &[&h.pvc_finalizer]).await;
     let _pvc = h.start(Which::Pvc).await;
-    h.sim.faults().add(
+    h.sim().faults().add(
         FaultRule::error(403)
             .verb("patch")
             .resource("persistentvolumeclaims")
@@ -53,7 +53,7 @@ async fn pv_finalizer_add_and_removal_fail_then_controller_retries() {
          fails -> controller retries' of TestPVProtectionController: 3 PATCHes each",
     );
     let h = Harness::new(Setup::default()).await;
-    let faults = h.sim.faults();
+    let faults = h.sim().faults();
     faults.add(
         FaultRule::error(403)
             .verb("patch")
@@ -86,7 +86,7 @@ async fn failing_live_list_is_retried_and_never_removes() {
     let _pvc = h.start(Which::Pvc).await;
     let mut rule = FaultRule::error(503).verb("list").resource("pods").times(3);
     rule.namespace = Some("retry".into());
-    h.sim.faults().add(rule);
+    h.sim().faults().add(rule);
     let since = h.seq();
     h.delete_pvc("retry", "pvc1").await;
     h.wait_pvc_gone("retry", "pvc1").await;

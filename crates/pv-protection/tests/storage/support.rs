@@ -1,20 +1,23 @@
-//! Harness: a kube-sim, the controllers of this crate running in-process
-//! against it as user `protection-manager`, and helpers to build objects,
-//! wait, and read the simulator's request log.
+//! Harness: a server (kube-sim, or the real control plane: see the
+//! `test-bed` crate), the controllers of this crate running in-process
+//! against it as user `protection-manager` (on the real server with only the
+//! RBAC rules their descriptors declare), and helpers to build objects, wait,
+//! and read the server's request record (kube-sim's log or the audit log).
 #![allow(dead_code)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use kube_sim::{KubeSim, RequestFilter, SimConfig};
+use kube_sim::KubeSim;
 use protection_core::release::gates_at;
 use protection_core::{ControllerResult, FinalizerProfile, Metrics, ReadySignal, Version};
-use pv_protection::{Settings, finalizer_names, pv_controller, pvc_controller};
+use pv_protection::{PV_INFO, PVC_INFO, Settings, finalizer_names, pv_controller, pvc_controller};
 use serde_json::json;
+use test_bed::{Bed, Mark, Options, Server};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -40,8 +43,11 @@ pub struct Setup {
     pub resync: Duration,
     pub concurrency: u16,
     pub admission: bool,
-    /// kube-sim keeps scheduled pods Terminating for their grace period.
+    /// kube-sim keeps scheduled pods Terminating for their grace period
+    /// (the real server always does).
     pub pod_graceful_deletion: bool,
+    /// Real server only: kube-controller-manager with these `--controllers`.
+    pub kcm: Option<Vec<String>>,
 }
 
 impl Default for Setup {
@@ -54,6 +60,7 @@ impl Default for Setup {
             concurrency: 4,
             admission: false,
             pod_graceful_deletion: false,
+            kcm: None,
         }
     }
 }
@@ -88,7 +95,7 @@ impl Drop for Running {
 }
 
 pub struct Harness {
-    pub sim: KubeSim,
+    pub server: Server,
     /// The test's own client (user `admin`).
     pub client: Client,
     pub metrics: Arc<Metrics>,
@@ -98,7 +105,13 @@ pub struct Harness {
 }
 
 impl Harness {
+    /// On kube-sim.
     pub async fn new(setup: Setup) -> Harness {
+        Harness::on(Bed::Sim, setup).await
+    }
+
+    /// On `bed`.
+    pub async fn on(bed: Bed, setup: Setup) -> Harness {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
                 tracing_subscriber::EnvFilter::try_from_default_env()
@@ -106,17 +119,21 @@ impl Harness {
             )
             .with_test_writer()
             .try_init();
-        let sim = KubeSim::start(SimConfig {
-            storage_protection_admission: setup.admission,
-            pod_graceful_deletion: setup.pod_graceful_deletion,
-            ..SimConfig::default()
-        })
+        let server = Server::start(
+            bed,
+            Options {
+                storage_protection_admission: setup.admission,
+                pod_graceful_deletion: setup.pod_graceful_deletion,
+                kcm: setup.kcm.clone(),
+                ..Options::named("pv-protection")
+            },
+        )
         .await
-        .expect("start kube-sim");
-        let client = sim.client().await;
+        .unwrap_or_else(|e| panic!("start {}: {e:#}", bed.name()));
+        let client = server.client().await.expect("admin client");
         let (pv_finalizer, pvc_finalizer) = finalizer_names(setup.profile);
         Harness {
-            sim,
+            server,
             client,
             metrics: Metrics::new().expect("metrics"),
             setup,
@@ -137,9 +154,22 @@ impl Harness {
         r
     }
 
+    /// kube-sim (faults, its request log).
+    pub fn sim(&self) -> &KubeSim {
+        self.server.sim()
+    }
+
     /// Starts one controller without waiting for it to be ready.
     pub async fn spawn(&self, which: Which) -> Running {
-        let client = self.sim.client_as(USER).await;
+        let rbac = match which {
+            Which::Pv => PV_INFO.rbac,
+            Which::Pvc => PVC_INFO.rbac,
+        };
+        let client = self
+            .server
+            .controller_client(USER, rbac)
+            .await
+            .expect("controller client");
         let mut gates =
             gates_at(self.setup.emulated, pv_protection::GATES).expect("emulated version");
         gates
@@ -188,13 +218,10 @@ impl Harness {
     }
 
     pub async fn namespace(&self, ns: &str) {
-        let api: Api<Namespace> = Api::all(self.client.clone());
-        api.create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace"),
-        )
-        .await
-        .expect("create namespace");
+        self.server
+            .namespace(ns)
+            .await
+            .unwrap_or_else(|e| panic!("create namespace {ns}: {e:#}"));
     }
 
     pub async fn create_pvc(
@@ -242,11 +269,14 @@ impl Harness {
             .unwrap_or_else(|e| panic!("delete PVC {ns}/{name}: {e}"));
     }
 
+    /// Deletes a pod until it is gone: where it is left Terminating (a
+    /// scheduled pod on the real server), the emulated kubelet's final
+    /// DELETE follows.
     pub async fn delete_pod(&self, ns: &str, name: &str) {
-        self.pods(ns)
-            .delete(name, &DeleteParams::default())
+        self.server
+            .delete_pod(ns, name)
             .await
-            .unwrap_or_else(|e| panic!("delete pod {ns}/{name}: {e}"));
+            .unwrap_or_else(|e| panic!("delete pod {ns}/{name}: {e:#}"));
     }
 
     pub async fn delete_pv(&self, name: &str) {
@@ -318,15 +348,9 @@ impl Harness {
     }
 
     /// Requests of the controllers' user matching `verb` and `resource`
-    /// after `since` (a `last_seq`).
+    /// after `since` (from [`Harness::seq`]).
     pub fn count(&self, verb: &str, resource: &str, since: u64) -> usize {
-        self.sim.requests().count(
-            &RequestFilter::default()
-                .user(USER)
-                .verb(verb)
-                .resource(resource)
-                .since(since),
-        )
+        self.server.count(USER, verb, resource, Mark(since))
     }
 
     /// Writes (create/update/patch/delete) of the controllers' user to
@@ -338,8 +362,10 @@ impl Harness {
             .sum()
     }
 
+    /// The present end of the server's request record (kube-sim's last
+    /// sequence number, or the audit log's length).
     pub fn seq(&self) -> u64 {
-        self.sim.requests().last_seq()
+        self.server.mark().0
     }
 }
 

@@ -23,7 +23,7 @@ async fn pod_deleted_during_a_watch_gap_releases_its_pvc_after_the_relist() {
         h.delete_pvc("gap", pvc).await;
         h.wait_event("gap", pvc, "FinalizerHeld").await;
     }
-    let faults = h.sim.faults();
+    let faults = h.sim().faults();
     let down = faults.add(FaultRule::error(500).verb("watch").resource("pods"));
     faults.cut_watches();
     let since = h.seq();
@@ -38,7 +38,7 @@ async fn pod_deleted_during_a_watch_gap_releases_its_pvc_after_the_relist() {
     );
     faults.remove(down);
     h.wait_pvc_gone("gap", "freed").await;
-    let pvc_lists = h.sim.requests().count(
+    let pvc_lists = h.sim().requests().count(
         &RequestFilter::default()
             .user(USER)
             .verb("list")

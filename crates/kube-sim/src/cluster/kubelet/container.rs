@@ -1,20 +1,32 @@
 //! One container of a pod: a local process (image mapped to a binary) or a
 //! fake one, with probes, restarts (CrashLoopBackOff) and graceful stop.
+//!
+//! Each container keeps its state in a directory of the pod's
+//! (`containers/<name>/state.json`: id, start, restart count, last
+//! termination; with [`Launcher::Shim`] also the shim's `pid` and `exit`
+//! files), so that a kubelet started after a crash adopts a container that
+//! still runs, reports the exit of one that ended meanwhile, and does not run
+//! again one that finished for good.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::probe;
+use super::shim;
 use crate::cluster::events::{EventType, Recorder};
-use crate::cluster::runtime::{ContainerRuntime, PodRuntimes, Signal, send_signal};
+use crate::cluster::runtime::{
+    ContainerRuntime, Launcher, PodRuntimes, Signal, proc_alive, proc_start_time, send_signal,
+};
 
 /// A finished run of a container.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Term {
     pub exit_code: i32,
     pub reason: String,
@@ -108,6 +120,60 @@ pub struct Spec {
     pub pod_desc: String,
     pub uid: String,
     pub image: String,
+    /// The container's state directory (see the module docs).
+    pub state_dir: PathBuf,
+    pub launcher: Launcher,
+}
+
+/// What a container leaves in its state directory for the next kubelet.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Persisted {
+    /// The current (or last) run.
+    pub container_id: String,
+    pub started_at: String,
+    pub restart_count: i32,
+    /// The run before it (`lastState`).
+    pub last: Option<Term>,
+    /// The shim of a process container: its pid and start time.
+    pub shim: Option<(u32, u64)>,
+    /// Set once the container will not run again.
+    pub done: Option<Term>,
+}
+
+const STATE_FILE: &str = "state.json";
+
+impl Persisted {
+    /// The state a previous kubelet left in `dir`, if any.
+    pub fn load(dir: &Path) -> Option<Persisted> {
+        serde_json::from_slice(&std::fs::read(dir.join(STATE_FILE)).ok()?).ok()
+    }
+
+    fn save(&self, dir: &Path) {
+        let r = std::fs::create_dir_all(dir).and_then(|()| {
+            shim::write_atomic(
+                &dir.join(STATE_FILE),
+                &serde_json::to_vec(self).unwrap_or_default(),
+            )
+        });
+        if let Err(e) = r {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot save the container state");
+        }
+    }
+}
+
+/// The processes a previous kubelet left running under `pod_dir` (each
+/// container's pid and start time), for killing the containers of a pod
+/// that is gone.
+pub fn leftover_processes(pod_dir: &Path) -> Vec<(u32, u64)> {
+    let Ok(entries) = std::fs::read_dir(pod_dir.join("containers")) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| shim::read_pid(&e.path()))
+        .filter(|(pid, start)| proc_alive(*pid, *start))
+        .collect()
 }
 
 /// Ties a runner to its pod.
@@ -146,11 +212,29 @@ fn terminating(term: &watch::Receiver<Option<Instant>>) -> Option<Instant> {
     *term.borrow()
 }
 
-/// Runs the container until it is done, stopped or the kubelet shuts down.
+/// Runs the container until it is done, stopped or the kubelet shuts down;
+/// first adopts what a previous kubelet left (see the module docs).
 pub async fn run(spec: Spec, mut ctl: Ctl) {
+    let prev = Persisted::load(&spec.state_dir);
     let mut backoff: Option<(Duration, Instant)> = None;
-    let mut restart_count = 0;
-    let mut last: Option<Term> = None;
+    let mut restart_count = prev.as_ref().map_or(0, |p| p.restart_count);
+    let mut last: Option<Term> = prev.as_ref().and_then(|p| p.last.clone());
+    if let Some(p) = &prev
+        && let Some(done) = p.done.clone()
+    {
+        let id = done.container_id.clone();
+        ctl.shared.update(spec.index, |s| {
+            s.state = CState::Terminated(done);
+            s.ready = false;
+            s.done = true;
+            s.started = false;
+            s.restart_count = restart_count;
+            s.last = last;
+            s.container_id = (!id.is_empty()).then_some(id);
+        });
+        return;
+    }
+    let mut adopt = prev.filter(|p| !p.container_id.is_empty());
     loop {
         if let Some(deadline) = terminating(&ctl.term) {
             let _ = deadline;
@@ -206,20 +290,28 @@ pub async fn run(spec: Spec, mut ctl: Ctl) {
                 }
             }
         }
-        if last.is_some() {
+        if last.is_some() && adopt.is_none() {
             let next = match backoff {
                 Some((d, at)) if at.elapsed() < ctl.backoff_max * 2 => (d * 2).min(ctl.backoff_max),
                 _ => ctl.backoff_initial,
             };
             backoff = Some((next, Instant::now()));
         }
-        let ended = match &spec.argv {
-            Some(argv) => run_process(&spec, &mut ctl, argv, restart_count, last.clone()).await,
-            None => run_fake(&spec, &mut ctl, restart_count, last.clone()).await,
+        let ended = match (adopt.take(), &spec.argv) {
+            (Some(p), Some(_)) => resume_process(&spec, &mut ctl, p, last.clone()).await,
+            (Some(p), None) => {
+                let run = (p.started_at, p.container_id);
+                run_fake(&spec, &mut ctl, restart_count, last.clone(), Some(run)).await
+            }
+            (None, Some(argv)) => {
+                run_process(&spec, &mut ctl, argv, restart_count, last.clone()).await
+            }
+            (None, None) => run_fake(&spec, &mut ctl, restart_count, last.clone(), None).await,
         };
         let term = match ended {
             Ended::Shutdown => return,
             Ended::Stopped(t) => {
+                finish(&spec, restart_count, last.clone(), t.clone());
                 ctl.shared.update(spec.index, |s| {
                     s.state = CState::Terminated(t);
                     s.ready = false;
@@ -237,6 +329,7 @@ pub async fn run(spec: Spec, mut ctl: Ctl) {
             _ => false,
         };
         if !restart {
+            finish(&spec, restart_count, last.clone(), term.clone());
             ctl.shared.update(spec.index, |s| {
                 s.state = CState::Terminated(term.clone());
                 s.ready = false;
@@ -258,6 +351,19 @@ pub async fn run(spec: Spec, mut ctl: Ctl) {
         restart_count += 1;
         last = Some(term);
     }
+}
+
+/// Records that the container will not run again.
+fn finish(spec: &Spec, restart_count: i32, last: Option<Term>, term: Term) {
+    Persisted {
+        container_id: term.container_id.clone(),
+        started_at: term.started_at.clone(),
+        restart_count,
+        last,
+        shim: None,
+        done: Some(term),
+    }
+    .save(&spec.state_dir);
 }
 
 fn last_finished(t: &Term) -> Instant {
@@ -337,13 +443,36 @@ fn register(spec: &Spec, ctl: &Ctl, pid: Option<u32>, restart_count: i32) {
     );
 }
 
-async fn run_fake(spec: &Spec, ctl: &mut Ctl, restart_count: i32, last: Option<Term>) -> Ended {
-    let started_at = now();
-    let id = container_id();
+/// A container whose image maps to no binary: Running at once; it exits 0
+/// after a second unless it runs forever (restartPolicy Always). `resume`:
+/// the (start, id) of a run a previous kubelet started.
+async fn run_fake(
+    spec: &Spec,
+    ctl: &mut Ctl,
+    restart_count: i32,
+    last: Option<Term>,
+    resume: Option<(String, String)>,
+) -> Ended {
+    let resumed = resume.is_some();
+    let (started_at, id) = resume.unwrap_or_else(|| (now(), container_id()));
+    let id = id.strip_prefix("containerd://").unwrap_or(&id).to_string();
     let log = spec.log_dir.join(format!("{}.log", spec.name));
-    let _ = std::fs::write(&log, b"");
+    if !resumed {
+        let _ = std::fs::write(&log, b"");
+        Persisted {
+            container_id: format!("containerd://{id}"),
+            started_at: started_at.clone(),
+            restart_count,
+            last: last.clone(),
+            shim: None,
+            done: None,
+        }
+        .save(&spec.state_dir);
+    }
     register(spec, ctl, None, restart_count);
-    announce_start(spec, ctl);
+    if !resumed {
+        announce_start(spec, ctl);
+    }
     ctl.shared.update(spec.index, |s| {
         s.state = CState::Running {
             started_at: started_at.clone(),
@@ -393,12 +522,7 @@ fn open_log(spec: &Spec, restart_count: i32) -> std::io::Result<std::fs::File> {
         .open(&log)
 }
 
-fn exit_term(status: std::process::ExitStatus, started_at: &str, id: &str) -> Term {
-    use std::os::unix::process::ExitStatusExt;
-    let code = status
-        .code()
-        .or_else(|| status.signal().map(|s| 128 + s))
-        .unwrap_or(1);
+fn exit_term(code: i32, started_at: &str, id: &str) -> Term {
     Term {
         exit_code: code,
         reason: if code == 0 { "Completed" } else { "Error" }.into(),
@@ -409,23 +533,162 @@ fn exit_term(status: std::process::ExitStatus, started_at: &str, id: &str) -> Te
     }
 }
 
-/// SIGTERM, wait until `deadline`, SIGKILL the process group; returns the
-/// exit status.
-async fn stop_process(
-    child: &mut tokio::process::Child,
-    deadline: Instant,
-) -> Option<std::process::ExitStatus> {
-    if let Some(pid) = child.id() {
-        let _ = send_signal(pid, Signal::Term);
+fn status_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1)
+}
+
+/// A running container process.
+enum Proc {
+    /// A child of this kubelet ([`Launcher::Direct`]).
+    Child(tokio::process::Child),
+    /// Under a shim: `shim` is the shim process when this kubelet started
+    /// it, `None` when adopted from a previous kubelet.
+    Shim {
+        shim: Option<tokio::process::Child>,
+        shim_id: (u32, u64),
+        pid: u32,
+        dir: PathBuf,
+    },
+}
+
+impl Proc {
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Proc::Child(c) => c.id(),
+            Proc::Shim { pid, .. } => Some(*pid),
+        }
     }
-    if let Ok(r) = tokio::time::timeout_at(deadline, child.wait()).await {
-        return r.ok();
+
+    /// Waits until the process ends; its exit code (128 + signal when a
+    /// signal ended it). Cancel-safe.
+    async fn wait(&mut self) -> Result<i32, String> {
+        match self {
+            Proc::Child(c) => c
+                .wait()
+                .await
+                .map(status_code)
+                .map_err(|e| format!("waiting for the process: {e}")),
+            Proc::Shim {
+                shim, shim_id, dir, ..
+            } => {
+                match shim {
+                    Some(s) => {
+                        let _ = s.wait().await;
+                    }
+                    None => {
+                        while shim::read_exit(dir).is_none() && proc_alive(shim_id.0, shim_id.1) {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    }
+                }
+                shim::read_exit(dir).map(|r| r.code).ok_or_else(|| {
+                    "the container's shim ended without recording an exit status".to_string()
+                })
+            }
+        }
     }
-    if let Some(pid) = child.id() {
-        let _ = send_signal(pid, Signal::Kill);
+
+    fn signal(&mut self, sig: Signal) {
+        if let Some(pid) = self.pid() {
+            let _ = send_signal(pid, sig);
+        }
+        if let (Proc::Child(c), Signal::Kill) = (self, sig) {
+            let _ = c.start_kill();
+        }
     }
-    let _ = child.start_kill();
-    child.wait().await.ok()
+}
+
+/// SIGTERM, wait until `deadline`, SIGKILL; returns the exit code.
+async fn stop_process(proc: &mut Proc, deadline: Instant) -> Result<i32, String> {
+    proc.signal(Signal::Term);
+    if let Ok(r) = tokio::time::timeout_at(deadline, proc.wait()).await {
+        return r;
+    }
+    proc.signal(Signal::Kill);
+    proc.wait().await
+}
+
+/// Starts the container's process: directly, or through a shim (then waits
+/// until the shim reports the pid).
+async fn spawn(spec: &Spec, argv: &[String], log: std::fs::File) -> Result<Proc, String> {
+    let err_log = log
+        .try_clone()
+        .map_err(|e| format!("opening the log: {e}"))?;
+    let (Some(program), rest) = (argv.first(), &argv[1.min(argv.len())..]) else {
+        return Err("no command to run".into());
+    };
+    let mut cmd = match &spec.launcher {
+        Launcher::Direct => {
+            let mut c = tokio::process::Command::new(program);
+            c.args(rest).kill_on_drop(true);
+            c
+        }
+        Launcher::Shim {
+            program: shim_program,
+            session_pid,
+        } => {
+            std::fs::create_dir_all(&spec.state_dir)
+                .map_err(|e| format!("creating {}: {e}", spec.state_dir.display()))?;
+            for f in [shim::PID_FILE, shim::EXIT_FILE] {
+                let _ = std::fs::remove_file(spec.state_dir.join(f));
+            }
+            let mut c = tokio::process::Command::new(shim_program);
+            c.arg("container-shim")
+                .arg("--state-dir")
+                .arg(&spec.state_dir)
+                .arg("--session-pid")
+                .arg(session_pid.to_string())
+                .arg("--")
+                .args(argv)
+                .kill_on_drop(false);
+            c
+        }
+    };
+    cmd.env_clear()
+        .envs(spec.env.iter().cloned())
+        .current_dir(&spec.cwd)
+        .stdin(std::process::Stdio::null())
+        .stdout(log)
+        .stderr(err_log)
+        .process_group(0);
+    let mut child = cmd.spawn().map_err(|e| {
+        format!(
+            "failed to create containerd task: failed to create shim task: exec: {program:?}: {e}"
+        )
+    })?;
+    if matches!(spec.launcher, Launcher::Direct) {
+        return Ok(Proc::Child(child));
+    }
+    let shim_pid = child.id().unwrap_or(0);
+    let shim_id = (shim_pid, proc_start_time(shim_pid).unwrap_or(0));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some((pid, _)) = shim::read_pid(&spec.state_dir) {
+            return Ok(Proc::Shim {
+                shim: Some(child),
+                shim_id,
+                pid,
+                dir: spec.state_dir.clone(),
+            });
+        }
+        if let Ok(Some(_)) = child.try_wait() {
+            // The shim could not start the program (its reason is in the
+            // container's log).
+            let code = shim::read_exit(&spec.state_dir).map_or(128, |r| r.code);
+            return Err(format!(
+                "failed to create containerd task: exec: {program:?}: exit {code} (see the container log)"
+            ));
+        }
+        if Instant::now() > deadline {
+            let _ = child.start_kill();
+            return Err("the container shim did not start the process within 10s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 async fn run_process(
@@ -449,25 +712,9 @@ async fn run_process(
         Ok(f) => f,
         Err(e) => return Ended::Exited(fail(format!("opening the log: {e}"))),
     };
-    let (Some(program), Ok(err_log)) = (argv.first(), log.try_clone()) else {
-        return Ended::Exited(fail("no command to run".into()));
-    };
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(&argv[1..])
-        .env_clear()
-        .envs(spec.env.iter().cloned())
-        .current_dir(&spec.cwd)
-        .stdin(std::process::Stdio::null())
-        .stdout(log)
-        .stderr(err_log)
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            let msg = format!(
-                "failed to create containerd task: failed to create shim task: exec: {program:?}: {e}"
-            );
+    let proc = match spawn(spec, argv, log).await {
+        Ok(p) => p,
+        Err(msg) => {
             ctl.recorder.event(
                 &field_ref(spec),
                 EventType::Warning,
@@ -477,10 +724,81 @@ async fn run_process(
             return Ended::Exited(fail(msg));
         }
     };
-    let pid = child.id();
-    tracing::debug!(container = %spec.name, pod = %spec.pod_desc, ?pid, "container process started");
-    register(spec, ctl, pid, restart_count);
+    Persisted {
+        container_id: format!("containerd://{id}"),
+        started_at: started_at.clone(),
+        restart_count,
+        last: last.clone(),
+        shim: match &proc {
+            Proc::Shim { shim_id, .. } => Some(*shim_id),
+            Proc::Child(_) => None,
+        },
+        done: None,
+    }
+    .save(&spec.state_dir);
+    tracing::debug!(container = %spec.name, pod = %spec.pod_desc, pid = ?proc.pid(), "container process started");
     announce_start(spec, ctl);
+    supervise(spec, ctl, proc, started_at, id, restart_count, last).await
+}
+
+/// Takes over a process container a previous kubelet started: it still
+/// runs under its shim, or it ended meanwhile (its exit is reported).
+async fn resume_process(spec: &Spec, ctl: &mut Ctl, p: Persisted, last: Option<Term>) -> Ended {
+    let id = p
+        .container_id
+        .strip_prefix("containerd://")
+        .unwrap_or(&p.container_id)
+        .to_string();
+    let started_at = p.started_at.clone();
+    let lost = |msg: &str| Term {
+        exit_code: 137,
+        reason: "Error".into(),
+        message: Some(msg.to_string()),
+        started_at: started_at.clone(),
+        finished_at: now(),
+        container_id: format!("containerd://{id}"),
+    };
+    let (Some(shim_id), Some((pid, _))) = (p.shim, shim::read_pid(&spec.state_dir)) else {
+        return Ended::Exited(lost("the container did not survive the kubelet's restart"));
+    };
+    if let Some(r) = shim::read_exit(&spec.state_dir) {
+        return Ended::Exited(exit_term(r.code, &started_at, &id));
+    }
+    if !proc_alive(shim_id.0, shim_id.1) {
+        return Ended::Exited(lost(
+            "the container's shim ended without recording an exit status",
+        ));
+    }
+    tracing::info!(container = %spec.name, pod = %spec.pod_desc, pid, "adopted a running container");
+    let proc = Proc::Shim {
+        shim: None,
+        shim_id,
+        pid,
+        dir: spec.state_dir.clone(),
+    };
+    supervise(spec, ctl, proc, started_at, id, p.restart_count, last).await
+}
+
+/// Probes a running process until it ends, is stopped or the kubelet shuts
+/// down.
+async fn supervise(
+    spec: &Spec,
+    ctl: &mut Ctl,
+    mut proc: Proc,
+    started_at: String,
+    id: String,
+    restart_count: i32,
+    last: Option<Term>,
+) -> Ended {
+    let fail = |msg: String| Term {
+        exit_code: 128,
+        reason: "Error".into(),
+        message: Some(msg),
+        started_at: started_at.clone(),
+        finished_at: now(),
+        container_id: format!("containerd://{id}"),
+    };
+    register(spec, ctl, proc.pid(), restart_count);
     let t0 = Instant::now();
     let mut probes: Vec<probe::State> = Vec::new();
     if let Some(p) = &spec.startup {
@@ -514,11 +832,11 @@ async fn run_process(
             .min()
             .unwrap_or(far);
         tokio::select! {
-            r = child.wait() => {
+            r = proc.wait() => {
                 register(spec, ctl, None, restart_count);
                 return match r {
-                    Ok(st) => Ended::Exited(exit_term(st, &started_at, &id)),
-                    Err(e) => Ended::Exited(fail(format!("waiting for the process: {e}"))),
+                    Ok(code) => Ended::Exited(exit_term(code, &started_at, &id)),
+                    Err(e) => Ended::Exited(fail(e)),
                 };
             }
             r = ctl.term.changed() => {
@@ -526,21 +844,18 @@ async fn run_process(
                 if let Some(deadline) = deadline {
                     ctl.recorder.event(&field_ref(spec), EventType::Normal, "Killing", &format!("Stopping container {}", spec.name));
                     ctl.shared.update(spec.index, |s| s.ready = false);
-                    let st = stop_process(&mut child, deadline).await;
+                    let st = stop_process(&mut proc, deadline).await;
                     register(spec, ctl, None, restart_count);
                     let t = match st {
-                        Some(st) => exit_term(st, &started_at, &id),
-                        None => fail("lost the process".into()),
+                        Ok(code) => exit_term(code, &started_at, &id),
+                        Err(e) => fail(e),
                     };
                     return Ended::Stopped(t);
                 }
             }
             _ = ctl.stop.cancelled() => {
-                if let Some(pid) = child.id() {
-                    let _ = send_signal(pid, Signal::Kill);
-                }
-                let _ = child.start_kill();
-                let _ = child.wait().await;
+                proc.signal(Signal::Kill);
+                let _ = proc.wait().await;
                 return Ended::Shutdown;
             }
             _ = tokio::time::sleep_until(next) => {
@@ -599,11 +914,11 @@ async fn run_process(
                 if let Some(msg) = kill {
                     ctl.recorder.event(&field_ref(spec), EventType::Normal, "Killing", &msg);
                     ctl.shared.update(spec.index, |s| s.ready = false);
-                    let st = stop_process(&mut child, Instant::now() + spec.grace).await;
+                    let st = stop_process(&mut proc, Instant::now() + spec.grace).await;
                     register(spec, ctl, None, restart_count);
                     return Ended::Exited(match st {
-                        Some(st) => exit_term(st, &started_at, &id),
-                        None => fail("lost the process".into()),
+                        Ok(code) => exit_term(code, &started_at, &id),
+                        Err(e) => fail(e),
                     });
                 }
             }

@@ -8,10 +8,14 @@
 //! second so that Jobs complete). See the crate README for the rules
 //! (command, env, volumes, ports, probes, restarts, graceful deletion).
 
+pub mod bootstrap;
 pub mod container;
 pub mod pod;
 pub mod probe;
+pub mod process;
 pub mod rewrite;
+pub mod server;
+pub mod shim;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -28,20 +32,62 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::KubeletConfig;
 use super::events::Recorder;
 use super::informer::{self, Changes};
 use super::runtime::PodRuntimes;
-use super::{Clients, KubeletConfig};
 
-/// One emulated node.
-pub(crate) struct NodeAgent {
+/// Where a pod's service-account tokens come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenSource {
+    /// kube-sim: a token is the ServiceAccount's user name.
+    SimUserName,
+    /// The TokenRequest API (`serviceaccounts/token`), as the node, bound to
+    /// the pod (a real API server; NodeRestriction requires the binding).
+    TokenRequest,
+}
+
+/// How the pods of a node reach the API server.
+#[derive(Debug, Clone)]
+pub struct ApiAccess {
+    /// The server URL in the pods' kubeconfig.
+    pub server_url: String,
+    /// The cluster CA (PEM) a pod's `ca.crt` holds; None for kube-sim
+    /// (plain HTTP).
+    pub ca_pem: Option<String>,
+    /// `KUBERNETES_SERVICE_HOST` / `KUBERNETES_SERVICE_PORT` of the pods.
+    pub service: Option<(String, u16)>,
+    pub tokens: TokenSource,
+}
+
+impl ApiAccess {
+    /// kube-sim at `url` (plain HTTP, user-name tokens).
+    pub fn sim(url: &str) -> ApiAccess {
+        ApiAccess {
+            server_url: url.to_string(),
+            ca_pem: None,
+            service: None,
+            tokens: TokenSource::SimUserName,
+        }
+    }
+}
+
+/// One emulated node: its kubelet acts as `client` (the node's own
+/// identity, `system:node:<node>`).
+pub struct NodeAgent {
     pub node: String,
+    /// The node's position (its pod CIDR `10.244.<index>.0/24` and, without
+    /// `address`, its address `172.18.0.<index + 2>`).
     pub index: usize,
     pub client: Client,
     pub config: KubeletConfig,
+    /// The node's pod directories (`<root>/pods/<ns>_<name>_<uid>`).
     pub root: PathBuf,
     pub runtimes: Arc<PodRuntimes>,
-    pub server_url: String,
+    pub api: ApiAccess,
+    /// The node's InternalIP and kubelet port (`status.daemonEndpoints`),
+    /// when its kubelet API is served (the process kubelet).
+    pub address: Option<(String, u16)>,
 }
 
 /// What pod workers share.
@@ -52,7 +98,7 @@ pub(crate) struct AgentCtx {
     pub config: KubeletConfig,
     pub root: PathBuf,
     pub runtimes: Arc<PodRuntimes>,
-    pub server_url: String,
+    pub api: ApiAccess,
     pub recorder: Recorder,
     pub stop: CancellationToken,
     ips: Mutex<IpPool>,
@@ -77,6 +123,19 @@ impl AgentCtx {
         format!("{}.254", p.prefix)
     }
 
+    /// Takes `ip` (a pod's address before a kubelet restart) if it is this
+    /// node's and free.
+    pub(crate) fn claim_ip(&self, ip: &str) -> bool {
+        let mut p = self.ips.lock();
+        let Some(n) = ip
+            .strip_prefix(&format!("{}.", p.prefix))
+            .and_then(|n| n.parse::<u8>().ok())
+        else {
+            return false;
+        };
+        p.used.insert(n)
+    }
+
     pub(crate) fn release_ip(&self, ip: &str) {
         if let Some(n) = ip.rsplit('.').next().and_then(|n| n.parse::<u8>().ok()) {
             self.ips.lock().used.remove(&n);
@@ -88,9 +147,10 @@ fn node_ip(index: usize) -> String {
     format!("172.18.0.{}", (index % 250) + 2)
 }
 
-fn node_object(name: &str, index: usize, max_pods: u32) -> Node {
+fn node_object(name: &str, index: usize, max_pods: u32, address: Option<&(String, u16)>) -> Node {
     let now = crate::object::now_string();
-    let ip = node_ip(index);
+    let ip = address.map_or_else(|| node_ip(index), |(ip, _)| ip.clone());
+    let kubelet_port = address.map_or(10250, |(_, p)| *p);
     let cidr = format!("10.244.{}.0/24", index % 256);
     let cond = |ty: &str, status: &str, reason: &str, message: &str| {
         json!({"type": ty, "status": status, "reason": reason, "message": message,
@@ -125,7 +185,7 @@ fn node_object(name: &str, index: usize, max_pods: u32) -> Node {
                 cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
             ],
             "addresses": [{"type": "InternalIP", "address": ip}, {"type": "Hostname", "address": name}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": kubelet_port}},
             "nodeInfo": {
                 "machineID": format!("{:032x}", crate::cluster::util::fnv32a(name.as_bytes())),
                 "systemUUID": format!("{:08x}-0000-0000-0000-000000000000", crate::cluster::util::fnv32a(name.as_bytes())),
@@ -143,31 +203,62 @@ fn node_object(name: &str, index: usize, max_pods: u32) -> Node {
     serde_json::from_value(v).unwrap_or_default()
 }
 
-/// Registers (creates, if absent) the Nodes and their Leases, each as its
-/// kubelet would.
-pub(crate) async fn register_nodes(
-    clients: &Clients,
-    nodes: &[String],
+/// Registers (creates, if absent) the Node and its Lease as its kubelet
+/// does, with the node's own client.
+pub async fn register_node(
+    client: &Client,
+    node: &str,
+    index: usize,
     max_pods: u32,
+    address: Option<&(String, u16)>,
 ) -> Result<(), String> {
-    for (i, n) in nodes.iter().enumerate() {
-        let client = clients.client(&super::users::node(n)).await?;
-        let api: Api<Node> = Api::all(client.clone());
-        let node = node_object(n, i, max_pods);
-        match api.create(&PostParams::default(), &node).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(format!("registering node {n}: {e}")),
-        }
-        // The create keeps status on a real server; write it once more
-        // through nodes/status, as the kubelet's status loop does.
-        let status = json!({"status": serde_json::to_value(&node.status).unwrap_or_default()});
-        api.patch_status(n, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .map_err(|e| format!("writing the status of node {n}: {e}"))?;
-        renew_lease(&client, n).await;
+    let api: Api<Node> = Api::all(client.clone());
+    let obj = node_object(node, index, max_pods, address);
+    match api.create(&PostParams::default(), &obj).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(format!("registering node {node}: {e}")),
     }
+    // The create keeps status on a real server; write it once more
+    // through nodes/status, as the kubelet's status loop does (and after a
+    // restart: addresses, kubelet port, Ready).
+    let status = json!({"status": serde_json::to_value(&obj.status).unwrap_or_default()});
+    api.patch_status(node, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .map_err(|e| format!("writing the status of node {node}: {e}"))?;
+    renew_lease(client, node).await;
     Ok(())
+}
+
+/// Reports the node's conditions again (the kubelet's status report, every
+/// `nodeStatusReportFrequency` when nothing changed).
+async fn report_node_status(client: &Client, node: &str) {
+    let api: Api<Node> = Api::all(client.clone());
+    let now = crate::object::now_string();
+    let Ok(current) = api.get_status(node).await else {
+        return;
+    };
+    let conditions: Vec<serde_json::Value> = current
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| {
+            let mut v = serde_json::to_value(&c).unwrap_or_default();
+            v["lastHeartbeatTime"] = json!(now);
+            v
+        })
+        .collect();
+    if conditions.is_empty() {
+        return;
+    }
+    let p = json!({"status": {"conditions": conditions}});
+    if let Err(e) = api
+        .patch_status(node, &PatchParams::default(), &Patch::Strategic(&p))
+        .await
+    {
+        tracing::debug!(node, error = %e, "reporting the node status failed");
+    }
 }
 
 async fn renew_lease(client: &Client, node: &str) {
@@ -201,13 +292,44 @@ async fn renew_lease(client: &Client, node: &str) {
     }
 }
 
+/// Kills the containers and removes the directories of pods a previous
+/// kubelet ran that are no longer bound to this node (the kubelet's
+/// housekeeping of orphaned pods after a restart).
+fn remove_orphans(root: &std::path::Path, pods: &[Arc<Pod>]) {
+    let live: HashSet<PathBuf> = pods
+        .iter()
+        .map(|p| {
+            pod::pod_dir(
+                root,
+                p.metadata.namespace.as_deref().unwrap_or(""),
+                p.metadata.name.as_deref().unwrap_or(""),
+                p.metadata.uid.as_deref().unwrap_or(""),
+            )
+        })
+        .collect();
+    let Ok(entries) = std::fs::read_dir(root.join("pods")) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let dir = e.path();
+        if live.contains(&dir) {
+            continue;
+        }
+        for (pid, _) in container::leftover_processes(&dir) {
+            tracing::info!(pod_dir = %dir.display(), pid, "killing a container of a pod that is gone");
+            let _ = super::runtime::send_signal(pid, super::runtime::Signal::Kill);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
 struct Worker {
     tx: watch::Sender<Option<Arc<Pod>>>,
     done: tokio::task::JoinHandle<()>,
 }
 
 /// Runs the node agent until `stop`.
-pub(crate) async fn run(agent: NodeAgent, stop: CancellationToken) {
+pub async fn run(agent: NodeAgent, stop: CancellationToken) {
     let NodeAgent {
         node,
         index,
@@ -215,7 +337,8 @@ pub(crate) async fn run(agent: NodeAgent, stop: CancellationToken) {
         config,
         root,
         runtimes,
-        server_url,
+        api,
+        address,
     } = agent;
     if let Err(e) = std::fs::create_dir_all(&root) {
         tracing::error!(node = %node, dir = %root.display(), error = %e, "cannot create the kubelet directory; not running pods");
@@ -224,12 +347,12 @@ pub(crate) async fn run(agent: NodeAgent, stop: CancellationToken) {
     let ctx = Arc::new(AgentCtx {
         recorder: Recorder::new(client.clone(), "kubelet", Some(&node)),
         node: node.clone(),
-        node_ip: node_ip(index),
+        node_ip: address.map_or_else(|| node_ip(index), |(ip, _)| ip),
         client: client.clone(),
         config: config.clone(),
         root,
         runtimes,
-        server_url,
+        api,
         stop: stop.clone(),
         ips: Mutex::new(IpPool {
             prefix: format!("10.244.{}", index % 256),
@@ -244,10 +367,15 @@ pub(crate) async fn run(agent: NodeAgent, stop: CancellationToken) {
         let stop = stop.clone();
         let every = config.lease_interval.max(Duration::from_millis(100));
         tokio::spawn(async move {
+            let mut last_report = tokio::time::Instant::now();
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     _ = tokio::time::sleep(every) => renew_lease(&client, &node).await,
+                }
+                if last_report.elapsed() >= Duration::from_secs(300) {
+                    report_node_status(&client, &node).await;
+                    last_report = tokio::time::Instant::now();
                 }
             }
         });
@@ -263,6 +391,7 @@ pub(crate) async fn run(agent: NodeAgent, stop: CancellationToken) {
     if !informer::ready(&pods, &stop).await {
         return;
     }
+    remove_orphans(&ctx.root, &pods.state());
     tracing::info!(node = %node, "emulated kubelet running");
     let mut workers: HashMap<String, Worker> = HashMap::new();
     let mut rx = changes.subscribe();

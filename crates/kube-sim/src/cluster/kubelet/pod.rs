@@ -9,18 +9,20 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod, Secret,
+    ServiceAccount,
 };
 use kube::Resource;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
-use super::AgentCtx;
 use super::container::{self, CState, Shared, Status, Term};
 use super::probe;
 use super::rewrite;
+use super::{AgentCtx, TokenSource};
 use crate::cluster::events::EventType;
 use crate::cluster::runtime::PodProcess;
 
@@ -35,16 +37,63 @@ fn pod_key(p: &Pod) -> (String, String, String) {
     )
 }
 
+/// What the kubelet keeps of a pod in its directory (`pod.json`), so that a
+/// kubelet started after a crash reports the same sandbox: the pod's IP and
+/// the host ports its containers' ports were given.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Sandbox {
+    pod_ip: String,
+    host_ports: BTreeMap<u16, u16>,
+}
+
+const SANDBOX_FILE: &str = "pod.json";
+
+impl Sandbox {
+    fn load(dir: &Path) -> Option<Sandbox> {
+        serde_json::from_slice(&std::fs::read(dir.join(SANDBOX_FILE)).ok()?).ok()
+    }
+
+    fn save(&self, dir: &Path) {
+        let r = std::fs::create_dir_all(dir).and_then(|()| {
+            super::shim::write_atomic(
+                &dir.join(SANDBOX_FILE),
+                &serde_json::to_vec(self).unwrap_or_default(),
+            )
+        });
+        if let Err(e) = r {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot save the pod sandbox");
+        }
+    }
+}
+
+/// The directory of a pod (volumes, logs, container states).
+pub(crate) fn pod_dir(root: &Path, ns: &str, name: &str, uid: &str) -> PathBuf {
+    root.join("pods").join(format!("{ns}_{name}_{uid}"))
+}
+
 /// Runs a pod until it is gone from the API (or the kubelet stops).
 pub(crate) async fn run(ctx: Arc<AgentCtx>, mut rx: watch::Receiver<Option<Arc<Pod>>>) {
     let Some(first) = rx.borrow().clone() else {
         return;
     };
     let (ns, name, uid) = pod_key(&first);
-    let dir = ctx.root.join("pods").join(format!("{ns}_{name}_{uid}"));
+    let dir = pod_dir(&ctx.root, &ns, &name, &uid);
     let terminal_at_start = matches!(crate::cluster::util::phase(&first), "Succeeded" | "Failed");
     let spec = first.spec.clone().unwrap_or_default();
-    let pod_ip = ctx.alloc_ip();
+    let sandbox_state = Sandbox::load(&dir);
+    let pod_ip = match &sandbox_state {
+        Some(s) if ctx.claim_ip(&s.pod_ip) => s.pod_ip.clone(),
+        _ => ctx.alloc_ip(),
+    };
+    Sandbox {
+        pod_ip: pod_ip.clone(),
+        host_ports: sandbox_state
+            .as_ref()
+            .map(|s| s.host_ports.clone())
+            .unwrap_or_default(),
+    }
+    .save(&dir);
     let start_time = first
         .status
         .as_ref()
@@ -227,7 +276,17 @@ async fn lifecycle(
             return;
         }
         match setup_volumes(&ctx, &pod, &dir).await {
-            Ok(v) => break v,
+            Ok((v, tokens)) => {
+                if !tokens.is_empty() {
+                    tokio::spawn(refresh_tokens(
+                        ctx.clone(),
+                        pod.clone(),
+                        tokens,
+                        term.clone(),
+                    ));
+                }
+                break v;
+            }
             Err(msg) => {
                 let again = last_event
                     .as_ref()
@@ -248,10 +307,21 @@ async fn lifecycle(
     sandbox.store(true, std::sync::atomic::Ordering::Relaxed);
     shared.changed.notify_one();
     let spec = pod.spec.clone().unwrap_or_default();
-    let ports = allocate_ports(
-        &spec.containers,
-        spec.init_containers.as_deref().unwrap_or(&[]),
-    );
+    let ports = match Sandbox::load(&dir).filter(|s| !s.host_ports.is_empty()) {
+        Some(s) => s.host_ports,
+        None => {
+            let ports = allocate_ports(
+                &spec.containers,
+                spec.init_containers.as_deref().unwrap_or(&[]),
+            );
+            Sandbox {
+                pod_ip: pod_ip.clone(),
+                host_ports: ports.clone(),
+            }
+            .save(&dir);
+            ports
+        }
+    };
     let inits = spec.init_containers.clone().unwrap_or_default();
     let n_init = inits.len();
     for (i, c) in inits.iter().enumerate() {
@@ -419,10 +489,106 @@ fn service_account(pod: &Pod) -> String {
         .unwrap_or_else(|| "default".into())
 }
 
-/// The bearer token (= kube-sim user) of the pod's service account.
+/// The user name of the pod's service account (kube-sim's token for it).
 fn sa_user(pod: &Pod) -> String {
     let (ns, _, _) = pod_key(pod);
     format!("system:serviceaccount:{ns}:{}", service_account(pod))
+}
+
+/// A projected service-account token file the kubelet keeps fresh.
+#[derive(Debug, Clone)]
+struct TokenFile {
+    path: PathBuf,
+    audience: Option<String>,
+    expiration_seconds: Option<i64>,
+    mode: u32,
+}
+
+/// A token for the pod's service account: kube-sim's (the user name), or
+/// from the TokenRequest API as the node, bound to the pod, as the
+/// kubelet's token manager asks for one (pkg/volume/projected).
+async fn service_account_token(
+    ctx: &AgentCtx,
+    pod: &Pod,
+    audience: Option<&str>,
+    expiration_seconds: Option<i64>,
+) -> Result<String, String> {
+    match ctx.api.tokens {
+        TokenSource::SimUserName => Ok(sa_user(pod)),
+        TokenSource::TokenRequest => {
+            let (ns, name, uid) = pod_key(pod);
+            let sa = service_account(pod);
+            let mut spec = json!({
+                "audiences": audience.map(|a| vec![a.to_string()]).unwrap_or_default(),
+                "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid},
+            });
+            if let Some(e) = expiration_seconds {
+                spec["expirationSeconds"] = json!(e);
+            }
+            let body = json!({
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": spec,
+            });
+            let api: Api<ServiceAccount> = Api::namespaced(ctx.client.clone(), &ns);
+            let tr: Value = api
+                .create_subresource("token", &sa, &PostParams::default(), &body)
+                .await
+                .map_err(|e| format!("failed to fetch token: {e}"))?;
+            tr.pointer("/status/token")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .ok_or_else(|| "failed to fetch token: the TokenRequest has no token".to_string())
+        }
+    }
+}
+
+/// Writes `token` to `t.path` whole (a reader never sees half a token).
+fn write_token(t: &TokenFile, token: &str) -> Result<(), String> {
+    if let Some(parent) = t.path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| format!("creating {}: {e}", parent.display()))?;
+    }
+    super::shim::write_atomic(&t.path, token.as_bytes())
+        .map_err(|e| format!("writing {}: {e}", t.path.display()))?;
+    let _ = std::fs::set_permissions(&t.path, std::fs::Permissions::from_mode(t.mode & 0o777));
+    Ok(())
+}
+
+/// Renews the pod's projected tokens at 80% of their lifetime (the
+/// kubelet's token manager), until the pod stops.
+async fn refresh_tokens(
+    ctx: Arc<AgentCtx>,
+    pod: Arc<Pod>,
+    tokens: Vec<TokenFile>,
+    mut term: watch::Receiver<Option<Instant>>,
+) {
+    if ctx.api.tokens == TokenSource::SimUserName {
+        return;
+    }
+    let every = tokens
+        .iter()
+        .map(|t| t.expiration_seconds.unwrap_or(3600).max(600) as u64 * 8 / 10)
+        .min()
+        .unwrap_or(2880);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(every)) => {}
+            _ = term.changed() => return,
+            _ = ctx.stop.cancelled() => return,
+        }
+        if term.borrow().is_some() {
+            return;
+        }
+        for t in &tokens {
+            let r = service_account_token(&ctx, &pod, t.audience.as_deref(), t.expiration_seconds)
+                .await
+                .and_then(|tok| write_token(t, &tok));
+            if let Err(e) = r {
+                tracing::warn!(pod = ?pod.metadata.name, error = %e, "renewing a service account token failed");
+            }
+        }
+    }
 }
 
 /// A field of the pod for the downward API.
@@ -470,10 +636,49 @@ fn field_value(pod: &Pod, path: &str, pod_ip: &str, host_ip: &str) -> Option<Str
     })
 }
 
-async fn setup_volumes(ctx: &AgentCtx, pod: &Pod, dir: &Path) -> Result<Vec<HostVolume>, String> {
+/// Whether some container of the pod mounts a volume at the
+/// service-account directory (the API server's ServiceAccount admission
+/// plugin adds a `kube-api-access-*` projected volume there; kube-sim has
+/// no such plugin, and the kubelet then provides the directory itself).
+fn mounts_service_account_dir(pod: &Pod) -> bool {
+    let spec = pod.spec.as_ref();
+    spec.into_iter()
+        .flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
+        .flat_map(|c| c.volume_mounts.iter().flatten())
+        .any(|m| m.mount_path.trim_end_matches('/') == SA_DIR)
+}
+
+/// The host directory the pod's containers see as [`SA_DIR`].
+fn service_account_dir(pod: &Pod, dir: &Path, volumes: &[HostVolume]) -> Option<PathBuf> {
+    let spec = pod.spec.as_ref()?;
+    let mount = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .flat_map(|c| c.volume_mounts.iter().flatten())
+        .find(|m| m.mount_path.trim_end_matches('/') == SA_DIR);
+    match mount {
+        Some(m) => volumes
+            .iter()
+            .find(|v| v.name == m.name)
+            .map(|v| v.path.clone()),
+        None => automount(pod).then(|| dir.join("serviceaccount")),
+    }
+}
+
+async fn setup_volumes(
+    ctx: &AgentCtx,
+    pod: &Pod,
+    dir: &Path,
+) -> Result<(Vec<HostVolume>, Vec<TokenFile>), String> {
     let (ns, _, _) = pod_key(pod);
     let spec = pod.spec.clone().unwrap_or_default();
     let mut out = Vec::new();
+    let mut tokens = Vec::new();
     let mk =
         |p: &Path| std::fs::create_dir_all(p).map_err(|e| format!("creating {}: {e}", p.display()));
     mk(&dir.join("logs"))?;
@@ -577,11 +782,22 @@ async fn setup_volumes(ctx: &AgentCtx, pod: &Pod, dir: &Path) -> Result<Vec<Host
                     }
                 }
                 if let Some(t) = &src.service_account_token {
-                    let e: BTreeMap<String, Vec<u8>> =
-                        [(t.path.clone(), sa_user(pod).into_bytes())]
-                            .into_iter()
-                            .collect();
-                    write_files(&host, &e, None, p.default_mode)?;
+                    let file = TokenFile {
+                        path: host.join(t.path.trim_start_matches('/')),
+                        audience: t.audience.clone().filter(|a| !a.is_empty()),
+                        expiration_seconds: t.expiration_seconds,
+                        mode: p.default_mode.unwrap_or(0o644) as u32,
+                    };
+                    let token = service_account_token(
+                        ctx,
+                        pod,
+                        file.audience.as_deref(),
+                        file.expiration_seconds,
+                    )
+                    .await
+                    .map_err(|e| fail(&e))?;
+                    write_token(&file, &token)?;
+                    tokens.push(file);
                 }
                 if let Some(d) = &src.downward_api {
                     let mut entries = BTreeMap::new();
@@ -605,25 +821,48 @@ async fn setup_volumes(ctx: &AgentCtx, pod: &Pod, dir: &Path) -> Result<Vec<Host
             path,
         });
     }
-    if automount(pod) {
+    if automount(pod) && !mounts_service_account_dir(pod) {
+        // What the ServiceAccount admission plugin's projected volume holds.
         let sa = dir.join("serviceaccount");
         let entries: BTreeMap<String, Vec<u8>> = [
-            ("token".to_string(), sa_user(pod).into_bytes()),
             ("namespace".to_string(), ns.clone().into_bytes()),
-            ("ca.crt".to_string(), Vec::new()),
+            (
+                "ca.crt".to_string(),
+                ctx.api.ca_pem.clone().unwrap_or_default().into_bytes(),
+            ),
         ]
         .into_iter()
         .collect();
         write_files(&sa, &entries, None, None)?;
+        let file = TokenFile {
+            path: sa.join("token"),
+            audience: None,
+            expiration_seconds: Some(3607),
+            mode: 0o644,
+        };
+        let token = service_account_token(ctx, pod, None, file.expiration_seconds).await?;
+        write_token(&file, &token)?;
+        tokens.push(file);
+    }
+    if let Some(sa) = service_account_dir(pod, dir, &out) {
+        // The in-cluster configuration's files are at fixed paths a process
+        // on a shared host cannot have to itself; the same token and CA,
+        // named by a kubeconfig (KUBECONFIG), reach the same server.
+        let ca = sa.join("ca.crt");
+        let ca_line = if std::fs::metadata(&ca).is_ok_and(|m| m.len() > 0) {
+            format!("    certificate-authority: {}\n", ca.display())
+        } else {
+            String::new()
+        };
         let kubeconfig = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sim\n  cluster:\n    server: {}\nusers:\n- name: sa\n  user:\n    token: {}\ncontexts:\n- name: kube-sim\n  context:\n    cluster: kube-sim\n    user: sa\n    namespace: {ns}\ncurrent-context: kube-sim\n",
-            ctx.server_url,
-            sa_user(pod)
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: cluster\n  cluster:\n    server: {}\n{ca_line}users:\n- name: sa\n  user:\n    tokenFile: {}\ncontexts:\n- name: cluster\n  context:\n    cluster: cluster\n    user: sa\n    namespace: {ns}\ncurrent-context: cluster\n",
+            ctx.api.server_url,
+            sa.join("token").display(),
         );
         std::fs::write(dir.join("kubeconfig"), kubeconfig)
             .map_err(|e| format!("writing the pod kubeconfig: {e}"))?;
     }
-    Ok(out)
+    Ok((out, tokens))
 }
 
 /// containerPort → free host port for every declared port of the pod.
@@ -705,7 +944,7 @@ async fn build_spec(
             mounts.push((m.mount_path.clone(), p.display().to_string()));
         }
     }
-    if automount(pod) {
+    if automount(pod) && !mounts_service_account_dir(pod) {
         mounts.push((
             SA_DIR.to_string(),
             dir.join("serviceaccount").display().to_string(),
@@ -759,7 +998,14 @@ async fn build_spec(
         ),
         ("HOME".into(), dir.display().to_string()),
     ];
-    if automount(pod) {
+    if let Some((host, port)) = &ctx.api.service {
+        // What the kubelet derives from the `kubernetes` Service; the
+        // server's own address here (nothing routes its ClusterIP).
+        full_env.push(("KUBERNETES_SERVICE_HOST".into(), host.clone()));
+        full_env.push(("KUBERNETES_SERVICE_PORT".into(), port.to_string()));
+        full_env.push(("KUBERNETES_SERVICE_PORT_HTTPS".into(), port.to_string()));
+    }
+    if dir.join("kubeconfig").is_file() {
         full_env.push((
             "KUBECONFIG".into(),
             dir.join("kubeconfig").display().to_string(),
@@ -816,6 +1062,8 @@ async fn build_spec(
         grace,
         pod_ref: pod.object_ref(&()),
         pod_desc: format!("{name}_{ns}({uid})"),
+        state_dir: dir.join("containers").join(&c.name),
+        launcher: ctx.config.launcher.clone(),
         uid,
         image,
     })

@@ -1,0 +1,554 @@
+//! `make bench-real`: ours beside upstream on one real kube-apiserver.
+//!
+//! What the three benchmarks (pv-protection's `bench_real_pv`,
+//! lb-cleanup's `bench_real_lb`, vac-protection's `bench_real_vac`) share:
+//! the control plane; the contenders, each its own process (KCM with a
+//! chosen `--controllers` list and client QPS, the upstream service
+//! controller, our manager binary), with their peak RSS and CPU seconds;
+//! a watch that records when each object became "done" and when it was
+//! deleted; bulk writes at a fixed number in flight (the population, the
+//! finalizer-PATCH ceiling, the resets between contenders); the audit log
+//! tallied by user and verb; and ratios printed with their goals.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use control_plane::ControlPlane;
+use control_plane::process::{Proc, Spec};
+use futures::StreamExt;
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::watcher;
+use protection_core::controllers::PolicyRule;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::{Bed, Mark, Options, Request, Server};
+
+/// The real control plane of one benchmark: etcd + kube-apiserver, no KCM
+/// (each contender starts its own), StorageObjectInUseProtection off so
+/// that objects are created without finalizers and the back-fill is
+/// measured.
+pub struct RealBench {
+    pub server: Server,
+    pub admin: kube::Client,
+    n: AtomicU32,
+}
+
+impl RealBench {
+    pub async fn start(name: &str) -> Result<RealBench> {
+        let t = Instant::now();
+        let server = Server::start(Bed::Real, Options::named(name)).await?;
+        let admin = server.client().await?;
+        println!(
+            "control plane {name}: kube-apiserver v1.36.3 + etcd 3.6.8 ready in {:.1}s ({})",
+            t.elapsed().as_secs_f64(),
+            server.real().dir().display()
+        );
+        Ok(RealBench {
+            server,
+            admin,
+            n: AtomicU32::new(0),
+        })
+    }
+
+    pub fn cp(&self) -> &ControlPlane {
+        self.server.real()
+    }
+
+    fn next(&self) -> u32 {
+        self.n.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// kube-controller-manager v1.36.3 running only `controllers`, as the
+    /// launcher starts it (service-account credentials per controller), at
+    /// its default client QPS/burst (20/30) or `qps`/`burst`.
+    pub fn start_kcm(
+        &self,
+        label: &str,
+        controllers: &[&str],
+        qps: Option<(u32, u32)>,
+    ) -> Result<Contender> {
+        let cp = self.cp();
+        let bins = control_plane::binaries::binaries()?;
+        let n = self.next();
+        let kc = cp.write_kubeconfig_for(
+            &format!("bench-kcm-{n}"),
+            "system:kube-controller-manager",
+            &[],
+        )?;
+        let dir = cp.dir();
+        let s = |p: &Path| p.display().to_string();
+        let mut args = vec![
+            format!("--kubeconfig={}", s(&kc)),
+            format!("--authentication-kubeconfig={}", s(&kc)),
+            format!("--authorization-kubeconfig={}", s(&kc)),
+            "--bind-address=127.0.0.1".into(),
+            // No serving: the benchmark reads /proc, not /metrics.
+            "--secure-port=0".into(),
+            "--leader-elect=false".into(),
+            format!("--controllers={}", controllers.join(",")),
+            "--use-service-account-credentials=true".into(),
+            format!(
+                "--service-account-private-key-file={}",
+                s(&dir.join("sa.key"))
+            ),
+            format!("--root-ca-file={}", s(&dir.join("ca.crt"))),
+        ];
+        if let Some((q, b)) = qps {
+            args.push(format!("--kube-api-qps={q}"));
+            args.push(format!("--kube-api-burst={b}"));
+        }
+        let proc = Proc::start(Spec {
+            name: format!("kube-controller-manager ({label})"),
+            program: bins.kube_controller_manager(),
+            args,
+            env: Vec::new(),
+            log: dir.join(format!("bench-kcm-{n}.log")),
+        })?;
+        Ok(Contender::new(
+            label,
+            proc,
+            Who::UserSuffixes(
+                controllers
+                    .iter()
+                    .map(|c| format!(":{}", kcm_service_account(c)))
+                    .collect(),
+            ),
+        ))
+    }
+
+    /// A program started with `args` and `--kubeconfig=<a kubeconfig for
+    /// user>`; its requests are the user's.
+    pub fn start_program(
+        &self,
+        label: &str,
+        program: &Path,
+        user: &str,
+        args: &[String],
+    ) -> Result<Contender> {
+        let n = self.next();
+        let kc = self
+            .cp()
+            .write_kubeconfig_for(&format!("bench-{n}"), user, &[])?;
+        let mut all = args.to_vec();
+        all.push(format!("--kubeconfig={}", kc.display()));
+        let proc = Proc::start(Spec {
+            name: label.into(),
+            program: program.to_path_buf(),
+            args: all,
+            env: Vec::new(),
+            log: self.cp().dir().join(format!("bench-{n}.log")),
+        })?;
+        Ok(Contender::new(label, proc, Who::User(user.into())))
+    }
+
+    /// Our manager (`bin run ARGS`) as `user`, granted `rules`, Events and
+    /// its release record (what the chart grants).
+    pub async fn start_manager(
+        &self,
+        label: &str,
+        bin: &Path,
+        user: &str,
+        rules: &[PolicyRule],
+        args: &[String],
+    ) -> Result<Contender> {
+        let mut grant: Vec<Value> = rules
+            .iter()
+            .map(|r| json!({"apiGroups": r.api_groups, "resources": r.resources, "verbs": r.verbs}))
+            .collect();
+        grant.push(json!({"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}));
+        grant.push(json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get", "update", "patch"]}));
+        self.server.grant(user, &Value::Array(grant)).await?;
+        let mut all = vec![
+            "run".to_string(),
+            "--leader-elect=false".into(),
+            "--log-level=warn".into(),
+        ];
+        all.extend(args.iter().cloned());
+        self.start_program(label, bin, user, &all)
+    }
+
+    /// The audit log's requests between two marks by `who`.
+    pub fn requests(&self, from: Mark, to: Mark, who: &Who) -> Tally {
+        Tally::of(
+            self.server
+                .requests_between(from, to)
+                .into_iter()
+                .filter(|r| who.matches(&r.user)),
+        )
+    }
+
+    pub fn mark(&self) -> Mark {
+        self.server.mark()
+    }
+}
+
+/// The ServiceAccount KCM runs `controller` as (`NewClient` in
+/// cmd/kube-controller-manager/app).
+fn kcm_service_account(controller: &str) -> &str {
+    match controller {
+        "persistentvolume-protection-controller" => "pv-protection-controller",
+        "persistentvolumeclaim-protection-controller" => "pvc-protection-controller",
+        other => other,
+    }
+}
+
+/// Whose requests a contender's are.
+#[derive(Clone, Debug)]
+pub enum Who {
+    User(String),
+    /// Users ending in one of these (KCM's per-controller ServiceAccounts).
+    UserSuffixes(Vec<String>),
+}
+
+impl Who {
+    pub fn matches(&self, user: &str) -> bool {
+        match self {
+            Who::User(u) => u == user,
+            Who::UserSuffixes(s) => s.iter().any(|x| user.ends_with(x.as_str())),
+        }
+    }
+}
+
+/// One contender's process.
+pub struct Contender {
+    pub label: String,
+    pub who: Who,
+    pub started: Instant,
+    proc: Proc,
+}
+
+/// Peak RSS and CPU seconds of a process.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    pub peak_rss_mib: f64,
+    pub cpu_s: f64,
+}
+
+impl Contender {
+    fn new(label: &str, proc: Proc, who: Who) -> Contender {
+        Contender {
+            label: label.into(),
+            who,
+            started: Instant::now(),
+            proc,
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.proc.pid()
+    }
+
+    /// Fails if the process has exited (with its log's tail).
+    pub fn check_running(&self) -> Result<()> {
+        if let Some(status) = self.proc.exited() {
+            bail!(
+                "{} exited ({status}):\n{}",
+                self.label,
+                self.proc.log_tail(30)
+            );
+        }
+        Ok(())
+    }
+
+    pub fn usage(&self) -> Usage {
+        let pid = self.pid().unwrap_or(0);
+        Usage {
+            peak_rss_mib: test_support::bench::vm_hwm_kib(pid).unwrap_or(0) as f64 / 1024.0,
+            cpu_s: test_support::bench::cpu_seconds(pid).unwrap_or(f64::NAN),
+        }
+    }
+
+    pub fn log(&self) -> &Path {
+        &self.proc.spec.log
+    }
+
+    /// SIGTERM, then SIGKILL after 10 s; returns its usage first.
+    pub fn stop(self) -> Usage {
+        let u = self.usage();
+        self.proc.stop(Duration::from_secs(10));
+        u
+    }
+}
+
+/// Requests counted by (verb, resource[/subresource]).
+#[derive(Clone, Debug, Default)]
+pub struct Tally {
+    pub by: BTreeMap<(String, String), u64>,
+}
+
+impl Tally {
+    pub fn of(requests: impl Iterator<Item = Request>) -> Tally {
+        let mut by = BTreeMap::new();
+        for r in requests {
+            let res = if r.resource.is_empty() {
+                "(non-resource)".to_string()
+            } else if r.subresource.is_empty() {
+                r.resource.clone()
+            } else {
+                format!("{}/{}", r.resource, r.subresource)
+            };
+            *by.entry((r.verb, res)).or_insert(0) += 1;
+        }
+        Tally { by }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.by.values().sum()
+    }
+
+    /// Writes (create, update, patch, delete) to resources whose name
+    /// starts with `resource` (`services` counts `services/status`).
+    pub fn writes(&self, resource: &str) -> u64 {
+        self.by
+            .iter()
+            .filter(|((v, r), _)| {
+                matches!(v.as_str(), "create" | "update" | "patch" | "delete")
+                    && (r == resource || r.starts_with(&format!("{resource}/")))
+            })
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// `verb resource: per-object` for each, per `objects`.
+    pub fn per_object(&self, objects: usize) -> String {
+        let n = objects.max(1) as f64;
+        self.by
+            .iter()
+            .map(|((v, r), c)| format!("{v} {r} {:.3}", *c as f64 / n))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// When each object (`namespace/name`) was first seen done, and when it
+/// was seen deleted, from one watch.
+pub struct Tracker {
+    state: Arc<Mutex<TrackState>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct TrackState {
+    done: HashMap<String, Instant>,
+    gone: HashMap<String, Instant>,
+    ready: bool,
+}
+
+impl Tracker {
+    /// Watches `api` (every namespace for a namespaced kind); `done` says
+    /// when an object counts as done (e.g. carries the finalizer).
+    pub fn start<K>(api: Api<K>, done: impl Fn(&K) -> bool + Send + Sync + 'static) -> Tracker
+    where
+        K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let state: Arc<Mutex<TrackState>> = Arc::default();
+        let st = state.clone();
+        let task = tokio::spawn(async move {
+            let key = |o: &K| {
+                let m = o.meta();
+                format!(
+                    "{}/{}",
+                    m.namespace.as_deref().unwrap_or_default(),
+                    m.name.as_deref().unwrap_or_default()
+                )
+            };
+            let mut stream = watcher(api, watcher::Config::default()).boxed();
+            while let Some(ev) = stream.next().await {
+                let now = Instant::now();
+                let mut s = st.lock().await;
+                match ev {
+                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                        let k = key(&o);
+                        s.gone.remove(&k);
+                        if done(&o) {
+                            s.done.entry(k).or_insert(now);
+                        } else {
+                            s.done.remove(&k);
+                        }
+                    }
+                    Ok(watcher::Event::Delete(o)) => {
+                        let k = key(&o);
+                        s.done.remove(&k);
+                        s.gone.insert(k, now);
+                    }
+                    Ok(watcher::Event::InitDone) => s.ready = true,
+                    Ok(watcher::Event::Init) | Err(_) => {}
+                }
+            }
+        });
+        Tracker { state, task }
+    }
+
+    pub async fn wait_ready(&self) {
+        while !self.state.lock().await.ready {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn done_count(&self) -> usize {
+        self.state.lock().await.done.len()
+    }
+
+    /// Waits until `n` objects are done (at most `limit`); the first and
+    /// the last instant an object became done among them.
+    pub async fn wait_done(&self, n: usize, limit: Duration) -> Result<(Instant, Instant)> {
+        let deadline = Instant::now() + limit;
+        loop {
+            {
+                let s = self.state.lock().await;
+                if s.done.len() >= n {
+                    let first = s.done.values().min().copied().unwrap_or_else(Instant::now);
+                    let last = s.done.values().max().copied().unwrap_or_else(Instant::now);
+                    return Ok((first, last));
+                }
+                if Instant::now() > deadline {
+                    bail!("only {} of {n} done after {limit:?}", s.done.len());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until every key in `keys` was seen deleted (at most `limit`);
+    /// the instants, in `keys`' order (None: not gone in time).
+    pub async fn wait_gone(&self, keys: &[String], limit: Duration) -> Vec<Option<Instant>> {
+        let deadline = Instant::now() + limit;
+        loop {
+            {
+                let s = self.state.lock().await;
+                let at: Vec<Option<Instant>> =
+                    keys.iter().map(|k| s.gone.get(k).copied()).collect();
+                if at.iter().all(Option::is_some) || Instant::now() > deadline {
+                    return at;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub async fn gone_count(&self, keys: &[String]) -> usize {
+        let s = self.state.lock().await;
+        keys.iter().filter(|k| s.gone.contains_key(*k)).count()
+    }
+}
+
+impl Drop for Tracker {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Runs `f(i)` for `i in 0..n` with `in_flight` at once; the first error
+/// stops it. Returns the wall time.
+pub async fn bulk<F, Fut>(n: usize, in_flight: usize, f: F) -> Result<Duration>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let t = Instant::now();
+    test_support::bench::concurrently(n, in_flight, f).await?;
+    Ok(t.elapsed())
+}
+
+/// Release latencies: per object trigger → gone (ms, sorted) and the last
+/// trigger → the last gone.
+#[derive(Clone, Debug, Default)]
+pub struct Release {
+    pub n: usize,
+    pub gone: usize,
+    pub latency_ms: Vec<f64>,
+    pub whole_s: f64,
+}
+
+impl Release {
+    pub fn of(triggers: &[Instant], gone: &[Option<Instant>]) -> Release {
+        let mut latency_ms: Vec<f64> = triggers
+            .iter()
+            .zip(gone)
+            .filter_map(|(t, g)| g.map(|g| g.saturating_duration_since(*t).as_secs_f64() * 1e3))
+            .collect();
+        latency_ms.sort_by(f64::total_cmp);
+        let last_trigger = triggers.iter().max().copied();
+        let last_gone = gone.iter().flatten().max().copied();
+        let whole_s = match (last_trigger, last_gone) {
+            (Some(t), Some(g)) if gone.iter().all(Option::is_some) => {
+                g.saturating_duration_since(t).as_secs_f64()
+            }
+            _ => f64::NAN,
+        };
+        Release {
+            n: triggers.len(),
+            gone: latency_ms.len(),
+            latency_ms,
+            whole_s,
+        }
+    }
+
+    pub fn p(&self, q: f64) -> f64 {
+        test_support::bench::percentile(&self.latency_ms, q)
+    }
+
+    pub fn line(&self) -> String {
+        format!(
+            "{}/{} gone; trigger → gone p50 {:.0} ms, p99 {:.0} ms; last trigger → last gone {:.2} s",
+            self.gone,
+            self.n,
+            self.p(50.0),
+            self.p(99.0),
+            self.whole_s
+        )
+    }
+}
+
+/// `what: ours X vs upstream Y → ratio R (goal ≥ G) ok|MISSED`, for a
+/// figure where bigger is better (`speed`), or a time where smaller is
+/// better (the ratio is upstream/ours, so ≥ 1.0 means ours is faster).
+pub fn ratio_line(
+    what: &str,
+    ours: f64,
+    upstream: f64,
+    unit: &str,
+    smaller_is_better: bool,
+    goal: f64,
+) -> String {
+    let r = if smaller_is_better {
+        upstream / ours
+    } else {
+        ours / upstream
+    };
+    format!(
+        "{what}: ours {ours:.3}{unit} vs upstream {upstream:.3}{unit} → {r:.2} {}",
+        test_support::bench::at_least(r, goal, "")
+    )
+}
+
+/// The release manager binary beside this example
+/// (`$PROTECTION_MANAGER_BIN` overrides).
+pub fn manager_bin() -> Result<PathBuf> {
+    test_support::bench::manager_bin("bench-real").map_err(anyhow::Error::msg)
+}
+
+/// A free loopback port for a contender's admin or metrics server.
+pub fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a loopback port")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// The control plane's own processes' peak RSS, for context.
+pub fn apiserver_usage(cp: &ControlPlane) -> Usage {
+    let pid = cp
+        .pid(control_plane::Component::ApiServer)
+        .unwrap_or_default();
+    Usage {
+        peak_rss_mib: test_support::bench::vm_hwm_kib(pid).unwrap_or(0) as f64 / 1024.0,
+        cpu_s: test_support::bench::cpu_seconds(pid).unwrap_or(f64::NAN),
+    }
+}
