@@ -120,6 +120,10 @@ pub struct WriteOptions {
     /// `fieldValidation=Strict`: a non-apply patch whose result has fields
     /// the schema does not declare is a 400 (otherwise they are dropped).
     pub strict_fields: bool,
+    /// Who writes, as admission policies see it (None: in-process, no user).
+    pub user: Option<Arc<crate::admission::UserInfo>>,
+    /// Where admission leaves warnings for the response.
+    pub warnings: crate::admission::Warnings,
 }
 
 impl WriteOptions {
@@ -140,6 +144,37 @@ pub struct DeleteOptions {
     /// `Orphan`, `Background` or `Foreground`.
     pub propagation_policy: Option<String>,
     pub dry_run: bool,
+    /// Who deletes, as admission policies see it (None: in-process).
+    pub user: Option<Arc<crate::admission::UserInfo>>,
+    /// Where admission leaves warnings for the response.
+    pub warnings: crate::admission::Warnings,
+}
+
+impl DeleteOptions {
+    /// `request.options` of a DELETE: the `meta.k8s.io/v1` DeleteOptions.
+    fn admission_options(&self) -> Value {
+        let mut v = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
+        if let Some(g) = self.grace_period_seconds {
+            v["gracePeriodSeconds"] = json!(g);
+        }
+        if let Some(p) = &self.propagation_policy {
+            v["propagationPolicy"] = json!(p);
+        }
+        if self.dry_run {
+            v["dryRun"] = json!(["All"]);
+        }
+        let mut pre = serde_json::Map::new();
+        if let Some(u) = &self.precondition_uid {
+            pre.insert("uid".into(), json!(u));
+        }
+        if let Some(rv) = &self.precondition_rv {
+            pre.insert("resourceVersion".into(), json!(rv));
+        }
+        if !pre.is_empty() {
+            v["preconditions"] = Value::Object(pre);
+        }
+        v
+    }
 }
 
 /// What a DELETE did.
@@ -960,7 +995,7 @@ impl Store {
         }
         prune(def, &mut obj);
         let now = object::now_string();
-        self.before_create(rid, &mut obj, &now, opts.dry_run)?;
+        self.before_create(rid, &mut obj, &now, opts)?;
         patch::track_update(
             None,
             &mut obj,
@@ -975,15 +1010,16 @@ impl Store {
         self.commit_create(rid, obj, generate, opts.dry_run)
     }
 
-    /// rest.BeforeCreate: system fields, generateName, strategy, admission,
-    /// validation.
+    /// rest.BeforeCreate: system fields, generateName, strategy, mutating
+    /// admission, validation, validating admission.
     fn before_create(
         &self,
         rid: ResId,
         obj: &mut Value,
         now: &str,
-        dry_run: bool,
+        opts: &WriteOptions,
     ) -> Result<(), ApiError> {
+        let dry_run = opts.dry_run;
         let def = crate::resources::def(rid);
         {
             let m = object::meta_mut(obj);
@@ -1037,6 +1073,8 @@ impl Store {
                 subresource: None,
                 old: None,
                 dry_run,
+                user: opts.user.as_deref(),
+                options: None,
             },
             obj,
         )?;
@@ -1066,7 +1104,20 @@ impl Store {
             let name = meta_str(obj, "name").to_string();
             return Err(ApiError::invalid(def.group, def.kind, &name, &errs));
         }
-        Ok(())
+        // ValidatingAdmissionPolicy: the registry's createValidation.
+        self.validating_admission(
+            &crate::admission::Attributes {
+                def,
+                operation: crate::admission::Operation::Create,
+                subresource: None,
+                old: None,
+                dry_run,
+                user: opts.user.as_deref(),
+                options: None,
+            },
+            Some(obj),
+            &opts.warnings,
+        )
     }
 
     /// The DefaultStorageClass admission plugin
@@ -1241,7 +1292,7 @@ impl Store {
                     let core = event_versions::v1_to_core(&obj);
                     let mut core = core;
                     let cdef = crate::resources::def(srid);
-                    self.before_create(srid, &mut core, &now, opts.dry_run)?;
+                    self.before_create(srid, &mut core, &now, opts)?;
                     let core = canonicalize(core, cdef.kind, &cdef.api_version());
                     return match self.commit_create(srid, core, false, opts.dry_run) {
                         Ok(s) => Ok((view(&s)?, true)),
@@ -1249,7 +1300,7 @@ impl Store {
                         Err(e) => Err(event_versions::view_error(e)),
                     };
                 }
-                self.before_create(rid, &mut obj, &now, opts.dry_run)?;
+                self.before_create(rid, &mut obj, &now, opts)?;
                 let obj = canonicalize(obj, def.kind, &def.api_version());
                 return match self.commit_create(rid, obj, false, opts.dry_run) {
                     Ok(s) => Ok((s, true)),
@@ -1353,6 +1404,8 @@ impl Store {
                 subresource,
                 old: Some(old),
                 dry_run: opts.dry_run,
+                user: opts.user.as_deref(),
+                options: None,
             },
             &mut new,
         )?;
@@ -1430,6 +1483,20 @@ impl Store {
         if !errs.is_empty() {
             return Err(ApiError::invalid(def.group, def.kind, &name, &errs));
         }
+        // ValidatingAdmissionPolicy: the registry's updateValidation.
+        self.validating_admission(
+            &crate::admission::Attributes {
+                def,
+                operation: crate::admission::Operation::Update,
+                subresource,
+                old: Some(old),
+                dry_run: opts.dry_run,
+                user: opts.user.as_deref(),
+                options: None,
+            },
+            Some(&new),
+            &opts.warnings,
+        )?;
         let new = canonicalize(new, def.kind, &def.api_version());
         // No-op writes do not bump the resourceVersion (etcd3 GuaranteedUpdate).
         if new == live.value {
@@ -1522,6 +1589,31 @@ impl Store {
                 }
             }
             let deleting = lm.contains_key("deletionTimestamp");
+            // ValidatingAdmissionPolicy: the registry's deleteValidation, on
+            // the stored object, unless a graceful deletion is pending and
+            // no shorter grace period is asked for (rest.BeforeDelete).
+            let pending_grace = lm
+                .get("deletionGracePeriodSeconds")
+                .and_then(Value::as_i64)
+                .filter(|g| deleting && *g > 0);
+            let graceful_pending = pending_grace
+                .is_some_and(|cur| opts.grace_period_seconds.is_none_or(|g| g.max(0) >= cur));
+            if !graceful_pending {
+                let options = opts.admission_options();
+                self.validating_admission(
+                    &crate::admission::Attributes {
+                        def,
+                        operation: crate::admission::Operation::Delete,
+                        subresource: None,
+                        old: Some(&live.value),
+                        dry_run: opts.dry_run,
+                        user: opts.user.as_deref(),
+                        options: Some(&options),
+                    },
+                    None,
+                    &opts.warnings,
+                )?;
+            }
             // The namespace registry keeps a namespace while spec.finalizers
             // is non-empty (pkg/registry/core/namespace/storage/storage.go).
             let spec_fins = namespace_spec_finalizers(def, &live.value);
@@ -1829,7 +1921,7 @@ impl Store {
         let def = crate::resources::def(rid);
         let mut obj = obj;
         let now = object::now_string();
-        self.before_create(rid, &mut obj, &now, false)?;
+        self.before_create(rid, &mut obj, &now, &WriteOptions::default())?;
         let obj = canonicalize(obj, def.kind, &def.api_version());
         self.commit_create(rid, obj, false, false)
     }

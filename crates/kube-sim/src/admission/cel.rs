@@ -127,6 +127,9 @@ pub struct Compiled {
     pub program: Program,
     /// Struct type names the expression constructs.
     pub structs: BTreeSet<String>,
+    /// The `variables.<name>` it refers to (an error in one of them is its
+    /// error: upstream evaluates variables lazily).
+    pub variables: BTreeSet<String>,
 }
 
 fn base_env() -> Result<Env, String> {
@@ -165,6 +168,7 @@ pub fn compile(source: &str, structs: Structs, declared: &[String]) -> Result<Co
         structs,
         declared,
         found_structs: BTreeSet::new(),
+        found_variables: BTreeSet::new(),
         scope: Vec::new(),
     };
     checker.walk(program.expression())?;
@@ -172,6 +176,7 @@ pub fn compile(source: &str, structs: Structs, declared: &[String]) -> Result<Co
         source: source.to_string(),
         program,
         structs: checker.found_structs,
+        variables: checker.found_variables,
     })
 }
 
@@ -179,6 +184,7 @@ struct Checker<'a> {
     structs: Structs,
     declared: &'a [String],
     found_structs: BTreeSet<String>,
+    found_variables: BTreeSet<String>,
     /// Comprehension variables in scope.
     scope: Vec<String>,
 }
@@ -195,10 +201,11 @@ impl Checker<'_> {
                 {
                     if !self.declared.iter().any(|d| d == &sel.field) {
                         return Err(format!(
-                            "undeclared reference to 'variables.{}' (a variable is visible to the variables after it and to the mutations)",
+                            "undeclared reference to 'variables.{}' (a variable is visible to the variables after it and to the other expressions)",
                             sel.field
                         ));
                     }
+                    self.found_variables.insert(sel.field.clone());
                     return Ok(());
                 }
                 self.walk(&sel.operand)

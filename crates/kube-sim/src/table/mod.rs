@@ -137,6 +137,8 @@ enum Desc {
 }
 use Desc::{Doc, Text};
 
+mod admission;
+
 impl Desc {
     fn text(self) -> String {
         match self {
@@ -176,6 +178,12 @@ fn printer_for(resource: &str, group: &str) -> Printer {
             p(BINDING_COLUMNS, binding_row)
         }
         ("policy", "poddisruptionbudgets") => p(PDB_COLUMNS, pdb_row),
+        ("admissionregistration.k8s.io", "validatingadmissionpolicies") => {
+            p(admission::VAP_COLUMNS, admission::vap_row)
+        }
+        ("admissionregistration.k8s.io", "validatingadmissionpolicybindings") => {
+            p(admission::VAP_BINDING_COLUMNS, admission::vap_binding_row)
+        }
         // roles and clusterroles print like the default convertor upstream.
         _ => p(DEFAULT_COLUMNS, default_row),
     }
