@@ -74,7 +74,8 @@ FUZZ_CASES ?= 20000
 
 .PHONY: fuzz
 fuzz:
-	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p protection-core --lib -- duration:: names:: redact:: ratelimit:: controllers::tests::properties
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p protection-core --lib -- duration:: redact:: controllers::tests::properties
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p protection-host --lib -- names:: ratelimit::
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p protection-core --test parser_properties
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p lb-cleanup --lib -- provider::http::reply_properties
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p kube-sim --test fuzz
