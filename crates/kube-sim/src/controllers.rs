@@ -62,6 +62,15 @@ fn as_controller(name: &str) -> DeleteOptions {
     }
 }
 
+/// The namespace controller deletes a namespace's content by collection
+/// (`deleteCollection`), so admission sees no names.
+fn as_namespace_controller() -> DeleteOptions {
+    DeleteOptions {
+        collection: true,
+        ..as_controller(NAMESPACE_CONTROLLER)
+    }
+}
+
 fn ns_rid() -> ResId {
     resources::find("", "v1", "namespaces").unwrap_or(0)
 }
@@ -94,7 +103,7 @@ fn reconcile_namespaces(store: &Store) -> bool {
                     continue;
                 }
                 let n = object::meta_str(&it.value, "name").to_string();
-                if let Err(e) = store.delete(i, &name, &n, &as_controller(NAMESPACE_CONTROLLER))
+                if let Err(e) = store.delete(i, &name, &n, &as_namespace_controller())
                     && e.code != 404
                 {
                     tracing::warn!(namespace = %name, resource = def.resource, object = %n, error = %e, "namespace controller: delete failed");

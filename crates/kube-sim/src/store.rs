@@ -146,6 +146,9 @@ pub struct DeleteOptions {
     pub dry_run: bool,
     /// Who deletes, as admission policies see it (None: in-process).
     pub user: Option<Arc<crate::admission::UserInfo>>,
+    /// Part of a DELETE of a collection: admission sees no name (a refusal
+    /// names `"Unknown"`, as upstream's DeleteCollection).
+    pub collection: bool,
     /// Where admission leaves warnings for the response.
     pub warnings: crate::admission::Warnings,
 }
@@ -1075,6 +1078,7 @@ impl Store {
                 dry_run,
                 user: opts.user.as_deref(),
                 options: None,
+                collection: false,
             },
             obj,
         )?;
@@ -1114,6 +1118,7 @@ impl Store {
                 dry_run,
                 user: opts.user.as_deref(),
                 options: None,
+                collection: false,
             },
             Some(obj),
             &opts.warnings,
@@ -1406,6 +1411,7 @@ impl Store {
                 dry_run: opts.dry_run,
                 user: opts.user.as_deref(),
                 options: None,
+                collection: false,
             },
             &mut new,
         )?;
@@ -1493,6 +1499,7 @@ impl Store {
                 dry_run: opts.dry_run,
                 user: opts.user.as_deref(),
                 options: None,
+                collection: false,
             },
             Some(&new),
             &opts.warnings,
@@ -1609,6 +1616,7 @@ impl Store {
                         dry_run: opts.dry_run,
                         user: opts.user.as_deref(),
                         options: Some(&options),
+                        collection: opts.collection,
                     },
                     None,
                     &opts.warnings,
@@ -1906,7 +1914,11 @@ impl Store {
                 continue;
             }
             let (n, name) = it.key();
-            match self.delete(rid, &n, &name, opts) {
+            let opts = DeleteOptions {
+                collection: true,
+                ..opts.clone()
+            };
+            match self.delete(rid, &n, &name, &opts) {
                 Ok(DeleteOutcome::Deleted(s)) | Ok(DeleteOutcome::Pending(s)) => out.push(s),
                 Err(e) if e.code == 404 => {}
                 Err(e) => return Err(e),

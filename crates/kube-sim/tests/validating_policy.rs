@@ -214,6 +214,7 @@ where
     let (on_sim, on_real) = tokio::join!(scenario(&sim, &tag), scenario(&real, &tag));
     assert_eq!(on_sim.len(), on_real.len());
     for ((what, s), (_, r)) in on_sim.iter().zip(&on_real) {
+        eprintln!("--- {what}\n{s}");
         assert_eq!(
             s, r,
             "{what}: kube-sim (left) and kube-apiserver v1.36.3 (right) differ"
@@ -270,7 +271,7 @@ async fn a_delete_in_use_is_refused_with_the_message_expression_on_both_servers(
         s.namespace(tag).await;
         s.configmap(
             tag,
-            json!({"metadata": {"name": "db", "annotations": {"example.com/users": "pods/web"}}}),
+            json!({"metadata": {"name": "db", "labels": {"group": "db"}, "annotations": {"example.com/users": "pods/web"}}}),
         )
         .await;
         s.configmap(tag, json!({"metadata": {"name": "free"}}))
@@ -315,6 +316,17 @@ async fn a_delete_in_use_is_refused_with_the_message_expression_on_both_servers(
                 json!(
                     s.kubectl_as_alice(&["delete", "configmap", "db", "-n", tag])
                         .await
+                ),
+            ),
+            (
+                "a delete of the collection (no name: \"Unknown\")",
+                seen(
+                    admin
+                        .delete_collection(
+                            &DeleteParams::default(),
+                            &kube::api::ListParams::default().labels("group=db"),
+                        )
+                        .await,
                 ),
             ),
             (

@@ -77,6 +77,8 @@ pub struct Attributes<'a> {
     pub user: Option<&'a UserInfo>,
     /// `request.options` (default: `CreateOptions`/`UpdateOptions`).
     pub options: Option<&'a Value>,
+    /// One object of a DELETE of a collection (the request has no name).
+    pub collection: bool,
 }
 
 /// Whether admission policies skip this kind: upstream exempts its own

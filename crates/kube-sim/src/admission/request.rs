@@ -144,8 +144,12 @@ pub fn request_value(a: &Attributes<'_>, obj: Option<&Value>) -> Value {
     Value::Object(m)
 }
 
-/// The request's object name: the object's (or the old object's on DELETE).
+/// The request's object name: the object's (or the old object's on
+/// DELETE); none for the objects of a DELETE of a collection.
 pub fn request_name<'v>(a: &Attributes<'v>, obj: Option<&'v Value>) -> &'v str {
+    if a.collection {
+        return "";
+    }
     match obj.or(a.old) {
         Some(o) => meta_str(o, "name"),
         None => "",
