@@ -46,6 +46,80 @@ pub enum Command {
     /// Explain why an object is Terminating (or what would hold it):
     /// `explain pvc/data -n demo`, `explain pv/pv-1`, `explain svc/web -n demo`.
     Explain(ExplainArgs),
+    /// Liens: "this object may not be deleted while these reasons stand".
+    /// The chart's ValidatingAdmissionPolicy refuses the DELETE of an
+    /// object with liens (kinds in the chart's liens.resources), naming
+    /// each holder and reason; no manager needs to run.
+    #[command(subcommand)]
+    Lien(LienCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LienCommand {
+    /// Add a lien (or change its reason): `lien add secrets/db -n shop
+    /// --holder backup --reason "nightly snapshot"`.
+    Add(LienAddArgs),
+    /// Remove the holder's lien: `lien remove secrets/db -n shop --holder
+    /// backup`. The object may be deleted once no lien is left.
+    Remove(LienRemoveArgs),
+    /// List liens: of one object (`lien list secrets/db -n shop`) or of
+    /// every object of a kind (`lien list secrets -A`).
+    List(LienListArgs),
+}
+
+/// The object a lien command acts on.
+#[derive(Debug, Clone, Args)]
+pub struct LienTarget {
+    /// `KIND/NAME` as kubectl names kinds (`secrets/db`, `pvc/data`,
+    /// `deployments.apps/web`); `list` also takes `KIND` alone.
+    pub target: String,
+
+    /// Namespace of a namespaced object (default `default`).
+    #[arg(long, short = 'n', value_parser = namespace_arg)]
+    pub namespace: Option<String>,
+
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+impl LienTarget {
+    pub fn namespace(&self) -> &str {
+        self.namespace.as_deref().unwrap_or("default")
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LienAddArgs {
+    #[command(flatten)]
+    pub target: LienTarget,
+
+    /// Who holds the lien (a team, tool or ticket: letters, digits, `-_.:/@`).
+    #[arg(long)]
+    pub holder: String,
+
+    /// Why, in one line; the refusal of a delete shows it.
+    #[arg(long)]
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LienRemoveArgs {
+    #[command(flatten)]
+    pub target: LienTarget,
+
+    /// Whose lien to remove.
+    #[arg(long)]
+    pub holder: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LienListArgs {
+    #[command(flatten)]
+    pub target: LienTarget,
+
+    /// With `KIND` alone: every namespace.
+    #[arg(long, short = 'A', default_value_t = false)]
+    pub all_namespaces: bool,
 }
 
 #[derive(Debug, Clone, Args)]
