@@ -557,7 +557,12 @@ impl Served {
                     } else {
                         r.message.clone()
                     };
-                    errs.push(FieldError::invalid(&at, json!(type_name(v)), msg));
+                    // Upstream (1.36) names the value itself, or none for
+                    // an object or a list (field.OmitValueType).
+                    errs.push(FieldError {
+                        value: (!v.is_object() && !v.is_array()).then(|| v.clone()),
+                        ..FieldError::invalid(&at, Value::Null, msg)
+                    });
                 }
                 Ok(other) => errs.push(FieldError::invalid(
                     &at,
@@ -745,7 +750,7 @@ mod tests {
             errs,
             [
                 "spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1",
-                "spec.name: Invalid value: \"string\": must be domain-qualified",
+                "spec.name: Invalid value: \"x\": must be domain-qualified",
             ]
         );
         assert_eq!(o["spec"]["mode"], "A");
@@ -757,7 +762,7 @@ mod tests {
             .iter()
             .map(|e| e.to_string())
             .collect();
-        assert_eq!(errs, ["spec.name: Invalid value: \"string\": is immutable"]);
+        assert_eq!(errs, ["spec.name: Invalid value: \"c.d\": is immutable"]);
     }
 
     #[test]

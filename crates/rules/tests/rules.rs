@@ -400,7 +400,7 @@ async fn the_crd_refuses_bad_rules_with_the_api_servers_wording() {
     assert_eq!(code, 422);
     assert_eq!(
         msg,
-        "ProtectionRule.protection-manager.io \"bad\" is invalid: spec.finalizer: Invalid value: \"string\": kubernetes.io/ names are reserved unless upstream's own (kubernetes.io/pvc-protection, kubernetes.io/pv-protection)"
+        "ProtectionRule.protection-manager.io \"bad\" is invalid: spec.finalizer: Invalid value: \"kubernetes.io/secret-protection\": kubernetes.io/ names are reserved unless upstream's own (kubernetes.io/pvc-protection, kubernetes.io/pv-protection)"
     );
     let (code, msg) = err(rules(c)
         .create(&PostParams::default(), &rule("bad", "Sometimes", FIN))
@@ -425,7 +425,7 @@ async fn the_crd_refuses_bad_rules_with_the_api_servers_wording() {
         .await
         .unwrap_err());
     assert_eq!(code, 422);
-    assert!(msg.ends_with("spec.finalizer: Invalid value: \"string\": finalizer is immutable; create a new rule and delete this one"), "{msg}");
+    assert!(msg.ends_with("spec.finalizer: Invalid value: \"example.com/other\": finalizer is immutable; create a new rule and delete this one"), "{msg}");
 }
 
 #[tokio::test]
