@@ -78,6 +78,10 @@ pub struct RuleSpec {
     pub finalizer: String,
     #[serde(default)]
     pub mode: Mode,
+    /// Why the rule protects (one line), shown wherever a hold is
+    /// explained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// A user entry with its expressions compiled.
@@ -124,6 +128,11 @@ pub fn compile(spec: &serde_json::Value) -> Result<(RuleSpec, Vec<CompiledUser>)
     }
     if spec.users.is_empty() {
         return Err("spec.users: at least one user is required".into());
+    }
+    if let Some(r) = &spec.reason
+        && (r.len() > 256 || r.contains(['\n', '\r']))
+    {
+        return Err("spec.reason: must be one line of at most 256 characters".into());
     }
     let mut users = Vec::new();
     for (i, u) in spec.users.iter().enumerate() {
@@ -176,7 +185,24 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(s.mode, Mode::Enforce);
+        assert_eq!(s.reason, None);
         assert!(u[0].while_.is_some());
+        let (s, _) = compile(&json!({
+            "protected": {"version": "v1", "resource": "secrets"},
+            "users": [{"version": "v1", "resource": "pods", "reference": "'a'"}],
+            "finalizer": "example.com/x",
+            "reason": "mounted credentials"
+        }))
+        .unwrap();
+        assert_eq!(s.reason.as_deref(), Some("mounted credentials"));
+        let e = compile(&json!({
+            "protected": {"version": "v1", "resource": "secrets"},
+            "users": [{"version": "v1", "resource": "pods", "reference": "'a'"}],
+            "finalizer": "example.com/x",
+            "reason": "two\nlines"
+        }))
+        .unwrap_err();
+        assert!(e.starts_with("spec.reason: "), "{e}");
     }
 
     #[test]
