@@ -1,13 +1,19 @@
-//! Liens, end to end, on kube-sim and on the real kube-apiserver v1.36.3
-//! (with kube-controller-manager) of the test bed: the chart installed with
-//! helm (no manager pod runs: a lien needs none), `protection-manager lien
-//! add|list|remove`, and `kubectl delete` refused while a lien stands,
-//! naming the holders and reasons, and allowed after. Where both servers
-//! show text (the refusal, kubectl's and the CLI's output) it must be the
-//! same. Also: concurrent `lien add`s of several holders keep every entry
-//! (the guarded patch), a lien on a namespace refuses its deletion, a lien
-//! on an object holds its namespace's deletion until removed, and the CLI
-//! warns when no lien policy covers a kind.
+//! The chart's ValidatingAdmissionPolicies, end to end, on kube-sim and on
+//! the real kube-apiserver v1.36.3 (with kube-controller-manager) of the
+//! test bed, with the chart installed by helm and no manager pod running
+//! (neither policy needs one to refuse). Where both servers show text (the
+//! refusal, kubectl's and the CLI's output) it must be the same.
+//!
+//! Liens: `protection-manager lien add|list|remove`, and `kubectl delete`
+//! refused while a lien stands, naming the holders and reasons, and allowed
+//! after; concurrent `lien add`s of several holders keep every entry (the
+//! guarded patch); a lien on a namespace refuses its deletion, a lien on an
+//! object holds its namespace's deletion until removed; the CLI warns when
+//! no lien policy covers a kind.
+//!
+//! Deny mode: an object the rules controller labelled in use is refused
+//! with its users, rule and reason; the namespace controller (the object's
+//! namespace being deleted) and the garbage collector get through.
 
 mod chart_support;
 mod support;
@@ -59,6 +65,8 @@ async fn install(kubeconfig: &Path) {
         "--create-namespace",
         "--set",
         "controllers={*,-service-lb-cleanup}",
+        "--set",
+        "featureGates.InUseProtectionRules=true",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -83,7 +91,7 @@ async fn sim() -> Server {
 }
 
 async fn real() -> Server {
-    let cp = control_plane::ControlPlane::shared("liens", || {
+    let cp = control_plane::ControlPlane::shared("admission-policies", || {
         control_plane::Config::default().with_kcm(["*"])
     })
     .await
@@ -574,5 +582,171 @@ fn the_lien_policy_follows_the_api_and_the_values() {
                 || bad.contains("/liens/resources/0/resource"),
             "{version:?}: {bad}"
         );
+    }
+}
+
+/// The Deny-mode policy, with the label and annotation the rules controller
+/// keeps written by hand (no manager runs): the delete is refused naming
+/// the users, the rule and its reason (with and without `--dry-run=server`);
+/// without the label it goes through; deleting the namespace gets through
+/// (the namespace controller's deletes see the namespace terminating); so
+/// does the garbage collector's delete of an owned object.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_deny_policy_refuses_objects_in_use_but_not_namespace_or_gc_deletes() {
+    differential("deny", async |s, ns| {
+        s.namespace(ns).await;
+        let in_use = |name: &str| {
+            json!({"metadata": {
+                "name": name,
+                "labels": {"protection-manager.io/in-use": "true"},
+                "annotations": {"protection-manager.io/in-use-by": "pods/web (rule secrets-used-by-pods: mounted credentials)"},
+            }})
+        };
+        let secrets: Api<Secret> = Api::namespaced(s.client.clone(), ns);
+        for name in ["db", "spare"] {
+            let obj: Secret =
+                serde_json::from_value(in_use(name)).unwrap_or_else(|e| panic!("literal: {e}"));
+            secrets
+                .create(&PostParams::default(), &obj)
+                .await
+                .unwrap_or_else(|e| panic!("{}: creating {name}: {e}", s.name));
+        }
+        let cms: Api<ConfigMap> = Api::namespaced(s.client.clone(), ns);
+        let owner: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "owner"}}))
+            .unwrap_or_else(|e| panic!("literal: {e}"));
+        let owner = cms
+            .create(&PostParams::default(), &owner)
+            .await
+            .unwrap_or_else(|e| panic!("{}: creating the owner: {e}", s.name));
+        let mut owned = in_use("owned");
+        owned["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+            "uid": owner.metadata.uid.unwrap_or_default(),
+        }]);
+        owned["metadata"]["annotations"] = json!({});
+        let owned: ConfigMap =
+            serde_json::from_value(owned).unwrap_or_else(|e| panic!("literal: {e}"));
+        cms.create(&PostParams::default(), &owned)
+            .await
+            .unwrap_or_else(|e| panic!("{}: creating the owned object: {e}", s.name));
+        s.until_refused(&["secret", "db", "-n", ns]).await;
+        let mut out = vec![
+            (
+                "kubectl delete --dry-run=server",
+                s.kubectl(&["delete", "secret", "db", "-n", ns, "--dry-run=server"]).await,
+            ),
+            (
+                "kubectl delete",
+                s.kubectl(&["delete", "secret", "db", "-n", ns]).await,
+            ),
+            (
+                "without the annotation",
+                s.kubectl(&["delete", "configmap", "owned", "-n", ns]).await,
+            ),
+        ];
+        s.kubectl(&["label", "secret", "db", "-n", ns, "protection-manager.io/in-use-"]).await;
+        out.push((
+            "no longer labelled in use, it deletes",
+            s.kubectl(&["delete", "secret", "db", "-n", ns]).await,
+        ));
+        cms.delete("owner", &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("{}: deleting the owner: {e}", s.name));
+        test_support::eventually(
+            Duration::from_secs(60),
+            &format!("{}: the garbage collector deletes the owned object", s.name),
+            async || cms.get_opt("owned").await.ok().flatten().is_none().then_some(()),
+        )
+        .await;
+        out.push(("the garbage collector got through", "yes".into()));
+        s.kubectl(&["delete", "namespace", ns, "--wait=false"]).await;
+        let namespaces: Api<Namespace> = Api::all(s.client.clone());
+        test_support::eventually(
+            Duration::from_secs(60),
+            &format!("{}: the namespace goes, in-use secret and all", s.name),
+            async || namespaces.get_opt(ns).await.ok().flatten().is_none().then_some(()),
+        )
+        .await;
+        out.push(("the namespace controller got through", "yes".into()));
+        out
+    })
+    .await;
+}
+
+/// The Deny-mode policy is rendered while the rules controller runs (its
+/// gate on) where the cluster serves ValidatingAdmissionPolicy v1; `true`
+/// fails where it does not, `false` never renders it; `exemptUsers` is its
+/// matchCondition.
+#[test]
+fn the_deny_policy_follows_the_rules_gate_the_api_and_the_values() {
+    const VAP: &str = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy";
+    const GATE: &str = "featureGates.InUseProtectionRules=true";
+    for version in HelmVersion::ALL {
+        let helm = Helm::new(version);
+        let render = |api: bool, sets: &[&str]| {
+            let mut args: Vec<&str> = Vec::new();
+            if api {
+                args.extend(["--api-versions", VAP]);
+            }
+            for s in sets {
+                args.extend(["--set", s]);
+            }
+            helm.template("pm", "protection", &args)
+        };
+        let deny = |r: &chart_support::Rendered| {
+            r.of_kind("ValidatingAdmissionPolicy")
+                .into_iter()
+                .filter(|p| p["metadata"]["name"] == "pm-protection-manager-deny")
+                .count()
+        };
+        let on = render(true, &[GATE]).unwrap_or_else(|e| panic!("{version:?}: {e}"));
+        assert_eq!(deny(&on), 1, "{version:?}: gate on, API served");
+        let p = on
+            .of_kind("ValidatingAdmissionPolicy")
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == "pm-protection-manager-deny")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            p["spec"]["matchConstraints"]["objectSelector"],
+            json!({"matchLabels": {"protection-manager.io/in-use": "true"}})
+        );
+        assert_eq!(
+            p["spec"]["matchConditions"][0]["expression"],
+            "!(request.userInfo.username in [\"system:serviceaccount:kube-system:generic-garbage-collector\",\"system:kube-controller-manager\"])"
+        );
+        assert_eq!(
+            on.of_kind("ValidatingAdmissionPolicyBinding")
+                .iter()
+                .filter(|b| b["spec"]["policyName"] == "pm-protection-manager-deny")
+                .count(),
+            1
+        );
+        let gate_off = render(true, &[]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            deny(&gate_off),
+            0,
+            "{version:?}: the rules controller is off"
+        );
+        let no_api = render(false, &[GATE]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(deny(&no_api), 0, "{version:?}: auto without the API");
+        let err =
+            render(false, &[GATE, "rules.deny.enabled=true"]).expect_err("true without the API");
+        assert!(
+            err.contains("rules.deny.enabled=true: this cluster does not serve"),
+            "{err}"
+        );
+        let off =
+            render(true, &[GATE, "rules.deny.enabled=false"]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(deny(&off), 0);
+        let none =
+            render(true, &[GATE, "rules.deny.exemptUsers=null"]).unwrap_or_else(|e| panic!("{e}"));
+        let p = none
+            .of_kind("ValidatingAdmissionPolicy")
+            .into_iter()
+            .find(|p| p["metadata"]["name"] == "pm-protection-manager-deny")
+            .cloned()
+            .unwrap_or_default();
+        assert!(p["spec"].get("matchConditions").is_none(), "{p}");
     }
 }
