@@ -1068,20 +1068,18 @@ impl Store {
         if def.group.is_empty() && def.resource == "persistentvolumeclaims" {
             self.default_storage_class(obj);
         }
+        let attrs = crate::admission::Attributes {
+            def,
+            operation: crate::admission::Operation::Create,
+            subresource: None,
+            old: None,
+            dry_run,
+            user: opts.user.as_deref(),
+            options: None,
+            collection: false,
+        };
         // MutatingAdmissionPolicy, after the built-in plugins, before validation.
-        self.mutating_admission(
-            &crate::admission::Attributes {
-                def,
-                operation: crate::admission::Operation::Create,
-                subresource: None,
-                old: None,
-                dry_run,
-                user: opts.user.as_deref(),
-                options: None,
-                collection: false,
-            },
-            obj,
-        )?;
+        self.mutating_admission(&attrs, obj)?;
         let mut errs = crate::validation::validate_object_meta(
             obj.get("metadata").unwrap_or(&Value::Null),
             def.name_rule,
@@ -1109,20 +1107,7 @@ impl Store {
             return Err(ApiError::invalid(def.group, def.kind, &name, &errs));
         }
         // ValidatingAdmissionPolicy: the registry's createValidation.
-        self.validating_admission(
-            &crate::admission::Attributes {
-                def,
-                operation: crate::admission::Operation::Create,
-                subresource: None,
-                old: None,
-                dry_run,
-                user: opts.user.as_deref(),
-                options: None,
-                collection: false,
-            },
-            Some(obj),
-            &opts.warnings,
-        )
+        self.validating_admission(&attrs, Some(obj), &opts.warnings)
     }
 
     /// The DefaultStorageClass admission plugin
@@ -1400,21 +1385,19 @@ impl Store {
             }
         }
         strategy::apply_defaults(def, &mut new);
+        let attrs = crate::admission::Attributes {
+            def,
+            operation: crate::admission::Operation::Update,
+            subresource,
+            old: Some(old),
+            dry_run: opts.dry_run,
+            user: opts.user.as_deref(),
+            options: None,
+            collection: false,
+        };
         // MutatingAdmissionPolicy: before the strategy, validation and the
         // "no new finalizers while deleting" rule, as in kube-apiserver.
-        self.mutating_admission(
-            &crate::admission::Attributes {
-                def,
-                operation: crate::admission::Operation::Update,
-                subresource,
-                old: Some(old),
-                dry_run: opts.dry_run,
-                user: opts.user.as_deref(),
-                options: None,
-                collection: false,
-            },
-            &mut new,
-        )?;
+        self.mutating_admission(&attrs, &mut new)?;
         strategy::prepare_for_update(def, &mut new, old, subresource, now);
         if def.group.is_empty() && def.resource == "services" && subresource.is_none() {
             // A type change may need a cluster IP or node ports. What it
@@ -1490,20 +1473,7 @@ impl Store {
             return Err(ApiError::invalid(def.group, def.kind, &name, &errs));
         }
         // ValidatingAdmissionPolicy: the registry's updateValidation.
-        self.validating_admission(
-            &crate::admission::Attributes {
-                def,
-                operation: crate::admission::Operation::Update,
-                subresource,
-                old: Some(old),
-                dry_run: opts.dry_run,
-                user: opts.user.as_deref(),
-                options: None,
-                collection: false,
-            },
-            Some(&new),
-            &opts.warnings,
-        )?;
+        self.validating_admission(&attrs, Some(&new), &opts.warnings)?;
         let new = canonicalize(new, def.kind, &def.api_version());
         // No-op writes do not bump the resourceVersion (etcd3 GuaranteedUpdate).
         if new == live.value {

@@ -387,22 +387,44 @@ async fn policy_note(client: &kube::Client, r: &Resolved) -> Option<String> {
     })
 }
 
+/// The one object `add` and `remove` act on.
+struct Object {
+    client: kube::Client,
+    resolved: Resolved,
+    api: Api<DynamicObject>,
+    /// How messages name it.
+    what: String,
+    name: String,
+}
+
+async fn object(t: &LienTarget) -> Result<Object> {
+    let (kind, name) = split_target(&t.target)?;
+    let Some(name) = name else {
+        bail!("expected KIND/NAME, e.g. secrets/db; got {:?}", t.target);
+    };
+    let client = crate::release_check::client(&t.client).await?;
+    let resolved = resolve(&client, kind).await?;
+    Ok(Object {
+        api: object_api(&client, &resolved, t),
+        what: object_name(&resolved, t, name),
+        name: name.to_string(),
+        client,
+        resolved,
+    })
+}
+
 pub async fn add(args: &LienAddArgs) -> Result<String> {
     check_holder(&args.holder).map_err(anyhow::Error::msg)?;
     check_reason(&args.reason).map_err(anyhow::Error::msg)?;
     let reason = args.reason.trim().to_string();
-    let (kind, name) = split_target(&args.target.target)?;
-    let Some(name) = name else {
-        bail!(
-            "expected KIND/NAME, e.g. secrets/db; got {:?}",
-            args.target.target
-        );
-    };
-    let client = crate::release_check::client(&args.target.client).await?;
-    let r = resolve(&client, kind).await?;
-    let api = object_api(&client, &r, &args.target);
-    let what = object_name(&r, &args.target, name);
-    let (before, after) = edit(&api, &what, name, |l| with_lien(l, &args.holder, &reason)).await?;
+    let Object {
+        client,
+        resolved: r,
+        api,
+        what,
+        name,
+    } = object(&args.target).await?;
+    let (before, after) = edit(&api, &what, &name, |l| with_lien(l, &args.holder, &reason)).await?;
     let mut out = String::new();
     if before == after {
         let _ = writeln!(
@@ -422,18 +444,10 @@ pub async fn add(args: &LienAddArgs) -> Result<String> {
 
 pub async fn remove(args: &LienRemoveArgs) -> Result<String> {
     check_holder(&args.holder).map_err(anyhow::Error::msg)?;
-    let (kind, name) = split_target(&args.target.target)?;
-    let Some(name) = name else {
-        bail!(
-            "expected KIND/NAME, e.g. secrets/db; got {:?}",
-            args.target.target
-        );
-    };
-    let client = crate::release_check::client(&args.target.client).await?;
-    let r = resolve(&client, kind).await?;
-    let api = object_api(&client, &r, &args.target);
-    let what = object_name(&r, &args.target, name);
-    let (before, after) = edit(&api, &what, name, |l| without_lien(l, &args.holder)).await?;
+    let Object {
+        api, what, name, ..
+    } = object(&args.target).await?;
+    let (before, after) = edit(&api, &what, &name, |l| without_lien(l, &args.holder)).await?;
     let mut out = String::new();
     if before == after {
         let _ = writeln!(out, "{what}: {} holds no lien", args.holder);

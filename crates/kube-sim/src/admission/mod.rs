@@ -486,29 +486,39 @@ fn compile_spec(spec: &Value) -> Result<CompiledPolicy, Vec<FieldError>> {
     })
 }
 
-/// Compiled policies by their spec's text (policies are compiled once, not
-/// per request; two kube-sims in one process share the cache safely since
-/// the key is the content).
-static COMPILED: LazyLock<Mutex<HashMap<String, Arc<CompiledPolicy>>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
+/// Compiled policies by their spec's text: policies are compiled once, not
+/// per request; two kube-sims in one process share a cache safely since the
+/// key is the content.
+type Cache<T> = LazyLock<Mutex<HashMap<String, Arc<T>>>>;
 
-fn compiled(spec: &Value) -> Result<Arc<CompiledPolicy>, String> {
+/// `spec` compiled with `compile`, from `cache` when it was before.
+fn cached<T>(
+    cache: &Cache<T>,
+    spec: &Value,
+    compile: impl FnOnce(&Value) -> Result<T, Vec<FieldError>>,
+) -> Result<Arc<T>, String> {
     let key = spec.to_string();
-    if let Some(c) = COMPILED.lock().get(&key) {
+    if let Some(c) = cache.lock().get(&key) {
         return Ok(c.clone());
     }
-    let c = Arc::new(compile_spec(spec).map_err(|errs| {
+    let c = Arc::new(compile(spec).map_err(|errs| {
         errs.iter()
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join("; ")
     })?);
-    let mut cache = COMPILED.lock();
+    let mut cache = cache.lock();
     if cache.len() > 512 {
         cache.clear();
     }
     cache.insert(key, c.clone());
     Ok(c)
+}
+
+static COMPILED: Cache<CompiledPolicy> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn compiled(spec: &Value) -> Result<Arc<CompiledPolicy>, String> {
+    cached(&COMPILED, spec, compile_spec)
 }
 
 // ------------------------------------------------------------ matching
@@ -761,22 +771,13 @@ impl Store {
         let v = &stored.value;
         let mut meta = serde_json::Map::new();
         if let Some(m) = v.get("metadata").and_then(Value::as_object) {
-            for key in [
-                "name",
-                "generateName",
-                "namespace",
-                "uid",
-                "resourceVersion",
-                "generation",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "labels",
-                "annotations",
-                "finalizers",
-            ] {
-                if let Some(x) = m.get(key) {
-                    meta.insert(key.into(), x.clone());
+            let skipped = ["selfLink", "ownerReferences", "managedFields"];
+            for key in crate::object::META_ORDER
+                .iter()
+                .filter(|k| !skipped.contains(k))
+            {
+                if let Some(x) = m.get(*key) {
+                    meta.insert((*key).into(), x.clone());
                 }
             }
         }

@@ -44,8 +44,8 @@ use super::cel::{self, Compiled, Structs};
 use super::request::{self, Warnings};
 use super::versions::GROUP;
 use super::{
-    Attributes, compile_conditions, compile_variables, default_match_resources, expr_error,
-    is_policy_kind, resources_match, validate_match_resources,
+    Attributes, Cache, cached, compile_conditions, compile_variables, default_match_resources,
+    expr_error, is_policy_kind, resources_match, validate_match_resources,
 };
 use crate::error::{ApiError, FieldError, GroupResource};
 use crate::object::meta_str;
@@ -411,27 +411,10 @@ fn compile_spec(spec: &Value) -> Result<CompiledValidating, Vec<FieldError>> {
     })
 }
 
-/// Compiled policies by their spec's text (see [`super::compiled`]).
-static COMPILED: LazyLock<Mutex<HashMap<String, Arc<CompiledValidating>>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
+static COMPILED: Cache<CompiledValidating> = LazyLock::new(|| Mutex::new(HashMap::new()));
 
 fn compiled(spec: &Value) -> Result<Arc<CompiledValidating>, String> {
-    let key = spec.to_string();
-    if let Some(c) = COMPILED.lock().get(&key) {
-        return Ok(c.clone());
-    }
-    let c = Arc::new(compile_spec(spec).map_err(|errs| {
-        errs.iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ")
-    })?);
-    let mut cache = COMPILED.lock();
-    if cache.len() > 512 {
-        cache.clear();
-    }
-    cache.insert(key, c.clone());
-    Ok(c)
+    cached(&COMPILED, spec, compile_spec)
 }
 
 // ------------------------------------------------------------ evaluating
