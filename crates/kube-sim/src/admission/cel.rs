@@ -445,7 +445,12 @@ pub fn eval(env: &Arc<Env>, c: &Compiled, vars: &[(&str, &CelValue)]) -> Result<
     for (name, value) in vars {
         ctx.add_variable_from_value(*name, (*value).clone());
     }
-    c.program.execute(&ctx).map_err(|e| e.to_string())
+    c.program.execute(&ctx).map_err(|e| match e {
+        // cel-go's wording ("no such key: annotations"), which policies'
+        // error messages carry.
+        cel::ExecutionError::NoSuchKey(k) => format!("no such key: {k}"),
+        other => other.to_string(),
+    })
 }
 
 #[cfg(test)]
