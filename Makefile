@@ -68,7 +68,9 @@ go-check:
 # `make fuzz` runs the parser properties with FUZZ_CASES cases each (the
 # parsers a user or the API can feed: flags, durations, versions, names,
 # URL redaction, the load-balancer provider's replies, kube-sim's selectors
-# and patches, cloud-sim's request bodies). A failure prints
+# and patches, cloud-sim's request bodies, CEL expressions: the cost meter
+# changes no answer and the static estimate bounds what it charges, in work
+# and memory). A failure prints
 # the minimal input and proptest keeps it under proptest-regressions/.
 FUZZ_CASES ?= 20000
 
@@ -80,6 +82,8 @@ fuzz:
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p lb-cleanup --lib -- provider::http::reply_properties
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p kube-sim --test fuzz
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p cloud-sim --test fuzz
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p kube-cel --test fuzz
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p protection-manager --bin protection-manager -- explain::tests::a_checked_target_name cli::tests::properties
 
 # --- Container image and Helm chart -------------------------------------------
 # `make image` needs docker or podman (the development machines have neither:

@@ -125,6 +125,70 @@ pub fn parse_duration(input: &str) -> Result<Duration, ParseDurationError> {
     Ok(Duration::from_nanos(total))
 }
 
+/// The values a duration flag accepts: what its consumer (an API field, a
+/// timer, a resync) can hold and what makes sense for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DurationRange {
+    /// `0` is accepted and means this (e.g. "off").
+    pub zero: Option<&'static str>,
+    /// The smallest other value, and why.
+    pub min: (Duration, &'static str),
+    /// The largest value, and why.
+    pub max: (Duration, &'static str),
+}
+
+/// Go's own maximum: no bound beyond the syntax.
+pub const GO_MAX: (Duration, &str) = (Duration::from_nanos(MAX_NANOS - 1), "");
+
+/// A resync period: 0 turns it off; otherwise at least client-go's
+/// `minimumResyncPeriod` (a 1 ns resync used 15% of a core with 40
+/// objects).
+pub const RESYNC_PERIOD: DurationRange = DurationRange {
+    zero: Some("off"),
+    min: (Duration::from_secs(1), "client-go's minimum resync period"),
+    max: GO_MAX,
+};
+
+impl DurationRange {
+    /// Parses `input` ([`parse_duration`]) and checks it is in range; the
+    /// error says the range and why.
+    pub fn parse(&self, input: &str) -> Result<Duration, String> {
+        let d = parse_duration(input).map_err(|e| e.to_string())?;
+        if d.is_zero() && self.zero.is_some() {
+            return Ok(d);
+        }
+        let (min, why_min) = self.min;
+        let (max, why_max) = self.max;
+        if d < min || d > max {
+            let zero = self
+                .zero
+                .map(|m| format!("0 ({m}) or "))
+                .unwrap_or_default();
+            let upper = if max < GO_MAX.0 {
+                format!(" and at most {}", format_duration(max))
+            } else {
+                String::new()
+            };
+            let why = [why_min, why_max]
+                .iter()
+                .filter(|w| !w.is_empty())
+                .copied()
+                .collect::<Vec<_>>()
+                .join("; ");
+            let why = if why.is_empty() {
+                String::new()
+            } else {
+                format!(": {why}")
+            };
+            return Err(format!(
+                "{input:?} is out of range: must be {zero}at least {}{upper}{why}",
+                format_duration(min)
+            ));
+        }
+        Ok(d)
+    }
+}
+
 /// Formats like Go's `Duration.String()` for whole milliseconds and above
 /// (`15s`, `1m30s`, `500ms`).
 pub fn format_duration(d: Duration) -> String {
@@ -153,6 +217,62 @@ pub fn format_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const RESYNC: DurationRange = RESYNC_PERIOD;
+
+    #[test]
+    fn ranges_say_what_is_accepted_and_why() {
+        assert_eq!(RESYNC.parse("0"), Ok(Duration::ZERO));
+        assert_eq!(RESYNC.parse("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(
+            RESYNC.parse("1ns").unwrap_err(),
+            "\"1ns\" is out of range: must be 0 (off) or at least 1s: client-go's minimum resync period"
+        );
+        let lease = DurationRange {
+            zero: None,
+            min: (Duration::from_secs(2), ""),
+            max: (
+                Duration::from_secs(2147483647),
+                "spec.leaseDurationSeconds is an int32",
+            ),
+        };
+        assert_eq!(
+            lease.parse("2147483648s").unwrap_err(),
+            "\"2147483648s\" is out of range: must be at least 2s and at most 596523h14m7s: spec.leaseDurationSeconds is an int32"
+        );
+        assert!(lease.parse("0").is_err());
+        assert!(
+            lease
+                .parse("nope")
+                .unwrap_err()
+                .contains("invalid duration")
+        );
+    }
+
+    proptest::proptest! {
+        /// Issue 27, bug 5 (`make fuzz`): whatever the input, a range
+        /// accepts only values inside it (or 0 when 0 means something).
+        #[test]
+        fn a_range_accepts_only_what_is_inside_it(
+            s in "[0-9]{1,12}(\\.[0-9]{0,3})?(ns|us|ms|s|m|h)",
+            min in 0u64..10_000,
+            max in 0u64..100_000,
+            zero in proptest::bool::ANY,
+        ) {
+            let r = DurationRange {
+                zero: zero.then_some("off"),
+                min: (Duration::from_millis(min), ""),
+                max: (Duration::from_millis(max), ""),
+            };
+            if let Ok(d) = r.parse(&s) {
+                proptest::prop_assert!(
+                    (zero && d.is_zero())
+                        || (d >= Duration::from_millis(min) && d <= Duration::from_millis(max)),
+                    "{s} -> {d:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn parses_go_durations() {

@@ -8,6 +8,12 @@
 //! call fails with "buffer's worker closed unexpectedly". [`ClientHealth`]
 //! notices: a guard in our layer is dropped with the stack, so liveness can
 //! fail and the process restart.
+//!
+//! A 429 or 503 is retried (kube's server-aware retry), waiting what the
+//! server's `Retry-After` asks, but never longer than [`retry_cap`] (the
+//! request timeout, at most a minute): with `--request-timeout=0` a 429
+//! carrying a huge `Retry-After` made the watches sleep for days while
+//! `/readyz` passed.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -94,6 +100,170 @@ pub enum ClientError {
     UserAgent(String),
     #[error("client-side rate limit")]
     RateLimit(#[source] RateLimitError),
+    /// A kubeconfig, or a file it names, that is not a regular file or is
+    /// larger than what it holds: refused before anything reads it.
+    #[error(transparent)]
+    File(#[from] token_file::FileError),
+}
+
+/// The most a kubeconfig may weigh (one with many clusters and inline
+/// certificates is a few hundred kilobytes).
+pub const MAX_KUBECONFIG_BYTES: u64 = 16 * 1024 * 1024;
+/// The most a certificate, key or CA bundle file may weigh (a system CA
+/// bundle is about 200 KiB).
+pub const MAX_CERTIFICATE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The kubeconfig files kube's inference reads: `KUBECONFIG`'s, else
+/// `~/.kube/config` when it exists.
+fn inferred_kubeconfigs() -> Vec<PathBuf> {
+    match std::env::var_os("KUBECONFIG").filter(|v| !v.is_empty()) {
+        Some(v) => std::env::split_paths(&v)
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect(),
+        None => std::env::var_os("HOME")
+            .map(|h| PathBuf::from(h).join(".kube").join("config"))
+            .filter(|p| p.exists())
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// Checks the files a kubeconfig names (certificate authority, client
+/// certificate and key, token file) before kube reads them.
+fn check_referenced_files(kc: &Kubeconfig) -> Result<(), token_file::FileError> {
+    for c in kc.clusters.iter().filter_map(|c| c.cluster.as_ref()) {
+        if let Some(p) = &c.certificate_authority {
+            token_file::check_file(
+                p.as_ref(),
+                MAX_CERTIFICATE_BYTES,
+                "certificate authority file",
+            )?;
+        }
+    }
+    for a in kc.auth_infos.iter().filter_map(|a| a.auth_info.as_ref()) {
+        if let Some(p) = &a.client_certificate {
+            token_file::check_file(p.as_ref(), MAX_CERTIFICATE_BYTES, "client certificate file")?;
+        }
+        if let Some(p) = &a.client_key {
+            token_file::check_file(p.as_ref(), MAX_CERTIFICATE_BYTES, "client key file")?;
+        }
+        if let Some(p) = &a.token_file {
+            token_file::check_file(p.as_ref(), token_file::MAX_TOKEN_BYTES, "token file")?;
+        }
+    }
+    Ok(())
+}
+
+/// The longest wait a server may ask for (`Retry-After`) before a request
+/// is sent again: the request timeout, and at most a minute (also with no
+/// request timeout).
+pub const MAX_SERVER_WAIT: Duration = Duration::from_secs(60);
+
+/// [`MAX_SERVER_WAIT`] or the request timeout, the shorter.
+pub fn retry_cap(request_timeout: Option<Duration>) -> Duration {
+    request_timeout
+        .filter(|d| !d.is_zero())
+        .map_or(MAX_SERVER_WAIT, |t| t.min(MAX_SERVER_WAIT))
+}
+
+/// kube's server-aware retry (`RetryPolicy::server_retry`: 429, 503 and
+/// 504, up to 15 times, exponential backoff or the server's `Retry-After`,
+/// whichever is later), with every wait capped at `cap`.
+#[derive(Clone)]
+pub struct CappedRetry {
+    /// `None` only if the parameters were refused (they cannot be: the cap
+    /// is at least 10 ms, the first delay 5 ms): then every wait is the cap.
+    backoff: Option<tower::retry::backoff::ExponentialBackoff>,
+    attempt: u32,
+    cap: Duration,
+}
+
+impl CappedRetry {
+    const MAX_RETRIES: u32 = 15;
+
+    pub fn new(cap: Duration) -> Self {
+        use tower::retry::backoff::{ExponentialBackoffMaker, MakeBackoff};
+        let cap = cap.max(Duration::from_millis(10));
+        let backoff = ExponentialBackoffMaker::new(
+            Duration::from_millis(5),
+            cap,
+            2.0,
+            tower::util::rng::HasherRng::new(),
+        )
+        .ok()
+        .map(|mut m| m.make_backoff());
+        CappedRetry {
+            backoff,
+            attempt: 0,
+            cap,
+        }
+    }
+
+    /// How long to wait before the next try, given the server's
+    /// `Retry-After` (seconds) and the backoff's own delay.
+    fn wait(&self, retry_after: Option<&http::HeaderValue>, backoff: Duration) -> Duration {
+        let server = retry_after
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_secs)
+            .unwrap_or_default();
+        server.max(backoff).min(self.cap)
+    }
+}
+
+impl<Res>
+    tower::retry::Policy<http::Request<kube::client::Body>, http::Response<Res>, tower::BoxError>
+    for CappedRetry
+{
+    type Future = tokio::time::Sleep;
+
+    fn retry(
+        &mut self,
+        _req: &mut http::Request<kube::client::Body>,
+        result: &mut Result<http::Response<Res>, tower::BoxError>,
+    ) -> Option<Self::Future> {
+        use tower::retry::backoff::Backoff;
+        let Ok(response) = result else {
+            return None;
+        };
+        let retryable = matches!(
+            response.status(),
+            http::StatusCode::TOO_MANY_REQUESTS
+                | http::StatusCode::SERVICE_UNAVAILABLE
+                | http::StatusCode::GATEWAY_TIMEOUT
+        );
+        if !retryable || self.attempt >= Self::MAX_RETRIES {
+            return None;
+        }
+        self.attempt += 1;
+        let backoff = match &mut self.backoff {
+            Some(b) => b
+                .next_backoff()
+                .deadline()
+                .saturating_duration_since(tokio::time::Instant::now()),
+            None => self.cap,
+        };
+        let wait = self.wait(response.headers().get(http::header::RETRY_AFTER), backoff);
+        Some(tokio::time::sleep(wait))
+    }
+
+    fn clone_request(
+        &mut self,
+        req: &http::Request<kube::client::Body>,
+    ) -> Option<http::Request<kube::client::Body>> {
+        let body = req.body().try_clone()?;
+        let mut builder = http::Request::builder()
+            .method(req.method().clone())
+            .uri(req.uri().clone())
+            .version(req.version());
+        if let Some(headers) = builder.headers_mut() {
+            headers.extend(req.headers().clone());
+        }
+        builder.body(body).ok().map(|mut new| {
+            *new.extensions_mut() = req.extensions().clone();
+            new
+        })
+    }
 }
 
 /// Resolves the client configuration.
@@ -104,10 +274,14 @@ pub async fn load_config(opts: &ClientOptions) -> Result<kube::Config, ClientErr
     };
     match &opts.kubeconfig {
         Some(path) => {
+            // Checked first: kube reads it whole, and its error quotes the
+            // path twice.
+            token_file::check_file(path, MAX_KUBECONFIG_BYTES, "kubeconfig")?;
             let kc = Kubeconfig::read_from(path).map_err(|source| ClientError::Kubeconfig {
                 path: path.display().to_string(),
                 source,
             })?;
+            check_referenced_files(&kc)?;
             kube::Config::from_custom_kubeconfig(kc, &kco)
                 .await
                 .map_err(|source| ClientError::Kubeconfig {
@@ -116,6 +290,17 @@ pub async fn load_config(opts: &ClientOptions) -> Result<kube::Config, ClientErr
                 })
         }
         None => {
+            let inferred = inferred_kubeconfigs();
+            for p in &inferred {
+                if p.exists() {
+                    token_file::check_file(p, MAX_KUBECONFIG_BYTES, "kubeconfig")?;
+                }
+            }
+            if !inferred.is_empty()
+                && let Ok(kc) = Kubeconfig::read()
+            {
+                check_referenced_files(&kc)?;
+            }
             match &opts.context {
                 Some(context) => kube::Config::from_kubeconfig(&kco).await.map_err(|source| {
                     ClientError::Context {
@@ -157,9 +342,11 @@ pub fn build_client_observed(
         config.headers.push((header::USER_AGENT, ua));
     }
     let server = server_url(&config);
-    let builder = client_builder(config).map_err(|source| ClientError::Build {
-        server: server.clone(),
-        source,
+    let builder = client_builder(config, retry_cap(opts.request_timeout)).map_err(|source| {
+        ClientError::Build {
+            server: server.clone(),
+            source,
+        }
     })?;
     layered(builder, opts, server, metrics)
 }
@@ -187,14 +374,19 @@ type GenericService = tower::util::BoxService<
 /// and the connector's connect/read/write timeouts. kube's stack also records
 /// when an exec plugin's client certificate expires (`Client::valid_until`,
 /// informational, which nothing here reads). With a proxy configured,
-/// kube's own stack is used unchanged (it implements the proxy kinds).
-fn client_builder(config: kube::Config) -> Result<ClientBuilder<GenericService>, kube::Error> {
+/// kube's own stack is used (it implements the proxy kinds) without its
+/// retry, whose waits have no cap. The retry is [`CappedRetry`].
+fn client_builder(
+    mut config: kube::Config,
+    retry_cap: Duration,
+) -> Result<ClientBuilder<GenericService>, kube::Error> {
     use http_body_util::BodyExt;
     use hyper_util::client::legacy::connect::HttpConnector;
     use kube::client::{ConfigExt, DynBody};
     use tower::{BoxError, ServiceBuilder, ServiceExt};
 
     if config.proxy_url.is_some() {
+        config.default_retry = false;
         return ClientBuilder::try_from(config);
     }
     let mut http = HttpConnector::new();
@@ -210,9 +402,11 @@ fn client_builder(config: kube::Config) -> Result<ClientBuilder<GenericService>,
         .build(connector);
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
-        .option_layer(config.default_retry.then(|| {
-            tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry())
-        }))
+        .option_layer(
+            config
+                .default_retry
+                .then(|| tower::retry::RetryLayer::new(CappedRetry::new(retry_cap))),
+        )
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .layer(tower_http::trace::TraceLayer::new_for_http())
@@ -413,6 +607,29 @@ where
                 Err(_) => Err(RequestTimeout { server, timeout }.into()),
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use super::*;
+
+    /// Issue 27, bug 6: a `Retry-After` of days is waited at most the cap.
+    #[test]
+    fn a_server_given_wait_is_capped() {
+        let r = CappedRetry::new(retry_cap(None));
+        let days = http::HeaderValue::from_static("1000000");
+        assert_eq!(r.wait(Some(&days), Duration::ZERO), MAX_SERVER_WAIT);
+        let r = CappedRetry::new(retry_cap(Some(Duration::from_secs(5))));
+        assert_eq!(r.wait(Some(&days), Duration::ZERO), Duration::from_secs(5));
+        let two = http::HeaderValue::from_static("2");
+        assert_eq!(r.wait(Some(&two), Duration::ZERO), Duration::from_secs(2));
+        assert_eq!(
+            r.wait(None, Duration::from_millis(40)),
+            Duration::from_millis(40)
+        );
+        assert_eq!(retry_cap(Some(Duration::ZERO)), MAX_SERVER_WAIT);
+        assert_eq!(retry_cap(Some(Duration::from_secs(600))), MAX_SERVER_WAIT);
     }
 }
 

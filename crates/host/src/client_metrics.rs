@@ -8,6 +8,11 @@
 //! from one buffer worker that takes a request, waits in `poll_ready` until the
 //! stack is ready (the rate limiter waits there for a token), then calls it. The
 //! time `poll_ready` stays pending is the request's rate-limiter wait.
+//!
+//! The same layer keeps [`WatchHealth`]: per resource, whether its lists
+//! and watches are failing and since when, so that `/readyz` fails once a
+//! controller's watches have been down longer than a bound (a 429 storm or
+//! a server that refuses the watches, while `/version` still answers).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -25,6 +30,93 @@ pub struct ClientMetrics {
     requests: IntCounterVec,
     duration: HistogramVec,
     rate_limiter_wait: Histogram,
+    watches: WatchHealth,
+}
+
+/// A resource's lists and watches as the client saw them.
+#[derive(Clone, Debug)]
+struct WatchState {
+    /// The first failure since the last success.
+    failing_since: Option<Instant>,
+    last_attempt: Instant,
+    last_error: String,
+}
+
+/// Whether the client's lists and watches are failing, per resource
+/// (`/api/v1/pods`, namespaces and `watch` folded in).
+#[derive(Clone, Debug, Default)]
+pub struct WatchHealth {
+    state: std::sync::Arc<parking_lot::Mutex<std::collections::HashMap<String, WatchState>>>,
+}
+
+/// A resource nobody has listed or watched for this long is not counted:
+/// its controller stopped trying (a deleted rule, a lost leadership).
+const WATCH_STALE: std::time::Duration = std::time::Duration::from_secs(300);
+
+impl WatchHealth {
+    fn record(&self, key: String, outcome: Result<(), String>) {
+        let now = Instant::now();
+        let mut st = self.state.lock();
+        let e = st.entry(key).or_insert(WatchState {
+            failing_since: None,
+            last_attempt: now,
+            last_error: String::new(),
+        });
+        e.last_attempt = now;
+        match outcome {
+            Ok(()) => e.failing_since = None,
+            Err(err) => {
+                e.failing_since.get_or_insert(now);
+                e.last_error = err;
+            }
+        }
+    }
+
+    /// `Err` naming the resources whose lists and watches have failed, and
+    /// still been tried, for longer than `bound`: the readiness check.
+    pub fn check(&self, bound: std::time::Duration) -> Result<(), String> {
+        let now = Instant::now();
+        let mut down: Vec<String> = self
+            .state
+            .lock()
+            .iter()
+            .filter_map(|(k, e)| {
+                let since = e.failing_since?;
+                let failing = now.saturating_duration_since(since);
+                (failing > bound && now.saturating_duration_since(e.last_attempt) <= WATCH_STALE)
+                    .then(|| format!("{k} for {}s ({})", failing.as_secs(), e.last_error))
+            })
+            .collect();
+        if down.is_empty() {
+            return Ok(());
+        }
+        down.sort();
+        Err(format!(
+            "watches down for more than {}s: {}",
+            bound.as_secs(),
+            down.join(", ")
+        ))
+    }
+}
+
+/// The resource a list or watch is of: its path without the namespace and
+/// the `watch` segment.
+fn watched_resource(path: &str) -> String {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (prefix, rest) = match segs.as_slice() {
+        ["api", v, rest @ ..] => (format!("/api/{v}"), rest),
+        ["apis", g, v, rest @ ..] => (format!("/apis/{g}/{v}"), rest),
+        _ => return path.to_string(),
+    };
+    let rest = match rest {
+        ["watch", tail @ ..] => tail,
+        other => other,
+    };
+    let rest = match rest {
+        ["namespaces", _ns, tail @ ..] if !tail.is_empty() => tail,
+        other => other,
+    };
+    format!("{prefix}/{}", rest.join("/"))
 }
 
 impl ClientMetrics {
@@ -66,7 +158,13 @@ impl ClientMetrics {
             requests,
             duration,
             rate_limiter_wait,
+            watches: WatchHealth::default(),
         })
+    }
+
+    /// The lists and watches of the clients this observes.
+    pub fn watch_health(&self) -> WatchHealth {
+        self.watches.clone()
     }
 
     /// The tower layer recording into these families.
@@ -169,14 +267,28 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let verb = kube_verb(req.method(), req.uri().path(), req.uri().query());
+        let watched = matches!(verb, "list" | "watch").then(|| watched_resource(req.uri().path()));
         let metrics = self.metrics.clone();
         let started = Instant::now();
         let fut = self.inner.call(req);
         Box::pin(async move {
             let res = fut.await;
-            match &res {
-                Ok(resp) => metrics.observe(verb, resp.status().as_str(), started),
-                Err(_) => metrics.observe(verb, "<error>", started),
+            let outcome = match &res {
+                Ok(resp) => {
+                    metrics.observe(verb, resp.status().as_str(), started);
+                    if resp.status().is_success() {
+                        Ok(())
+                    } else {
+                        Err(format!("{verb}: HTTP {}", resp.status().as_u16()))
+                    }
+                }
+                Err(_) => {
+                    metrics.observe(verb, "<error>", started);
+                    Err(format!("{verb}: no response"))
+                }
+            };
+            if let Some(key) = watched {
+                metrics.watches.record(key, outcome);
             }
             res
         })
@@ -186,6 +298,35 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 27, bug 6: watches failing longer than the bound (and still
+    /// tried) make the check fail, naming the resource; a success clears
+    /// it; a resource nobody tries any more is forgotten.
+    #[tokio::test(start_paused = true)]
+    async fn watches_down_longer_than_the_bound_fail_the_check() {
+        use std::time::Duration;
+        let w = WatchHealth::default();
+        let bound = Duration::from_secs(60);
+        let pods = || watched_resource("/api/v1/watch/namespaces/shop/pods");
+        assert_eq!(pods(), "/api/v1/pods");
+        w.record(pods(), Ok(()));
+        assert_eq!(w.check(bound), Ok(()));
+        w.record(pods(), Err("watch: HTTP 429".into()));
+        tokio::time::advance(Duration::from_secs(30)).await;
+        w.record(pods(), Err("watch: HTTP 429".into()));
+        assert_eq!(w.check(bound), Ok(()), "down for 30s only");
+        tokio::time::advance(Duration::from_secs(31)).await;
+        w.record(pods(), Err("list: HTTP 429".into()));
+        assert_eq!(
+            w.check(bound),
+            Err("watches down for more than 60s: /api/v1/pods for 61s (list: HTTP 429)".into())
+        );
+        w.record(pods(), Ok(()));
+        assert_eq!(w.check(bound), Ok(()), "a success clears it");
+        w.record(pods(), Err("watch: no response".into()));
+        tokio::time::advance(Duration::from_secs(400)).await;
+        assert_eq!(w.check(bound), Ok(()), "nobody tried for 400s: forgotten");
+    }
     use http::Method;
     use tower::ServiceExt;
 

@@ -93,6 +93,18 @@ impl FakeApi {
             .cloned()
     }
 
+    /// Stores `lease` as is (whatever a lenient server would accept).
+    pub fn put_lease(&self, namespace: &str, name: &str, mut lease: Value) {
+        let mut st = self.state.lock();
+        st.rv += 1;
+        merge(
+            &mut lease,
+            &json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                    "metadata": {"resourceVersion": st.rv.to_string()}}),
+        );
+        st.leases.insert(format!("{namespace}/{name}"), lease);
+    }
+
     /// Merges `spec` into the stored Lease, as another writer would.
     pub fn patch_lease(&self, namespace: &str, name: &str, spec: Value) {
         let mut st = self.state.lock();

@@ -57,6 +57,16 @@ pub struct HostConfig {
     /// The client Events are written with (its own rate limit, so Events
     /// never spend the finalizer writes' budget); `None`: the host's client.
     pub events_client: Option<EventsClient>,
+    /// The client's lists and watches, and how long they may fail before
+    /// `/readyz` does (check `watches`); `None`: not checked.
+    pub watches: Option<(crate::client_metrics::WatchHealth, Duration)>,
+}
+
+/// How long a controller's watches may be down before `/readyz` fails:
+/// twice the longest wait a server may impose ([`crate::client::retry_cap`]),
+/// and at least 30 s, so that one throttled request does not flap it.
+pub fn watch_down_bound(request_timeout: Option<Duration>) -> Duration {
+    (crate::client::retry_cap(request_timeout) * 2).max(Duration::from_secs(30))
 }
 
 /// The client Events are written with (a newtype: `kube::Client` has no
@@ -445,6 +455,11 @@ impl Host {
             }),
         );
 
+        if let Some((watches, bound)) = self.cfg.watches.clone() {
+            self.health
+                .set_dynamic("watches", Arc::new(move || watches.check(bound)));
+        }
+
         let note_signals = signals.clone();
         self.health.set_note(
             "controllers",
@@ -592,6 +607,7 @@ mod tests {
             ping_interval: Duration::from_secs(1),
             events_client: None,
             release_guard: None,
+            watches: None,
         }
     }
 

@@ -12,12 +12,20 @@
 //!   `renewTime` (or the last successful read) is older than `renew_deadline`.
 //!   Because `renew_deadline < lease_duration`, the old leader stops before
 //!   any other replica may take over: the same margin client-go gives.
+//!
+//! A Lease that cannot be decoded (a `leaseDurationSeconds` past int32, as
+//! an old manager with an unbounded flag wrote to a server that took it)
+//! kept kube-lease-manager retrying its decode for ever, and nobody led
+//! until someone deleted it. It is treated as expired instead: rewritten
+//! (guarded by its resourceVersion) with no holder, so a candidate takes
+//! it. The lease duration itself is bounded to what the field holds.
 
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube_lease_manager::{LeaseCreateMode, LeaseManagerBuilder};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -55,6 +63,9 @@ pub enum LeaderError {
 /// client-go's `JitterFactor` for the renew-deadline check.
 const JITTER_FACTOR: f64 = 1.2;
 
+/// The longest lease duration: `spec.leaseDurationSeconds` is an int32.
+pub const MAX_LEASE_DURATION: Duration = Duration::from_secs(i32::MAX as u64);
+
 impl LeaderElectionConfig {
     /// client-go's `NewLeaderElector` checks, plus whole seconds for the lease
     /// duration (the Lease API stores `leaseDurationSeconds`).
@@ -90,6 +101,13 @@ impl LeaderElectionConfig {
                 format_duration(ld)
             ));
         }
+        if ld > MAX_LEASE_DURATION {
+            return bad(format!(
+                "lease duration must be at most {}s, what the Lease's spec.leaseDurationSeconds (an int32) holds (got {})",
+                MAX_LEASE_DURATION.as_secs(),
+                format_duration(ld)
+            ));
+        }
         if self.lease_name.is_empty() || self.lease_namespace.is_empty() {
             return bad("lease name and namespace must not be empty".into());
         }
@@ -111,6 +129,7 @@ impl LeaderElectionConfig {
 pub struct Elector {
     cfg: LeaderElectionConfig,
     leases: Api<Lease>,
+    raw: Api<DynamicObject>,
     rx: watch::Receiver<bool>,
     handle:
         JoinHandle<Result<kube_lease_manager::LeaseManager, kube_lease_manager::LeaseManagerError>>,
@@ -136,6 +155,8 @@ impl Elector {
             name: cfg.lease_name.clone(),
             message,
         };
+        let raw = raw_leases(&client, &cfg.lease_namespace);
+        expire_if_undecodable(&raw, &cfg).await.map_err(lease_err)?;
         let manager = LeaseManagerBuilder::new(client.clone(), &cfg.lease_name)
             .with_namespace(&cfg.lease_namespace)
             .with_identity(&cfg.identity)
@@ -154,6 +175,7 @@ impl Elector {
         );
         Ok(Elector {
             leases: Api::namespaced(client, &cfg.lease_namespace),
+            raw,
             cfg,
             rx,
             handle,
@@ -167,6 +189,10 @@ impl Elector {
 
     /// Waits until this replica leads. `Ok(false)` if `cancel` fired first.
     pub async fn wait_leading(&mut self, cancel: &CancellationToken) -> Result<bool, LeaderError> {
+        // While waiting, a Lease rewritten undecodable is expired again
+        // (kube-lease-manager would retry its decode for ever).
+        let mut tick = tokio::time::interval(self.cfg.retry_period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             if *self.rx.borrow_and_update() {
                 tracing::info!(identity = %self.cfg.identity, "successfully acquired lease");
@@ -177,6 +203,11 @@ impl Elector {
                 changed = self.rx.changed() => {
                     if changed.is_err() {
                         return Err(LeaderError::Lost("the lease loop stopped".into()));
+                    }
+                }
+                _ = tick.tick() => {
+                    if let Err(e) = expire_if_undecodable(&self.raw, &self.cfg).await {
+                        tracing::warn!(error = %e, "could not check the leader lease; retrying");
                     }
                 }
             }
@@ -237,6 +268,73 @@ impl Elector {
     }
 }
 
+/// The Leases of `namespace`, read as any JSON (so that one the typed
+/// client cannot decode can still be seen, and rewritten).
+fn raw_leases(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), namespace, &ApiResource::erase::<Lease>(&()))
+}
+
+/// Why `raw` is not a Lease the client can read, if it is not.
+fn undecodable(raw: &DynamicObject) -> Option<String> {
+    let v = serde_json::to_value(raw).ok()?;
+    serde_json::from_value::<Lease>(v)
+        .err()
+        .map(|e| e.to_string())
+}
+
+/// Rewrites the Lease as expired when it cannot be decoded: a fresh spec
+/// with no holder and our duration, guarded by the resourceVersion read
+/// (a concurrent writer wins, and is looked at again). `Ok(true)` when it
+/// was rewritten.
+async fn expire_if_undecodable(
+    raw: &Api<DynamicObject>,
+    cfg: &LeaderElectionConfig,
+) -> Result<bool, String> {
+    let Some(lease) = raw
+        .get_opt(&cfg.lease_name)
+        .await
+        .map_err(|e| e.to_string())?
+    else {
+        return Ok(false);
+    };
+    let Some(why) = undecodable(&lease) else {
+        return Ok(false);
+    };
+    tracing::warn!(
+        lease = %format!("{}/{}", cfg.lease_namespace, cfg.lease_name),
+        reason = %why,
+        "the leader lease cannot be decoded; treating it as expired and rewriting it without a holder"
+    );
+    // Every field of the old spec removed, then ours: a merge patch that
+    // replaces the spec. The resourceVersion makes it a precondition.
+    let mut spec = serde_json::Map::new();
+    if let Some(old) = lease.data.get("spec").and_then(|s| s.as_object()) {
+        for k in old.keys() {
+            spec.insert(k.clone(), serde_json::Value::Null);
+        }
+    }
+    spec.insert(
+        "leaseDurationSeconds".into(),
+        serde_json::json!(cfg.lease_duration.as_secs()),
+    );
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": lease.metadata.resource_version},
+        "spec": spec,
+    });
+    match raw
+        .patch(
+            &cfg.lease_name,
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(false),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// `Some(reason)` when the Lease says `cfg.identity` is no longer a valid
 /// holder at `now`: someone else holds it, or our last renewal is older
 /// than the renew deadline.
@@ -290,6 +388,44 @@ mod tests {
         let mut c = cfg(15, 10, 2);
         c.lease_duration = Duration::from_millis(15500);
         assert!(msg(c).contains("whole number of seconds"));
+        // Issue 27, bug 5: what spec.leaseDurationSeconds (int32) holds.
+        assert!(cfg(2_147_483_647, 10, 2).validate().is_ok());
+        assert!(msg(cfg(2_147_483_648, 10, 2)).contains(
+            "at most 2147483647s, what the Lease's spec.leaseDurationSeconds (an int32) holds"
+        ));
+    }
+
+    /// Issue 27, bug 5: a Lease whose leaseDurationSeconds is past int32
+    /// (written by an old manager to a server that took it) kept every
+    /// manager retrying its decode, and none led. It is treated as expired:
+    /// a candidate rewrites it and leads.
+    #[tokio::test(start_paused = true)]
+    async fn an_undecodable_lease_is_taken_as_expired() {
+        let api = crate::fake_api::FakeApi::new();
+        let c = cfg(15, 10, 2);
+        api.put_lease(
+            &c.lease_namespace,
+            &c.lease_name,
+            serde_json::json!({
+                "metadata": {"name": c.lease_name, "namespace": c.lease_namespace},
+                "spec": {"holderIdentity": "old", "leaseDurationSeconds": 99_999_999_999u64,
+                         "renewTime": "2026-01-01T00:00:00.000000Z"}
+            }),
+        );
+        let mut e = Elector::start(api.client(), c.clone())
+            .await
+            .expect("join the election");
+        let never = CancellationToken::new();
+        let led = tokio::time::timeout(Duration::from_secs(120), e.wait_leading(&never))
+            .await
+            .expect("leads within two minutes")
+            .expect("lead");
+        assert!(led);
+        let l = api
+            .lease(&c.lease_namespace, &c.lease_name)
+            .expect("the lease");
+        assert_eq!(l["spec"]["holderIdentity"], "me");
+        assert_eq!(l["spec"]["leaseDurationSeconds"], 15);
     }
 
     #[test]

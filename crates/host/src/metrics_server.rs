@@ -77,6 +77,9 @@ pub enum MetricsServerError {
     Generate(#[from] rcgen::Error),
     #[error("TLS configuration: {0}")]
     Tls(#[from] rustls::Error),
+    /// A certificate or key file that is not a regular file or too large.
+    #[error(transparent)]
+    File(#[from] token_file::FileError),
 }
 
 /// Binds the metrics address (a port clash fails the start, loudly).
@@ -102,8 +105,14 @@ pub fn tls_config(source: &TlsSource) -> Result<Arc<ServerConfig>, MetricsServer
         }
         TlsSource::Files { cert, key } => {
             let cert_path = cert.display().to_string();
-            let certs = CertificateDer::pem_file_iter(cert)
-                .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+            // Bounded reads of regular files only (issue 27, bug 7).
+            let cert_pem = token_file::read_bounded(
+                cert,
+                crate::client::MAX_CERTIFICATE_BYTES,
+                "TLS certificate file",
+            )?;
+            let certs = CertificateDer::pem_slice_iter(&cert_pem)
+                .collect::<Result<Vec<_>, _>>()
                 .map_err(|e| MetricsServerError::Cert {
                     path: cert_path.clone(),
                     reason: e.to_string(),
@@ -114,10 +123,17 @@ pub fn tls_config(source: &TlsSource) -> Result<Arc<ServerConfig>, MetricsServer
                     reason: "no PEM certificate in it".into(),
                 });
             }
-            let key = PrivateKeyDer::from_pem_file(key).map_err(|e| MetricsServerError::Key {
+            let key_err = |reason: String| MetricsServerError::Key {
                 path: key.display().to_string(),
-                reason: e.to_string(),
-            })?;
+                reason,
+            };
+            let key_pem = token_file::read_bounded(
+                key,
+                crate::client::MAX_CERTIFICATE_BYTES,
+                "TLS private key file",
+            )?;
+            let key =
+                PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| key_err(e.to_string()))?;
             (certs, key)
         }
     };
@@ -523,6 +539,23 @@ mod tests {
             stop.cancel();
             server.await.unwrap();
         }
+    }
+
+    /// Issue 27, bug 7: certificate files are read bounded, regular files
+    /// only.
+    #[test]
+    fn a_certificate_file_that_is_a_device_is_refused_naming_it() {
+        let e = tls_config(&TlsSource::Files {
+            cert: "/dev/zero".into(),
+            key: "/dev/zero".into(),
+        })
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert_eq!(
+            e,
+            "the TLS certificate file /dev/zero is not a regular file (it is a character device); refusing to read it"
+        );
     }
 
     #[test]

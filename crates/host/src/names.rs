@@ -73,6 +73,81 @@ pub fn dns1123_subdomain_errors(value: &str) -> Vec<String> {
     errs
 }
 
+const DNS1035_FMT: &str = "[a-z]([-a-z0-9]*[a-z0-9])?";
+const DNS1035_ERR: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character";
+
+/// apimachinery's `IsDNS1035Label` (a Service's name): the problems, empty
+/// when valid.
+pub fn dns1035_label_errors(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > DNS1123_LABEL_MAX_LENGTH {
+        errs.push(max_len_error(DNS1123_LABEL_MAX_LENGTH));
+    }
+    if !is_label(value) || !value.as_bytes()[0].is_ascii_lowercase() {
+        errs.push(regex_error(
+            DNS1035_ERR,
+            DNS1035_FMT,
+            &["my-name", "abc-123"],
+        ));
+    }
+    errs
+}
+
+/// apimachinery's `path.IsValidPathSegmentName`, the least any kind's names
+/// obey (a name is a segment of the object's URL path): the problems,
+/// empty when valid.
+pub fn path_segment_name_errors(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.is_empty() {
+        errs.push("must not be empty".to_owned());
+    }
+    if value == "." || value == ".." {
+        errs.push(format!("may not be '{value}'"));
+    }
+    for illegal in ["/", "%"] {
+        if value.contains(illegal) {
+            errs.push(format!("may not contain '{illegal}'"));
+        }
+    }
+    errs
+}
+
+/// `name` as one segment of a URL path: every byte but RFC 3986's
+/// unreserved characters and `:`, `@` and the sub-delimiters other than
+/// `;` and `,` percent-encoded, so that no name can end the path, start a
+/// query (`?`) or a fragment (`#`), or add a segment. kube-rs puts names in
+/// paths verbatim; a name that passes the Kubernetes name rules comes out
+/// unchanged.
+pub fn escape_path_segment(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        let plain = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b':'
+                    | b'@'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b'='
+            );
+        if plain {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// A flag value that cannot name the object it names.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {flag} {value:?}: {}", reasons.join(", "))]
@@ -102,6 +177,31 @@ pub fn validate_namespace(flag: &str, value: &str) -> Result<(), InvalidName> {
 /// The name of a ConfigMap or a Lease (a DNS-1123 subdomain), given by `flag`.
 pub fn validate_object_name(flag: &str, value: &str) -> Result<(), InvalidName> {
     check(flag, value, dns1123_subdomain_errors(value))
+}
+
+/// The name rules a kind's objects follow (kube-apiserver's validation of
+/// `metadata.name` for that kind).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameRule {
+    /// Most kinds: PVCs, PVs, VolumeAttributesClasses, Secrets, custom
+    /// resources.
+    Dns1123Subdomain,
+    /// Services.
+    Dns1035Label,
+    /// Any kind (the least every kind's names obey), when its own rule is
+    /// not known.
+    PathSegment,
+}
+
+/// The name of an object given by `what` (e.g. `pvc/x`), checked against
+/// `rule`.
+pub fn validate_name(what: &str, value: &str, rule: NameRule) -> Result<(), InvalidName> {
+    let errs = match rule {
+        NameRule::Dns1123Subdomain => dns1123_subdomain_errors(value),
+        NameRule::Dns1035Label => dns1035_label_errors(value),
+        NameRule::PathSegment => path_segment_name_errors(value),
+    };
+    check(what, value, errs)
 }
 
 #[cfg(test)]
@@ -134,6 +234,30 @@ mod tests {
     }
 
     #[test]
+    fn explain_targets_follow_their_kinds_rules() {
+        // Issue 27, bug 4: `explain 'pvc/x?watch=true'` sent a watch.
+        let e = validate_name(
+            "pvc/x?watch=true",
+            "x?watch=true",
+            NameRule::Dns1123Subdomain,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "invalid pvc/x?watch=true \"x?watch=true\": a lowercase RFC 1123 subdomain"
+            ),
+            "{e}"
+        );
+        assert!(validate_name("svc/1web", "1web", NameRule::Dns1035Label).is_err());
+        assert!(validate_name("svc/web", "web", NameRule::Dns1035Label).is_ok());
+        assert!(validate_name("x/..", "..", NameRule::PathSegment).is_err());
+        assert!(validate_name("x/a%2Fb", "a%2Fb", NameRule::PathSegment).is_err());
+        assert!(validate_name("x/system:node", "system:node", NameRule::PathSegment).is_ok());
+        assert_eq!(escape_path_segment("x?watch=true"), "x%3Fwatch=true");
+        assert_eq!(escape_path_segment("a b#c"), "a%20b%23c");
+    }
+
+    #[test]
     fn valid_names_pass() {
         for ns in ["default", "kube-system", "a", "0", "a-1"] {
             assert!(validate_namespace("-n", ns).is_ok(), "{ns}");
@@ -161,9 +285,48 @@ mod tests {
         }
 
         #[test]
+        fn generated_dns1035_labels_are_valid(s in "[a-z]([-a-z0-9]{0,61}[a-z0-9])?") {
+            prop_assert!(dns1035_label_errors(&s).is_empty(), "{s}");
+        }
+
+        #[test]
         fn any_text_never_panics(s in any::<String>()) {
             let _ = dns1123_label_errors(&s);
             let _ = dns1123_subdomain_errors(&s);
+            let _ = dns1035_label_errors(&s);
+            let _ = path_segment_name_errors(&s);
+        }
+
+        /// Issue 27, bug 4: whatever a CLI name holds, escaped it is one
+        /// path segment: no `/`, `?`, `#`, `%` left but the escapes, and
+        /// decoding gives the name back.
+        #[test]
+        fn an_escaped_name_is_one_path_segment(s in any::<String>()) {
+            let e = escape_path_segment(&s);
+            prop_assert!(!e.contains(['/', '?', '#', ' ', ';', ',']), "{e}");
+            let decoded: Vec<u8> = {
+                let b = e.as_bytes();
+                let mut out = Vec::new();
+                let mut i = 0;
+                while i < b.len() {
+                    if b[i] == b'%' {
+                        let hex = std::str::from_utf8(&b[i + 1..i + 3]).unwrap();
+                        out.push(u8::from_str_radix(hex, 16).unwrap());
+                        i += 3;
+                    } else {
+                        out.push(b[i]);
+                        i += 1;
+                    }
+                }
+                out
+            };
+            prop_assert_eq!(decoded, s.as_bytes());
+        }
+
+        /// Names valid under the Kubernetes rules are not changed.
+        #[test]
+        fn valid_names_are_not_escaped(s in "[a-z0-9]([-a-z0-9]{0,10}[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]{0,10}[a-z0-9])?){0,5}") {
+            prop_assert_eq!(escape_path_segment(&s), s);
         }
     }
 }

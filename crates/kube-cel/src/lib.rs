@@ -3,7 +3,17 @@
 //! `lists` extensions) and the conversion of a JSON object into CEL values.
 //! kube-sim (CRD validation rules, admission policies) and the rules
 //! controller (ProtectionRule references) both evaluate CEL over API
-//! objects; they must read an object the same way.
+//! objects; they must read an object the same way, and both bound what an
+//! evaluation may cost as kube-apiserver does: a static estimate when the
+//! expression is compiled ([`cost`]) and a per-evaluation budget of work,
+//! memory and time when it runs ([`guard`]).
+
+pub mod cost;
+pub mod guard;
+pub mod size;
+
+pub use cost::{Estimate, Plan, plan};
+pub use guard::{Abort, EvalError, Limits, Usage, execute, run};
 
 use std::sync::Arc;
 
@@ -11,14 +21,16 @@ use cel::objects::{Key, Map};
 use cel::{Env, Value as CelValue};
 use serde_json::Value;
 
-/// The standard library plus the `strings` and `lists` extensions; callers
-/// add what their context has on top (admission policies add `math`).
+/// The standard library plus the `strings` and `lists` extensions, and the
+/// cost meter's functions an instrumented expression calls; callers add
+/// what their context has on top (admission policies add `math`).
 pub fn env() -> Result<Env, String> {
     let mut env = Env::stdlib();
     env.add_extension(cel::extensions::strings)
         .map_err(|e| e.to_string())?;
     env.add_extension(cel::extensions::lists)
         .map_err(|e| e.to_string())?;
+    guard::register(&mut env).map_err(|e| e.to_string())?;
     Ok(env)
 }
 

@@ -20,7 +20,7 @@
 
 use std::sync::Arc;
 
-use cel::{Context, Env, Program, Value as CelValue};
+use cel::{Context, Env, Value as CelValue};
 use serde_json::{Value, json};
 
 use crate::error::FieldError;
@@ -33,7 +33,8 @@ pub struct Rule {
     pub message: String,
     pub field_path: String,
     pub transition: bool,
-    program: Program,
+    /// The program instrumented for the per-call cost budget.
+    program: cel::IdedExpr,
 }
 
 /// A compiled schema node.
@@ -123,6 +124,7 @@ fn compile_node(raw: &Value, path: &str, env: &Env, errs: &mut Vec<FieldError>) 
         };
         match env.compile(src) {
             Ok(program) => node.rules.push(Rule {
+                program: kube_cel::plan(program.expression(), &[]).expr,
                 rule: src.to_string(),
                 message: r
                     .get("message")
@@ -135,7 +137,6 @@ fn compile_node(raw: &Value, path: &str, env: &Env, errs: &mut Vec<FieldError>) 
                     .unwrap_or("")
                     .to_string(),
                 transition: src.contains("oldSelf"),
-                program,
             }),
             Err(e) => errs.push(FieldError::invalid(
                 &at,
@@ -549,7 +550,9 @@ impl Served {
             } else {
                 join(path, r.field_path.trim_start_matches('.'))
             };
-            match r.program.execute(&ctx) {
+            match kube_cel::execute(&r.program, &ctx, kube_cel::Limits::PER_CALL, None)
+                .map(|(v, _)| v)
+            {
                 Ok(CelValue::Bool(true)) => {}
                 Ok(CelValue::Bool(false)) => {
                     let msg = if r.message.is_empty() {
@@ -570,6 +573,16 @@ impl Served {
                     format!(
                         "rule compile error: rule result must be bool, got {}: {}",
                         other.type_of(),
+                        r.rule
+                    ),
+                )),
+                // As apiextensions-apiserver words a rule past the per-call
+                // cost limit.
+                Err(e @ kube_cel::EvalError::Aborted(_)) => errs.push(FieldError::invalid(
+                    &at,
+                    json!(type_name(v)),
+                    format!(
+                        "'{e}': no further validation rules will be run due to call cost exceeds limit for rule: {}",
                         r.rule
                     ),
                 )),

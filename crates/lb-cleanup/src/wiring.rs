@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use protection_core::duration::parse_duration;
 use protection_core::finalizer::{PROJECT_DOMAIN, validate_finalizer_name};
 use protection_core::release::{CONTROLLERS_SINCE, GateDecl, PHASED_ADD};
 use protection_core::{
@@ -100,8 +99,12 @@ pub const INFO: ControllerInfo = ControllerInfo {
     }],
 };
 
-fn duration_arg(s: &str) -> Result<Duration, String> {
-    parse_duration(s).map_err(|e| e.to_string())
+fn timeout_arg(s: &str) -> Result<Duration, String> {
+    protection_core::duration::parse_duration(s).map_err(|e| e.to_string())
+}
+
+fn resync_arg(s: &str) -> Result<Duration, String> {
+    protection_core::duration::RESYNC_PERIOD.parse(s)
 }
 
 /// Flags of the service-lb-cleanup controller (flattened into
@@ -140,18 +143,19 @@ pub struct Options {
     pub lb_provider_token_file: Option<PathBuf>,
 
     /// Time to establish a connection to the load-balancer API.
-    #[arg(long = "lb-provider-connect-timeout", default_value = "5s", value_parser = duration_arg)]
+    #[arg(long = "lb-provider-connect-timeout", default_value = "5s", value_parser = timeout_arg)]
     pub lb_provider_connect_timeout: Duration,
 
     /// Time for one load-balancer API call, reply included.
-    #[arg(long = "lb-provider-request-timeout", default_value = "30s", value_parser = duration_arg)]
+    #[arg(long = "lb-provider-request-timeout", default_value = "30s", value_parser = timeout_arg)]
     pub lb_provider_request_timeout: Duration,
 
     /// How often Services still holding the finalizer while deleted or no
     /// longer load balancers are synced again regardless of their backoff
     /// (upstream's 30 s informer resync, which only re-drives cleanups).
-    /// 0 disables it.
-    #[arg(long = "lb-resync-period", default_value = "30s", value_parser = duration_arg)]
+    /// 0 disables it; otherwise at least 1s (client-go's minimum resync
+    /// period).
+    #[arg(long = "lb-resync-period", default_value = "30s", value_parser = resync_arg)]
     pub lb_resync_period: Duration,
 }
 

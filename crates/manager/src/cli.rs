@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use protection_core::duration::parse_duration;
+use protection_core::duration::{DurationRange, GO_MAX, parse_duration};
 use protection_core::featuregate::FeatureGates;
 use protection_core::release::{self, BINARY_VERSION, EMULATION_FLOOR};
 use protection_core::version::Version;
@@ -212,6 +212,12 @@ pub struct StripFinalizersArgs {
     #[arg(long, default_value = protection_host::release_guard::DEFAULT_RECORD_NAME, value_parser = object_name_arg)]
     pub release_record_name: String,
 
+    /// Also remove the finalizer from objects still in use (or whose use
+    /// cannot be told): they can then be deleted while used. Without it
+    /// they are kept, and listed.
+    #[arg(long, default_value_t = false)]
+    pub strip_from_objects_in_use: bool,
+
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -225,6 +231,50 @@ fn version_arg(s: &str) -> Result<Version, String> {
 
 fn duration_arg(s: &str) -> Result<Duration, String> {
     parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// `--leader-elect-lease-duration`: what the Lease's
+/// `spec.leaseDurationSeconds` (an int32 of seconds) holds.
+pub const LEASE_DURATION: DurationRange = DurationRange {
+    zero: None,
+    min: (Duration::from_secs(2), ""),
+    max: (
+        protection_host::leader::MAX_LEASE_DURATION,
+        "the Lease's spec.leaseDurationSeconds is an int32 of seconds",
+    ),
+};
+
+/// `--leader-elect-renew-deadline` and `--leader-elect-retry-period`: below
+/// the lease duration (checked together at start), so within its range.
+pub const LEADER_TIMING: DurationRange = DurationRange {
+    zero: None,
+    min: (Duration::from_millis(1), ""),
+    max: (
+        protection_host::leader::MAX_LEASE_DURATION,
+        "it must be shorter than the lease duration",
+    ),
+};
+
+/// `--ping-interval`: each ping is a request to /version.
+pub const PING_INTERVAL: DurationRange = DurationRange {
+    zero: None,
+    min: (
+        Duration::from_secs(1),
+        "each ping is a request; a shorter interval spends the client's budget on /version",
+    ),
+    max: GO_MAX,
+};
+
+fn lease_duration_arg(s: &str) -> Result<Duration, String> {
+    LEASE_DURATION.parse(s)
+}
+
+fn leader_timing_arg(s: &str) -> Result<Duration, String> {
+    LEADER_TIMING.parse(s)
+}
+
+fn ping_interval_arg(s: &str) -> Result<Duration, String> {
+    PING_INTERVAL.parse(s)
 }
 
 /// kubectl's `--request-timeout`: whole seconds, or a duration with a unit.
@@ -386,16 +436,18 @@ pub struct RunArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub leader_elect: bool,
 
-    /// How long non-leaders wait after the last renewal before taking over.
-    #[arg(long, default_value = "15s", value_parser = duration_arg)]
+    /// How long non-leaders wait after the last renewal before taking over
+    /// (whole seconds, 2s to 2147483647s: the Lease's
+    /// spec.leaseDurationSeconds is an int32).
+    #[arg(long, default_value = "15s", value_parser = lease_duration_arg)]
     pub leader_elect_lease_duration: Duration,
 
     /// The leader steps down if it could not renew for this long.
-    #[arg(long, default_value = "10s", value_parser = duration_arg)]
+    #[arg(long, default_value = "10s", value_parser = leader_timing_arg)]
     pub leader_elect_renew_deadline: Duration,
 
     /// How often the leader renews and candidates retry.
-    #[arg(long, default_value = "2s", value_parser = duration_arg)]
+    #[arg(long, default_value = "2s", value_parser = leader_timing_arg)]
     pub leader_elect_retry_period: Duration,
 
     /// Name of the Lease object used for leader election.
@@ -422,8 +474,9 @@ pub struct RunArgs {
     #[arg(long, default_value = protection_host::release_guard::DEFAULT_RECORD_NAME, value_parser = object_name_arg)]
     pub release_record_name: String,
 
-    /// How often the API server is pinged for the readiness check.
-    #[arg(long, default_value = "5s", value_parser = duration_arg, hide = true)]
+    /// How often the API server is pinged for the readiness check (at
+    /// least 1s: each ping is a request).
+    #[arg(long, default_value = "5s", value_parser = ping_interval_arg, hide = true)]
     pub ping_interval: Duration,
 
     #[command(
@@ -512,6 +565,61 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("protection-manager").chain(args.iter().copied()))
+    }
+
+    /// Issue 27, bug 5 and the interval floors (`make fuzz`): every duration
+    /// flag either refuses a value, naming itself, or takes one its
+    /// consumer holds.
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn run_args(flag: &str, value: &str) -> Result<RunArgs, String> {
+            match parse(&["run", &format!("--{flag}={value}")]) {
+                Ok(Cli {
+                    command: Command::Run(r),
+                    ..
+                }) => Ok(*r),
+                Ok(_) => Err("not run".into()),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+
+        /// A duration flag: its name, how to read it back, its range and
+        /// whether 0 means "off".
+        struct Flag {
+            name: &'static str,
+            get: fn(&RunArgs) -> Duration,
+            min: Duration,
+            max: Duration,
+            zero_ok: bool,
+        }
+
+        proptest! {
+            #[test]
+            fn duration_flags_take_only_what_their_consumers_hold(
+                value in "[0-9]{1,13}(\\.[0-9]{0,3})?(ns|us|ms|s|m|h)|0",
+            ) {
+                let checks = [
+                    Flag { name: "leader-elect-lease-duration", get: |r| r.leader_elect_lease_duration, min: Duration::from_secs(2), max: protection_host::leader::MAX_LEASE_DURATION, zero_ok: false },
+                    Flag { name: "ping-interval", get: |r| r.ping_interval, min: Duration::from_secs(1), max: GO_MAX.0, zero_ok: false },
+                    Flag { name: "storage-protection-resync-period", get: |r| r.storage.resync_period, min: Duration::from_secs(1), max: GO_MAX.0, zero_ok: true },
+                    Flag { name: "lb-resync-period", get: |r| r.lb.lb_resync_period, min: Duration::from_secs(1), max: GO_MAX.0, zero_ok: true },
+                ];
+                for f in checks {
+                    match run_args(f.name, &value) {
+                        Ok(r) => {
+                            let d = (f.get)(&r);
+                            prop_assert!(
+                                (f.zero_ok && d.is_zero()) || (d >= f.min && d <= f.max),
+                                "--{}={value} -> {d:?}", f.name
+                            );
+                        }
+                        Err(e) => prop_assert!(e.contains(&format!("--{}", f.name)), "{e}"),
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -44,7 +44,18 @@ const CRATES: &[Crate] = &[
     },
     Crate {
         infos: protection_rules::INFOS,
-        descriptors: |_| Ok(protection_rules::descriptors()),
+        // A rule may not use another controller's finalizer (in the profile
+        // this manager runs with).
+        descriptors: |a| {
+            Ok(protection_rules::descriptors_with(
+                protection_rules::controller::Settings {
+                    reserved_finalizers: infos()
+                        .filter(|i| i.name != protection_rules::controller::NAME)
+                        .map(|i| (i.finalizer.get(a.finalizer_profile).to_string(), i.name))
+                        .collect(),
+                },
+            ))
+        },
     },
 ];
 

@@ -24,6 +24,8 @@ use pv_protection::index::{PodUse, Via};
 use pv_protection::objects::{PvFacts, PvcFacts};
 use vac_protection::index::VacUse;
 
+use protection_host::names::{NameRule, escape_path_segment, validate_name};
+
 use crate::cli::ExplainArgs;
 use crate::release_check::client;
 
@@ -47,6 +49,14 @@ impl Kind {
                 "unknown kind {other:?}: explain understands pvc (persistentvolumeclaim), pv (persistentvolume), svc (service) and vac (volumeattributesclass)"
             ),
         })
+    }
+
+    /// The rule kube-apiserver checks this kind's names with.
+    fn name_rule(self) -> NameRule {
+        match self {
+            Kind::Service => NameRule::Dns1035Label,
+            Kind::Pvc | Kind::Pv | Kind::Vac => NameRule::Dns1123Subdomain,
+        }
     }
 
     fn title(self) -> &'static str {
@@ -80,6 +90,15 @@ pub async fn explain_rules(
     if name.is_empty() || name.contains('/') {
         bail!(
             "expected <kind>/<name>, e.g. pvc/data or secrets/db; got {:?}",
+            args.target
+        );
+    }
+    // The kind's own name rule is not known here: the least every kind's
+    // names obey, and nothing a URL would read as more than a name.
+    validate_name(&args.target, name, NameRule::PathSegment)?;
+    if escape_path_segment(name) != name {
+        bail!(
+            "invalid {} {name:?}: a name explain can look up has no '?', '#', ';', ',', spaces or non-ASCII characters",
             args.target
         );
     }
@@ -373,6 +392,8 @@ impl Report {
 /// Reads everything and builds the report.
 pub async fn explain(args: &ExplainArgs) -> Result<Report> {
     let (kind, name) = parse_target(&args.target)?;
+    // Checked before any request: the name goes into the URL's path.
+    validate_name(&args.target, &name, kind.name_rule())?;
     let client = client(&args.client).await?;
     let namespace = match kind {
         Kind::Pv | Kind::Vac => None,
@@ -644,6 +665,20 @@ mod tests {
 
     fn ts(s: i64) -> Option<Timestamp> {
         Timestamp::from_second(1_800_000_000 + s).ok()
+    }
+
+    proptest::proptest! {
+        /// Issue 27, bug 4 (`make fuzz`): whatever the target, a name that
+        /// passes its kind's rule goes into the URL as it is: one path
+        /// segment, no query, no fragment.
+        #[test]
+        fn a_checked_target_name_is_one_plain_path_segment(target in "\\PC{0,40}") {
+            if let Ok((kind, name)) = parse_target(&target)
+                && validate_name(&target, &name, kind.name_rule()).is_ok()
+            {
+                proptest::prop_assert_eq!(escape_path_segment(&name), name);
+            }
+        }
     }
 
     #[test]

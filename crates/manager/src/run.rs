@@ -124,6 +124,10 @@ pub async fn run(args: RunArgs) -> Result<()> {
             identity,
             ping_interval: args.ping_interval,
             events_client: Some(EventsClient(events_client)),
+            watches: Some((
+                client_metrics.watch_health(),
+                protection_host::host::watch_down_bound(args.client.request_timeout()),
+            )),
             release_guard: Some(ReleaseGuardConfig {
                 location: RecordLocation {
                     namespace,

@@ -9,6 +9,14 @@
 //! the running manager (it removes the finalizer once they are unused), and
 //! clears the record's minimum release when no object carries it any more.
 //!
+//! It refuses a controller whose finalizer every release with controllers
+//! knows (pv-protection, pvc-protection, service-lb-cleanup: a rollback
+//! never strands it, and under the upstream profile it is
+//! kube-controller-manager's too), and it never strips an object in use
+//! (a VolumeAttributesClass a PVC or PV refers to; an object whose use it
+//! cannot tell) unless `--strip-from-objects-in-use` says so: such an
+//! object is kept, listed with its users, and the minimum release stays.
+//!
 //! A finalizer that stands for others (`FinalizedResource::
 //! cleared_by_deleting`: the rules controller's `rule-cleanup` on a
 //! ProtectionRule, whose own finalizer is on the objects it protects) is
@@ -22,6 +30,7 @@ use std::fmt::Write as _;
 use anyhow::{Context, Result, bail};
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use protection_core::release::CONTROLLERS_SINCE;
 use protection_host::release_guard::{self, RecordLocation};
 use serde_json::json;
 
@@ -49,6 +58,18 @@ pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
         );
     }
     let finalizer = info.finalizer.get(args.finalizer_profile);
+    if info.since <= CONTROLLERS_SINCE {
+        let upstream = match args.finalizer_profile {
+            protection_core::FinalizerProfile::Upstream => {
+                " (and, as upstream's own name, kube-controller-manager removes it)"
+            }
+            _ => "",
+        };
+        bail!(
+            "--controller {:?}: every release since {CONTROLLERS_SINCE} (the first with controllers) removes {finalizer}{upstream}: a rollback never strands it, so there is nothing to strip, and stripping it would let objects still in use be deleted",
+            args.controller
+        );
+    }
     let client = client(&args.client).await?;
     let location = RecordLocation {
         namespace: manager_namespace(args.namespace.clone()),
@@ -76,7 +97,9 @@ pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
     let mut out = String::new();
     let mut left = Vec::new();
     let mut undeleted = Vec::new();
+    let mut in_use = Vec::new();
     for r in info.finalizes {
+        let users = UsersOf::list(&client, r).await?;
         let Some(holders) = release_guard::holders(&client, r, finalizer)
             .await
             .with_context(|| format!("listing {}", r.plural))?
@@ -96,6 +119,12 @@ pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
             }
             if r.cleared_by_deleting {
                 undeleted.push(name);
+                continue;
+            }
+            if let Some(why) = users.in_use(r, &name)
+                && !args.strip_from_objects_in_use
+            {
+                in_use.push(format!("{}/{name} ({why})", r.plural));
                 continue;
             }
             strip_one(&client, r, &name, finalizer)
@@ -128,12 +157,21 @@ pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
             undeleted.join(" ")
         );
     }
+    if !in_use.is_empty() {
+        let _ = writeln!(
+            out,
+            "kept {finalizer} on objects in use (removing it would let them be deleted while used; run this again once they are unused, or pass --strip-from-objects-in-use to remove it anyway): {}",
+            in_use.join(", ")
+        );
+    }
     if !left.is_empty() {
         let _ = writeln!(
             out,
             "still carrying {finalizer} while being deleted (the running manager removes it once they are unused; run this again then): {}",
             left.join(", ")
         );
+    }
+    if !left.is_empty() || !in_use.is_empty() {
         if minimum.is_some() {
             let _ = writeln!(
                 out,
@@ -185,6 +223,98 @@ pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
         );
     }
     Ok(out)
+}
+
+/// What uses the objects of a finalized resource, for the kinds whose use
+/// this command can tell (from live lists, as the controller's own
+/// confirmation reads them).
+enum UsersOf {
+    /// VolumeAttributesClasses: the PVCs and PVs referring to them.
+    Classes {
+        pvcs: Vec<serde_json::Value>,
+        pvs: Vec<serde_json::Value>,
+    },
+    /// A kind whose use this command cannot tell: every object counts as
+    /// in use.
+    Unknown,
+}
+
+impl UsersOf {
+    async fn list(client: &kube::Client, r: &protection_core::FinalizedResource) -> Result<Self> {
+        if r.cleared_by_deleting {
+            return Ok(UsersOf::Unknown);
+        }
+        if r.kind == "VolumeAttributesClass" {
+            let values = |items: Vec<DynamicObject>| -> Vec<serde_json::Value> {
+                items
+                    .into_iter()
+                    .filter_map(|o| serde_json::to_value(o).ok())
+                    .collect()
+            };
+            let core = |kind: &str, plural: &str| ApiResource {
+                group: String::new(),
+                version: "v1".into(),
+                api_version: "v1".into(),
+                kind: kind.into(),
+                plural: plural.into(),
+            };
+            let pvcs: Api<DynamicObject> = Api::all_with(
+                client.clone(),
+                &core("PersistentVolumeClaim", "persistentvolumeclaims"),
+            );
+            let pvs: Api<DynamicObject> = Api::all_with(
+                client.clone(),
+                &core("PersistentVolume", "persistentvolumes"),
+            );
+            let pvcs = pvcs
+                .list(&Default::default())
+                .await
+                .context("listing persistentvolumeclaims (to tell which classes are in use)")?;
+            let pvs = pvs
+                .list(&Default::default())
+                .await
+                .context("listing persistentvolumes (to tell which classes are in use)")?;
+            return Ok(UsersOf::Classes {
+                pvcs: values(pvcs.items),
+                pvs: values(pvs.items),
+            });
+        }
+        Ok(UsersOf::Unknown)
+    }
+
+    /// Why object `name` of `r` is (or may be) in use; `None` when unused.
+    fn in_use(&self, r: &protection_core::FinalizedResource, name: &str) -> Option<String> {
+        match self {
+            UsersOf::Classes { pvcs, pvs } => {
+                let e = vac_protection::explain::explain_vac(name, pvcs.clone(), pvs.clone());
+                if e.in_use() {
+                    Some(format!(
+                        "used by {}",
+                        e.users
+                            .iter()
+                            .map(vac_protection::index::VacUse::describe)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                } else if e.undecided() {
+                    Some(format!(
+                        "maybe in use: could not read {}",
+                        e.unreadable
+                            .iter()
+                            .map(|u| u.object.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                } else {
+                    None
+                }
+            }
+            UsersOf::Unknown => Some(format!(
+                "whether {} are in use cannot be told by this command",
+                r.plural
+            )),
+        }
+    }
 }
 
 /// One guarded removal: the patch fails (and nothing changes) if the list

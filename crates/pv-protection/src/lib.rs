@@ -53,7 +53,7 @@ mod testutil;
 
 use std::time::Duration;
 
-use protection_core::duration::{format_duration, parse_duration};
+use protection_core::duration::format_duration;
 use protection_core::finalizer::validate_finalizer_name;
 use protection_core::release::{CONTROLLERS_SINCE, GateDecl, PHASED_ADD};
 use protection_core::{
@@ -66,8 +66,8 @@ pub use protection_core::runtime::{ReconcileError as Error, Settings};
 /// Default of `--storage-protection-resync-period`.
 pub const DEFAULT_RESYNC_PERIOD: Duration = Duration::from_secs(300);
 
-fn duration_arg(s: &str) -> Result<Duration, String> {
-    parse_duration(s).map_err(|e| e.to_string())
+fn resync_arg(s: &str) -> Result<Duration, String> {
+    protection_core::duration::RESYNC_PERIOD.parse(s)
 }
 
 /// Flags of the storage protection controllers (flattened into
@@ -79,12 +79,13 @@ pub struct Options {
     /// being deleted with their finalizer (or lacking it), as upstream's
     /// informer resync does. Re-checks read the caches: a kept object costs
     /// no API request. `0` disables it (a pod deleted during a watch gap is
-    /// still caught: the pod re-list re-checks its claims).
+    /// still caught: the pod re-list re-checks its claims); otherwise at
+    /// least 1s (client-go's minimum resync period).
     #[arg(
         id = "storage_protection_resync_period",
         long = "storage-protection-resync-period",
         default_value = "5m",
-        value_parser = duration_arg
+        value_parser = resync_arg
     )]
     pub resync_period: Duration,
 }

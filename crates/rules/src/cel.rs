@@ -5,15 +5,77 @@
 //! (`split`, `flatten`, ...) and optionals (`object.spec.?volumes.orValue([])`)
 //! are available.
 
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, LazyLock};
 
-use cel::{Context, Env, Program, Value as CelValue};
+use cel::{Context, Env, Value as CelValue};
+use kube_cel::guard::{Limits, MAX_OBJECT_SIZE};
+use kube_cel::{Abort, EvalError, Plan};
+use prometheus::{IntCounterVec, Opts, Registry};
+
+/// The most a rule's expression may be estimated to cost on the largest
+/// object the API server stores (3 MiB): about 300 passes over it. An
+/// expression whose work grows with the square of an object's size (a
+/// comprehension inside one over the same list) is estimated thousands of
+/// times higher and refused when the rule is created, as kube-apiserver
+/// refuses a CRD validation rule past its estimated cost limit.
+pub const STATIC_COST_LIMIT: f64 = 1e9;
+/// The most an expression may be estimated to create on that object
+/// (values in [`kube_cel::size`] units, added up): about 1,600 copies of
+/// it.
+pub const STATIC_MEMORY_LIMIT: f64 = 5e9;
+/// What one evaluation may spend: kube-apiserver's per-call cost limit, 4
+/// MiB of values created and 10 s.
+pub const LIMITS: Limits = Limits::PER_CALL;
+/// An evaluation first runs where it is called (on an async worker) with
+/// this much of the budget; one that needs more runs again off the async
+/// workers, one at a time per spare core (so two expensive rules cannot
+/// starve the probes, the other controllers or the shutdown).
+const INLINE_COST: u64 = 20_000;
+
+/// Sizes the estimate assumes, besides the object's: the fields every
+/// object has and Kubernetes bounds (a name is a DNS subdomain or label).
+const BOUNDED_FIELDS: &[(&str, u64)] = &[
+    ("object", MAX_OBJECT_SIZE),
+    ("object.metadata.name", 253 + 2),
+    ("object.metadata.generateName", 253 + 2),
+    ("object.metadata.namespace", 63 + 2),
+    ("object.metadata.uid", 36 + 2),
+];
+
+/// Evaluations stopped by their budget, by reason (cost, memory, time,
+/// cancelled): a rule whose expression is too expensive for some object.
+static ABORTS: LazyLock<Option<IntCounterVec>> = LazyLock::new(|| {
+    IntCounterVec::new(
+        Opts::new(
+            "protection_manager_cel_evaluations_aborted_total",
+            "ProtectionRule expressions stopped by their per-evaluation budget, by reason (cost, memory, time, cancelled); the object they were evaluated on holds what it may use.",
+        ),
+        &["reason"],
+    )
+    .ok()
+});
+
+/// Registers the aborts counter (one process-wide counter, in as many
+/// registries as ask: a test process may run several managers).
+pub fn register_metrics(registry: &Registry) {
+    if let Some(c) = ABORTS.as_ref() {
+        let _ = registry.register(Box::new(c.clone()));
+    }
+}
+
+/// Heavy evaluations at once: one per core beyond the first.
+static HEAVY: LazyLock<tokio::sync::Semaphore> = LazyLock::new(|| {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    tokio::sync::Semaphore::new(cores.saturating_sub(1).max(1))
+});
 
 /// A compiled expression and its source.
 pub struct Expr {
     pub source: String,
-    program: Program,
+    plan: Plan,
     env: Arc<Env>,
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 impl std::fmt::Debug for Expr {
@@ -22,19 +84,36 @@ impl std::fmt::Debug for Expr {
     }
 }
 
+/// Why an expression is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CompileError {
+    /// It does not parse (or is empty).
+    #[error("{0}")]
+    Invalid(String),
+    /// Its estimated cost or memory on the largest object is past the
+    /// budget.
+    #[error("{0}")]
+    TooExpensive(String),
+}
+
 /// Compiles `source`; the error names what is wrong, not where it is used.
-pub fn compile(source: &str) -> Result<Expr, String> {
+pub fn compile(source: &str) -> Result<Expr, CompileError> {
     if source.trim().is_empty() {
-        return Err("expression is empty".into());
+        return Err(CompileError::Invalid("expression is empty".into()));
     }
-    let env = env()?;
+    let env = env().map_err(CompileError::Invalid)?;
     let program = env
         .compile(source)
-        .map_err(|e| e.to_string().trim().to_string())?;
+        .map_err(|e| CompileError::Invalid(e.to_string().trim().to_string()))?;
+    let plan = kube_cel::plan(program.expression(), BOUNDED_FIELDS);
+    plan.estimate
+        .check(STATIC_COST_LIMIT, STATIC_MEMORY_LIMIT)
+        .map_err(CompileError::TooExpensive)?;
     Ok(Expr {
         source: source.to_string(),
-        program,
+        plan,
         env: Arc::new(env),
+        cancel: None,
     })
 }
 
@@ -42,11 +121,36 @@ use kube_cel::env;
 pub use kube_cel::to_cel;
 
 impl Expr {
-    /// Runs the expression with `object` bound.
+    /// Stops this expression's evaluations once `flag` is set (shutdown).
+    pub fn set_cancel(&mut self, flag: Arc<AtomicBool>) {
+        self.cancel = Some(flag);
+    }
+
+    /// Runs the expression with `object` bound, within [`LIMITS`].
     pub fn eval(&self, object: &CelValue) -> Result<CelValue, String> {
         let mut ctx = Context::with_env(self.env.clone());
         ctx.add_variable_from_value("object", object.clone());
-        self.program.execute(&ctx).map_err(|e| e.to_string())
+        let inline = Limits {
+            cost: INLINE_COST,
+            ..LIMITS
+        };
+        let cancel = self.cancel.as_ref();
+        let result = match kube_cel::execute(&self.plan.expr, &ctx, inline, cancel) {
+            Err(EvalError::Aborted(Abort::Cost(_))) => {
+                heavy(|| kube_cel::execute(&self.plan.expr, &ctx, LIMITS, cancel))
+            }
+            r => r,
+        };
+        match result {
+            Ok((v, _)) => Ok(v),
+            Err(EvalError::Aborted(a)) => {
+                if let Some(c) = ABORTS.as_ref() {
+                    c.with_label_values(&[a.reason()]).inc();
+                }
+                Err(a.to_string())
+            }
+            Err(EvalError::Execution(e)) => Err(e.to_string()),
+        }
     }
 
     /// A `while` condition: true, false, or an error for any other result.
@@ -71,6 +175,19 @@ impl Expr {
         out.sort();
         out.dedup();
         Ok(out)
+    }
+}
+
+/// Runs `f` where blocking does no harm: off the async workers when on a
+/// multi-threaded runtime (`block_in_place`), one at a time per spare core.
+fn heavy<T>(f: impl FnOnce() -> T) -> T {
+    let run = || {
+        let _permit = futures::executor::block_on(HEAVY.acquire());
+        f()
+    };
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(run),
+        _ => run(),
     }
 }
 

@@ -18,6 +18,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -55,6 +56,9 @@ struct State {
     /// Status as last written (or the refusal to write).
     status: HashMap<String, Value>,
     cancel: CancellationToken,
+    /// Set at shutdown: stops the rules' CEL evaluations at their next step.
+    cel_stop: Arc<AtomicBool>,
+    settings: Settings,
 }
 
 /// How often a cluster without the ProtectionRule CRD is asked again.
@@ -62,8 +66,23 @@ const REDISCOVER: Duration = Duration::from_secs(30);
 /// The readiness note while the CRD is missing.
 const NO_CRD_NOTE: &str = "the ProtectionRule CRD is not installed: no rules to run";
 
+/// What the manager tells the rules controller about itself.
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    /// The finalizers of this manager's other controllers (in the profile
+    /// it runs with), with the controller's name: a rule may not use them
+    /// (two controllers would each remove the finalizer when *they* are
+    /// done with the object).
+    pub reserved_finalizers: Vec<(String, &'static str)>,
+}
+
 /// Runs the rules controller until shutdown.
 pub async fn run(ctx: ControllerContext) -> Result<(), ControllerError> {
+    run_with(ctx, Settings::default()).await
+}
+
+/// [`run`], knowing the manager's other controllers.
+pub async fn run_with(ctx: ControllerContext, settings: Settings) -> Result<(), ControllerError> {
     let add_enabled = ctx
         .gates
         .try_enabled(crate::IN_USE_PROTECTION_RULES.name)
@@ -97,6 +116,15 @@ pub async fn run(ctx: ControllerContext) -> Result<(), ControllerError> {
         }
     }
     ctx.ready.set_note(None);
+    crate::cel::register_metrics(ctx.metrics.registry());
+    let cel_stop = Arc::new(AtomicBool::new(false));
+    tokio::spawn({
+        let (shutdown, flag) = (ctx.shutdown.clone(), cel_stop.clone());
+        async move {
+            shutdown.cancelled().await;
+            flag.store(true, Ordering::Relaxed);
+        }
+    });
     let mut stream = watcher(api.clone(), watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -110,6 +138,8 @@ pub async fn run(ctx: ControllerContext) -> Result<(), ControllerError> {
         next: HashMap::new(),
         retry: HashMap::new(),
         status: HashMap::new(),
+        cel_stop,
+        settings,
     };
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     let mut init: Vec<DynamicObject> = Vec::new();
@@ -298,6 +328,96 @@ impl State {
         self.write_status(name, status).await;
     }
 
+    /// A refusal that also stops the rule's running version: what the
+    /// refusal protects against must not go on (another controller's or
+    /// rule's finalizer, a critical kind).
+    async fn refuse_stopping(
+        &mut self,
+        name: &str,
+        generation: i64,
+        reason: &str,
+        message: String,
+    ) {
+        self.runners.remove(name);
+        self.next.remove(name);
+        self.refuse(name, generation, reason, message).await
+    }
+
+    /// The oldest other rule (creation time, then name) that uses the same
+    /// finalizer on the same `spec.protected`, if it is older than `name`:
+    /// it owns the finalizer.
+    fn older_sharing(&self, name: &str, o: &DynamicObject, s: &spec::RuleSpec) -> Option<String> {
+        let key = |r: &DynamicObject| {
+            (
+                r.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                r.metadata.name.clone().unwrap_or_default(),
+            )
+        };
+        let mine = key(o);
+        self.rules
+            .iter()
+            .filter(|(n, r)| *n != name && r.metadata.deletion_timestamp.is_none())
+            .filter(|(_, r)| {
+                r.data
+                    .get("spec")
+                    .and_then(|v| serde_json::from_value::<spec::RuleSpec>(v.clone()).ok())
+                    .is_some_and(|other| {
+                        other.finalizer == s.finalizer
+                            && spec::same_protected(&other.protected, &s.protected)
+                    })
+            })
+            .map(|(_, r)| key(r))
+            .filter(|k| *k < mine)
+            .min()
+            .map(|(_, n)| n)
+    }
+
+    /// Another running rule that puts `finalizer` on the same kind.
+    fn running_sharing(&self, name: &str, finalizer: &str, kind: &Kind) -> Option<String> {
+        self.runners
+            .iter()
+            .chain(self.next.iter())
+            .filter(|(n, _)| *n != name)
+            .find(|(_, r)| {
+                r.ctx.spec.finalizer == finalizer
+                    && r.ctx.protected.ar.group == kind.ar.group
+                    && r.ctx.protected.ar.plural == kind.ar.plural
+            })
+            .map(|(n, _)| n.clone())
+    }
+
+    /// Whether another rule, not being deleted, puts `finalizer` on `kind`:
+    /// a deleted rule then leaves the finalizer to it.
+    async fn shared_with_live_rule(
+        &self,
+        name: &str,
+        finalizer: &str,
+        kind: &Kind,
+    ) -> Option<String> {
+        for (n, r) in &self.rules {
+            if n == name || r.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let Some(other) = r
+                .data
+                .get("spec")
+                .and_then(|v| serde_json::from_value::<spec::RuleSpec>(v.clone()).ok())
+            else {
+                continue;
+            };
+            if other.finalizer != finalizer {
+                continue;
+            }
+            if let Ok(k) = runner::resolve_protected(&self.ctx.client, &other.protected).await
+                && k.ar.group == kind.ar.group
+                && k.ar.plural == kind.ar.plural
+            {
+                return Some(n.clone());
+            }
+        }
+        None
+    }
+
     async fn patch_rule_finalizer(&self, o: &DynamicObject, add: bool) -> Result<(), String> {
         let f = PhasedFinalizer::new(RULE_FINALIZER, true)
             .map_err(|e| e.to_string())?
@@ -346,15 +466,69 @@ impl State {
         {
             return;
         }
-        let (spec, users) = match spec::compile(&spec_value) {
+        let (spec, mut users) = match spec::compile(&spec_value) {
             Ok(x) => x,
-            Err(e) => return self.refuse(name, generation, "InvalidRule", e).await,
+            Err(e) => return self.refuse(name, generation, e.reason, e.message).await,
         };
+        for u in &mut users {
+            u.reference.set_cancel(self.cel_stop.clone());
+            if let Some(w) = &mut u.while_ {
+                w.set_cancel(self.cel_stop.clone());
+            }
+        }
+        if let Some((_, owner)) = self
+            .settings
+            .reserved_finalizers
+            .iter()
+            .find(|(f, _)| *f == spec.finalizer)
+        {
+            let message = format!(
+                "spec.finalizer: {} is the finalizer of this manager's {owner} controller; a rule must use its own",
+                spec.finalizer
+            );
+            return self
+                .refuse_stopping(name, generation, "FinalizerInUse", message)
+                .await;
+        }
+        if let Some(older) = self.older_sharing(name, &o, &spec) {
+            // Retried: the owner may go.
+            self.retry
+                .insert(name.into(), Instant::now() + Duration::from_secs(10));
+            let message = format!(
+                "spec.finalizer: {} is already used on {} by ProtectionRule {older}; two rules sharing a finalizer would each remove it when their own users are gone, freeing an object the other's still use",
+                spec.finalizer,
+                spec::protected_display(&spec.protected)
+            );
+            return self
+                .refuse_stopping(name, generation, "FinalizerInUse", message)
+                .await;
+        }
         let client = &self.ctx.client;
         let protected = match runner::resolve_protected(client, &spec.protected).await {
             Ok(k) => k,
             Err(e) => return self.not_found(name, generation, "spec.protected", e).await,
         };
+        if let Err(message) = spec::check_protected_kind(
+            &protected.ar.group,
+            &protected.ar.plural,
+            spec.allow_critical_kind,
+        ) {
+            return self
+                .refuse_stopping(name, generation, "CriticalKind", message)
+                .await;
+        }
+        if let Some(other) = self.running_sharing(name, &spec.finalizer, &protected) {
+            self.retry
+                .insert(name.into(), Instant::now() + Duration::from_secs(10));
+            let message = format!(
+                "spec.finalizer: {} is already used on {} by ProtectionRule {other}; two rules sharing a finalizer would each remove it when their own users are gone, freeing an object the other's still use",
+                spec.finalizer,
+                protected.display()
+            );
+            return self
+                .refuse_stopping(name, generation, "FinalizerInUse", message)
+                .await;
+        }
         let mut user_kinds = Vec::new();
         for (i, u) in spec.users.iter().enumerate() {
             match runner::resolve(client, &u.group, &u.version, Some(&u.resource), None).await {
@@ -426,8 +600,13 @@ impl State {
             )
             .await
             {
-                let n = runner::remove_everywhere(&self.ctx.client, &kind, &s.finalizer, FIELD_MANAGER).await?;
-                tracing::info!(controller = NAME, rule = name, removed = n, finalizer = %s.finalizer, "rule deleted: finalizers removed");
+                if let Some(other) = self.shared_with_live_rule(name, &s.finalizer, &kind).await {
+                    // The finalizer stands for the other rule's users too.
+                    tracing::info!(controller = NAME, rule = name, other = %other, finalizer = %s.finalizer, "rule deleted: its finalizer stays, another rule uses it on the same kind");
+                } else {
+                    let n = runner::remove_everywhere(&self.ctx.client, &kind, &s.finalizer, FIELD_MANAGER).await?;
+                    tracing::info!(controller = NAME, rule = name, removed = n, finalizer = %s.finalizer, "rule deleted: finalizers removed");
+                }
             }
             self.patch_rule_finalizer(o, false).await
         }

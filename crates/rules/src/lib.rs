@@ -87,8 +87,13 @@ pub const INFOS: &[&ControllerInfo] = &[&RULES_INFO];
 
 /// The controllers of this crate: `rules`.
 pub fn descriptors() -> Vec<ControllerDescriptor> {
+    descriptors_with(controller::Settings::default())
+}
+
+/// The controllers of this crate, knowing the manager's other controllers.
+pub fn descriptors_with(settings: controller::Settings) -> Vec<ControllerDescriptor> {
     vec![ControllerDescriptor {
         info: &RULES_INFO,
-        run: Box::new(|ctx| Box::pin(controller::run(ctx))),
+        run: Box::new(move |ctx| Box::pin(controller::run_with(ctx, settings))),
     }]
 }

@@ -82,6 +82,15 @@ pub struct RuleSpec {
     /// explained.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Protect a kind whose objects the cluster itself must be able to
+    /// delete (pods, nodes, namespaces, leases,
+    /// customresourcedefinitions): refused unless set.
+    #[serde(
+        rename = "allowCriticalKind",
+        default,
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub allow_critical_kind: bool,
 }
 
 /// A user entry with its expressions compiled.
@@ -99,14 +108,22 @@ pub const UPSTREAM_FINALIZERS: &[&str] = &[
     "kubernetes.io/pv-protection",
 ];
 
-/// Checks the finalizer name: qualified, and not in `kubernetes.io` unless
-/// it is an upstream one.
+/// The manager's own domain: its controllers' finalizers live there.
+pub const MANAGER_DOMAIN: &str = "protection-manager.io";
+
+/// Checks the finalizer name: qualified, not in the manager's own domain,
+/// and not in `kubernetes.io` unless it is an upstream one.
 pub fn check_finalizer(name: &str) -> Result<(), String> {
     protection_core::finalizer::validate_finalizer_name(name).map_err(|e| e.to_string())?;
     let domain = name.split('/').next().unwrap_or("");
     if !domain.contains('.') {
         return Err(format!(
             "finalizer {name:?} must be domain-qualified (e.g. example.com/secret-in-use)"
+        ));
+    }
+    if domain == MANAGER_DOMAIN || domain.ends_with(&format!(".{MANAGER_DOMAIN}")) {
+        return Err(format!(
+            "finalizer {name:?} is in the {MANAGER_DOMAIN} domain, which the manager's own controllers use; a rule must use its own"
         ));
     }
     let reserved = domain == "kubernetes.io" || domain.ends_with(".kubernetes.io");
@@ -119,8 +136,100 @@ pub fn check_finalizer(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Kinds whose objects the cluster must be able to delete for its own
+/// work (group, resource): a finalizer on them can stall a node drain, a
+/// namespace deletion, leader election or an API's removal. A rule may
+/// protect them only with `allowCriticalKind: true`.
+pub const CRITICAL_KINDS: &[(&str, &str)] = &[
+    ("", "pods"),
+    ("", "nodes"),
+    ("", "namespaces"),
+    ("coordination.k8s.io", "leases"),
+    ("apiextensions.k8s.io", "customresourcedefinitions"),
+];
+
+/// Refuses a protected kind the cluster must be able to delete (unless
+/// `allow`), and ProtectionRules themselves (always: a rule holding rules
+/// would hold its own clean-up).
+pub fn check_protected_kind(group: &str, plural: &str, allow: bool) -> Result<(), String> {
+    let shown = if group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{group}")
+    };
+    if group == GROUP && plural == PLURAL {
+        return Err(format!(
+            "spec.protected: {shown} cannot be protected by a rule (a rule holding rules would hold their clean-up)"
+        ));
+    }
+    if !allow && CRITICAL_KINDS.contains(&(group, plural)) {
+        return Err(format!(
+            "spec.protected: {shown} are objects the cluster must be able to delete (a held one can stall node drains, namespace deletion, leader election or an API's removal); set spec.allowCriticalKind: true to protect them anyway"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether two `spec.protected` name the same kind as written (same group,
+/// version-independent, same resource or kind).
+pub fn same_protected(a: &Protected, b: &Protected) -> bool {
+    a.group == b.group
+        && ((a.resource.is_some() && a.resource == b.resource)
+            || (a.kind.is_some() && a.kind == b.kind))
+}
+
+/// `secrets`, `widgets.example.com`: `spec.protected` as messages name it.
+pub fn protected_display(p: &Protected) -> String {
+    let what = p
+        .resource
+        .clone()
+        .or_else(|| p.kind.clone())
+        .unwrap_or_default();
+    if p.group.is_empty() {
+        what
+    } else {
+        format!("{what}.{}", p.group)
+    }
+}
+
+/// Why a rule is refused: the condition's reason and a message naming the
+/// field.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct RuleError {
+    /// `InvalidRule`, or `ExpressionTooExpensive` for an expression whose
+    /// estimated cost is past the budget.
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl From<String> for RuleError {
+    fn from(message: String) -> Self {
+        RuleError {
+            reason: "InvalidRule",
+            message,
+        }
+    }
+}
+
+impl From<&str> for RuleError {
+    fn from(message: &str) -> Self {
+        message.to_string().into()
+    }
+}
+
+fn expression(field: String, source: &str) -> Result<Expr, RuleError> {
+    cel::compile(source).map_err(|e| RuleError {
+        reason: match e {
+            cel::CompileError::Invalid(_) => "InvalidRule",
+            cel::CompileError::TooExpensive(_) => "ExpressionTooExpensive",
+        },
+        message: format!("{field}: {e}"),
+    })
+}
+
 /// Parses `spec` and compiles its expressions; the error names the field.
-pub fn compile(spec: &serde_json::Value) -> Result<(RuleSpec, Vec<CompiledUser>), String> {
+pub fn compile(spec: &serde_json::Value) -> Result<(RuleSpec, Vec<CompiledUser>), RuleError> {
     let spec: RuleSpec = serde_json::from_value(spec.clone()).map_err(|e| format!("spec: {e}"))?;
     check_finalizer(&spec.finalizer).map_err(|e| format!("spec.finalizer: {e}"))?;
     if spec.protected.resource.is_none() && spec.protected.kind.is_none() {
@@ -136,11 +245,10 @@ pub fn compile(spec: &serde_json::Value) -> Result<(RuleSpec, Vec<CompiledUser>)
     }
     let mut users = Vec::new();
     for (i, u) in spec.users.iter().enumerate() {
-        let reference =
-            cel::compile(&u.reference).map_err(|e| format!("spec.users[{i}].reference: {e}"))?;
+        let reference = expression(format!("spec.users[{i}].reference"), &u.reference)?;
         let while_ = match &u.while_ {
             Some(w) if !w.trim().is_empty() => {
-                Some(cel::compile(w).map_err(|e| format!("spec.users[{i}].while: {e}"))?)
+                Some(expression(format!("spec.users[{i}].while"), w)?)
             }
             _ => None,
         };
@@ -166,6 +274,11 @@ mod tests {
         assert!(e.contains("reserved kubernetes.io domain"), "{e}");
         let e = check_finalizer("example/x").unwrap_err();
         assert!(e.contains("domain-qualified"), "{e}");
+        // The manager's own controllers' names are not a rule's (issue 27,
+        // bug 2: a rule with pvc-protection's finalizer removed it from
+        // claims pods still used).
+        let e = check_finalizer("protection-manager.io/pvc-protection").unwrap_err();
+        assert!(e.contains("the manager's own controllers use"), "{e}");
         assert!(check_finalizer("no-slash").is_err());
     }
 
@@ -177,7 +290,8 @@ mod tests {
             "finalizer": "example.com/x"
         }))
         .unwrap_err();
-        assert!(e.starts_with("spec.users[0].reference: "), "{e}");
+        assert!(e.message.starts_with("spec.users[0].reference: "), "{e}");
+        assert_eq!(e.reason, "InvalidRule");
         let (s, u) = compile(&json!({
             "protected": {"version": "v1", "resource": "secrets"},
             "users": [{"version": "v1", "resource": "pods", "reference": "'a'", "while": "true"}],
@@ -202,7 +316,53 @@ mod tests {
             "reason": "two\nlines"
         }))
         .unwrap_err();
-        assert!(e.starts_with("spec.reason: "), "{e}");
+        assert!(e.message.starts_with("spec.reason: "), "{e}");
+    }
+
+    /// Bug 1 of issue 27: an expression whose work grows with the square of
+    /// a user object's size pinned a core per rule; it is refused when the
+    /// rule is compiled, naming the field and the budget.
+    #[test]
+    fn an_expression_quadratic_in_the_object_is_refused_as_too_expensive() {
+        let e = compile(&json!({
+            "protected": {"version": "v1", "resource": "secrets"},
+            "users": [{"version": "v1", "resource": "pods",
+                "reference": "object.spec.containers.map(a, object.spec.containers.map(b, b.name)).flatten()"}],
+            "finalizer": "example.com/x"
+        }))
+        .unwrap_err();
+        assert_eq!(e.reason, "ExpressionTooExpensive");
+        assert!(
+            e.message.starts_with(
+                "spec.users[0].reference: estimated cost exceeds budget by factor of more than 100x"
+            ),
+            "{e}"
+        );
+        let e = compile(&json!({
+            "protected": {"version": "v1", "resource": "secrets"},
+            "users": [{"version": "v1", "resource": "pods", "reference": "'a'",
+                "while": "has(lists.range(2000).map(i, object)[0].metadata)"}],
+            "finalizer": "example.com/x"
+        }))
+        .unwrap_err();
+        assert_eq!(e.reason, "ExpressionTooExpensive");
+        assert!(
+            e.message
+                .starts_with("spec.users[0].while: estimated memory exceeds budget"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn critical_kinds_need_an_opt_in_and_rules_cannot_hold_rules() {
+        for (g, r) in CRITICAL_KINDS {
+            let e = check_protected_kind(g, r, false).unwrap_err();
+            assert!(e.contains("set spec.allowCriticalKind: true"), "{e}");
+            assert!(check_protected_kind(g, r, true).is_ok());
+        }
+        assert!(check_protected_kind("", "secrets", false).is_ok());
+        let e = check_protected_kind(GROUP, PLURAL, true).unwrap_err();
+        assert!(e.contains("cannot be protected by a rule"), "{e}");
     }
 
     #[test]

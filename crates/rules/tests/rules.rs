@@ -58,6 +58,15 @@ async fn grant(c: &kube::Client, name: &str, resources: &[&str], verbs: &[&str])
 /// The controller running as `MANAGER`, granted the rights the example
 /// rule needs (`rights`) or none.
 async fn start(gate: bool, rights: bool) -> H {
+    start_with(gate, rights, Default::default()).await
+}
+
+/// [`start`] with the manager's settings for the controller.
+async fn start_with(
+    gate: bool,
+    rights: bool,
+    settings: protection_rules::controller::Settings,
+) -> H {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -99,7 +108,7 @@ async fn start(gate: bool, rights: bool) -> H {
         4,
     );
     let shutdown = t.shutdown.clone();
-    tokio::spawn(protection_rules::controller::run(t.ctx));
+    tokio::spawn(protection_rules::controller::run_with(t.ctx, settings));
     H {
         _sim: sim,
         client,
@@ -824,4 +833,118 @@ async fn many_deletions_released_together_keep_every_secret_whose_pod_remains() 
             .is_empty()
     })
     .await;
+}
+
+/// The Ready condition's reason and message of `rule`, once it has one with
+/// `reason`.
+async fn refused_with(c: &kube::Client, rule: &str, reason: &str) -> String {
+    eventually(
+        WAIT,
+        &format!("{rule} is refused with {reason}"),
+        async || {
+            let st = status(c, rule).await;
+            (st["conditions"][0]["reason"] == json!(reason)).then(|| {
+                st["conditions"][0]["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string()
+            })
+        },
+    )
+    .await
+}
+
+/// Issue 27, bug 2: two rules putting the same finalizer on the same kind
+/// each removed it when *their* users were gone, and deleting one stripped
+/// it from every object, freeing a Secret the other's pod still used. The
+/// second is refused naming the first, and deleting it leaves the
+/// finalizer to the first.
+#[tokio::test]
+async fn a_second_rule_with_a_finalizer_already_used_is_refused_and_its_deletion_frees_nothing() {
+    let h = harness(true).await;
+    let c = &h.client;
+    rules(c)
+        .create(&PostParams::default(), &rule("first", "Enforce", FIN))
+        .await
+        .expect("create rule");
+    secret(c, "mounted").await;
+    running_pod(
+        c,
+        "p",
+        json!({"containers": [{"name": "c", "image": "x"}],
+               "volumes": [{"name": "a", "secret": {"secretName": "mounted"}}]}),
+    )
+    .await;
+    until(WAIT, "mounted carries the finalizer", async || {
+        protected(c, "mounted").await
+    })
+    .await;
+    rules(c)
+        .create(&PostParams::default(), &rule("second", "Enforce", FIN))
+        .await
+        .expect("create rule");
+    let msg = refused_with(c, "second", "FinalizerInUse").await;
+    assert!(
+        msg.contains(&format!(
+            "{FIN} is already used on secrets by ProtectionRule first"
+        )),
+        "{msg}"
+    );
+    // The Secret is deleted while the pod uses it, then the second rule.
+    delete_secret(c, "mounted").await;
+    rules(c)
+        .delete("second", &DeleteParams::default())
+        .await
+        .expect("delete rule");
+    until(WAIT, "the second rule is gone", async || {
+        rules(c).get_opt("second").await.expect("get").is_none()
+    })
+    .await;
+    // The first rule still holds the Secret for its pod.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(protected(c, "mounted").await, "the Secret in use was freed");
+    delete_pod(c, "p").await;
+    until(WAIT, "the Secret goes once the pod is gone", async || {
+        finalizers(c, "mounted").await.is_none()
+    })
+    .await;
+}
+
+/// Issue 27, bug 2 and the critical kinds: a rule may not use the finalizer
+/// of another controller of the manager, nor protect a kind the cluster
+/// must delete (pods here) without `allowCriticalKind`.
+#[tokio::test]
+async fn a_rule_with_another_controllers_finalizer_or_a_critical_kind_is_refused() {
+    let h = start_with(
+        true,
+        true,
+        protection_rules::controller::Settings {
+            reserved_finalizers: vec![(
+                "kubernetes.io/pvc-protection".to_string(),
+                "pvc-protection",
+            )],
+        },
+    )
+    .await;
+    let c = &h.client;
+    let mut upstream = rule("pvc-like", "Enforce", "kubernetes.io/pvc-protection");
+    upstream.data["spec"]["protected"] =
+        json!({"version": "v1", "resource": "persistentvolumeclaims"});
+    rules(c)
+        .create(&PostParams::default(), &upstream)
+        .await
+        .expect("create rule");
+    let msg = refused_with(c, "pvc-like", "FinalizerInUse").await;
+    assert!(
+        msg.contains("is the finalizer of this manager's pvc-protection controller"),
+        "{msg}"
+    );
+    let mut pods = rule("pods", "Enforce", "example.com/pod-in-use");
+    pods.data["spec"]["protected"] = json!({"version": "v1", "resource": "pods"});
+    rules(c)
+        .create(&PostParams::default(), &pods)
+        .await
+        .expect("create rule");
+    let msg = refused_with(c, "pods", "CriticalKind").await;
+    assert!(msg.contains("set spec.allowCriticalKind: true"), "{msg}");
 }

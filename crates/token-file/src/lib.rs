@@ -4,11 +4,143 @@
 //! inode; a rewrite in place changes the length or the modification time.
 //! Between changes the derived value (a header, a trimmed string) is cached,
 //! so a request costs one `stat(2)`.
+//!
+//! Every file is read with [`read_bounded`]: only a regular file (a FIFO
+//! would hang the reader before its first log line, `/dev/zero` grow it to
+//! gigabytes in seconds), and never more than a size that fits what it
+//! holds. [`check_file`] applies the same checks to a file another library
+//! reads (a kubeconfig and the certificates it names).
 
+use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use parking_lot::Mutex;
+
+/// The most a token file may hold (a service account token is about a
+/// kilobyte; an OIDC token a few).
+pub const MAX_TOKEN_BYTES: u64 = 64 * 1024;
+
+/// A file that is refused before (or while) reading it.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("cannot read the {what} {}: {source}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the {what} {} is not a regular file (it is {kind}); refusing to read it", path.display())]
+    NotRegular {
+        what: &'static str,
+        path: PathBuf,
+        kind: &'static str,
+    },
+    #[error("the {what} {} is larger than {max} bytes, more than a {what} holds; refusing to read it", path.display())]
+    TooLarge {
+        what: &'static str,
+        path: PathBuf,
+        max: u64,
+    },
+}
+
+fn kind_of(ft: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if ft.is_fifo() {
+            return "a FIFO";
+        }
+        if ft.is_char_device() {
+            return "a character device";
+        }
+        if ft.is_block_device() {
+            return "a block device";
+        }
+        if ft.is_socket() {
+            return "a socket";
+        }
+    }
+    if ft.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    }
+}
+
+/// Checks that `path` (the `what`, e.g. "kubeconfig") is a regular file of
+/// at most `max` bytes, symlinks followed, without opening it.
+pub fn check_file(path: &Path, max: u64, what: &'static str) -> Result<(), FileError> {
+    let md = std::fs::metadata(path).map_err(|source| FileError::Io {
+        what,
+        path: path.into(),
+        source,
+    })?;
+    check_metadata(path, &md, max, what)
+}
+
+fn check_metadata(
+    path: &Path,
+    md: &std::fs::Metadata,
+    max: u64,
+    what: &'static str,
+) -> Result<(), FileError> {
+    if !md.is_file() {
+        return Err(FileError::NotRegular {
+            what,
+            path: path.into(),
+            kind: kind_of(&md.file_type()),
+        });
+    }
+    if md.len() > max {
+        return Err(FileError::TooLarge {
+            what,
+            path: path.into(),
+            max,
+        });
+    }
+    Ok(())
+}
+
+/// Reads `path` (the `what`): only a regular file, at most `max` bytes
+/// (checked before opening, on the opened file, and while reading, so a
+/// file swapped or growing meanwhile is refused too). The file is opened
+/// non-blocking: a FIFO put there after the check does not hang it.
+pub fn read_bounded(path: &Path, max: u64, what: &'static str) -> Result<Vec<u8>, FileError> {
+    check_file(path, max, what)?;
+    let io = |source| FileError::Io {
+        what,
+        path: path.into(),
+        source,
+    };
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // O_NONBLOCK (Linux and the BSDs agree on neither value nor name
+        // in std; libc's constant).
+        opts.custom_flags(O_NONBLOCK);
+    }
+    let f = opts.open(path).map_err(io)?;
+    check_metadata(path, &f.metadata().map_err(io)?, max, what)?;
+    let mut out = Vec::new();
+    f.take(max + 1).read_to_end(&mut out).map_err(io)?;
+    if out.len() as u64 > max {
+        return Err(FileError::TooLarge {
+            what,
+            path: path.into(),
+            max,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(all(unix, any(target_os = "linux", target_os = "android")))]
+const O_NONBLOCK: i32 = 0o4000;
+#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
+const O_NONBLOCK: i32 = 0x0004;
 
 /// Why the token file cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -19,6 +151,9 @@ pub enum Error<E> {
         #[source]
         source: std::io::Error,
     },
+    /// Not a regular file, or too large for a token.
+    #[error(transparent)]
+    File(FileError),
     #[error("the token file {} is empty", path.display())]
     Empty { path: PathBuf },
     /// The caller's conversion of the token refused it.
@@ -78,7 +213,13 @@ impl<T: Clone> TokenFile<T> {
         {
             return Ok(value.clone());
         }
-        let text = std::fs::read_to_string(&self.path).map_err(read)?;
+        let bytes =
+            read_bounded(&self.path, MAX_TOKEN_BYTES, "token file").map_err(|e| match e {
+                FileError::Io { source, .. } => read(source),
+                other => Error::File(other),
+            })?;
+        let text = String::from_utf8(bytes)
+            .map_err(|e| read(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
         let token = text.trim();
         if token.is_empty() {
             return Err(Error::Empty {
@@ -126,6 +267,39 @@ mod tests {
         assert_eq!(
             f.get(plain).unwrap_err().to_string(),
             format!("the token file {} is empty", path.display())
+        );
+    }
+
+    /// Issue 27, bug 7: `/dev/zero` grew the process to gigabytes, a FIFO
+    /// hung it before its first log line. Both are refused, naming the file
+    /// and why; so is a file larger than a token.
+    #[test]
+    fn a_device_a_fifo_or_a_huge_file_is_refused_naming_it() {
+        let f: TokenFile<String> = TokenFile::new("/dev/zero");
+        let e = f.get(plain).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "the token file /dev/zero is not a regular file (it is a character device); refusing to read it"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            let f: TokenFile<String> = TokenFile::new(&fifo);
+            let e = f.get(plain).unwrap_err().to_string();
+            assert!(e.contains("is not a regular file (it is a FIFO)"), "{e}");
+        }
+        let big = dir.path().join("big");
+        std::fs::write(&big, vec![b'a'; MAX_TOKEN_BYTES as usize + 1]).unwrap();
+        let f: TokenFile<String> = TokenFile::new(&big);
+        let e = f.get(plain).unwrap_err().to_string();
+        assert!(e.contains("is larger than 65536 bytes"), "{e}");
+        let e = check_file(dir.path(), 10, "kubeconfig")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("the kubeconfig") && e.contains("(it is a directory)"),
+            "{e}"
         );
     }
 

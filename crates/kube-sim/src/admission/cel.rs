@@ -17,7 +17,9 @@
 //! `ip`, `cidr`, `format`, `semver`, the `isSorted`/`sum` list functions),
 //! type checking against the object's schema (Kubernetes refuses a wrong
 //! result type at create; kube-sim when the expression runs, as an error the
-//! failurePolicy handles) and the cost budget.
+//! failurePolicy handles) and the runtime cost budget shared by a binding's
+//! expressions (each expression has kube-apiserver's per-call limit, through
+//! `kube_cel::guard`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -125,6 +127,8 @@ pub enum Structs {
 pub struct Compiled {
     pub source: String,
     pub program: Program,
+    /// The program instrumented for the per-call cost budget.
+    pub guarded: IdedExpr,
     /// Struct type names the expression constructs.
     pub structs: BTreeSet<String>,
     /// The `variables.<name>` it refers to (an error in one of them is its
@@ -172,9 +176,11 @@ pub fn compile(source: &str, structs: Structs, declared: &[String]) -> Result<Co
         scope: Vec::new(),
     };
     checker.walk(program.expression())?;
+    let guarded = kube_cel::plan(program.expression(), &[]).expr;
     Ok(Compiled {
         source: source.to_string(),
         program,
+        guarded,
         structs: checker.found_structs,
         variables: checker.found_variables,
     })
@@ -439,18 +445,24 @@ pub fn struct_name(v: &CelValue) -> Option<&str> {
     }
 }
 
-/// Runs `c` with `vars` bound.
+/// Runs `c` with `vars` bound, within kube-apiserver's per-call cost limit
+/// (and a memory and time bound): past it, "operation cancelled: actual
+/// cost limit exceeded", as cel-go says.
 pub fn eval(env: &Arc<Env>, c: &Compiled, vars: &[(&str, &CelValue)]) -> Result<CelValue, String> {
     let mut ctx = Context::with_env(env.clone());
     for (name, value) in vars {
         ctx.add_variable_from_value(*name, (*value).clone());
     }
-    c.program.execute(&ctx).map_err(|e| match e {
-        // cel-go's wording ("no such key: annotations"), which policies'
-        // error messages carry.
-        cel::ExecutionError::NoSuchKey(k) => format!("no such key: {k}"),
-        other => other.to_string(),
-    })
+    kube_cel::execute(&c.guarded, &ctx, kube_cel::Limits::PER_CALL, None)
+        .map(|(v, _)| v)
+        .map_err(|e| match e {
+            // cel-go's wording ("no such key: annotations"), which policies'
+            // error messages carry.
+            kube_cel::EvalError::Execution(cel::ExecutionError::NoSuchKey(k)) => {
+                format!("no such key: {k}")
+            }
+            other => other.to_string(),
+        })
 }
 
 #[cfg(test)]

@@ -90,6 +90,11 @@ impl TokenHeader {
             .map_err(|e| match e {
                 token_file::Error::Read { source, .. } => cfg(format!("cannot read it: {source}")),
                 token_file::Error::Empty { .. } => cfg("it is empty".to_owned()),
+                // Not a regular file, or larger than a token: the error
+                // names the file and why.
+                token_file::Error::File(f) => ProviderError::Config {
+                    message: f.to_string(),
+                },
                 token_file::Error::Convert(_) => {
                     cfg("the token has characters that cannot go in an HTTP header".to_owned())
                 }

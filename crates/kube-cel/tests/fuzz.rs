@@ -1,0 +1,153 @@
+//! Random CEL expressions over random objects (`make fuzz` runs these with
+//! many more cases): the meter never changes an answer, and the static
+//! estimate is an upper bound of what the meter charges, in work and in
+//! memory, for any object no larger than the estimate assumed. That is what
+//! makes a refusal at compile time, and a budget at run time, mean the same
+//! thing.
+
+use std::sync::Arc;
+
+use cel::{Context, Value};
+use kube_cel::guard::Limits;
+use kube_cel::size::json_size;
+use kube_cel::{EvalError, env, plan, to_cel};
+use proptest::prelude::*;
+use serde_json::json;
+
+/// A small object whose fields the expressions below name.
+fn object() -> impl Strategy<Value = serde_json::Value> {
+    let leaf = prop_oneof![
+        Just(json!(null)),
+        any::<bool>().prop_map(|b| json!(b)),
+        (-5i64..50).prop_map(|i| json!(i)),
+        "[a-c,-]{0,6}".prop_map(|s| json!(s)),
+    ];
+    let value = leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+            // At most one key, as above.
+            prop::collection::btree_map(
+                prop_oneof![Just("a"), Just("b"), Just("name")],
+                inner,
+                0..2
+            )
+            .prop_map(|m| json!(m)),
+        ]
+    });
+    (
+        "[a-c,-]{0,8}",
+        prop::collection::vec(value.clone(), 0..5),
+        value,
+        prop::collection::vec("[a-c]{0,3}", 0..4),
+    )
+        .prop_map(|(name, items, a, names)| {
+            json!({"name": name, "items": items, "a": a, "names": names, "n": names.len()})
+        })
+}
+
+/// Expressions over `object`, comprehension variables named by depth.
+fn expr() -> impl Strategy<Value = String> {
+    let leaf = prop_oneof![
+        Just("object".to_string()),
+        Just("object.name".to_string()),
+        Just("object.items".to_string()),
+        Just("object.a".to_string()),
+        Just("object.names".to_string()),
+        Just("object.n".to_string()),
+        Just("object.?a.orValue([])".to_string()),
+        Just("x".to_string()),
+        Just("y".to_string()),
+        (0i64..5).prop_map(|i| i.to_string()),
+        "[a-c,-]{0,3}".prop_map(|s| format!("'{s}'")),
+        Just("[1, 2]".to_string()),
+        Just("lists.range(3)".to_string()),
+    ];
+    leaf.prop_recursive(4, 40, 3, |inner| {
+        let var = prop_oneof![Just("x"), Just("y")];
+        prop_oneof![
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a} + {b})")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a} == {b})")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("[{a}, {b}]")),
+            // One key: a map's iteration order is unspecified.
+            inner.clone().prop_map(|a| format!("{{'k': {a}}}")),
+            inner.clone().prop_map(|a| format!("size({a})")),
+            inner.clone().prop_map(|a| format!("{a}.name")),
+            inner.clone().prop_map(|a| format!("{a}.?name.orValue('')")),
+            inner.clone().prop_map(|a| format!("has({a}.a)")),
+            inner.clone().prop_map(|a| format!("{a}[0]")),
+            (inner.clone(), var.clone(), inner.clone())
+                .prop_map(|(a, v, b)| format!("{a}.map({v}, {b})")),
+            (inner.clone(), var.clone(), inner.clone(), inner.clone())
+                .prop_map(|(a, v, p, b)| format!("{a}.map({v}, {p} == 1, {b})")),
+            (inner.clone(), var.clone(), inner.clone())
+                .prop_map(|(a, v, b)| format!("{a}.filter({v}, {b} != 0)")),
+            (inner.clone(), var.clone(), inner.clone())
+                .prop_map(|(a, v, b)| format!("{a}.all({v}, {b} != 0)")),
+            (inner.clone(), var.clone(), inner.clone())
+                .prop_map(|(a, v, b)| format!("{a}.exists({v}, {b} == 1)")),
+            (inner.clone(), var, inner.clone())
+                .prop_map(|(a, v, b)| format!("{a}.exists_one({v}, {b} == 1)")),
+            inner.clone().prop_map(|a| format!("{a}.split(',')")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("{a}.join({b})")),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("{a}.replace('a', {b})")),
+            inner.clone().prop_map(|a| format!("{a}.flatten()")),
+            inner.clone().prop_map(|a| format!("lists.range({a})")),
+            (inner.clone(), inner.clone(), inner)
+                .prop_map(|(c, a, b)| format!("({c} ? {a} : {b})")),
+        ]
+    })
+}
+
+/// An expression's answer without the meter, with it, its estimate and what
+/// the meter charged.
+struct Run {
+    plain: Result<Value, String>,
+    metered: Result<Value, EvalError>,
+    estimate: kube_cel::Estimate,
+    usage: kube_cel::Usage,
+}
+
+fn eval(src: &str, object: &serde_json::Value) -> Option<Run> {
+    let env = Arc::new(env().ok()?);
+    let program = env.compile(src).ok()?;
+    let plan = plan(program.expression(), &[("object", json_size(object))]);
+    let mut ctx = Context::with_env(env);
+    ctx.add_variable_from_value("object", to_cel(object));
+    let plain = program.execute(&ctx).map_err(|e| e.to_string());
+    let limits = Limits {
+        cost: u64::MAX,
+        memory: u64::MAX,
+        time: std::time::Duration::from_secs(60),
+    };
+    let (metered, usage) = kube_cel::run(&plan.expr, &ctx, limits, None);
+    Some(Run {
+        plain,
+        metered,
+        estimate: plan.estimate,
+        usage,
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn the_meter_changes_no_answer_and_the_estimate_bounds_it(src in expr(), object in object()) {
+        let Some(Run { plain, metered, estimate, usage }) = eval(&src, &object) else {
+            return Ok(());
+        };
+        match (&plain, &metered) {
+            (Ok(a), Ok(b)) => prop_assert_eq!(a, b, "{}", src),
+            (Err(_), Err(EvalError::Execution(_))) => {}
+            _ => prop_assert!(false, "{src}: plain {plain:?}, metered {metered:?}"),
+        }
+        prop_assert!(
+            usage.cost <= estimate.cost + 1e-6,
+            "{src} on {object}: cost {} > estimate {}", usage.cost, estimate.cost
+        );
+        prop_assert!(
+            usage.memory as f64 <= estimate.memory + 1e-6,
+            "{src} on {object}: memory {} > estimate {}", usage.memory, estimate.memory
+        );
+    }
+}

@@ -1,0 +1,319 @@
+//! Issue 27: what a careless operator or a hostile user can feed the
+//! binary's commands: `strip-finalizers` on objects in use (bug 3), names
+//! that would reach a URL as more than a name (bug 4), durations their API
+//! field or consumer cannot hold (bug 5, the floors of intervals), files
+//! that are not files or never end (bug 7).
+
+mod support;
+
+use std::process::Command;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
+use kube_sim::{KubeSim, SimConfig};
+use serde_json::json;
+use support::BIN;
+
+/// Runs the binary against `sim` (admin kubeconfig); (success, stdout,
+/// stderr).
+fn cli(sim: &KubeSim, args: &[&str]) -> (bool, String, String) {
+    let kubeconfig = sim.kubeconfig_path();
+    let out = Command::new(BIN)
+        .args(args)
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .env_remove("KUBECONFIG")
+        .output()
+        .expect("run protection-manager");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// [`cli`], killed (and failing) after a minute: a command that hangs is
+/// the bug.
+fn cli_bounded(sim: &KubeSim, args: &[&str]) -> (bool, String) {
+    let kubeconfig = format!("--kubeconfig={}", sim.kubeconfig_path().display());
+    let all: Vec<&str> = args.iter().copied().chain([kubeconfig.as_str()]).collect();
+    run_bounded(&all)
+}
+
+/// Runs the binary, killed (and failing) after a minute; (success, stderr).
+fn run_bounded(args: &[&str]) -> (bool, String) {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            let mut err = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            return (st.success(), err);
+        }
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?} still running after 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+fn finalizers(o: &DynamicObject) -> Vec<String> {
+    o.metadata.finalizers.clone().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strip_finalizers_refuses_what_every_release_knows_and_keeps_objects_in_use() {
+    let sim = KubeSim::start(SimConfig::default()).await.expect("sim");
+    let client = sim.client().await;
+    // A claim a running pod uses, with pvc-protection's finalizer.
+    let pvc_fin = "protection-manager.io/pvc-protection";
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    pvcs.create(
+        &PostParams::default(),
+        &test_support::objects::pvc("default", "data", &[pvc_fin]),
+    )
+    .await
+    .expect("pvc");
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .create(
+            &PostParams::default(),
+            &test_support::objects::pod("default", "app", "data", Some("node-1")),
+        )
+        .await
+        .expect("pod");
+    for controller in ["pvc-protection", "pv-protection", "service-lb-cleanup"] {
+        for profile in ["project", "upstream"] {
+            let (ok, stdout, stderr) = cli(
+                &sim,
+                &[
+                    "strip-finalizers",
+                    "--controller",
+                    controller,
+                    "--finalizer-profile",
+                    profile,
+                    "-n",
+                    "default",
+                ],
+            );
+            assert!(!ok, "{controller} ({profile}) must be refused: {stdout}");
+            assert!(
+                stderr.contains("a rollback never strands it, so there is nothing to strip"),
+                "{controller} ({profile}): {stderr}"
+            );
+        }
+    }
+    let claim = pvcs.get("data").await.expect("pvc");
+    assert_eq!(
+        claim.metadata.finalizers.unwrap_or_default(),
+        [pvc_fin],
+        "the claim in use keeps its finalizer"
+    );
+    println!("verified: strip-finalizers refuses pv-, pvc-protection and service-lb-cleanup");
+
+    // VolumeAttributesClasses: one used by a claim, one unused.
+    let vac_fin = "protection-manager.io/vac-protection";
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("storage.k8s.io", "v1", "VolumeAttributesClass"),
+        "volumeattributesclasses",
+    );
+    let vacs: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    for name in ["gold", "idle"] {
+        let v: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass",
+            "metadata": {"name": name, "finalizers": [vac_fin]},
+            "driverName": "csi.example.com",
+        }))
+        .expect("vac");
+        vacs.create(&PostParams::default(), &v).await.expect("vac");
+    }
+    let mut used = test_support::objects::pvc("default", "fast", &[]);
+    used.spec
+        .get_or_insert_with(Default::default)
+        .volume_attributes_class_name = Some("gold".into());
+    pvcs.create(&PostParams::default(), &used)
+        .await
+        .expect("pvc");
+    let args = [
+        "strip-finalizers",
+        "--controller",
+        "vac-protection",
+        "-n",
+        "default",
+    ];
+    let (ok, stdout, stderr) = cli(&sim, &args);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains(&format!("volumeattributesclasses/idle: removed {vac_fin}")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("kept protection-manager.io/vac-protection on objects in use")
+            && stdout.contains(
+                "volumeattributesclasses/gold (used by PersistentVolumeClaim default/fast (spec.volumeAttributesClassName))"
+            ),
+        "{stdout}"
+    );
+    assert_eq!(
+        finalizers(&vacs.get("gold").await.expect("gold")),
+        [vac_fin]
+    );
+    assert!(finalizers(&vacs.get("idle").await.expect("idle")).is_empty());
+    println!("verified: strip-finalizers keeps a class in use, strips the unused one");
+    // Forced, it says so and strips.
+    let forced: Vec<&str> = args
+        .iter()
+        .copied()
+        .chain(["--strip-from-objects-in-use"])
+        .collect();
+    let (ok, stdout, stderr) = cli(&sim, &forced);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains(&format!("volumeattributesclasses/gold: removed {vac_fin}")),
+        "{stdout}"
+    );
+    assert!(finalizers(&vacs.get("gold").await.expect("gold")).is_empty());
+    println!("verified: --strip-from-objects-in-use strips a class in use");
+}
+
+/// Bug 4: `explain 'pvc/x?watch=true'` sent a watch and never returned.
+/// Every name is checked against its kind's rule before it is used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_refuses_names_that_are_not_names_before_sending_anything() {
+    let sim = KubeSim::start(SimConfig::default()).await.expect("sim");
+    for (target, want) in [
+        ("pvc/x?watch=true", "a lowercase RFC 1123 subdomain"),
+        ("pv/x#frag", "a lowercase RFC 1123 subdomain"),
+        ("vac/..", "a lowercase RFC 1123 subdomain"),
+        ("svc/Web", "a DNS-1035 label"),
+        ("svc/x?watch=true", "a DNS-1035 label"),
+        (
+            "secrets/x?watch=true",
+            "a name explain can look up has no '?'",
+        ),
+        ("widgets.example.com/a%2Fb", "may not contain '%'"),
+    ] {
+        let (ok, stderr) = cli_bounded(&sim, &["explain", target, "-n", "default"]);
+        assert!(!ok, "{target}: {stderr}");
+        assert!(stderr.contains(want), "{target}: want {want:?} in {stderr}");
+        assert!(
+            stderr.contains(target),
+            "{target}: the error names it: {stderr}"
+        );
+    }
+    // No request reached the server with any of them.
+    let log = sim.requests().records(&Default::default());
+    assert!(
+        log.iter()
+            .all(|r| r.verb != "watch" && !r.name.contains('x')),
+        "{log:?}"
+    );
+    println!(
+        "verified: explain refuses names with '?', '#', '..', '%' or the wrong case, sending nothing"
+    );
+}
+
+/// Bug 5 and the floors: a lease duration past int32 seconds was written
+/// into the Lease, and then no manager could decode it; a 1 ns resync used
+/// 15% of a core; a 0 ping interval spent the client's budget on /version.
+/// Each is refused at start, naming the flag and why.
+#[test]
+fn duration_flags_are_bounded_to_what_their_consumer_holds() {
+    support::assert_each_refused(&[
+        (
+            &["run", "--leader-elect-lease-duration=2147483648s"],
+            "--leader-elect-lease-duration",
+        ),
+        (
+            &["run", "--leader-elect-lease-duration=2147483648s"],
+            "the Lease's spec.leaseDurationSeconds is an int32 of seconds",
+        ),
+        (
+            &["run", "--storage-protection-resync-period=1ns"],
+            "must be 0 (off) or at least 1s: client-go's minimum resync period",
+        ),
+        (
+            &["run", "--lb-resync-period=1ns"],
+            "must be 0 (off) or at least 1s",
+        ),
+        (&["run", "--ping-interval=0"], "--ping-interval"),
+        (&["run", "--ping-interval=10ms"], "each ping is a request"),
+    ]);
+}
+
+/// Bug 7: a kubeconfig (or a file it names, or a token or certificate
+/// file) that is `/dev/zero` grew the process to gigabytes in seconds, a
+/// FIFO hung it before its first log line. Each is refused at once, naming
+/// the file and why.
+#[test]
+fn files_that_are_not_regular_files_are_refused_naming_them() {
+    let dir = support::tempdir();
+    let fifo = dir.join("fifo");
+    let have_fifo = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    let (ok, stderr) = run_bounded(&["run", "--kubeconfig=/dev/zero"]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("the kubeconfig /dev/zero is not a regular file (it is a character device); refusing to read it"),
+        "{stderr}"
+    );
+    if have_fifo {
+        let arg = format!("--kubeconfig={}", fifo.display());
+        let (ok, stderr) = run_bounded(&["explain", "pvc/x", &arg]);
+        assert!(!ok);
+        assert!(
+            stderr.contains("is not a regular file (it is a FIFO)"),
+            "{stderr}"
+        );
+    }
+    // A file the kubeconfig names.
+    let kc = dir.join("kubeconfig");
+    std::fs::write(
+        &kc,
+        r#"{"apiVersion":"v1","kind":"Config","current-context":"t",
+"clusters":[{"name":"t","cluster":{"server":"https://127.0.0.1:9","certificate-authority":"/dev/zero"}}],
+"users":[{"name":"t","user":{"token":"x"}}],
+"contexts":[{"name":"t","context":{"cluster":"t","user":"t"}}]}"#,
+    )
+    .expect("write kubeconfig");
+    let arg = format!("--kubeconfig={}", kc.display());
+    let (ok, stderr) = run_bounded(&["release-check", &arg]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("the certificate authority file /dev/zero is not a regular file"),
+        "{stderr}"
+    );
+    // The token and certificate files of the flags.
+    let (ok, stderr) = run_bounded(&[
+        "run",
+        "--lb-provider-endpoint=http://127.0.0.1:9/",
+        "--lb-provider-token-file=/dev/zero",
+    ]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("the token file /dev/zero is not a regular file"),
+        "{stderr}"
+    );
+    // A missing kubeconfig is named once, unquoted twice.
+    let (ok, stderr) = run_bounded(&["run", "--kubeconfig=/nonexistent/kubeconfig"]);
+    assert!(!ok);
+    assert!(
+        stderr.contains(
+            "cannot read the kubeconfig /nonexistent/kubeconfig: No such file or directory"
+        ) && !stderr.contains("'\""),
+        "{stderr}"
+    );
+    println!(
+        "verified: /dev/zero, a FIFO, a named /dev/zero and a missing file are refused naming them"
+    );
+}
