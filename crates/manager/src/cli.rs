@@ -194,8 +194,27 @@ pub struct ReleaseCheckArgs {
 #[derive(Debug, Clone, Args)]
 pub struct StripFinalizersArgs {
     /// The controller whose finalizer to remove (e.g. vac-protection).
-    #[arg(long)]
-    pub controller: String,
+    #[arg(long, required_unless_present = "all", conflicts_with = "all")]
+    pub controller: Option<String>,
+
+    /// Uninstall: every controller's `protection-manager.io/*` finalizer.
+    /// Deletes the ProtectionRules (the running manager clears their
+    /// finalizers), waits up to --wait for the manager to release the
+    /// objects being deleted, scales --deployment to zero, removes the
+    /// finalizers from every object not being deleted and from the deleted
+    /// ones nothing uses; fails naming each object left, and why.
+    #[arg(long, default_value_t = false)]
+    pub all: bool,
+
+    /// With --all: how long the running manager gets to clear the rules and
+    /// release the objects being deleted, and to stop.
+    #[arg(long, default_value = "60s", value_parser = duration_arg, requires = "all")]
+    pub wait: Duration,
+
+    /// With --all: the manager's Deployment (in --namespace), scaled to zero
+    /// before the finalizers are removed so it does not put them back.
+    #[arg(long, value_parser = object_name_arg, requires = "all")]
+    pub deployment: Option<String>,
 
     /// The finalizer names in use (as `run --finalizer-profile`): `project`
     /// or `upstream`.

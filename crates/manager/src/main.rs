@@ -10,6 +10,7 @@ mod logging;
 mod release_check;
 mod run;
 mod strip;
+mod uninstall;
 
 use std::process::ExitCode;
 
