@@ -7,7 +7,7 @@ use protection_e2e::Result;
 use protection_e2e::harness::{Harness, HarnessOptions};
 use protection_e2e::monitor::{Monitor, MonitorSettings};
 use protection_e2e::release::ManagerRelease;
-use protection_e2e::scenarios::{App, lifecycle, vac};
+use protection_e2e::scenarios::{App, lifecycle, uninstall, vac};
 use protection_e2e::tools::HelmVersion;
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -98,6 +98,20 @@ fn vac_protection_classes_held_by_claims_volumes_and_pending_modifications() {
     runtime().block_on(async {
         with_manager("vac", &[vac::GATE_ON], async |app, rel| {
             vac::lifecycle(app, rel).await
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    });
+}
+
+/// `helm uninstall` leaves nothing stuck: refused (changing nothing) while a
+/// claim being deleted is in use, then, once its pod is gone, no
+/// `protection-manager.io/*` finalizer is left and nothing in use deleted.
+#[test]
+fn uninstall_leaves_nothing_stuck() {
+    runtime().block_on(async {
+        with_manager("uninstall", uninstall::SETS, async |app, rel| {
+            uninstall::leaves_nothing_stuck(app, rel).await
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));
