@@ -19,16 +19,21 @@ use crate::ensure;
 use crate::error::{KubeContext, Result};
 use crate::objects::{RUN_LABEL, dynamic_pvc, lb_service, pod_with_claims};
 use crate::release::{LB_CLASS, ManagerRelease};
-use crate::scenarios::rules::{RULE, SECRET_FINALIZER, rules};
+use crate::scenarios::rules::{RULE, rules};
 use crate::scenarios::{App, LB_FINALIZER, PVC_FINALIZER, finalizers, has_finalizer, ingress};
 
 /// The values the scenario installs with: the rules controller and the
-/// chart's example rule on, and a short hook wait.
+/// chart's example rule on (its finalizer outside protection-manager.io,
+/// which rules may no longer use), and a short hook wait.
 pub const SETS: &[&str] = &[
     "featureGates.InUseProtectionRules=true",
     "rules.examples.secretsUsedByPods=true",
+    "rules.exampleFinalizerDomain=example.com",
     "uninstall.hook.wait=5s",
 ];
+
+/// The example rule's finalizer under [`SETS`].
+const SECRET_FINALIZER: &str = "example.com/secret-in-use";
 
 fn ours(meta: &ObjectMeta) -> Vec<String> {
     finalizers(meta)
@@ -197,7 +202,9 @@ pub async fn leaves_nothing_stuck(app: &App<'_>, rel: &ManagerRelease) -> Result
         .await
         .ctx(|| "getting mounted".to_string())?;
     ensure!(
-        s.metadata.deletion_timestamp.is_none() && ours(&s.metadata).is_empty(),
+        s.metadata.deletion_timestamp.is_none()
+            && ours(&s.metadata).is_empty()
+            && !has_finalizer(&s.metadata, SECRET_FINALIZER),
         "Secret mounted after the uninstall: {:?}",
         s.metadata
     );
