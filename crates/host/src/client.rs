@@ -88,6 +88,10 @@ pub enum ClientError {
         #[source]
         source: kube::config::KubeconfigError,
     },
+    /// A path KUBECONFIG lists that does not exist (kube's own error
+    /// quotes the path twice).
+    #[error("KUBECONFIG names {path}, which does not exist")]
+    KubeconfigEnvMissing { path: String },
     #[error("inferring the client configuration (KUBECONFIG, ~/.kube/config, in-cluster)")]
     Infer(#[source] kube::config::InferConfigError),
     #[error("building client for {server}")]
@@ -294,6 +298,10 @@ pub async fn load_config(opts: &ClientOptions) -> Result<kube::Config, ClientErr
             for p in &inferred {
                 if p.exists() {
                     token_file::check_file(p, MAX_KUBECONFIG_BYTES, "kubeconfig")?;
+                } else {
+                    return Err(ClientError::KubeconfigEnvMissing {
+                        path: p.display().to_string(),
+                    });
                 }
             }
             if !inferred.is_empty()
@@ -311,6 +319,36 @@ pub async fn load_config(opts: &ClientOptions) -> Result<kube::Config, ClientErr
                 None => kube::Config::infer().await.map_err(ClientError::Infer),
             }
         }
+    }
+}
+
+/// When the server answered, but not as a Kubernetes API server does (an
+/// HTML page, a reply that is not JSON): what to tell the user instead of
+/// "unreachable" (a wrong URL in the kubeconfig, a proxy's login page).
+pub fn not_the_kubernetes_api(e: &kube::Error) -> Option<String> {
+    const HINT: &str = "is the kubeconfig's server URL that of a Kubernetes API server?";
+    match e {
+        kube::Error::SerdeError(e) => Some(format!(
+            "the server answered, but not as the Kubernetes API does (its reply is not JSON: {e}); {HINT}"
+        )),
+        kube::Error::Api(s)
+            if s.message.trim_start().starts_with('<')
+                || s.reason == "Failed to parse error data" =>
+        {
+            let snippet: String = s
+                .message
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .chars()
+                .take(80)
+                .collect();
+            Some(format!(
+                "the server answered HTTP {} with a page that is not the Kubernetes API's ({snippet}...); {HINT}",
+                s.code
+            ))
+        }
+        _ => None,
     }
 }
 

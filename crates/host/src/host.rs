@@ -564,7 +564,11 @@ async fn ping_loop(client: kube::Client, health: Health, every: Duration, stop: 
         };
         match res {
             Ok(Ok(_)) => health.set("ping", Ok(())),
-            Ok(Err(e)) => health.set("ping", Err(format!("the API server is not reachable: {e}"))),
+            Ok(Err(e)) => health.set(
+                "ping",
+                Err(crate::client::not_the_kubernetes_api(&e)
+                    .unwrap_or_else(|| format!("the API server is not reachable: {e}"))),
+            ),
             Err(_) => health.set("ping", Err("the API server did not answer in time".into())),
         }
         tokio::select! {

@@ -265,6 +265,10 @@ pub enum GuardError {
         reason: String,
         message: String,
     },
+    /// An answer, but not the Kubernetes API's (an HTML page, a reply that
+    /// is not JSON).
+    #[error("release record ConfigMap {location}: {message}")]
+    NotTheApi { location: String, message: String },
     /// No answer: the API server cannot be reached (or did not answer in
     /// time).
     #[error(
@@ -280,6 +284,12 @@ pub enum GuardError {
 impl GuardError {
     /// Wraps an API error: a refusal the server answered, or no answer.
     fn api(location: &RecordLocation, source: kube::Error) -> Self {
+        if let Some(message) = crate::client::not_the_kubernetes_api(&source) {
+            return GuardError::NotTheApi {
+                location: location.display(),
+                message,
+            };
+        }
         match source {
             kube::Error::Api(status) => GuardError::Refused {
                 location: location.display(),
@@ -304,6 +314,9 @@ impl GuardError {
                 "the API server refused the release guard's request; retrying"
             }
             GuardError::Api { .. } => "the release guard cannot reach the API server yet; retrying",
+            GuardError::NotTheApi { .. } => {
+                "the server did not answer as a Kubernetes API server; retrying"
+            }
             GuardError::Skip { .. }
             | GuardError::BelowMinimum { .. }
             | GuardError::Invalid { .. } => "the release guard refused",

@@ -1030,6 +1030,18 @@ fn field_validation(
     obj: &Value,
     custom: Option<&crate::crd::Served>,
 ) -> Result<Vec<String>, ApiError> {
+    // An integer its Go type cannot hold fails the decoding itself, under
+    // every mode.
+    if custom.is_none()
+        && let Some(why) =
+            openapi::schema::integer_decode_error(def.group, def.version, def.kind, obj)
+    {
+        return Err(ApiError::bad_request(openapi::schema::undecodable_message(
+            def.kind,
+            def.version,
+            &why,
+        )));
+    }
     let mode = q.get("fieldValidation").unwrap_or("Warn");
     if !matches!(mode, "Strict" | "Warn" | "Ignore") {
         return Err(ApiError::bad_request(format!(

@@ -1453,6 +1453,10 @@ impl Store {
         errs.extend(validate_meta_update(&new, old));
         if subresource.is_none() {
             errs.extend(crate::spec_validation::validate_update(def, &new, old));
+        } else if subresource == Some("status") {
+            errs.extend(crate::spec_validation::validate_status_update(
+                def, &new, old,
+            ));
         }
         if Some(rid) == crds_rid() && subresource.is_none() {
             let e = crate::crd::validate_crd(&new);

@@ -284,6 +284,22 @@ pub const PING_INTERVAL: DurationRange = DurationRange {
     max: GO_MAX,
 };
 
+/// An address to listen on: an IP address and a port. A host name is
+/// refused saying so (a listener binds an address, and the name could
+/// resolve to several).
+fn socket_addr_arg(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let example = "e.g. 0.0.0.0:8080, 127.0.0.1:8080 or [::]:8080";
+    match s.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Err(format!(
+            "{host:?} is not an IP address: a listen address is an IP address and a port ({example}), not a host name"
+        )),
+        _ => Err(format!("expected an IP address and a port ({example})")),
+    }
+}
+
 fn lease_duration_arg(s: &str) -> Result<Duration, String> {
     LEASE_DURATION.parse(s)
 }
@@ -447,7 +463,7 @@ pub struct RunArgs {
     /// Address of the admin server (/metrics, /healthz, /readyz): plain HTTP
     /// without authentication, so loopback by default; a pod sets its own
     /// address (the chart does) for the kubelet's probes.
-    #[arg(long, default_value = protection_host::admin::DEFAULT_ADDRESS)]
+    #[arg(long, default_value = protection_host::admin::DEFAULT_ADDRESS, value_parser = socket_addr_arg)]
     pub admin_address: SocketAddr,
 
     /// Start a leader election client and gain leadership before running the
@@ -513,7 +529,7 @@ pub struct RunArgs {
     /// Serve /metrics on this address instead of the admin server (which then
     /// answers 404 there), over HTTPS with authentication unless
     /// --metrics-secure=false. Unset: /metrics stays on the admin server.
-    #[arg(long, help_heading = "Metrics serving")]
+    #[arg(long, help_heading = "Metrics serving", value_parser = socket_addr_arg)]
     pub metrics_bind_address: Option<SocketAddr>,
 
     /// On --metrics-bind-address: HTTPS, and every scrape authenticated by a

@@ -410,7 +410,11 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
         _ => Some(args.namespace.clone().unwrap_or_else(|| "default".into())),
     };
     let mut report = explain_object(&client, kind, namespace, name).await?;
-    report.leader = leader(&client, args.lease_name.as_deref()).await;
+    // The leader after the object: a server that does not answer is
+    // reported after one request timeout, not two.
+    if report.found {
+        report.leader = leader(&client, args.lease_name.as_deref()).await;
+    }
     Ok(report)
 }
 

@@ -143,9 +143,22 @@ fn main() -> ExitCode {
 /// in their own text, so `{:#}` would print it two or three times).
 fn fail(e: &anyhow::Error) -> ExitCode {
     let e: &(dyn std::error::Error + 'static) = e.as_ref();
+    // A server that answered, but not as the Kubernetes API does, is named
+    // for what it is, not as unreachable.
+    let mut text = protection_core::errors::display_chain(e);
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(k) = c.downcast_ref::<kube::Error>()
+            && let Some(m) = protection_host::client::not_the_kubernetes_api(k)
+        {
+            text = format!("{e}: {m}");
+            break;
+        }
+        cause = c.source();
+    }
     eprintln!(
         "Error: {}",
-        protection_core::redact::redact_url_credentials(&protection_core::errors::display_chain(e))
+        protection_core::redact::redact_url_credentials(&text)
     );
     ExitCode::FAILURE
 }

@@ -35,6 +35,19 @@ pub async fn release_check(args: &ReleaseCheckArgs) -> Result<String> {
     protection_host::names::validate_namespace("--namespace", &location.namespace)?;
     let running = args.emulated_version;
     let recorded = release_guard::read(&client, &location).await?;
+    // No record may mean a wrong namespace: one that does not exist is
+    // named (a 403 on namespaces, as the chart's hook Job has, tells
+    // nothing: the check goes on).
+    if recorded.is_none() {
+        let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+            kube::Api::all(client.clone());
+        if let Ok(None) = namespaces.get_opt(&location.namespace).await {
+            anyhow::bail!(
+                "namespace {} does not exist: the release record is kept in the manager's namespace (pass it with --namespace)",
+                location.namespace
+            );
+        }
+    }
     match release_guard::check(recorded.as_ref(), running, &location) {
         Ok(()) => Ok(match recorded {
             None => format!(

@@ -2,7 +2,9 @@
 //! binary's commands: `strip-finalizers` on objects in use (bug 3), names
 //! that would reach a URL as more than a name (bug 4), durations their API
 //! field or consumer cannot hold (bug 5, the floors of intervals), files
-//! that are not files or never end (bug 7).
+//! that are not files or never end (bug 7), and the messages of the weak
+//! spots: a host name as a listen address, a missing KUBECONFIG file, a
+//! server answering HTML, a namespace that does not exist, a silent server.
 
 mod support;
 
@@ -315,5 +317,106 @@ fn files_that_are_not_regular_files_are_refused_naming_them() {
     );
     println!(
         "verified: /dev/zero, a FIFO, a named /dev/zero and a missing file are refused naming them"
+    );
+}
+
+/// A server on 127.0.0.1 that answers `reply` to every request (`None`:
+/// never answers, holding the connection); returns its port and the count
+/// of requests it read.
+fn fake_server(
+    reply: Option<&'static str>,
+) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut buf = [0u8; 4096];
+            if conn.read(&mut buf).is_ok_and(|n| n > 0) {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            match reply {
+                Some(body) => {
+                    let _ = write!(
+                        conn,
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                }
+                None => held.push(conn),
+            }
+        }
+    });
+    (port, count)
+}
+
+fn kubeconfig_for(port: u16) -> std::path::PathBuf {
+    let dir = support::tempdir();
+    support::write_kubeconfig(&dir, &format!("http://127.0.0.1:{port}"), "t")
+}
+
+/// The weak spots' messages: each names what is wrong instead of a generic
+/// failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clear_messages_for_common_mistakes() {
+    // A host name as a listen address.
+    support::assert_each_refused(&[(
+        &["run", "--admin-address=localhost:8080"],
+        "\"localhost\" is not an IP address: a listen address is an IP address and a port",
+    )]);
+    // A missing file KUBECONFIG names is named once, unquoted.
+    let out = Command::new(BIN)
+        .args(["explain", "pvc/x"])
+        .env("KUBECONFIG", "/no/such/kubeconfig")
+        .output()
+        .expect("run protection-manager");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("KUBECONFIG names /no/such/kubeconfig, which does not exist")
+            && !stderr.contains("\"/no/such"),
+        "{stderr}"
+    );
+    // A server that answers HTML is not called unreachable.
+    let (port, _) = fake_server(Some("<html><body>Sign in</body></html>"));
+    let kc = format!("--kubeconfig={}", kubeconfig_for(port).display());
+    for args in [
+        vec!["explain", "pvc/x", kc.as_str()],
+        vec!["release-check", kc.as_str()],
+    ] {
+        let (ok, stderr) = run_bounded(&args);
+        assert!(!ok, "{args:?}");
+        assert!(
+            stderr.contains("the server answered, but not as the Kubernetes API does")
+                && stderr
+                    .contains("is the kubeconfig's server URL that of a Kubernetes API server?"),
+            "{args:?}: {stderr}"
+        );
+    }
+    // release-check in a namespace that does not exist.
+    let sim = KubeSim::start(SimConfig::default()).await.expect("sim");
+    let (ok, stderr) = cli_bounded(&sim, &["release-check", "-n", "no-such-ns"]);
+    assert!(!ok, "{stderr}");
+    assert!(
+        stderr.contains("namespace no-such-ns does not exist"),
+        "{stderr}"
+    );
+    // explain on a silent server gives up after its first request.
+    let (port, requests) = fake_server(None);
+    let kc = format!("--kubeconfig={}", kubeconfig_for(port).display());
+    let (ok, stderr) = run_bounded(&["explain", "pvc/x", &kc, "--request-timeout=2s"]);
+    assert!(!ok);
+    assert!(stderr.contains("did not answer within 2s"), "{stderr}");
+    assert_eq!(
+        requests.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one request, one timeout"
+    );
+    println!(
+        "verified: a host name, an HTML server, a missing namespace and a silent server are named"
     );
 }

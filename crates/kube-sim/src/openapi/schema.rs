@@ -343,10 +343,14 @@ pub fn strict_decoding_error(unknown: &[String]) -> String {
 /// `fieldValidation=Strict` (kubectl's default) and unknown fields:
 /// `ConfigMap in version "v1" cannot be handled as a ConfigMap: strict decoding error: unknown field "dataa"`.
 pub fn strict_create_update_message(kind: &str, version: &str, unknown: &[String]) -> String {
-    format!(
-        "{kind} in version {version:?} cannot be handled as a {kind}: {}",
-        strict_decoding_error(unknown)
-    )
+    undecodable_message(kind, version, &strict_decoding_error(unknown))
+}
+
+/// The 400 BadRequest message of a create or update whose body does not
+/// decode into the kind's type: `{kind} in version "v1" cannot be handled as
+/// a {kind}: {why}`.
+pub fn undecodable_message(kind: &str, version: &str, why: &str) -> String {
+    format!("{kind} in version {version:?} cannot be handled as a {kind}: {why}")
 }
 
 /// The `Warning` header text for one unknown field under
@@ -417,6 +421,79 @@ fn prune_walk(t: TypeRef<'_>, v: &mut Value, path: String, out: &mut Vec<String>
             }
         }
         _ => {}
+    }
+}
+
+/// The first integer field of `obj` whose value its Go type cannot hold
+/// (an `int32` past its range, a fraction in an integer), as decoding into
+/// the typed object refuses it: `json: cannot unmarshal number 2147483648
+/// into Go struct field LeaseSpec.spec.leaseDurationSeconds of type int32`.
+/// `None` when every integer fits, or for kinds without a schema.
+pub fn integer_decode_error(group: &str, version: &str, kind: &str, obj: &Value) -> Option<String> {
+    let root = schemas().root(group, version, kind)?;
+    let struct_name = root
+        .definition()
+        .or_else(|| schemas().definition_name(group, version, kind))
+        .unwrap_or(kind);
+    integer_walk(root, obj, struct_name, &mut Vec::new())
+}
+
+fn integer_walk<'a>(
+    t: TypeRef<'a>,
+    v: &'a Value,
+    struct_name: &str,
+    fields: &mut Vec<&'a str>,
+) -> Option<String> {
+    match (t.shape(), v) {
+        (Shape::Struct, Value::Object(m)) => {
+            let own = t.definition().unwrap_or(struct_name).to_string();
+            for (k, child) in m {
+                let Some(ft) = t.field(k).filter(|_| t.has_field(k)) else {
+                    continue;
+                };
+                fields.push(k);
+                let found = integer_walk(ft, child, &own, fields);
+                fields.pop();
+                if found.is_some() {
+                    return found;
+                }
+            }
+            None
+        }
+        (Shape::Map, Value::Object(m)) => {
+            let et = t.field("")?;
+            m.values()
+                .find_map(|child| integer_walk(et, child, struct_name, fields))
+        }
+        (Shape::List, Value::Array(items)) => {
+            let it = t.items()?;
+            items
+                .iter()
+                .find_map(|child| integer_walk(it, child, struct_name, fields))
+        }
+        (Shape::Scalar, Value::Number(n)) => {
+            if t.resolved.get("type").and_then(Value::as_str) != Some("integer") {
+                return None;
+            }
+            let go_type = match t.resolved.get("format").and_then(Value::as_str) {
+                Some("int32") => "int32",
+                _ => "int64",
+            };
+            let fits = match (n.as_i64(), go_type) {
+                (Some(i), "int32") => i32::try_from(i).is_ok(),
+                (Some(_), _) => true,
+                (None, _) => false,
+            };
+            if fits {
+                return None;
+            }
+            let short = struct_name.rsplit('.').next().unwrap_or(struct_name);
+            Some(format!(
+                "json: cannot unmarshal number {n} into Go struct field {short}.{} of type {go_type}",
+                fields.join(".")
+            ))
+        }
+        _ => None,
     }
 }
 
