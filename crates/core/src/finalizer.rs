@@ -312,10 +312,25 @@ impl PhasedFinalizer {
         K: Resource + Clone + DeserializeOwned + Debug,
         K::DynamicType: Default,
     {
+        self.add_as(api, obj, &K::kind(&K::DynamicType::default()))
+            .await
+    }
+
+    /// [`Self::add`] for a kind known at run time (`kind` names it in
+    /// errors).
+    pub async fn add_as<K>(
+        &self,
+        api: &Api<K>,
+        obj: &K,
+        kind: &str,
+    ) -> Result<Outcome<K>, FinalizerError>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug,
+    {
         let Some(patch) = self.add_patch(obj.meta()) else {
             return Ok(Outcome::Unchanged);
         };
-        let out = self.send(api, obj, patch).await?;
+        let out = self.send(api, obj, kind, patch).await?;
         if out.wrote()
             && let Some(m) = &self.metrics
         {
@@ -331,10 +346,24 @@ impl PhasedFinalizer {
         K: Resource + Clone + DeserializeOwned + Debug,
         K::DynamicType: Default,
     {
+        self.remove_as(api, obj, &K::kind(&K::DynamicType::default()))
+            .await
+    }
+
+    /// [`Self::remove`] for a kind known at run time.
+    pub async fn remove_as<K>(
+        &self,
+        api: &Api<K>,
+        obj: &K,
+        kind: &str,
+    ) -> Result<Outcome<K>, FinalizerError>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug,
+    {
         let Some(patch) = self.remove_patch(obj.meta()) else {
             return Ok(Outcome::Unchanged);
         };
-        let out = self.send(api, obj, patch).await?;
+        let out = self.send(api, obj, kind, patch).await?;
         if out.wrote()
             && let Some(m) = &self.metrics
         {
@@ -350,20 +379,19 @@ impl PhasedFinalizer {
         &self,
         api: &Api<K>,
         obj: &K,
+        kind: &str,
         patch: FinalizerPatch,
     ) -> Result<Outcome<K>, FinalizerError>
     where
         K: Resource + Clone + DeserializeOwned + Debug,
-        K::DynamicType: Default,
     {
         let name = obj.meta().name.clone().ok_or(FinalizerError::Unnamed)?;
-        let kind = K::kind(&K::DynamicType::default()).to_string();
         let pp = PatchParams {
             field_manager: Some(self.field_manager.clone()),
             ..PatchParams::default()
         };
         let res = api.patch(&name, &pp, &Patch::Json::<()>(patch.0)).await;
-        classify(res, &kind, &obj.name_any())
+        classify(res, kind, &obj.name_any())
     }
 }
 

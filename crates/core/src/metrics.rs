@@ -48,7 +48,12 @@ pub struct Metrics {
     leader: IntGauge,
     build_info: IntGaugeVec,
     feature_enabled: IntGaugeVec,
-    trackers: Mutex<HashMap<String, Arc<TerminatingTracker>>>,
+    /// Terminating objects by (controller, scope): a scope is one part of a
+    /// controller that keeps its own set (one ProtectionRule of `rules`);
+    /// "" is the controller itself. The gauges add the scopes up.
+    trackers: Mutex<HashMap<(String, String), Arc<TerminatingTracker>>>,
+    /// Users indexed by (controller, scope), added up into `indexed_users`.
+    indexed: Mutex<HashMap<(String, String), usize>>,
     /// Where `/metrics` is served when not on the plain admin server (the
     /// secure metrics server's URL), for the admin server's 404.
     served_elsewhere: Mutex<Option<String>>,
@@ -219,6 +224,7 @@ impl Metrics {
             build_info,
             feature_enabled,
             trackers: Mutex::new(HashMap::new()),
+            indexed: Mutex::new(HashMap::new()),
             served_elsewhere: Mutex::new(None),
         }))
     }
@@ -242,12 +248,7 @@ impl Metrics {
 
     /// The handle a controller records through.
     pub fn controller(self: &Arc<Self>, name: &str) -> ControllerMetrics {
-        let tracker = self
-            .trackers
-            .lock()
-            .entry(name.to_string())
-            .or_insert_with(|| Arc::new(TerminatingTracker::default()))
-            .clone();
+        let tracker = self.tracker(name, "");
         // Make the series visible at 0 from the start.
         for result in ["success", "error"] {
             self.reconciles.with_label_values(&[name, result]);
@@ -262,9 +263,37 @@ impl Metrics {
         self.controller_ready.with_label_values(&[name]).set(0);
         ControllerMetrics {
             name: name.to_string(),
+            scope: String::new(),
             metrics: self.clone(),
             tracker,
         }
+    }
+
+    fn tracker(&self, name: &str, scope: &str) -> Arc<TerminatingTracker> {
+        self.trackers
+            .lock()
+            .entry((name.to_string(), scope.to_string()))
+            .or_insert_with(|| Arc::new(TerminatingTracker::default()))
+            .clone()
+    }
+
+    /// Sets the users indexed by `scope` of `name`; the gauge shows the sum
+    /// over its scopes (`None`: the scope is gone).
+    fn set_indexed(&self, name: &str, scope: &str, n: Option<usize>) {
+        let mut m = self.indexed.lock();
+        let key = (name.to_string(), scope.to_string());
+        match n {
+            Some(n) => m.insert(key, n),
+            None => m.remove(&key),
+        };
+        let total: usize = m
+            .iter()
+            .filter(|((c, _), _)| c == name)
+            .map(|(_, n)| *n)
+            .sum();
+        self.indexed_users
+            .with_label_values(&[name])
+            .set(i64::try_from(total).unwrap_or(i64::MAX));
     }
 
     /// One Event of `controller` was not written, for `reason`
@@ -304,13 +333,19 @@ impl Metrics {
             .trackers
             .lock()
             .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|((name, _), v)| (name.clone(), v.clone()))
             .collect();
+        let mut by_controller: HashMap<String, (usize, Option<Duration>)> = HashMap::new();
         for (name, t) in trackers {
             let (count, oldest) = t.snapshot(now);
+            let e = by_controller.entry(name).or_default();
+            e.0 += count;
+            e.1 = e.1.max(oldest);
+        }
+        for (name, (count, oldest)) in by_controller {
             self.terminating_objects
                 .with_label_values(&[&name])
-                .set(count as i64);
+                .set(i64::try_from(count).unwrap_or(i64::MAX));
             self.terminating_oldest
                 .with_label_values(&[&name])
                 .set(oldest.map_or(0, |d| d.as_secs() as i64));
@@ -340,6 +375,9 @@ impl TerminatingTracker {
 #[derive(Clone)]
 pub struct ControllerMetrics {
     name: String,
+    /// "" for the controller, else one part of it with its own Terminating
+    /// set and index (see [`ControllerMetrics::scoped`]).
+    scope: String,
     metrics: Arc<Metrics>,
     tracker: Arc<TerminatingTracker>,
 }
@@ -355,6 +393,32 @@ impl std::fmt::Debug for ControllerMetrics {
 impl ControllerMetrics {
     pub fn controller(&self) -> &str {
         &self.name
+    }
+
+    /// The handle of one part of the controller (one ProtectionRule of
+    /// `rules`): the same series (labelled by the controller), but its own
+    /// Terminating set and users count, which the gauges add to the
+    /// others'. [`ControllerMetrics::retire`] drops them when the part stops.
+    pub fn scoped(&self, scope: &str) -> ControllerMetrics {
+        ControllerMetrics {
+            name: self.name.clone(),
+            scope: scope.to_string(),
+            metrics: self.metrics.clone(),
+            tracker: self.metrics.tracker(&self.name, scope),
+        }
+    }
+
+    /// A scoped part stopped: its Terminating set and users count no longer
+    /// count. (Nothing for the controller's own handle.)
+    pub fn retire(&self) {
+        if self.scope.is_empty() {
+            return;
+        }
+        self.metrics
+            .trackers
+            .lock()
+            .remove(&(self.name.clone(), self.scope.clone()));
+        self.metrics.set_indexed(&self.name, &self.scope, None);
     }
 
     /// Starts timing a reconcile; call [`ReconcileTimer::finish`].
@@ -429,10 +493,7 @@ impl ControllerMetrics {
 
     /// The number of users in an in-use controller's index.
     pub fn set_indexed_users(&self, n: usize) {
-        self.metrics
-            .indexed_users
-            .with_label_values(&[&self.name])
-            .set(i64::try_from(n).unwrap_or(i64::MAX));
+        self.metrics.set_indexed(&self.name, &self.scope, Some(n));
     }
 
     pub fn set_ready(&self, ready: bool) {
@@ -551,5 +612,45 @@ mod tests {
         assert!(oldest.unwrap() < Duration::from_secs(120));
         c.reset_terminating(Vec::new());
         assert_eq!(c.terminating_snapshot(), (0, None));
+    }
+
+    #[test]
+    fn scoped_parts_add_up_and_a_retired_part_no_longer_counts() {
+        let m = Metrics::new().unwrap();
+        let c = m.controller("rules");
+        let (a, b) = (c.scoped("rule-a"), c.scoped("rule-b"));
+        let now = Timestamp::now();
+        // The same key in two parts (two kinds) is two objects.
+        a.set_terminating("ns/x", Some(now - SignedDuration::from_secs(300)));
+        b.set_terminating("ns/x", Some(now - SignedDuration::from_secs(5)));
+        a.set_indexed_users(3);
+        b.set_indexed_users(4);
+        // A re-list of one part replaces only its own set.
+        b.reset_terminating(vec![("ns/y".to_string(), now)]);
+        let text = m.encode().unwrap();
+        for needle in [
+            "protection_manager_terminating_objects{controller=\"rules\"} 2",
+            "protection_manager_indexed_users{controller=\"rules\"} 7",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+        let oldest: u64 = text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(
+                    "protection_manager_terminating_oldest_age_seconds{controller=\"rules\"} ",
+                )
+            })
+            .and_then(|v| v.parse().ok())
+            .expect("the oldest age of rules");
+        assert!(oldest >= 300, "the oldest over every part: {oldest}");
+        a.retire();
+        let text = m.encode().unwrap();
+        for needle in [
+            "protection_manager_terminating_objects{controller=\"rules\"} 1",
+            "protection_manager_indexed_users{controller=\"rules\"} 4",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
     }
 }

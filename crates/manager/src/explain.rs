@@ -105,7 +105,7 @@ pub async fn explain_rules(
     let client = client(&args.client).await?;
     match protection_rules::explain::explain(&client, resource, args.namespace.as_deref(), name)
         .await
-        .map_err(anyhow::Error::msg)?
+        .with_context(|| format!("explaining {resource}/{name}"))?
     {
         Some(e) => Ok((e.found, protection_rules::explain::render(&e))),
         None => bail!(

@@ -10,6 +10,7 @@
 
 use kube::ResourceExt;
 use kube::api::Api;
+use parking_lot::RwLock;
 use protection_core::runtime::inuse::{Engine, Rule};
 use protection_core::runtime::phased_finalizer;
 use protection_core::{ControllerContext, ControllerResult};
@@ -55,7 +56,7 @@ impl Rule for PvRule {
     fn confirms_live(&self) -> bool {
         false
     }
-    async fn list_live(&self, _: &kube::Client, _: &str) -> Result<(), Error> {
+    async fn list_live(&self, _: &kube::Client, _: &str, _: &RwLock<()>) -> Result<(), Error> {
         Ok(())
     }
     fn live_users(&self, _: &(), pv: &PvFacts) -> Vec<PvInUse> {

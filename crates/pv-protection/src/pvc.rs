@@ -209,7 +209,7 @@ mod tests {
         match plan {
             PvcPlan::AddFinalizer => acts.push(Act::AddFinalizer),
             PvcPlan::RemoveFinalizer => acts.push(Act::RemoveFinalizer),
-            PvcPlan::Keep(_) | PvcPlan::Nothing => {}
+            PvcPlan::Keep(_) | PvcPlan::WouldHold(_) | PvcPlan::Nothing => {}
             PvcPlan::ConfirmLive => unreachable!(),
         }
         acts

@@ -41,8 +41,9 @@
 
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
+use parking_lot::RwLock;
 use protection_core::runtime::inuse::{Engine, Rule};
-use protection_core::runtime::{LIST_PAGE_SIZE, phased_finalizer, watch_config};
+use protection_core::runtime::{list_all, phased_finalizer, watch_config};
 use protection_core::{ControllerContext, ControllerResult};
 
 use crate::index::{PodIndex, PodUse, live_users};
@@ -85,21 +86,19 @@ impl Rule for PvcRule {
     fn cached_users(&self, index: &PodIndex, pvc: &PvcFacts) -> Vec<PodUse> {
         index.users(namespace(pvc), &pvc.name_any(), controller_uid(pvc))
     }
-    async fn list_live(&self, client: &kube::Client, ns: &str) -> Result<Vec<PodFacts>, Error> {
+    async fn list_live(
+        &self,
+        client: &kube::Client,
+        ns: &str,
+        _: &RwLock<PodIndex>,
+    ) -> Result<Vec<PodFacts>, Error> {
         let api: Api<PodFacts> = Api::namespaced(client.clone(), ns);
-        let mut lp = ListParams::default().limit(LIST_PAGE_SIZE);
-        let mut pods = Vec::new();
-        loop {
-            let page = api.list(&lp).await.map_err(|source| Error::LiveList {
-                what: format!("pods in namespace {ns}"),
-                source,
-            })?;
-            pods.extend(page.items);
-            match page.metadata.continue_ {
-                Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
-                _ => return Ok(pods),
-            }
-        }
+        list_all(
+            &api,
+            &ListParams::default(),
+            &format!("pods in namespace {ns}"),
+        )
+        .await
     }
     fn live_users(&self, pods: &Vec<PodFacts>, pvc: &PvcFacts) -> Vec<PodUse> {
         live_users(pods, namespace(pvc), &pvc.name_any(), controller_uid(pvc))

@@ -28,20 +28,26 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use protection_core::controllers::{ControllerContext, ControllerError};
-use protection_core::finalizer::{FinalizerPatch, PhasedFinalizer, has_finalizer};
+use protection_core::finalizer::{PhasedFinalizer, has_finalizer};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::runner::{self, Kind, RuleCtx, Runner};
 use crate::spec::{self, Mode};
 
+/// Why writing a rule's own finalizer failed.
+#[derive(Debug, thiserror::Error)]
+#[error("protectionrule {name}: {source}")]
+pub struct RuleFinalizerError {
+    name: String,
+    #[source]
+    source: protection_core::FinalizerError,
+}
+
 pub const NAME: &str = "rules";
 /// The controller's own finalizer on every ProtectionRule it enforced.
 pub const RULE_FINALIZER: &str = "protection-manager.io/rule-cleanup";
 pub const FIELD_MANAGER: &str = "protection-manager-rules";
-
-/// Rules currently running, for explain and tests.
-pub type Running = Arc<parking_lot::Mutex<HashMap<String, Arc<runner::Shared>>>>;
 
 struct State {
     ctx: ControllerContext,
@@ -235,7 +241,7 @@ impl State {
         if !r.is_synced() {
             return;
         }
-        let c = r.shared.counts(&r.ctx.spec.finalizer);
+        let c = r.counts();
         let mode = r.ctx.spec.mode;
         let message = match mode {
             Mode::Enforce if self.add_enabled => format!(
@@ -262,12 +268,12 @@ impl State {
         });
         if mode == Mode::Audit {
             status["wouldHold"] = json!(
-                r.shared
+                r.state
                     .would_hold
                     .load(std::sync::atomic::Ordering::Relaxed)
             );
         }
-        if let Some(e) = r.shared.last_error.lock().clone() {
+        if let Some(e) = r.state.last_error.lock().clone() {
             status["lastError"] = json!(e);
         }
         self.write_status(name, status).await;
@@ -306,7 +312,7 @@ impl State {
 
     /// A resource the rule names is not served (yet): refused, and looked at
     /// again in 10 s (a CRD may be on its way).
-    async fn not_found(&mut self, name: &str, generation: i64, field: &str, e: String) {
+    async fn not_found(&mut self, name: &str, generation: i64, field: &str, e: runner::Error) {
         self.retry
             .insert(name.into(), Instant::now() + Duration::from_secs(10));
         self.refuse(
@@ -418,28 +424,25 @@ impl State {
         None
     }
 
-    async fn patch_rule_finalizer(&self, o: &DynamicObject, add: bool) -> Result<(), String> {
-        let f = PhasedFinalizer::new(RULE_FINALIZER, true)
-            .map_err(|e| e.to_string())?
-            .with_field_manager(FIELD_MANAGER);
-        let patch = if add {
-            f.add_patch(&o.metadata)
-        } else {
-            f.remove_patch(&o.metadata)
-        };
-        let Some(FinalizerPatch(p)) = patch else {
-            return Ok(());
-        };
+    async fn patch_rule_finalizer(
+        &self,
+        o: &DynamicObject,
+        add: bool,
+    ) -> Result<(), RuleFinalizerError> {
         let name = o.metadata.name.clone().unwrap_or_default();
-        let pp = PatchParams {
-            field_manager: Some(FIELD_MANAGER.into()),
-            ..Default::default()
+        let err = |source| RuleFinalizerError {
+            name: name.clone(),
+            source,
         };
-        match self.api.patch(&name, &pp, &Patch::Json::<()>(p)).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(format!("protectionrule {name}: {e}")),
-        }
+        let f = PhasedFinalizer::new(RULE_FINALIZER, true)
+            .map_err(err)?
+            .with_field_manager(FIELD_MANAGER);
+        let res = if add {
+            f.add_as(&self.api, o, spec::KIND).await
+        } else {
+            f.remove_as(&self.api, o, spec::KIND).await
+        };
+        res.map(|_| ()).map_err(err)
     }
 
     async fn reconcile(&mut self, name: &str) {
@@ -539,7 +542,7 @@ impl State {
                 }
             }
         }
-        if let Err(missing) = self.access(&protected, &user_kinds).await {
+        if let Some(missing) = self.missing_right(&protected, &user_kinds).await {
             // Asked again soon: a grant needs no restart to be noticed.
             self.retry
                 .insert(name.into(), Instant::now() + Duration::from_secs(10));
@@ -559,21 +562,33 @@ impl State {
         {
             self.retry
                 .insert(name.into(), Instant::now() + Duration::from_secs(5));
-            return self.refuse(name, generation, "Error", e).await;
+            return self.refuse(name, generation, "Error", e.to_string()).await;
         }
+        // The finalizer's name was checked when the rule was compiled.
+        let finalizer = match PhasedFinalizer::new(&spec.finalizer, self.add_enabled) {
+            Ok(f) => f
+                .with_metrics(self.ctx.metrics.clone())
+                .with_field_manager(FIELD_MANAGER),
+            Err(e) => {
+                return self
+                    .refuse(
+                        name,
+                        generation,
+                        "InvalidRule",
+                        format!("spec.finalizer: {e}"),
+                    )
+                    .await;
+            }
+        };
         let ctx = Arc::new(RuleCtx {
             rule: name.to_string(),
             client: client.clone(),
-            events: self.ctx.events.clone(),
             spec,
             users,
             protected,
             user_kinds,
-            add_enabled: self.add_enabled,
-            field_manager: FIELD_MANAGER.into(),
-            concurrency: usize::from(self.ctx.concurrency).max(1),
         });
-        let r = runner::start(ctx, generation, &self.cancel);
+        let r = runner::start(&self.ctx, ctx, finalizer, generation, &self.cancel);
         if self.runners.contains_key(name) {
             self.next.insert(name.to_string(), r);
         } else {
@@ -588,8 +603,8 @@ impl State {
             return;
         }
         let result = async {
-            let s: spec::RuleSpec = serde_json::from_value(spec_value.clone())
-                .map_err(|e| format!("spec: {e}"))?;
+            let s: spec::RuleSpec =
+                serde_json::from_value(spec_value.clone()).map_err(runner::Error::Spec)?;
             // A kind that is no longer served has no objects left to clean.
             if let Ok(kind) = runner::resolve(
                 &self.ctx.client,
@@ -608,20 +623,24 @@ impl State {
                     tracing::info!(controller = NAME, rule = name, removed = n, finalizer = %s.finalizer, "rule deleted: finalizers removed");
                 }
             }
-            self.patch_rule_finalizer(o, false).await
+            self.patch_rule_finalizer(o, false)
+                .await
+                .map_err(|e| runner::Error::Finalizer(e.source))
         }
         .await;
         if let Err(e) = result {
             self.retry
                 .insert(name.into(), Instant::now() + Duration::from_secs(5));
             let generation = o.metadata.generation.unwrap_or(0);
-            self.refuse(name, generation, "CleanupFailed", e).await;
+            self.refuse(name, generation, "CleanupFailed", e.to_string())
+                .await;
         }
     }
 
-    /// Checks the rights a rule needs; `Err` names the first one missing. A
-    /// server without SelfSubjectAccessReview is not asked.
-    async fn access(&self, protected: &Kind, users: &[Kind]) -> Result<(), String> {
+    /// The first right a rule needs that the manager lacks (`verb
+    /// resource`), if any. A server without SelfSubjectAccessReview is not
+    /// asked.
+    async fn missing_right(&self, protected: &Kind, users: &[Kind]) -> Option<String> {
         let mut checks: Vec<(&Kind, &str)> = ["get", "list", "watch", "patch"]
             .into_iter()
             .map(|v| (protected, v))
@@ -645,11 +664,11 @@ impl State {
             };
             match api.create(&PostParams::default(), &review).await {
                 Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => {}
-                Ok(_) => return Err(format!("{verb} {}", k.display())),
-                Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
-                Err(e) => return Err(format!("{verb} {} (review failed: {e})", k.display())),
+                Ok(_) => return Some(format!("{verb} {}", k.display())),
+                Err(kube::Error::Api(s)) if s.code == 404 => return None,
+                Err(e) => return Some(format!("{verb} {} (review failed: {e})", k.display())),
             }
         }
-        Ok(())
+        None
     }
 }

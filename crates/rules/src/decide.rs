@@ -1,6 +1,7 @@
 //! The rule, pure: what the controller of one ProtectionRule does with one
-//! protected object, modelled on pvc-protection's decision
-//! (`pv_protection::pvc::decide`, docs/upstream-semantics.md §11).
+//! protected object. Enforce is the in-use engine's decision
+//! ([`protection_core::runtime::inuse::decide`], as pvc-protection's,
+//! docs/upstream-semantics.md §11); Audit is the rule's own.
 //!
 //! Enforce:
 //! 1. a deletion candidate (deleting, our finalizer present) is kept while a
@@ -18,6 +19,11 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use protection_core::finalizer::{has_finalizer, is_deleting};
+use protection_core::runtime::inuse;
+
+/// What the controller does with one protected object: the in-use
+/// engine's plan.
+pub type Plan = inuse::Plan<UserRef>;
 
 use crate::spec::Mode;
 
@@ -56,21 +62,6 @@ pub fn describe(users: &[UserRef]) -> String {
     parts.join(", ")
 }
 
-/// What the controller does with one protected object.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Plan {
-    AddFinalizer,
-    RemoveFinalizer,
-    /// Deleting and in use by these users: keep the finalizer.
-    Keep(Vec<UserRef>),
-    /// Deleting, no user in the index: confirm with live LISTs, then decide
-    /// again.
-    ConfirmLive,
-    /// Audit: deleting (or deleted) while these users refer to it.
-    WouldHold(Vec<UserRef>),
-    Nothing,
-}
-
 /// The decision for an object that exists. `cached` are the index's users,
 /// `live` those of live LISTs made for this decision.
 pub fn decide(
@@ -92,23 +83,8 @@ pub fn decide(
         }
         return Plan::Nothing;
     }
-    if deleting {
-        if !present {
-            return Plan::Nothing;
-        }
-        if !cached.is_empty() {
-            return Plan::Keep(cached.to_vec());
-        }
-        return match live {
-            None => Plan::ConfirmLive,
-            Some([]) => Plan::RemoveFinalizer,
-            Some(users) => Plan::Keep(users.to_vec()),
-        };
-    }
-    if !present && add_enabled {
-        return Plan::AddFinalizer;
-    }
-    Plan::Nothing
+    // Enforce: the engine's decision, as pv-, pvc- and vac-protection's.
+    inuse::decide(meta, finalizer, add_enabled, cached, live)
 }
 
 /// The decision for an object that is gone (its DELETED event): Audit
@@ -160,7 +136,7 @@ mod tests {
     #[test]
     fn table() {
         use Mode::*;
-        use Plan::*;
+        use inuse::Plan::*;
         let p = vec![pod("a")];
         // (finalizer, deleting, mode, add_enabled, cached, live) -> plan
         let rows: Vec<Row> = vec![

@@ -7,7 +7,6 @@
 use std::fmt::Write as _;
 
 use kube::api::{Api, DynamicObject};
-use protection_core::events::EventRecorder;
 use protection_core::finalizer::{has_finalizer, is_deleting};
 
 use crate::decide::{UserRef, describe};
@@ -53,12 +52,17 @@ pub async fn explain(
     resource: &str,
     namespace: Option<&str>,
     name: &str,
-) -> Result<Option<Explanation>, String> {
+) -> Result<Option<Explanation>, runner::Error> {
     let rules: Api<DynamicObject> = Api::all_with(client.clone(), &spec::api_resource());
     let list = match rules.list(&Default::default()).await {
         Ok(l) => l.items,
         Err(kube::Error::Api(s)) if s.code == 404 => return Ok(None),
-        Err(e) => return Err(format!("listing protectionrules: {e}")),
+        Err(source) => {
+            return Err(runner::Error::Api {
+                what: "listing protectionrules".into(),
+                source,
+            });
+        }
     };
     let mut out: Option<Explanation> = None;
     let mut object: Option<DynamicObject> = None;
@@ -92,7 +96,10 @@ pub async fn explain(
             object = api
                 .get_opt(name)
                 .await
-                .map_err(|e| format!("reading {} {name}: {e}", protected.display()))?;
+                .map_err(|source| runner::Error::Api {
+                    what: format!("reading {} {name}", protected.display()),
+                    source,
+                })?;
             let Some(o) = &object else {
                 return Ok(out);
             };
@@ -106,7 +113,7 @@ pub async fn explain(
         for u in &spec.users {
             match runner::resolve(client, &u.group, &u.version, Some(&u.resource), None).await {
                 Ok(k) => user_kinds.push(k),
-                Err(err) => error = Some(err),
+                Err(err) => error = Some(err.to_string()),
             }
         }
         let finalizer = spec.finalizer.clone();
@@ -117,14 +124,10 @@ pub async fn explain(
             let ctx = RuleCtx {
                 rule: rule.clone(),
                 client: client.clone(),
-                events: EventRecorder::new(client.clone(), "explain", None),
                 spec,
                 users,
                 protected,
                 user_kinds,
-                add_enabled: false,
-                field_manager: String::new(),
-                concurrency: 1,
             };
             let key = (ns.clone().unwrap_or_default(), name.to_string());
             match ctx.live_round(None).await {

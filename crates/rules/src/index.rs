@@ -14,6 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::decide::UserRef;
+use crate::runner::RefError;
 
 /// A protected object: (namespace or "", name).
 pub type ObjKey = (String, String);
@@ -23,7 +24,7 @@ pub type UserKey = (usize, String, String);
 
 /// What a user refers to: protected objects, or the error its reference
 /// expression gave.
-pub type Refs = Result<Vec<ObjKey>, String>;
+pub type Refs = Result<Vec<ObjKey>, RefError>;
 
 /// Whether an unresolved user in namespace `user_ns` ("" for a
 /// cluster-scoped user) may refer to `obj`.
@@ -67,7 +68,7 @@ pub struct Index {
     by_user: HashMap<UserKey, Vec<ObjKey>>,
     by_obj: HashMap<ObjKey, BTreeSet<UserKey>>,
     /// Users whose reference failed, with the error.
-    unresolved: BTreeMap<UserKey, String>,
+    unresolved: BTreeMap<UserKey, RefError>,
     /// The resourceVersion each user's refs were computed at (see
     /// [`Index::refs_at`]).
     versions: HashMap<UserKey, String>,
@@ -178,16 +179,24 @@ impl Index {
         changed.settle()
     }
 
-    fn user_ref(&self, (i, ns, name): &UserKey, error: Option<&String>) -> UserRef {
+    fn user_ref(&self, (i, ns, name): &UserKey, error: Option<&RefError>) -> UserRef {
         UserRef {
             resource: self.resources.get(*i).cloned().unwrap_or_default(),
             namespace: ns.clone(),
             name: name.clone(),
-            error: error.cloned(),
+            error: error.map(ToString::to_string),
         }
     }
 
-    /// The users referring to `obj`.
+    /// Users indexed: those that refer to something, and the unresolved.
+    pub fn len(&self) -> usize {
+        self.by_user.len() + self.unresolved.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
     /// The users referring to `obj`, and the unresolved users in its
     /// scope.
     pub fn users_of(&self, obj: &ObjKey) -> Vec<UserRef> {
@@ -214,6 +223,14 @@ mod tests {
     }
     fn u(n: &str) -> UserKey {
         (0, "ns".into(), n.into())
+    }
+
+    fn err(message: &str) -> RefError {
+        RefError {
+            entry: 0,
+            user: "pods/p".into(),
+            message: message.into(),
+        }
     }
 
     fn keys(c: Changed) -> Vec<ObjKey> {
@@ -255,8 +272,8 @@ mod tests {
         // Refs applied without a version forget the old one.
         i.apply(u("p"), Ok(vec![k("b")]));
         assert_eq!(i.refs_at(&u("p"), "7"), None);
-        i.apply_at(u("q"), Some("9".into()), Err("boom".into()));
-        assert_eq!(i.refs_at(&u("q"), "9"), Some(Err("boom".into())));
+        i.apply_at(u("q"), Some("9".into()), Err(err("boom")));
+        assert_eq!(i.refs_at(&u("q"), "9"), Some(Err(err("boom"))));
         // A user with no refs is remembered too.
         i.apply_at(u("r"), Some("3".into()), Ok(vec![]));
         assert_eq!(i.refs_at(&u("r"), "3"), Some(Ok(vec![])));
@@ -271,7 +288,7 @@ mod tests {
     fn a_user_whose_reference_fails_holds_everything_in_its_namespace_until_it_resolves() {
         let mut i = Index::new(vec!["pods".into()]);
         i.apply(u("p"), Ok(vec![k("a")]));
-        let c = i.apply(u("p"), Err("no such key: volumes".into()));
+        let c = i.apply(u("p"), Err(err("no such key: volumes")));
         assert_eq!(c.keys, vec![k("a")]);
         assert_eq!(c.scopes, vec!["ns".to_string()]);
         assert!(c.covers(&k("anything")));
@@ -280,7 +297,10 @@ mod tests {
         let held = i.users_of(&k("zzz"));
         assert_eq!(held.len(), 1);
         assert_eq!(held[0].name, "p");
-        assert_eq!(held[0].error.as_deref(), Some("no such key: volumes"));
+        assert_eq!(
+            held[0].error.as_deref(),
+            Some("spec.users[0].reference on pods/p: no such key: volumes")
+        );
         assert!(held[0].to_string().contains("no such key: volumes"));
         assert!(i.users_of(&("other".into(), "a".into())).is_empty());
         // A cluster-scoped protected kind is held whatever the namespace.
@@ -291,7 +311,7 @@ mod tests {
         assert!(i.users_of(&k("zzz")).is_empty());
         assert_eq!(i.users_of(&k("b")).len(), 1);
         // A re-list drops an unresolved user that went during a gap.
-        i.apply(u("q"), Err("boom".into()));
+        i.apply(u("q"), Err(err("boom")));
         let c = i.reset(0, vec![]);
         assert_eq!(c.scopes, vec!["ns".to_string()]);
         assert!(i.users_of(&k("zzz")).is_empty());

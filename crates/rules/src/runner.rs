@@ -1,43 +1,84 @@
-//! One dynamic in-use controller per ProtectionRule: a metadata watch of the
-//! protected kind, a full watch of each user kind feeding the [`Index`], and
-//! keyed workers carrying out [`decide`]'s plans with core's runtime pieces
-//! (the phased finalizer's guarded JSON patches, backoff, event memory):
+//! One ProtectionRule as a rule on core's in-use engine
+//! ([`protection_core::runtime::inuse`]): the protected kind is watched as
+//! metadata, each user kind feeds the rule's [`Index`] (the CEL evaluated
+//! before the index's lock is taken), and the engine does the rest as for
+//! pv-, pvc- and vac-protection: the decision from the index, a deletion
+//! with no user in the index confirmed by ONE round of paged live LISTs of
+//! every user kind (cluster-wide: a user may name another namespace)
+//! shared by every object waiting at the same time, the guarded finalizer
+//! patch, the `FinalizerHeld`/`FinalizerReleased` events, retries with the
+//! per-object backoff, and the controller's metrics (labelled
+//! `controller="rules"`, each rule a part of them).
 //!
-//! * up to `--concurrency` reconciles at once, never two for one object (a
-//!   key that changes while it is being reconciled runs again afterwards,
-//!   as client-go's workqueue does);
-//! * a deletion that finds no user in the index is handed to one confirmer
-//!   task, which frees the worker: the confirmer takes every object handed
-//!   over since its last round, checks each against the cache again, then
-//!   makes one round of live LISTs of every user kind (started after those
-//!   checks) and decides each object from it, as vac-protection's
-//!   confirmer does. At scale (1,000 Secrets released as their 2,000 pods
-//!   go, 20,000 pods) one cluster-wide LIST per released object made the
-//!   release take tens of minutes; a round per batch takes seconds.
+//! The rule decides in [`crate::decide::decide`] (Enforce and Audit); the
+//! engine writes. What is the rule's own: Audit mode (the filter of the
+//! objects it looks at, the `WouldHold` report, also for an object whose
+//! DELETED event is the first sign of its deletion), and the status counts
+//! and last error it shares with the rules controller.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersion};
-use kube::runtime::{WatchStreamExt, watcher};
-use parking_lot::Mutex;
-use protection_core::events::EventRecorder;
+use kube::runtime::watcher;
+use parking_lot::{Mutex, RwLock};
+use protection_core::controllers::{ControllerContext, ReadySignal};
 use protection_core::finalizer::{FinalizerPatch, PhasedFinalizer, has_finalizer, is_deleting};
-use protection_core::runtime::{Backoff, EventMemory};
-use tokio::sync::{Notify, mpsc, watch};
-use tokio::task::JoinSet;
+use protection_core::runtime::inuse::{Engine, Fed, Plan, Rule};
+use protection_core::runtime::{ReconcileError, Settings, list_pages};
 use tokio_util::sync::CancellationToken;
 
 use crate::cel;
-use crate::decide::{Plan, UserRef, decide, decide_gone, describe};
-use crate::index::{Changed, Index, ObjKey, Refs, UserKey, in_scope};
+use crate::decide::{UserRef, decide, decide_gone, describe};
+use crate::index::{Index, ObjKey, Refs, UserKey, in_scope};
 use crate::spec::{CompiledUser, Mode, RuleSpec};
+
+/// What went wrong talking to the API server for a rule.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Discovery of a group version the rule names failed.
+    #[error("discovery of {api_version}: {source}")]
+    Discovery {
+        api_version: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// The group version is served, the resource (or kind) is not.
+    #[error("{api_version} serves no {what}")]
+    NotServed { api_version: String, what: String },
+    /// A request failed: `what` names it ("listing secrets").
+    #[error("{what}: {source}")]
+    Api {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// A stored rule's spec does not parse.
+    #[error("spec: {0}")]
+    Spec(#[source] serde_json::Error),
+    #[error(transparent)]
+    Finalizer(#[from] protection_core::FinalizerError),
+    /// A live round of the rule's users failed.
+    #[error(transparent)]
+    Live(#[from] ReconcileError),
+}
+
+/// Why a user's reference could not be evaluated (the user then holds
+/// every protected object in its scope; see [`crate::index`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("spec.users[{entry}].reference on {user}: {message}")]
+pub struct RefError {
+    /// The rule's user entry.
+    pub entry: usize,
+    /// `pods/name`: the user object.
+    pub user: String,
+    /// What the expression's evaluation said.
+    pub message: String,
+}
 
 /// A kind as discovery serves it.
 #[derive(Clone, Debug)]
@@ -61,7 +102,7 @@ impl Kind {
 pub async fn resolve_protected(
     client: &kube::Client,
     p: &crate::spec::Protected,
-) -> Result<Kind, String> {
+) -> Result<Kind, Error> {
     resolve(
         client,
         &p.group,
@@ -79,12 +120,15 @@ pub async fn resolve(
     version: &str,
     resource: Option<&str>,
     kind: Option<&str>,
-) -> Result<Kind, String> {
+) -> Result<Kind, Error> {
     let gv = GroupVersion::gv(group, version);
     let api_version = gv.api_version();
     let g = kube::discovery::pinned_group(client, &gv)
         .await
-        .map_err(|e| format!("discovery of {api_version}: {e}"))?;
+        .map_err(|source| Error::Discovery {
+            api_version: api_version.clone(),
+            source,
+        })?;
     g.versioned_resources(version)
         .into_iter()
         .find(|(ar, _)| match (resource, kind) {
@@ -96,73 +140,21 @@ pub async fn resolve(
             ar,
             namespaced: caps.scope == kube::discovery::Scope::Namespaced,
         })
-        .ok_or_else(|| {
-            format!(
-                "{api_version} serves no {}",
-                resource.or(kind).unwrap_or("resource")
-            )
+        .ok_or_else(|| Error::NotServed {
+            api_version,
+            what: resource.or(kind).unwrap_or("resource").to_string(),
         })
 }
 
-/// What a running rule knows, shared with the rules controller (status,
-/// explain).
-#[derive(Debug, Default)]
-pub struct Shared {
-    pub index: Mutex<Index>,
-    /// Protected objects' metadata, from the metadata watch.
-    pub objects: Mutex<HashMap<ObjKey, ObjectMeta>>,
-    pub last_error: Mutex<Option<String>>,
-    /// Audit: deletions that would have been held, since the rule started.
-    pub would_hold: AtomicU64,
-}
-
-/// Counts for the status.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
-    pub protected: u64,
-    pub held_now: u64,
-}
-
-impl Shared {
-    pub fn counts(&self, finalizer: &str) -> Counts {
-        let objects = self.objects.lock();
-        let index = self.index.lock();
-        let mut c = Counts::default();
-        for (k, m) in objects.iter() {
-            if has_finalizer(m, finalizer) {
-                c.protected += 1;
-                if is_deleting(m) && !index.users_of(k).is_empty() {
-                    c.held_now += 1;
-                }
-            }
-        }
-        c
-    }
-
-    fn error(&self, e: impl Into<String>) {
-        let e = e.into();
-        tracing::warn!(error = %e, "rule");
-        *self.last_error.lock() = Some(e);
-    }
-}
-
-/// Everything one rule's controller needs.
+/// What a rule knows about one rule, besides its spec.
 pub struct RuleCtx {
     pub rule: String,
     pub client: kube::Client,
-    pub events: EventRecorder,
     pub spec: RuleSpec,
     pub users: Vec<CompiledUser>,
     pub protected: Kind,
     pub user_kinds: Vec<Kind>,
-    pub add_enabled: bool,
-    pub field_manager: String,
-    /// Reconciles at once (`--concurrency`); at least one.
-    pub concurrency: usize,
 }
-
-/// Objects per page of a live LIST.
-const LIVE_PAGE: u32 = 500;
 
 /// The users of every protected object, from one round of live LISTs.
 #[derive(Debug, Default)]
@@ -180,78 +172,43 @@ impl LiveUsers {
         out.extend(
             self.unresolved
                 .iter()
-                .filter(|u| crate::index::in_scope(&u.namespace, key))
+                .filter(|u| in_scope(&u.namespace, key))
                 .cloned(),
         );
         out
     }
 }
 
-/// A running rule.
-pub struct Runner {
-    pub generation: i64,
-    pub shared: Arc<Shared>,
-    pub ctx: Arc<RuleCtx>,
-    cancel: CancellationToken,
-    synced: watch::Receiver<bool>,
-}
-
-impl Runner {
-    pub fn stop(&self) {
-        self.cancel.cancel();
-    }
-
-    pub fn is_synced(&self) -> bool {
-        *self.synced.borrow()
-    }
-
-    /// Waits until every watch of the rule has listed once.
-    pub async fn wait_synced(&self) {
-        let mut rx = self.synced.clone();
-        let _ = rx.wait_for(|v| *v).await;
-    }
-}
-
-impl Drop for Runner {
-    fn drop(&mut self) {
-        self.cancel.cancel();
-    }
-}
-
-enum Work {
-    Obj(ObjKey),
-    Gone(ObjKey, Box<ObjectMeta>),
-}
-
-fn key_of(meta: &ObjectMeta) -> ObjKey {
+/// The protected object's key in the index: (namespace or "", name).
+pub fn obj_key(meta: &ObjectMeta) -> ObjKey {
     (
         meta.namespace.clone().unwrap_or_default(),
         meta.name.clone().unwrap_or_default(),
     )
 }
 
+/// The store key of an index key (`name`, or `namespace/name`).
+fn store_key((ns, name): &ObjKey) -> String {
+    if ns.is_empty() {
+        name.clone()
+    } else {
+        format!("{ns}/{name}")
+    }
+}
+
 impl RuleCtx {
-    fn finalizer(&self) -> PhasedFinalizer {
-        // The name was checked when the rule was compiled.
-        PhasedFinalizer::new(&self.spec.finalizer, self.add_enabled)
-            .unwrap_or_else(|_| {
-                PhasedFinalizer::new("protection-manager.io/invalid", false)
-                    .expect("a valid constant name")
-            })
-            .with_field_manager(&self.field_manager)
-    }
-
-    fn api(&self, ns: &str) -> Api<DynamicObject> {
-        if self.protected.namespaced {
-            Api::namespaced_with(self.client.clone(), ns, &self.protected.ar)
-        } else {
-            Api::all_with(self.client.clone(), &self.protected.ar)
-        }
-    }
-
     /// The protected objects user entry `i` refers to through `obj`.
-    pub fn refs_of(&self, i: usize, obj: &DynamicObject) -> Result<Vec<ObjKey>, String> {
+    pub fn refs_of(&self, i: usize, obj: &DynamicObject) -> Refs {
         let u = &self.users[i];
+        let fail = |message: String| RefError {
+            entry: i,
+            user: format!(
+                "{}/{}",
+                self.user_kinds[i].display(),
+                obj.metadata.name.clone().unwrap_or_default()
+            ),
+            message,
+        };
         // The expression sees the object as the API serves it, less
         // managedFields (often its largest part, and no reference's).
         let mut value = obj.data.clone();
@@ -262,10 +219,8 @@ impl RuleCtx {
                 m.insert("apiVersion".into(), t.api_version.clone().into());
                 m.insert("kind".into(), t.kind.clone().into());
             }
-            m.insert(
-                "metadata".into(),
-                serde_json::to_value(&meta).map_err(|e| e.to_string())?,
-            );
+            let meta = serde_json::to_value(&meta).map_err(|e| fail(e.to_string()))?;
+            m.insert("metadata".into(), meta);
         }
         let object = cel::to_cel(&value);
         if let Some(w) = &u.while_ {
@@ -277,13 +232,7 @@ impl RuleCtx {
             }
         }
         let ns = obj.metadata.namespace.clone().unwrap_or_default();
-        let refs = u.reference.eval_refs(&object, &ns).map_err(|e| {
-            format!(
-                "spec.users[{i}].reference on {}/{}: {e}",
-                self.user_kinds[i].display(),
-                obj.metadata.name.clone().unwrap_or_default()
-            )
-        })?;
+        let refs = u.reference.eval_refs(&object, &ns).map_err(fail)?;
         Ok(refs
             .into_iter()
             .map(|(ns, name)| {
@@ -296,7 +245,9 @@ impl RuleCtx {
             .collect())
     }
 
-    /// One LIST of every user kind: the users of every protected object.
+    /// One LIST of every user kind, all namespaces (a namespaced user names
+    /// another namespace only through a {namespace, name} reference), in
+    /// pages each dropped once read: the users of every protected object.
     /// A user whose reference fails to evaluate is kept as unresolved (it
     /// holds; freeing an object it may use is the unsafe side).
     ///
@@ -304,25 +255,17 @@ impl RuleCtx {
     /// one the index computed its refs at reuses them (the same state gives
     /// the same answer) instead of evaluating the CEL again: at 20,000 pods
     /// that evaluation was most of a round.
-    pub async fn live_round(&self, index: Option<&Mutex<Index>>) -> Result<LiveUsers, kube::Error> {
+    pub async fn live_round(
+        &self,
+        index: Option<&RwLock<Index>>,
+    ) -> Result<LiveUsers, ReconcileError> {
         let mut out = LiveUsers::default();
         for (i, kind) in self.user_kinds.iter().enumerate() {
-            // A namespaced user names another namespace only through a
-            // {namespace, name} reference: list all namespaces.
             let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &kind.ar);
-            // In pages, each dropped once read: one unpaged LIST of 20,000
-            // pods held the whole body and every object at once (a peak
-            // RSS of 723 MiB in `make bench-rules`).
-            let mut page = ListParams::default().limit(LIVE_PAGE);
-            loop {
-                let list = api.list(&page).await?;
-                let next = list.metadata.continue_.clone().filter(|c| !c.is_empty());
-                self.collect_users(i, kind, list.items, index, &mut out);
-                match next {
-                    Some(c) => page = page.continue_token(&c),
-                    None => break,
-                }
-            }
+            list_pages(&api, &ListParams::default(), &kind.display(), |items| {
+                self.collect_users(i, kind, items, index, &mut out)
+            })
+            .await?;
         }
         Ok(out)
     }
@@ -333,32 +276,25 @@ impl RuleCtx {
         i: usize,
         kind: &Kind,
         items: Vec<DynamicObject>,
-        index: Option<&Mutex<Index>>,
+        index: Option<&RwLock<Index>>,
         out: &mut LiveUsers,
     ) {
-        let key = |o: &DynamicObject| -> UserKey {
-            (
-                i,
-                o.metadata.namespace.clone().unwrap_or_default(),
-                o.metadata.name.clone().unwrap_or_default(),
-            )
-        };
         // The index's answers first, under one lock; the CEL after it.
         let known: Vec<Option<Refs>> = match index {
             Some(ix) => {
-                let ix = ix.lock();
+                let ix = ix.read();
                 items
                     .iter()
                     .map(|o| {
                         let rv = o.metadata.resource_version.as_deref()?;
-                        ix.refs_at(&key(o), rv)
+                        ix.refs_at(&user_key(i, o), rv)
                     })
                     .collect()
             }
             None => vec![None; items.len()],
         };
         for (o, known) in items.into_iter().zip(known) {
-            let (_, namespace, name) = key(&o);
+            let (_, namespace, name) = user_key(i, &o);
             let refs = known.unwrap_or_else(|| self.refs_of(i, &o));
             let user = |error: Option<String>| UserRef {
                 resource: kind.display(),
@@ -372,531 +308,335 @@ impl RuleCtx {
                         out.users.entry(key).or_default().push(user(None));
                     }
                 }
-                Err(e) => out.unresolved.push(user(Some(e))),
+                Err(e) => out.unresolved.push(user(Some(e.to_string()))),
             }
-        }
-    }
-
-    fn object_ref(&self, meta: &ObjectMeta) -> ObjectReference {
-        ObjectReference {
-            api_version: Some(self.protected.ar.api_version.clone()),
-            kind: Some(self.protected.ar.kind.clone()),
-            name: meta.name.clone(),
-            namespace: meta.namespace.clone(),
-            uid: meta.uid.clone(),
-            ..Default::default()
-        }
-    }
-
-    async fn send(&self, key: &ObjKey, patch: FinalizerPatch) -> Result<(), String> {
-        let FinalizerPatch(p) = patch;
-        let pp = PatchParams {
-            field_manager: Some(self.field_manager.clone()),
-            ..Default::default()
-        };
-        match self
-            .api(&key.0)
-            .patch(&key.1, &pp, &Patch::Json::<()>(p))
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(format!("{} {}: {e}", self.protected.display(), key.1)),
         }
     }
 }
 
-/// Starts the controller of one rule.
-pub fn start(ctx: Arc<RuleCtx>, generation: i64, parent: &CancellationToken) -> Runner {
-    let cancel = parent.child_token();
-    let shared = Arc::new(Shared {
-        index: Mutex::new(Index::new(
-            ctx.user_kinds.iter().map(Kind::display).collect(),
-        )),
-        ..Default::default()
-    });
-    let (tx, rx) = mpsc::unbounded_channel::<Work>();
-    let (synced_tx, synced) = watch::channel(false);
-    let mut flags = Vec::new();
+fn user_key(i: usize, o: &DynamicObject) -> UserKey {
+    (
+        i,
+        o.metadata.namespace.clone().unwrap_or_default(),
+        o.metadata.name.clone().unwrap_or_default(),
+    )
+}
 
-    // The protected kind: metadata only.
-    let (ptx, prx) = watch::channel(false);
-    flags.push(prx);
-    tokio::spawn(watch_protected(
-        ctx.clone(),
-        shared.clone(),
-        tx.clone(),
-        ptx,
-        cancel.clone(),
-    ));
-    for i in 0..ctx.users.len() {
-        let (utx, urx) = watch::channel(false);
-        flags.push(urx);
-        tokio::spawn(watch_users(
-            ctx.clone(),
-            shared.clone(),
-            i,
-            tx.clone(),
-            utx,
-            cancel.clone(),
-        ));
+/// What a running rule shares with the rules controller (its status).
+#[derive(Debug, Default)]
+pub struct RuleState {
+    pub last_error: Mutex<Option<String>>,
+    /// Audit: deletions that would have been held, since the rule started.
+    pub would_hold: AtomicU64,
+    /// Audit: the objects (uids) whose would-hold was counted.
+    reported: Mutex<HashSet<String>>,
+}
+
+impl RuleState {
+    fn error(&self, e: impl std::fmt::Display) {
+        let e = e.to_string();
+        tracing::warn!(error = %e, "rule");
+        *self.last_error.lock() = Some(e);
     }
-    tokio::spawn(worker(
-        ctx.clone(),
-        shared.clone(),
-        rx,
-        tx,
-        flags,
-        synced_tx,
-        cancel.clone(),
-    ));
+
+    /// Counts `uid`'s would-hold once.
+    fn count_would_hold(&self, uid: &str) {
+        if self.reported.lock().insert(uid.to_string()) {
+            self.would_hold.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The rule on the engine: the protected kind's metadata, its users by the
+/// rule's CEL.
+pub struct ProtectionRule {
+    ctx: Arc<RuleCtx>,
+    state: Arc<RuleState>,
+}
+
+/// The protected kind, as the engine caches it: metadata only.
+pub type Protected = PartialObjectMeta<DynamicObject>;
+
+impl Rule for ProtectionRule {
+    type Object = Protected;
+    type Use = UserRef;
+    type Index = Index;
+    type Live = LiveUsers;
+
+    fn name(&self) -> &'static str {
+        crate::controller::NAME
+    }
+    fn kind(&self) -> &'static str {
+        "ProtectionRule"
+    }
+    fn unused(&self) -> &'static str {
+        "no user refers to it any more"
+    }
+    fn api(&self, client: &kube::Client, obj: &Protected) -> Api<Protected> {
+        let ar = &self.ctx.protected.ar;
+        match obj.metadata.namespace.as_deref() {
+            Some(ns) if self.ctx.protected.namespaced => {
+                Api::namespaced_with(client.clone(), ns, ar)
+            }
+            _ => Api::all_with(client.clone(), ar),
+        }
+    }
+    fn scope(&self, _: &Protected) -> String {
+        String::new()
+    }
+    fn cached_users(&self, index: &Index, obj: &Protected) -> Vec<UserRef> {
+        index.users_of(&obj_key(&obj.metadata))
+    }
+    async fn list_live(
+        &self,
+        _: &kube::Client,
+        _: &str,
+        index: &RwLock<Index>,
+    ) -> Result<LiveUsers, ReconcileError> {
+        self.ctx.live_round(Some(index)).await
+    }
+    fn live_users(&self, live: &LiveUsers, obj: &Protected) -> Vec<UserRef> {
+        live.of(&obj_key(&obj.metadata))
+    }
+    fn held_note(&self, _: &Protected, users: &[UserRef]) -> String {
+        format!(
+            "rule {} holds this deletion: in use by {}",
+            self.ctx.rule,
+            describe(users)
+        )
+    }
+    fn released_note(&self, _: &Protected, _: &str) -> String {
+        format!("rule {}: no user refers to it any more", self.ctx.rule)
+    }
+    fn wanted(&self, f: &PhasedFinalizer, obj: &Protected) -> bool {
+        let meta = &obj.metadata;
+        match self.ctx.spec.mode {
+            Mode::Enforce => f.needs_add(meta) || f.is_deletion_candidate(meta),
+            // The finalizer an Enforce version left goes; a deletion is
+            // looked at to report it.
+            Mode::Audit => has_finalizer(meta, f.name()) || is_deleting(meta),
+        }
+    }
+    fn decide(
+        &self,
+        f: &PhasedFinalizer,
+        obj: &Protected,
+        cached: &[UserRef],
+        live: Option<&[UserRef]>,
+    ) -> Plan<UserRef> {
+        decide(
+            &obj.metadata,
+            f.name(),
+            self.ctx.spec.mode,
+            f.add_enabled(),
+            cached,
+            live,
+        )
+    }
+    fn would_hold_note(&self, obj: &Protected, users: &[UserRef]) -> String {
+        if let Some(uid) = &obj.metadata.uid {
+            self.state.count_would_hold(uid);
+        }
+        would_hold_note(&self.ctx.rule, users)
+    }
+    fn gone(&self, obj: &Protected, cached: &[UserRef]) -> Option<String> {
+        let uid = obj.metadata.uid.clone().unwrap_or_default();
+        // Reported while it was Terminating: not again.
+        let reported = self.state.reported.lock().remove(&uid);
+        match decide_gone(self.ctx.spec.mode, cached) {
+            Plan::WouldHold(users) if !reported => {
+                self.state.would_hold.fetch_add(1, Ordering::Relaxed);
+                Some(would_hold_note(&self.ctx.rule, &users))
+            }
+            _ => None,
+        }
+    }
+    fn failed(&self, error: &dyn std::fmt::Display) {
+        self.state.error(error);
+    }
+}
+
+fn would_hold_note(rule: &str, users: &[UserRef]) -> String {
+    format!(
+        "rule {rule} (Audit) would hold this deletion: in use by {}",
+        describe(users)
+    )
+}
+
+/// Counts for the status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub protected: u64,
+    pub held_now: u64,
+}
+
+/// A running rule.
+pub struct Runner {
+    pub generation: i64,
+    pub ctx: Arc<RuleCtx>,
+    pub state: Arc<RuleState>,
+    engine: Arc<Engine<ProtectionRule>>,
+    cancel: CancellationToken,
+    synced: ReadySignal,
+}
+
+impl Runner {
+    pub fn stop(&self) {
+        self.cancel.cancel();
+    }
+
+    /// Whether every watch of the rule has listed once.
+    pub fn is_synced(&self) -> bool {
+        self.synced.is_ready()
+    }
+
+    /// Objects carrying the rule's finalizer, and those of them held now.
+    pub fn counts(&self) -> Counts {
+        let f = self.engine.finalizer().name();
+        let mut c = Counts::default();
+        for o in self.engine.store().state() {
+            if has_finalizer(&o.metadata, f) {
+                c.protected += 1;
+                if is_deleting(&o.metadata) && !self.engine.cached_users(&o).is_empty() {
+                    c.held_now += 1;
+                }
+            }
+        }
+        c
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Starts the controller of one rule (as a part of the rules controller
+/// `ctx`), writing `finalizer`; it stops with the runner or with `parent`.
+pub fn start(
+    ctx: &ControllerContext,
+    rule: Arc<RuleCtx>,
+    finalizer: PhasedFinalizer,
+    generation: i64,
+    parent: &CancellationToken,
+) -> Runner {
+    let cancel = parent.child_token();
+    let synced = ReadySignal::new(None);
+    let part = ControllerContext {
+        metrics: ctx.metrics.scoped(&format!("{}@{generation}", rule.rule)),
+        shutdown: cancel.clone(),
+        ready: synced.clone(),
+        ..ctx.clone()
+    };
+    let state = Arc::new(RuleState::default());
+    let settings = Settings {
+        finalizer: finalizer.name().to_string(),
+        // Upstream has no resync for a user's rule to imitate; every
+        // change reaches the rule through its watches.
+        resync_period: Duration::ZERO,
+    };
+    let index = Index::new(rule.user_kinds.iter().map(Kind::display).collect());
+    let engine = Engine::with_parts(
+        &part,
+        ProtectionRule {
+            ctx: rule.clone(),
+            state: state.clone(),
+        },
+        finalizer,
+        settings,
+        rule.protected.ar.clone(),
+        index,
+    );
+    for (i, kind) in rule.user_kinds.iter().enumerate() {
+        let api: Api<DynamicObject> = Api::all_with(rule.client.clone(), &kind.ar);
+        engine.watch_users_with(
+            api,
+            watcher::Config::default(),
+            kind.display(),
+            feeder(i, rule.clone(), state.clone(), engine.store().clone()),
+        );
+    }
+    let api: Api<Protected> = Api::all_with(rule.client.clone(), &rule.protected.ar);
+    let run = engine.clone();
+    tokio::spawn(async move {
+        tracing::info!(rule = %run.rule().ctx.rule, protected = %run.rule().ctx.protected.display(), mode = ?run.rule().ctx.spec.mode, "rule started");
+        let _ = run.run(&part, api).await;
+    });
     Runner {
         generation,
-        shared,
-        ctx,
+        ctx: rule,
+        state,
+        engine,
         cancel,
         synced,
     }
 }
 
-async fn watch_protected(
-    ctx: Arc<RuleCtx>,
-    shared: Arc<Shared>,
-    tx: mpsc::UnboundedSender<Work>,
-    synced: watch::Sender<bool>,
-    cancel: CancellationToken,
-) {
-    let api: Api<PartialObjectMeta<DynamicObject>> =
-        Api::all_with(ctx.client.clone(), &ctx.protected.ar);
-    let mut stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let mut init: Option<HashMap<ObjKey, ObjectMeta>> = None;
-    loop {
-        let ev = tokio::select! {
-            _ = cancel.cancelled() => return,
-            ev = stream.next() => ev,
-        };
-        let Some(ev) = ev else { return };
-        match ev {
-            Ok(watcher::Event::Apply(o)) => {
-                let mut m = o.metadata;
-                m.managed_fields = None;
-                let k = key_of(&m);
-                shared.objects.lock().insert(k.clone(), m);
-                let _ = tx.send(Work::Obj(k));
-            }
-            Ok(watcher::Event::Delete(o)) => {
-                let k = key_of(&o.metadata);
-                shared.objects.lock().remove(&k);
-                let _ = tx.send(Work::Gone(k, Box::new(o.metadata)));
-            }
-            Ok(watcher::Event::Init) => init = Some(HashMap::new()),
-            Ok(watcher::Event::InitApply(o)) => {
-                let mut m = o.metadata;
-                m.managed_fields = None;
-                init.get_or_insert_with(HashMap::new).insert(key_of(&m), m);
-            }
-            Ok(watcher::Event::InitDone) => {
-                let fresh = init.take().unwrap_or_default();
-                let keys: Vec<ObjKey> = fresh.keys().cloned().collect();
-                *shared.objects.lock() = fresh;
-                for k in keys {
-                    let _ = tx.send(Work::Obj(k));
-                }
-                synced.send_replace(true);
-            }
-            Err(e) => shared.error(format!("watching {}: {e}", ctx.protected.display())),
-        }
-    }
-}
-
-async fn watch_users(
-    ctx: Arc<RuleCtx>,
-    shared: Arc<Shared>,
+/// Feeds user entry `i`'s watch events into the index: the CEL of each
+/// user evaluated before the lock is taken, a re-list replacing the entry's
+/// users at once. An unresolved user that comes or goes re-checks every
+/// deletion in its scope.
+fn feeder(
     i: usize,
-    tx: mpsc::UnboundedSender<Work>,
-    synced: watch::Sender<bool>,
-    cancel: CancellationToken,
-) {
-    let kind = &ctx.user_kinds[i];
-    let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &kind.ar);
-    let mut stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
+    ctx: Arc<RuleCtx>,
+    state: Arc<RuleState>,
+    store: kube::runtime::reflector::Store<Protected>,
+) -> impl FnMut(&RwLock<Index>, watcher::Event<DynamicObject>) -> Fed + Send + 'static {
     let mut init: Vec<(UserKey, Option<String>, Refs)> = Vec::new();
-    let user_key = |o: &DynamicObject| -> UserKey {
-        (
-            i,
-            o.metadata.namespace.clone().unwrap_or_default(),
-            o.metadata.name.clone().unwrap_or_default(),
-        )
-    };
-    let refs = |o: &DynamicObject| {
-        let r = ctx.refs_of(i, o);
-        if let Err(e) = &r {
-            shared.error(format!(
-                "{e} (the object holds everything in its scope until this is fixed)"
-            ));
-        }
-        r
-    };
-    loop {
-        let ev = tokio::select! {
-            _ = cancel.cancelled() => return,
-            ev = stream.next() => ev,
+    move |index, ev| {
+        let refs = |o: &DynamicObject| {
+            let r = ctx.refs_of(i, o);
+            if let Err(e) = &r {
+                state.error(format_args!(
+                    "{e} (the object holds everything in its scope until this is fixed)"
+                ));
+            }
+            r
         };
-        let Some(ev) = ev else { return };
+        let mut listed = false;
         let changed = match ev {
-            Ok(watcher::Event::Apply(o)) => {
+            watcher::Event::Apply(o) => {
                 let r = refs(&o);
                 let rv = o.metadata.resource_version.clone();
-                shared.index.lock().apply_at(user_key(&o), rv, r)
+                index.write().apply_at(user_key(i, &o), rv, r)
             }
-            Ok(watcher::Event::Delete(o)) => shared.index.lock().delete(&user_key(&o)),
-            Ok(watcher::Event::Init) => {
+            watcher::Event::Delete(o) => index.write().delete(&user_key(i, &o)),
+            watcher::Event::Init => {
                 init.clear();
-                Changed::default()
+                Default::default()
             }
-            Ok(watcher::Event::InitApply(o)) => {
-                init.push((user_key(&o), o.metadata.resource_version.clone(), refs(&o)));
-                Changed::default()
-            }
-            Ok(watcher::Event::InitDone) => {
-                let all = std::mem::take(&mut init);
-                let c = shared.index.lock().reset(i, all);
-                synced.send_replace(true);
-                c
-            }
-            Err(e) => {
-                shared.error(format!("watching {}: {e}", kind.display()));
-                Changed::default()
-            }
-        };
-        let mut keys = changed.keys;
-        if !changed.scopes.is_empty() {
-            // An unresolved user came or went: every deletion in its scope
-            // is decided again.
-            let objects = shared.objects.lock();
-            keys.extend(
-                objects
-                    .iter()
-                    .filter(|(k, m)| {
-                        is_deleting(m) && changed.scopes.iter().any(|ns| in_scope(ns, k))
-                    })
-                    .map(|(k, _)| k.clone()),
-            );
-        }
-        for k in keys {
-            let _ = tx.send(Work::Obj(k));
-        }
-    }
-}
-
-/// What the workers and the confirmer share.
-struct Workers {
-    ctx: Arc<RuleCtx>,
-    shared: Arc<Shared>,
-    finalizer: PhasedFinalizer,
-    memory: EventMemory,
-    backoff: Backoff,
-    tx: mpsc::UnboundedSender<Work>,
-    cancel: CancellationToken,
-    /// Deletions handed to the confirmer since its last round.
-    awaiting: Mutex<BTreeSet<ObjKey>>,
-    confirm: Notify,
-}
-
-impl Workers {
-    /// Logs `result` of work on `key`; a failure is retried after the key's
-    /// next backoff delay.
-    fn settle(&self, key: ObjKey, result: Result<(), String>) {
-        let name = format!("{}/{}", key.0, key.1);
-        match result {
-            Ok(()) => self.backoff.forget(&name),
-            Err(e) => {
-                self.shared.error(e);
-                let delay = self.backoff.next(&name);
-                let tx = self.tx.clone();
-                let cancel = self.cancel.clone();
-                tokio::spawn(async move {
-                    tokio::select! {
-                        _ = cancel.cancelled() => {}
-                        _ = tokio::time::sleep(delay) => { let _ = tx.send(Work::Obj(key)); }
-                    }
-                });
-            }
-        }
-    }
-}
-
-/// Runs the rule's work: up to `concurrency` reconciles at once, never two
-/// for one key (a key queued while it runs goes again after it), and the
-/// confirmer.
-async fn worker(
-    ctx: Arc<RuleCtx>,
-    shared: Arc<Shared>,
-    mut rx: mpsc::UnboundedReceiver<Work>,
-    tx: mpsc::UnboundedSender<Work>,
-    flags: Vec<watch::Receiver<bool>>,
-    synced: watch::Sender<bool>,
-    cancel: CancellationToken,
-) {
-    for mut f in flags {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            r = f.wait_for(|v| *v) => if r.is_err() { return },
-        }
-    }
-    synced.send_replace(true);
-    tracing::info!(rule = %ctx.rule, protected = %ctx.protected.display(), mode = ?ctx.spec.mode, "rule synced");
-    let limit = ctx.concurrency.max(1);
-    let w = Arc::new(Workers {
-        finalizer: ctx.finalizer(),
-        ctx,
-        shared,
-        memory: EventMemory::default(),
-        backoff: Backoff::new(Duration::from_millis(200), Duration::from_secs(60)),
-        tx,
-        cancel: cancel.clone(),
-        awaiting: Mutex::new(BTreeSet::new()),
-        confirm: Notify::new(),
-    });
-    tokio::spawn(confirmer(w.clone()));
-    let mut queue: VecDeque<ObjKey> = VecDeque::new();
-    let mut queued: HashSet<ObjKey> = HashSet::new();
-    let mut active: HashSet<ObjKey> = HashSet::new();
-    let mut again: HashSet<ObjKey> = HashSet::new();
-    let mut running: JoinSet<()> = JoinSet::new();
-    let mut tasks: HashMap<tokio::task::Id, ObjKey> = HashMap::new();
-    loop {
-        while running.len() < limit
-            && let Some(key) = queue.pop_front()
-        {
-            queued.remove(&key);
-            active.insert(key.clone());
-            let w = w.clone();
-            let k = key.clone();
-            let task = running.spawn(async move {
-                let r = reconcile(&w, &k).await;
-                w.settle(k, r);
-            });
-            tasks.insert(task.id(), key);
-        }
-        let key = tokio::select! {
-            _ = cancel.cancelled() => return,
-            Some(done) = running.join_next_with_id(), if !running.is_empty() => {
-                let id = match &done {
-                    Ok((id, ())) => *id,
-                    Err(e) => e.id(),
-                };
-                let Some(key) = tasks.remove(&id) else { continue };
-                active.remove(&key);
-                if let Err(e) = done {
-                    // A panicked reconcile: retried like a failed one.
-                    w.settle(key.clone(), Err(format!("reconcile of {}/{} failed: {e}", key.0, key.1)));
-                }
-                if !again.remove(&key) {
-                    continue;
-                }
-                key
-            }
-            work = rx.recv() => match work {
-                None => return,
-                Some(Work::Gone(key, meta)) => {
-                    let users = w.shared.index.lock().users_of(&key);
-                    if let Plan::WouldHold(users) = decide_gone(w.ctx.spec.mode, &users) {
-                        would_hold(&w.ctx, &w.shared, &w.memory, &meta, &users).await;
-                    }
-                    if let Some(uid) = &meta.uid {
-                        w.memory.forget(uid);
-                    }
-                    continue;
-                }
-                Some(Work::Obj(key)) => key,
-            },
-        };
-        if active.contains(&key) {
-            again.insert(key);
-        } else if queued.insert(key.clone()) {
-            queue.push_back(key);
-        }
-    }
-}
-
-/// The confirmer: takes every deletion handed over since its last round,
-/// checks each against the cache (one that gained a user, lost the
-/// finalizer or went is dropped), then makes one round of live LISTs,
-/// started after those checks, and decides each from it. A failed write
-/// goes back to the queue with its backoff.
-async fn confirmer(w: Arc<Workers>) {
-    let round_backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(10));
-    loop {
-        tokio::select! {
-            _ = w.cancel.cancelled() => return,
-            _ = w.confirm.notified() => {}
-        }
-        let keys = std::mem::take(&mut *w.awaiting.lock());
-        let batch: Vec<(ObjKey, ObjectMeta, Vec<UserRef>)> = keys
-            .iter()
-            .filter_map(|key| {
-                let (meta, cached, plan) = w.decide_cached(key)?;
-                (plan == Plan::ConfirmLive).then(|| (key.clone(), meta, cached))
-            })
-            .collect();
-        if batch.is_empty() {
-            continue;
-        }
-        let live = tokio::select! {
-            _ = w.cancel.cancelled() => return,
-            r = w.ctx.live_round(Some(&w.shared.index)) => r,
-        };
-        let live = match live {
-            Ok(l) => {
-                round_backoff.forget("round");
-                l
-            }
-            Err(e) => {
-                w.shared.error(format!(
-                    "confirming that {} {} unused: {e}",
-                    batch.len(),
-                    w.ctx.protected.display()
+            watcher::Event::InitApply(o) => {
+                init.push((
+                    user_key(i, &o),
+                    o.metadata.resource_version.clone(),
+                    refs(&o),
                 ));
-                w.awaiting.lock().extend(keys);
-                tokio::select! {
-                    _ = w.cancel.cancelled() => return,
-                    _ = tokio::time::sleep(round_backoff.next("round")) => {}
-                }
-                w.confirm.notify_one();
-                continue;
+                Default::default()
+            }
+            watcher::Event::InitDone => {
+                listed = true;
+                index.write().reset(i, std::mem::take(&mut init))
             }
         };
-        tracing::debug!(rule = %w.ctx.rule, objects = batch.len(), "confirmed a batch with one round of live lists");
-        let writes = futures::stream::iter(batch.into_iter().map(|(key, meta, cached)| {
-            let w = w.clone();
-            let users = live.of(&key);
-            async move {
-                let f = &w.finalizer;
-                let c = &w.ctx;
-                let plan = decide(
-                    &meta,
-                    f.name(),
-                    c.spec.mode,
-                    c.add_enabled,
-                    &cached,
-                    Some(&users),
-                );
-                let r = carry_out(&w, &key, &meta, plan).await;
-                w.settle(key, r);
-            }
-        }))
-        .buffer_unordered(w.ctx.concurrency.max(1));
-        tokio::select! {
-            _ = w.cancel.cancelled() => return,
-            _ = writes.collect::<Vec<()>>() => {}
-        }
-    }
-}
-
-async fn would_hold(
-    ctx: &RuleCtx,
-    shared: &Shared,
-    memory: &EventMemory,
-    meta: &ObjectMeta,
-    users: &[UserRef],
-) {
-    let note = format!(
-        "rule {} (Audit) would hold this deletion: in use by {}",
-        ctx.rule,
-        describe(users)
-    );
-    let uid = meta.uid.clone().unwrap_or_default();
-    if memory.held(&uid, &note) {
-        shared.would_hold.fetch_add(1, Ordering::Relaxed);
-        ctx.events
-            .normal(&ctx.object_ref(meta), "WouldHold", "Audit", note)
-            .await;
-    }
-}
-
-impl Workers {
-    /// The object's cached metadata, its users in the index, and the plan
-    /// they give (`None`: the object is gone).
-    fn decide_cached(&self, key: &ObjKey) -> Option<(ObjectMeta, Vec<UserRef>, Plan)> {
-        let meta = self.shared.objects.lock().get(key).cloned()?;
-        let cached = self.shared.index.lock().users_of(key);
-        let c = &self.ctx;
-        let plan = decide(
-            &meta,
-            self.finalizer.name(),
-            c.spec.mode,
-            c.add_enabled,
-            &cached,
-            None,
-        );
-        Some((meta, cached, plan))
-    }
-}
-
-async fn reconcile(w: &Workers, key: &ObjKey) -> Result<(), String> {
-    let Some((meta, _, plan)) = w.decide_cached(key) else {
-        return Ok(());
-    };
-    if plan == Plan::ConfirmLive {
-        // No user in the index: the confirmer decides, from a round of live
-        // LISTs started after its own cache check; this worker is free.
-        w.awaiting.lock().insert(key.clone());
-        w.confirm.notify_one();
-        return Ok(());
-    }
-    carry_out(w, key, &meta, plan).await
-}
-
-/// The write (and event) a plan asks for.
-async fn carry_out(w: &Workers, key: &ObjKey, meta: &ObjectMeta, plan: Plan) -> Result<(), String> {
-    let (ctx, memory) = (&w.ctx, &w.memory);
-    let uid = meta.uid.clone().unwrap_or_default();
-    match plan {
-        Plan::AddFinalizer => {
-            if let Some(p) = w.finalizer.add_patch(meta) {
-                ctx.send(key, p).await?;
-            }
-        }
-        Plan::RemoveFinalizer => {
-            if let Some(p) = w.finalizer.remove_patch(meta) {
-                ctx.send(key, p).await?;
-                if memory.is_held(&uid) && is_deleting(meta) {
-                    ctx.events
-                        .normal(
-                            &ctx.object_ref(meta),
-                            "FinalizerReleased",
-                            "Release",
-                            format!("rule {}: no user refers to it any more", ctx.rule),
-                        )
-                        .await;
-                }
-                memory.forget(&uid);
-            }
-        }
-        Plan::Keep(users) => {
-            let note = format!(
-                "rule {} holds this deletion: in use by {}",
-                ctx.rule,
-                describe(&users)
+        let mut recheck: BTreeSet<String> = changed.keys.iter().map(store_key).collect();
+        if !changed.scopes.is_empty() {
+            recheck.extend(
+                store
+                    .state()
+                    .iter()
+                    .filter(|o| is_deleting(&o.metadata))
+                    .map(|o| obj_key(&o.metadata))
+                    .filter(|k| changed.scopes.iter().any(|ns| in_scope(ns, k)))
+                    .map(|k| store_key(&k)),
             );
-            if memory.held(&uid, &note) {
-                ctx.events
-                    .normal(&ctx.object_ref(meta), "FinalizerHeld", "Hold", note)
-                    .await;
-            }
         }
-        Plan::WouldHold(users) => would_hold(ctx, &w.shared, memory, meta, &users).await,
-        Plan::ConfirmLive => {
-            tracing::error!(rule = %ctx.rule, "a decision with live users asked for another confirmation; ignoring");
+        Fed {
+            recheck,
+            listed,
+            indexed: index.read().len(),
         }
-        Plan::Nothing => {}
     }
-    Ok(())
 }
 
 /// Removes `finalizer` from every object of `kind` (a deleted rule, or a
@@ -906,15 +646,16 @@ pub async fn remove_everywhere(
     kind: &Kind,
     finalizer: &str,
     field_manager: &str,
-) -> Result<usize, String> {
-    let f = PhasedFinalizer::new(finalizer, false)
-        .map_err(|e| e.to_string())?
-        .with_field_manager(field_manager);
+) -> Result<usize, Error> {
+    let f = PhasedFinalizer::new(finalizer, false)?.with_field_manager(field_manager);
     let all: Api<DynamicObject> = Api::all_with(client.clone(), &kind.ar);
     let list = all
         .list_metadata(&ListParams::default())
         .await
-        .map_err(|e| format!("listing {}: {e}", kind.display()))?;
+        .map_err(|source| Error::Api {
+            what: format!("listing {}", kind.display()),
+            source,
+        })?;
     let pp = PatchParams {
         field_manager: Some(field_manager.to_string()),
         ..Default::default()
@@ -924,7 +665,7 @@ pub async fn remove_everywhere(
         let Some(FinalizerPatch(p)) = f.remove_patch(&o.metadata) else {
             continue;
         };
-        let (ns, name) = key_of(&o.metadata);
+        let (ns, name) = obj_key(&o.metadata);
         let api: Api<DynamicObject> = if kind.namespaced {
             Api::namespaced_with(client.clone(), &ns, &kind.ar)
         } else {
@@ -933,11 +674,11 @@ pub async fn remove_everywhere(
         match api.patch(&name, &pp, &Patch::Json::<()>(p)).await {
             Ok(_) => n += 1,
             Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => {
-                return Err(format!(
-                    "removing {finalizer} from {} {name}: {e}",
-                    kind.display()
-                ));
+            Err(source) => {
+                return Err(Error::Api {
+                    what: format!("removing {finalizer} from {} {name}", kind.display()),
+                    source,
+                });
             }
         }
     }
@@ -947,4 +688,398 @@ pub async fn remove_everywhere(
 /// The mode a runner was started with.
 pub fn mode_of(r: &Runner) -> Mode {
     r.ctx.spec.mode
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Pod, Secret};
+    use kube::api::{ObjectMeta, PostParams};
+    use kube::core::PartialObjectMetaExt;
+    use kube::runtime::reflector;
+    use kube_sim::{KubeSim, SimConfig};
+    use serde_json::json;
+
+    const FIN: &str = "example.com/in-use";
+
+    fn kind<K: kube::Resource<DynamicType = ()>>(namespaced: bool) -> Kind {
+        Kind {
+            ar: ApiResource::erase::<K>(&()),
+            namespaced,
+        }
+    }
+
+    /// A rule protecting secrets (namespaced or, as if they were not, cluster
+    /// scoped) from the pods whose `spec.hostname` names them (any string
+    /// field of a pod would do), while the
+    /// pod's label `hold` is not "no".
+    fn rule(client: kube::Client, namespaced: bool, mode: Mode) -> RuleCtx {
+        let spec = json!({
+            "protected": {"version": "v1", "resource": "secrets"},
+            "users": [{
+                "version": "v1",
+                "resource": "pods",
+                "reference": "object.spec.?hostname.orValue('')",
+                "while": "object.metadata.?labels.?hold.orValue('yes') != 'no'",
+            }],
+            "finalizer": FIN,
+            "mode": mode,
+        });
+        let (spec, users) = crate::spec::compile(&spec).expect("the test rule compiles");
+        RuleCtx {
+            rule: "r".into(),
+            client,
+            spec,
+            users,
+            protected: kind::<Secret>(namespaced),
+            user_kinds: vec![kind::<Pod>(true)],
+        }
+    }
+
+    /// A client for tests that never reach a server.
+    fn offline() -> kube::Client {
+        let url = "http://127.0.0.1:9".parse().expect("url");
+        kube::Client::try_from(kube::Config::new(url)).expect("client")
+    }
+
+    /// A pod (as a user kind's watch serves it) naming `secret` in
+    /// `spec.hostname` (the rule's CEL reads it as it is).
+    fn pod(ns: &str, name: &str, rv: &str, secret: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"namespace": ns, "name": name, "resourceVersion": rv,
+                         "uid": format!("uid-{name}")},
+            "spec": {"hostname": secret},
+        }))
+        .expect("pod")
+    }
+
+    fn secret_meta(ns: &str, name: &str, deleting: bool) -> Protected {
+        ObjectMeta {
+            namespace: Some(ns.into()),
+            name: Some(name.into()),
+            uid: Some(format!("uid-{ns}-{name}")),
+            finalizers: Some(vec![FIN.into()]),
+            deletion_timestamp: deleting.then_some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+            ),
+            ..Default::default()
+        }
+        .into_response_partial()
+    }
+
+    fn key(ns: &str, name: &str) -> ObjKey {
+        (ns.into(), name.into())
+    }
+
+    #[tokio::test]
+    async fn a_users_reference_names_objects_in_its_namespace_or_the_cluster() {
+        let r = rule(offline(), true, Mode::Enforce);
+        assert_eq!(
+            r.refs_of(0, &pod("a", "p", "1", json!("s"))),
+            Ok(vec![key("a", "s")])
+        );
+        // `while` false: the user refers to nothing now.
+        let mut quiet = pod("a", "q", "1", json!("s"));
+        quiet.metadata.labels = Some([("hold".to_string(), "no".to_string())].into());
+        assert_eq!(r.refs_of(0, &quiet), Ok(vec![]));
+        // A cluster-scoped protected kind drops the user's namespace.
+        let r = rule(offline(), false, Mode::Enforce);
+        assert_eq!(
+            r.refs_of(0, &pod("a", "p", "1", json!("s"))),
+            Ok(vec![key("", "s")])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reference_that_fails_names_the_entry_the_user_and_why() {
+        let r = rule(offline(), true, Mode::Enforce);
+        let e = r
+            .refs_of(0, &pod("a", "p", "1", json!(7)))
+            .expect_err("an int is not a reference");
+        assert_eq!((e.entry, e.user.as_str()), (0, "pods/p"));
+        assert!(e.message.contains("got int"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("spec.users[0].reference on pods/p: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_live_unresolved_user_holds_only_what_its_namespace_may_name() {
+        let user = |ns: &str, name: &str, error: Option<&str>| UserRef {
+            resource: "pods".into(),
+            namespace: ns.into(),
+            name: name.into(),
+            error: error.map(Into::into),
+        };
+        let live = LiveUsers {
+            users: [(key("a", "s"), vec![user("a", "p", None)])].into(),
+            unresolved: vec![
+                user("a", "bad", Some("boom")),
+                user("", "node-wide", Some("x")),
+            ],
+        };
+        let names =
+            |k: ObjKey| -> Vec<String> { live.of(&k).into_iter().map(|u| u.name).collect() };
+        assert_eq!(names(key("a", "s")), ["p", "bad", "node-wide"]);
+        assert_eq!(names(key("b", "s")), ["node-wide"]);
+        assert_eq!(names(key("", "cluster-wide")), ["bad", "node-wide"]);
+    }
+
+    #[tokio::test]
+    async fn a_live_round_reuses_the_index_answer_for_an_unchanged_user() {
+        let r = rule(offline(), true, Mode::Enforce);
+        let ix = RwLock::new(Index::new(vec!["pods".into()]));
+        // The index computed p's refs at resourceVersion 5 (deliberately not
+        // what the CEL says, so reuse is visible).
+        ix.write().apply_at(
+            (0, "a".into(), "p".into()),
+            Some("5".into()),
+            Ok(vec![key("a", "cached")]),
+        );
+        let kind = kind::<Pod>(true);
+        let mut out = LiveUsers::default();
+        let items = vec![
+            pod("a", "p", "5", json!("from-cel")),
+            pod("a", "q", "2", json!("from-cel")),
+            pod("a", "bad", "1", json!(1)),
+        ];
+        r.collect_users(0, &kind, items.clone(), Some(&ix), &mut out);
+        let names = |out: &LiveUsers, k: ObjKey| -> Vec<String> {
+            out.of(&k)
+                .into_iter()
+                .filter(|u| u.error.is_none())
+                .map(|u| u.name)
+                .collect()
+        };
+        assert_eq!(names(&out, key("a", "cached")), ["p"]);
+        assert_eq!(names(&out, key("a", "from-cel")), ["q"]);
+        assert_eq!(out.unresolved.len(), 1, "{out:?}");
+        assert!(
+            out.unresolved[0]
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("got int"))
+        );
+        // At another version (or without an index) the CEL decides.
+        let mut fresh = LiveUsers::default();
+        r.collect_users(0, &kind, items, None, &mut fresh);
+        assert_eq!(names(&fresh, key("a", "from-cel")), ["p", "q"]);
+        assert!(names(&fresh, key("a", "cached")).is_empty());
+    }
+
+    /// A feeder, its index and its rule's state.
+    type Fixture<F> = (F, RwLock<Index>, Arc<RuleState>);
+
+    fn feeder_for(
+        r: RuleCtx,
+        protected: &[Protected],
+    ) -> Fixture<impl FnMut(&RwLock<Index>, watcher::Event<DynamicObject>) -> Fed> {
+        let mut w = reflector::store::Writer::<Protected>::new(r.protected.ar.clone());
+        for o in protected {
+            w.apply_watcher_event(&watcher::Event::Apply(o.clone()));
+        }
+        let state = Arc::new(RuleState::default());
+        let f = feeder(0, Arc::new(r), state.clone(), w.as_reader());
+        (f, RwLock::new(Index::new(vec!["pods".into()])), state)
+    }
+
+    fn rechecked(f: &Fed) -> Vec<&str> {
+        f.recheck.iter().map(String::as_str).collect()
+    }
+
+    #[tokio::test]
+    async fn the_feeder_rechecks_what_a_user_came_to_or_left() {
+        let (mut feed, ix, _) = feeder_for(rule(offline(), true, Mode::Enforce), &[]);
+        // A list: done only at InitDone, which says so.
+        assert!(!feed(&ix, watcher::Event::Init).listed);
+        let f = feed(
+            &ix,
+            watcher::Event::InitApply(pod("a", "p", "1", json!("s"))),
+        );
+        assert!(!f.listed && f.recheck.is_empty());
+        let f = feed(&ix, watcher::Event::InitDone);
+        assert!(f.listed);
+        assert_eq!(rechecked(&f), ["a/s"]);
+        assert_eq!(f.indexed, 1);
+        // The pod moves to another secret: both are re-checked.
+        let f = feed(&ix, watcher::Event::Apply(pod("a", "p", "2", json!("t"))));
+        assert_eq!(rechecked(&f), ["a/s", "a/t"]);
+        assert!(!f.listed);
+        // A re-list without it: what it used is re-checked, nothing indexed.
+        feed(&ix, watcher::Event::Init);
+        let f = feed(&ix, watcher::Event::InitDone);
+        assert_eq!((rechecked(&f), f.listed, f.indexed), (vec!["a/t"], true, 0));
+        assert!(ix.read().users_of(&key("a", "t")).is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_unresolved_user_rechecks_every_deletion_in_its_namespace_and_is_reported() {
+        let protected = [
+            secret_meta("a", "deleting", true),
+            secret_meta("a", "alive", false),
+            secret_meta("b", "deleting", true),
+        ];
+        let (mut feed, ix, state) = feeder_for(rule(offline(), true, Mode::Enforce), &protected);
+        let f = feed(&ix, watcher::Event::Apply(pod("a", "bad", "1", json!(1))));
+        assert_eq!(rechecked(&f), ["a/deleting"]);
+        let err = state
+            .last_error
+            .lock()
+            .clone()
+            .expect("the status names the error");
+        assert!(err.contains("spec.users[0].reference on pods/bad"), "{err}");
+        assert!(err.contains("holds everything in its scope"), "{err}");
+        // Fixed: the namespace's deletions are looked at again.
+        let f = feed(
+            &ix,
+            watcher::Event::Apply(pod("a", "bad", "2", json!("alive"))),
+        );
+        assert_eq!(rechecked(&f), ["a/alive", "a/deleting"]);
+    }
+
+    fn protection_rule(mode: Mode) -> (ProtectionRule, Arc<RuleState>) {
+        let state = Arc::new(RuleState::default());
+        let r = ProtectionRule {
+            ctx: Arc::new(rule(offline(), true, mode)),
+            state: state.clone(),
+        };
+        (r, state)
+    }
+
+    #[tokio::test]
+    async fn audit_looks_at_deletions_and_leftover_finalizers_enforce_at_what_needs_a_step() {
+        let f = PhasedFinalizer::new(FIN, true).expect("finalizer");
+        let bare = |deleting: bool| {
+            let mut m = secret_meta("a", "s", deleting);
+            m.metadata.finalizers = None;
+            m
+        };
+        let (enforce, _) = protection_rule(Mode::Enforce);
+        let (audit, _) = protection_rule(Mode::Audit);
+        // (object, enforce wants it, audit wants it)
+        let rows = [
+            (bare(false), true, false),
+            (bare(true), false, true),
+            (secret_meta("a", "s", false), false, true),
+            (secret_meta("a", "s", true), true, true),
+        ];
+        for (i, (o, e, a)) in rows.into_iter().enumerate() {
+            assert_eq!(enforce.wanted(&f, &o), e, "row {i} enforce");
+            assert_eq!(audit.wanted(&f, &o), a, "row {i} audit");
+        }
+    }
+
+    #[tokio::test]
+    async fn audit_counts_and_reports_a_would_hold_once_per_object() {
+        let (audit, state) = protection_rule(Mode::Audit);
+        let users = vec![UserRef {
+            resource: "pods".into(),
+            namespace: "a".into(),
+            name: "p".into(),
+            error: None,
+        }];
+        let s = secret_meta("a", "s", true);
+        let note = audit.would_hold_note(&s, &users);
+        assert_eq!(
+            note,
+            "rule r (Audit) would hold this deletion: in use by pods/p in a"
+        );
+        audit.would_hold_note(&s, &users);
+        assert_eq!(state.would_hold.load(Ordering::Relaxed), 1);
+        // Gone after it was reported while Terminating: not again.
+        assert_eq!(audit.gone(&s, &users), None);
+        assert_eq!(state.would_hold.load(Ordering::Relaxed), 1);
+        // Gone at once (its DELETED event the first sign): reported then.
+        let t = secret_meta("a", "t", false);
+        assert_eq!(audit.gone(&t, &users), Some(note));
+        assert_eq!(state.would_hold.load(Ordering::Relaxed), 2);
+        assert_eq!(audit.gone(&t, &[]), None, "no user: nothing to report");
+        let (enforce, state) = protection_rule(Mode::Enforce);
+        assert_eq!(enforce.gone(&t, &users), None);
+        assert_eq!(state.would_hold.load(Ordering::Relaxed), 0);
+    }
+
+    async fn sim() -> (KubeSim, kube::Client) {
+        let sim = KubeSim::start(SimConfig::default())
+            .await
+            .expect("start kube-sim");
+        let client = sim.client().await;
+        (sim, client)
+    }
+
+    async fn create_secret(c: &kube::Client, ns: &str, name: &str, finalizers: &[&str]) {
+        let s: Secret = serde_json::from_value(json!({
+            "metadata": {"namespace": ns, "name": name, "finalizers": finalizers},
+        }))
+        .expect("secret");
+        Api::<Secret>::namespaced(c.clone(), ns)
+            .create(&PostParams::default(), &s)
+            .await
+            .expect("create secret");
+    }
+
+    #[tokio::test]
+    async fn removing_a_rules_finalizer_everywhere_leaves_other_finalizers() {
+        let (_sim, c) = sim().await;
+        create_secret(&c, "default", "mine", &[FIN]).await;
+        create_secret(&c, "default", "both", &[FIN, "example.com/other"]).await;
+        create_secret(&c, "default", "other", &["example.com/other"]).await;
+        create_secret(&c, "default", "none", &[]).await;
+        let n = remove_everywhere(&c, &kind::<Secret>(true), FIN, "test")
+            .await
+            .expect("remove");
+        assert_eq!(n, 2);
+        let api = Api::<Secret>::namespaced(c.clone(), "default");
+        for (name, want) in [
+            ("mine", vec![]),
+            ("both", vec!["example.com/other".to_string()]),
+            ("other", vec!["example.com/other".to_string()]),
+            ("none", vec![]),
+        ] {
+            let got = api
+                .get(name)
+                .await
+                .expect("get")
+                .metadata
+                .finalizers
+                .unwrap_or_default();
+            assert_eq!(got, want, "{name}");
+        }
+        // Nothing left to do: nothing written.
+        let n = remove_everywhere(&c, &kind::<Secret>(true), FIN, "test")
+            .await
+            .expect("remove again");
+        assert_eq!(n, 0);
+    }
+
+    #[tokio::test]
+    async fn a_live_round_lists_every_namespace_and_a_failed_list_names_the_kind() {
+        let (_sim, c) = sim().await;
+        let pods =
+            |ns: &str| Api::<DynamicObject>::namespaced_with(c.clone(), ns, &kind::<Pod>(true).ar);
+        for (ns, name, secret) in [("default", "p", "s"), ("kube-system", "q", "s")] {
+            let mut p = pod(ns, name, "", json!(secret));
+            p.metadata.resource_version = None;
+            p.metadata.uid = None;
+            p.data["spec"]["containers"] = json!([{"name": "c", "image": "i"}]);
+            pods(ns)
+                .create(&PostParams::default(), &p)
+                .await
+                .expect("create pod");
+        }
+        let r = rule(c.clone(), true, Mode::Enforce);
+        let live = r.live_round(None).await.expect("live round");
+        let names =
+            |k: ObjKey| -> Vec<String> { live.of(&k).into_iter().map(|u| u.name).collect() };
+        assert_eq!(names(key("default", "s")), ["p"]);
+        assert_eq!(names(key("kube-system", "s")), ["q"]);
+        let broken = rule(offline(), true, Mode::Enforce);
+        let e = broken.live_round(None).await.expect_err("no server");
+        assert!(e.to_string().contains("pods"), "{e}");
+    }
 }

@@ -26,8 +26,9 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
+use parking_lot::RwLock;
 use protection_core::runtime::inuse::{Engine, Rule};
-use protection_core::runtime::{ReconcileError, phased_finalizer, watch_config};
+use protection_core::runtime::{ReconcileError, list_all, phased_finalizer, watch_config};
 use protection_core::{ControllerContext, ControllerResult};
 
 use crate::Settings;
@@ -203,15 +204,25 @@ impl<V: ApiVersion> Rule for VacRule<V> {
     fn cached_users(&self, index: &UsersIndex, vac: &Vac<V>) -> Vec<VacUse> {
         index.users(&vac.name_any())
     }
-    async fn list_live(&self, client: &kube::Client, _: &str) -> Result<Live, ReconcileError> {
-        let lp = ListParams::default().limit(protection_core::runtime::LIST_PAGE_SIZE);
+    async fn list_live(
+        &self,
+        client: &kube::Client,
+        _: &str,
+        _: &RwLock<UsersIndex>,
+    ) -> Result<Live, ReconcileError> {
+        let lp = ListParams::default();
         let pvcs = list_all(
-            Api::<PvcRefs>::all(client.clone()),
+            &Api::<PvcRefs>::all(client.clone()),
             &lp,
             "persistentvolumeclaims",
         )
         .await?;
-        let pvs = list_all(Api::<PvRefs>::all(client.clone()), &lp, "persistentvolumes").await?;
+        let pvs = list_all(
+            &Api::<PvRefs>::all(client.clone()),
+            &lp,
+            "persistentvolumes",
+        )
+        .await?;
         tracing::debug!(
             controller = NAME,
             pvcs = pvcs.len(),
@@ -228,29 +239,6 @@ impl<V: ApiVersion> Rule for VacRule<V> {
     }
     fn released_note(&self, vac: &Vac<V>, finalizer: &str) -> String {
         released_note(&vac.name_any(), finalizer)
-    }
-}
-
-/// Every object of `api`, page by page.
-async fn list_all<K>(api: Api<K>, lp: &ListParams, what: &str) -> Result<Vec<K>, ReconcileError>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let mut out = Vec::new();
-    let mut lp = lp.clone();
-    loop {
-        let page = api
-            .list(&lp)
-            .await
-            .map_err(|source| ReconcileError::LiveList {
-                what: what.to_string(),
-                source,
-            })?;
-        out.extend(page.items);
-        match page.metadata.continue_ {
-            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
-            _ => return Ok(out),
-        }
     }
 }
 

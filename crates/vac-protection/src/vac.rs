@@ -206,7 +206,7 @@ mod tests {
         match plan {
             VacPlan::AddFinalizer => acts.push(Act::AddFinalizer),
             VacPlan::RemoveFinalizer => acts.push(Act::RemoveFinalizer),
-            VacPlan::Keep(_) | VacPlan::Nothing => {}
+            VacPlan::Keep(_) | VacPlan::WouldHold(_) | VacPlan::Nothing => {}
             VacPlan::ConfirmLive => panic!("{}: a live answer is final", r.name),
         }
         acts

@@ -23,6 +23,11 @@ pub const REASON_RELEASED: &str = "FinalizerReleased";
 pub const ACTION_HELD: &str = "HoldDeletion";
 /// `action` of the released event.
 pub const ACTION_RELEASED: &str = "RemoveFinalizer";
+/// Reason of the event emitted when a deletion would have been held (a
+/// rule in `Audit` mode holds nothing and reports).
+pub const REASON_WOULD_HOLD: &str = "WouldHold";
+/// `action` of the would-hold event.
+pub const ACTION_WOULD_HOLD: &str = "Audit";
 
 /// One decided step, controller-neutral.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +40,9 @@ pub enum Step {
     RemoveFinalizer { why: &'static str, released: String },
     /// Keep the finalizer: the object is in use, for the reason `held`.
     Keep { held: String },
+    /// Hold nothing, but report (once per change of note) that the
+    /// deletion would have been held, for the reason `note`.
+    WouldHold { note: String },
     /// Already in the desired state.
     Nothing,
 }
@@ -68,26 +76,42 @@ impl Executor {
         K: Resource + Clone + DeserializeOwned + Debug,
         K::DynamicType: Default,
     {
-        let kind = K::kind(&K::DynamicType::default()).to_string();
+        self.execute_as(api, obj, &K::DynamicType::default(), state, step)
+            .await
+    }
+
+    /// [`Self::execute`] for a kind known at run time (`dt`).
+    pub async fn execute_as<K>(
+        &self,
+        api: &Api<K>,
+        obj: &K,
+        dt: &K::DynamicType,
+        state: &PerObject,
+        step: Step,
+    ) -> Result<(), FinalizerError>
+    where
+        K: Resource + Clone + DeserializeOwned + Debug,
+    {
+        let kind = K::kind(dt).to_string();
         let key = object_key(obj);
         let uid = obj.meta().uid.clone().unwrap_or_default();
         match step {
             Step::AddFinalizer => {
-                if self.finalizer.add(api, obj).await?.wrote() {
+                if self.finalizer.add_as(api, obj, &kind).await?.wrote() {
                     state.expectations.wrote(&key, obj.meta(), ());
                     tracing::info!(%kind, finalizer = self.finalizer.name(), "added finalizer");
                 }
             }
             Step::RemoveFinalizer { why, released } => {
                 let was_held = state.events.is_held(&uid);
-                if self.finalizer.remove(api, obj).await?.wrote() {
+                if self.finalizer.remove_as(api, obj, &kind).await?.wrote() {
                     state.expectations.wrote(&key, obj.meta(), ());
                     tracing::info!(%kind, finalizer = self.finalizer.name(), "removed finalizer: {why}");
                     state.events.forget(&uid);
                     if was_held {
                         self.events
                             .normal(
-                                &obj.object_ref(&K::DynamicType::default()),
+                                &obj.object_ref(dt),
                                 REASON_RELEASED,
                                 ACTION_RELEASED,
                                 released,
@@ -100,17 +124,30 @@ impl Executor {
                 tracing::debug!(%kind, name = %obj.name_any(), "keeping the finalizer: in use");
                 if !uid.is_empty() && state.events.held(&uid, &held) {
                     self.events
-                        .normal(
-                            &obj.object_ref(&K::DynamicType::default()),
-                            REASON_HELD,
-                            ACTION_HELD,
-                            held,
-                        )
+                        .normal(&obj.object_ref(dt), REASON_HELD, ACTION_HELD, held)
                         .await;
+                }
+            }
+            Step::WouldHold { note } => {
+                if !uid.is_empty() && state.events.held(&uid, &note) {
+                    self.report_would_hold(obj, dt, note).await;
                 }
             }
             Step::Nothing => {}
         }
         Ok(())
+    }
+
+    /// The would-hold event for `obj` (also for an object already gone,
+    /// whose memory the watch has dropped).
+    pub async fn report_would_hold<K: Resource>(&self, obj: &K, dt: &K::DynamicType, note: String) {
+        self.events
+            .normal(
+                &obj.object_ref(dt),
+                REASON_WOULD_HOLD,
+                ACTION_WOULD_HOLD,
+                note,
+            )
+            .await;
     }
 }

@@ -57,7 +57,9 @@ use tokio_util::task::TaskTracker;
 use super::batch::{Batcher, Pushed};
 use super::executor::{Executor, Step};
 use super::observer::{Observer, PerObject};
-use super::{ReconcileError, Settings, main_watch, object_key, ready_when_synced, resync_stream};
+use super::{
+    ReconcileError, Settings, main_watch, object_key, ready_when_synced, resync_stream_as,
+};
 use crate::controllers::{ControllerContext, ControllerResult};
 use crate::finalizer::{PhasedFinalizer, has_finalizer, is_deleting};
 use crate::metrics::{ControllerMetrics, ReconcileTimer};
@@ -99,8 +101,18 @@ pub enum Plan<U> {
     RemoveFinalizer,
     /// Being deleted and in use by these users: keep the finalizer.
     Keep(Vec<U>),
+    /// Hold nothing, and report that these users would have held the
+    /// deletion (a ProtectionRule in `Audit` mode).
+    WouldHold(Vec<U>),
     /// Already in the desired state.
     Nothing,
+}
+
+impl<U> Plan<U> {
+    /// Whether the plan lets the object go (now, or after the live round).
+    pub fn releases(&self) -> bool {
+        matches!(self, Plan::RemoveFinalizer | Plan::ConfirmLive)
+    }
 }
 
 /// The decision (upstream `processPVC`/`processVAC` with the two-tier
@@ -136,11 +148,22 @@ pub fn decide<U: Clone>(
     Plan::Nothing
 }
 
+/// The run-time type information of a rule's protected kind (`()` for a
+/// kind known at compile time, an `ApiResource` for a ProtectionRule's).
+pub type DynType<R> = <<R as Rule>::Object as Resource>::DynamicType;
+
 /// One in-use protection: what the protected kind is, what its users are and
 /// how they name what they use, and where a deletion is confirmed.
+///
+/// Where a rule decides and where the engine writes: [`Rule::decide`] (by
+/// default [`decide`]) turns the object, the users the index holds and,
+/// after a live round, the users that round found into a [`Plan`]; the
+/// engine alone carries a plan out (the guarded finalizer patch and its
+/// events, through the [`Executor`]), then calls [`Rule::after`] for a
+/// rule's own writes (a status condition).
 pub trait Rule: Send + Sync + Sized + 'static {
     /// The protected kind, as the controller caches it.
-    type Object: Resource<DynamicType = ()>
+    type Object: Resource<DynamicType: Clone + Eq + std::hash::Hash + Debug + Unpin + Send + Sync + 'static>
         + Clone
         + DeserializeOwned
         + Debug
@@ -150,7 +173,7 @@ pub trait Rule: Send + Sync + Sized + 'static {
     /// One user of a protected object, as an event note names it.
     type Use: Clone + Debug + PartialEq + Send + Sync + 'static;
     /// The users index, fed by the user watches ([`Feed`]).
-    type Index: Default + Send + Sync + 'static;
+    type Index: Send + Sync + 'static;
     /// The answer of one live round of a scope.
     type Live: Send + Sync + 'static;
 
@@ -169,10 +192,13 @@ pub trait Rule: Send + Sync + Sized + 'static {
     /// The users of `obj` in the index.
     fn cached_users(&self, index: &Self::Index, obj: &Self::Object) -> Vec<Self::Use>;
     /// One live round of the users of `scope`, started now (paged LISTs).
+    /// `index` may spare work (answers it already computed for an unchanged
+    /// user); the round must not depend on it otherwise.
     fn list_live(
         &self,
         client: &kube::Client,
         scope: &str,
+        index: &RwLock<Self::Index>,
     ) -> impl Future<Output = Result<Self::Live, ReconcileError>> + Send;
     /// The users of `obj` in a live round.
     fn live_users(&self, live: &Self::Live, obj: &Self::Object) -> Vec<Self::Use>;
@@ -187,6 +213,58 @@ pub trait Rule: Send + Sync + Sized + 'static {
     fn confirms_live(&self) -> bool {
         true
     }
+
+    /// Which watch events of the protected kind are reconciled (upstream's
+    /// `AddedUpdated` filter: the object wants the finalizer, or is a
+    /// deletion candidate).
+    fn wanted(&self, finalizer: &PhasedFinalizer, obj: &Self::Object) -> bool {
+        finalizer.needs_add(obj.meta()) || finalizer.is_deletion_candidate(obj.meta())
+    }
+    /// The decision: the plan for `obj` from the users in the index
+    /// (`cached`) and, once a live round was made, the users it found.
+    fn decide(
+        &self,
+        finalizer: &PhasedFinalizer,
+        obj: &Self::Object,
+        cached: &[Self::Use],
+        live: Option<&[Self::Use]>,
+    ) -> Plan<Self::Use> {
+        decide(
+            obj.meta(),
+            finalizer.name(),
+            finalizer.add_enabled(),
+            cached,
+            live,
+        )
+    }
+    /// The note of the event that says a deletion would have been held
+    /// ([`Plan::WouldHold`]).
+    fn would_hold_note(&self, obj: &Self::Object, users: &[Self::Use]) -> String {
+        self.held_note(obj, users)
+    }
+    /// The object is gone (its watch said so) while `cached` used it: the
+    /// note of a would-hold event to report, if any.
+    fn gone(&self, _obj: &Self::Object, _cached: &[Self::Use]) -> Option<String> {
+        None
+    }
+    /// How long a release must still wait (upstream's service-cidr grace
+    /// after the deletionTimestamp); `None`: it may go now.
+    fn release_after(&self, _obj: &Self::Object) -> Option<std::time::Duration> {
+        None
+    }
+    /// The rule's own writes after a plan was carried out (a status
+    /// condition); never called with [`Plan::ConfirmLive`].
+    fn after(
+        &self,
+        _client: &kube::Client,
+        _obj: &Self::Object,
+        _plan: &Plan<Self::Use>,
+    ) -> impl Future<Output = Result<(), ReconcileError>> + Send {
+        std::future::ready(Ok(()))
+    }
+    /// A failure the engine logs and retries, for a rule that also reports
+    /// it elsewhere (a ProtectionRule's `status.lastError`).
+    fn failed(&self, _error: &dyn std::fmt::Display) {}
 }
 
 /// How one user watch feeds the index: each verb returns the store keys of
@@ -222,18 +300,28 @@ pub fn feed<U, I: Feed<U>>(index: &mut I, ev: watcher::Event<U>) -> (BTreeSet<St
     }
 }
 
-/// The `ObjectRef` of a store key (`name` or `namespace/name`).
-pub fn object_ref<K: Resource<DynamicType = ()>>(key: &str) -> ObjectRef<K> {
-    match key.split_once('/') {
-        Some((ns, name)) => ObjectRef::new(name).within(ns),
-        None => ObjectRef::new(key),
-    }
+/// What one user watch event did to the index.
+#[derive(Debug, Default)]
+pub struct Fed {
+    /// Store keys of the protected objects to re-check.
+    pub recheck: BTreeSet<String>,
+    /// The event completed a (re-)list.
+    pub listed: bool,
+    /// Users indexed now.
+    pub indexed: usize,
 }
 
-/// upstream's `AddedUpdated` filter: wants the finalizer, or is a deletion
-/// candidate.
-fn wanted(f: &PhasedFinalizer, meta: &ObjectMeta) -> bool {
-    f.needs_add(meta) || f.is_deletion_candidate(meta)
+/// The `ObjectRef` of a store key (`name` or `namespace/name`).
+pub fn object_ref<K: Resource<DynamicType = ()>>(key: &str) -> ObjectRef<K> {
+    object_ref_as(key, ())
+}
+
+/// [`object_ref`] for a kind known at run time.
+pub fn object_ref_as<K: Resource>(key: &str, dt: K::DynamicType) -> ObjectRef<K> {
+    match key.split_once('/') {
+        Some((ns, name)) => ObjectRef::new_with(name, dt).within(ns),
+        None => ObjectRef::new_with(key, dt),
+    }
 }
 
 /// A running in-use controller.
@@ -241,6 +329,7 @@ pub struct Engine<R: Rule> {
     rule: R,
     name: &'static str,
     client: kube::Client,
+    dt: DynType<R>,
     executor: Executor,
     metrics: ControllerMetrics,
     store: Store<R::Object>,
@@ -258,7 +347,11 @@ pub struct Engine<R: Rule> {
     tasks: TaskTracker,
 }
 
-impl<R: Rule> Engine<R> {
+impl<R: Rule> Engine<R>
+where
+    R::Index: Default,
+    R::Object: Resource<DynamicType = ()>,
+{
     /// An engine for `rule` writing `finalizer`; start its user watches with
     /// [`Engine::watch_users`], then [`Engine::run`] it.
     pub fn new(
@@ -267,17 +360,33 @@ impl<R: Rule> Engine<R> {
         finalizer: PhasedFinalizer,
         settings: Settings,
     ) -> Arc<Self> {
-        let (reader, writer) = reflector::store();
+        Self::with_parts(ctx, rule, finalizer, settings, (), R::Index::default())
+    }
+}
+
+impl<R: Rule> Engine<R> {
+    /// [`Engine::new`] for a kind known at run time (`dt`) and an index
+    /// built by the caller.
+    pub fn with_parts(
+        ctx: &ControllerContext,
+        rule: R,
+        finalizer: PhasedFinalizer,
+        settings: Settings,
+        dt: DynType<R>,
+        index: R::Index,
+    ) -> Arc<Self> {
+        let writer = reflector::store::Writer::new(dt.clone());
         let (trigger, trigger_rx) = mpsc::unbounded();
         Arc::new(Engine {
             rule,
             name: ctx.name,
             client: ctx.client.clone(),
+            dt,
             executor: Executor::new(finalizer, ctx.events.clone()),
             metrics: ctx.metrics.clone(),
-            store: reader,
+            store: writer.as_reader(),
             writer: Mutex::new(Some(writer)),
-            index: RwLock::new(R::Index::default()),
+            index: RwLock::new(index),
             users_synced: Mutex::new(Vec::new()),
             batcher: Batcher::new(),
             permits: Semaphore::new(usize::from(ctx.concurrency.max(1))),
@@ -300,6 +409,21 @@ impl<R: Rule> Engine<R> {
         &self.store
     }
 
+    /// The users index (read).
+    pub fn index(&self) -> parking_lot::RwLockReadGuard<'_, R::Index> {
+        self.index.read()
+    }
+
+    /// The users of `obj` in the index.
+    pub fn cached_users(&self, obj: &R::Object) -> Vec<R::Use> {
+        self.rule.cached_users(&self.index.read(), obj)
+    }
+
+    /// The finalizer the engine writes.
+    pub fn finalizer(&self) -> &PhasedFinalizer {
+        self.executor.finalizer()
+    }
+
     /// Feeds the index from a watch of `api` (one per user kind); the
     /// engine decides no deletion before every such watch has listed.
     pub fn watch_users<U>(
@@ -309,8 +433,30 @@ impl<R: Rule> Engine<R> {
         what: &'static str,
     ) where
         U: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-        U::DynamicType: Default + Eq + std::hash::Hash + Clone,
         R::Index: Feed<U>,
+    {
+        self.watch_users_with(api, config, what.to_string(), |index, ev| {
+            let mut ix = index.write();
+            let (recheck, listed) = feed(&mut *ix, ev);
+            Fed {
+                recheck,
+                listed,
+                indexed: ix.len(),
+            }
+        });
+    }
+
+    /// [`Engine::watch_users`] with the rule's own feeding of each event
+    /// (which may do its work before it takes the index's lock).
+    pub fn watch_users_with<U, F>(
+        self: &Arc<Self>,
+        api: Api<U>,
+        config: watcher::Config,
+        what: String,
+        mut feed: F,
+    ) where
+        U: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        F: FnMut(&RwLock<R::Index>, watcher::Event<U>) -> Fed + Send + 'static,
     {
         let synced = watch::Sender::new(false);
         self.users_synced.lock().push(synced.subscribe());
@@ -328,26 +474,26 @@ impl<R: Rule> Engine<R> {
                 let keys = match ev {
                     None => return,
                     Some(Err(e)) => {
-                        tracing::warn!(controller = engine.name, users = what, error = %e, "watch failed; retrying");
+                        tracing::warn!(controller = engine.name, users = %what, error = %e, "watch failed; retrying");
+                        engine.rule.failed(&format_args!("watching {what}: {e}"));
                         continue;
                     }
                     Some(Ok(ev)) => {
-                        let mut ix = engine.index.write();
-                        let (keys, listed) = feed(&mut *ix, ev);
-                        engine.metrics.set_indexed_users(ix.len());
-                        if listed {
+                        let fed = feed(&engine.index, ev);
+                        engine.metrics.set_indexed_users(fed.indexed);
+                        if fed.listed {
                             let first = !*synced.borrow();
                             synced.send_replace(true);
                             tracing::info!(
                                 controller = engine.name,
-                                users = what,
-                                indexed = ix.len(),
-                                to_recheck = keys.len(),
+                                users = %what,
+                                indexed = fed.indexed,
+                                to_recheck = fed.recheck.len(),
                                 "users index {}",
                                 if first { "synced" } else { "re-listed" }
                             );
                         }
-                        keys
+                        fed.recheck
                     }
                 };
                 engine.enqueue(keys);
@@ -358,7 +504,7 @@ impl<R: Rule> Engine<R> {
     /// Re-checks the protected objects `keys` that are in the cache.
     pub fn enqueue(&self, keys: impl IntoIterator<Item = String>) {
         for k in keys {
-            let r = object_ref::<R::Object>(&k);
+            let r = object_ref_as::<R::Object>(&k, self.dt.clone());
             if self.store.get(&r).is_some() {
                 let _ = self.trigger.unbounded_send(r);
             }
@@ -385,22 +531,28 @@ impl<R: Rule> Engine<R> {
             tracing::error!(controller = self.name, "the engine was run twice; ignoring");
             return Ok(());
         };
-        let finalizer = self.executor.finalizer().clone();
-        let observer = Observer::new(finalizer.name(), self.metrics.clone());
+        let observer = Observer::new(self.finalizer().name(), self.metrics.clone());
         let mut caches = vec![observer.listed()];
         caches.extend(self.users_synced.lock().iter().cloned());
-        let filter = finalizer.clone();
+        let (on_event, on_trigger, on_resync) = (self.clone(), self.clone(), self.clone());
         let triggers = main_watch(api, writer, observer, self.state.clone())
+            .inspect_ok(move |ev| {
+                if let watcher::Event::Delete(o) = ev {
+                    on_event.gone(o);
+                }
+            })
             .applied_objects()
-            .try_filter(move |o: &R::Object| std::future::ready(wanted(&filter, o.meta())));
+            .try_filter(move |o: &R::Object| {
+                std::future::ready(on_trigger.rule.wanted(on_trigger.finalizer(), o))
+            });
         let ready = ready_when_synced(self.name, ctx.ready.clone(), ctx.shutdown.clone(), caches);
-        let resync_filter = finalizer.clone();
-        let controller = Controller::for_stream(triggers, self.store.clone())
+        let controller = Controller::for_stream_with(triggers, self.store.clone(), self.dt.clone())
             .reconcile_on(trigger_rx)
-            .reconcile_on(resync_stream(
+            .reconcile_on(resync_stream_as(
                 self.store.clone(),
                 self.settings.resync_period,
-                move |o: &R::Object| wanted(&resync_filter, o.meta()),
+                move |o: &R::Object| on_resync.rule.wanted(on_resync.finalizer(), o),
+                self.dt.clone(),
             ));
         super::drive(
             ctx,
@@ -416,6 +568,7 @@ impl<R: Rule> Engine<R> {
         self.tasks.close();
         self.tasks.wait().await;
         ctx.ready.set(false);
+        self.metrics.retire();
         tracing::info!(
             controller = self.name,
             "{} protection controller stopped",
@@ -424,31 +577,46 @@ impl<R: Rule> Engine<R> {
         Ok(())
     }
 
-    fn cached_users(&self, obj: &R::Object) -> Vec<R::Use> {
-        self.rule.cached_users(&self.index.read(), obj)
+    /// The watch said `obj` is gone: a rule may report a deletion its users
+    /// would have held.
+    fn gone(&self, obj: &R::Object) {
+        let cached = self.cached_users(obj);
+        let Some(note) = self.rule.gone(obj, &cached) else {
+            return;
+        };
+        let (executor, obj, dt) = (self.executor.clone(), obj.clone(), self.dt.clone());
+        self.tasks.spawn(async move {
+            executor.report_would_hold(&obj, &dt, note).await;
+        });
     }
 
-    /// Carries out a final plan (never [`Plan::ConfirmLive`]).
+    /// Carries out a final plan (never [`Plan::ConfirmLive`]), then the
+    /// rule's own writes.
     async fn execute(&self, obj: &R::Object, plan: Plan<R::Use>) -> Result<(), ReconcileError> {
         let f = self.executor.finalizer();
-        let step = match plan {
+        let step = match &plan {
             Plan::AddFinalizer => Step::AddFinalizer,
             Plan::RemoveFinalizer => Step::RemoveFinalizer {
                 why: self.rule.unused(),
                 released: self.rule.released_note(obj, f.name()),
             },
             Plan::Keep(users) => Step::Keep {
-                held: self.rule.held_note(obj, &users),
+                held: self.rule.held_note(obj, users),
+            },
+            Plan::WouldHold(users) => Step::WouldHold {
+                note: self.rule.would_hold_note(obj, users),
             },
             Plan::Nothing => Step::Nothing,
             Plan::ConfirmLive => {
                 tracing::error!("a final decision asked for another live confirmation; ignoring");
-                Step::Nothing
+                return Ok(());
             }
         };
         let api = self.rule.api(&self.client, obj);
-        self.executor.execute(&api, obj, &self.state, step).await?;
-        Ok(())
+        self.executor
+            .execute_as(&api, obj, &self.dt, &self.state, step)
+            .await?;
+        self.rule.after(&self.client, obj, &plan).await
     }
 
     /// Queues `obj` for its scope's next live round.
@@ -493,7 +661,7 @@ impl<R: Rule> Engine<R> {
         let f = self.executor.finalizer();
         let mut waiting = Vec::with_capacity(batch.len());
         for (key, timer) in batch {
-            let Some(obj) = self.store.get(&object_ref(&key)) else {
+            let Some(obj) = self.store.get(&object_ref_as(&key, self.dt.clone())) else {
                 finish(timer, true);
                 continue;
             };
@@ -502,7 +670,7 @@ impl<R: Rule> Engine<R> {
                 continue;
             }
             let cached = self.cached_users(&obj);
-            match decide(obj.meta(), f.name(), f.add_enabled(), &cached, None) {
+            match self.rule.decide(f, &obj, &cached, None) {
                 Plan::ConfirmLive => waiting.push((key, obj, cached, timer)),
                 plan => {
                     let res = self.execute(&obj, plan).await;
@@ -527,11 +695,12 @@ impl<R: Rule> Engine<R> {
                 }
                 return;
             }
-            live = self.rule.list_live(&self.client, scope) => live,
+            live = self.rule.list_live(&self.client, scope, &self.index) => live,
         };
         let live = match live {
             Ok(live) => live,
             Err(e) => {
+                self.rule.failed(&e);
                 for (key, _, _, timer) in waiting {
                     self.retry_later(&key, &e);
                     finish(timer, false);
@@ -542,7 +711,7 @@ impl<R: Rule> Engine<R> {
         let live = &live;
         let writes = futures::stream::iter(waiting.into_iter().map(|(key, obj, cached, timer)| async move {
             let users = self.rule.live_users(live, &obj);
-            let plan = decide(obj.meta(), f.name(), f.add_enabled(), &cached, Some(&users));
+            let plan = self.rule.decide(f, &obj, &cached, Some(&users));
             tracing::debug!(controller = self.name, object = %key, ?plan, "decided with a live round");
             let res = self.execute(&obj, plan).await;
             self.settle(&key, res, timer);
@@ -554,7 +723,10 @@ impl<R: Rule> Engine<R> {
     fn settle(&self, key: &str, res: Result<(), ReconcileError>, timer: Option<ReconcileTimer>) {
         match &res {
             Ok(()) => self.state.backoff.forget(key),
-            Err(e) => self.retry_later(key, e),
+            Err(e) => {
+                self.rule.failed(e);
+                self.retry_later(key, e);
+            }
         }
         finish(timer, res.is_ok());
     }
@@ -570,7 +742,7 @@ impl<R: Rule> Engine<R> {
             "confirming the object is unused failed; retrying"
         );
         let tx = self.trigger.clone();
-        let r = object_ref::<R::Object>(key);
+        let r = object_ref_as::<R::Object>(key, self.dt.clone());
         let stop = self.shutdown.clone();
         self.tasks.spawn(async move {
             tokio::select! {
@@ -622,8 +794,16 @@ async fn reconcile<R: Rule>(
     let f = engine.executor.finalizer();
     let cached = engine.cached_users(&obj);
     let live = (!engine.rule.confirms_live()).then_some(&[][..]);
-    let plan = decide(obj.meta(), f.name(), f.add_enabled(), &cached, live);
+    let plan = engine.rule.decide(f, &obj, &cached, live);
     tracing::debug!(?plan, "decided from the cache");
+    if plan.releases()
+        && let Some(wait) = engine.rule.release_after(&obj)
+    {
+        // Not yet: decided again (and confirmed) once the wait is over.
+        tracing::debug!(?wait, "unused, but not to be released yet");
+        timer.finish(true);
+        return Ok(Action::requeue(wait));
+    }
     if plan == Plan::ConfirmLive {
         // No user in the cache: the scope's confirmer decides, from a live
         // round started after its own cache check; this worker is free.
@@ -632,8 +812,9 @@ async fn reconcile<R: Rule>(
     }
     drop(_enter);
     let res = engine.execute(&obj, plan).await;
-    if res.is_ok() {
-        engine.state.backoff.forget(&key);
+    match &res {
+        Ok(()) => engine.state.backoff.forget(&key),
+        Err(e) => engine.rule.failed(e),
     }
     timer.finish(res.is_ok());
     res.map(|()| Action::await_change())

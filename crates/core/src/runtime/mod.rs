@@ -141,6 +141,51 @@ pub fn object_key<K: Resource>(obj: &K) -> String {
 /// patch throughput. The back-fill wins.
 pub const LIST_PAGE_SIZE: u32 = 500;
 
+/// One live round's LIST of `api`, page by page ([`LIST_PAGE_SIZE`]
+/// objects; `lp` adds selectors): `each` takes every page as it arrives, so
+/// a caller that keeps only what it needs never holds the whole list. An
+/// error names the list as `what` ("pods in namespace ns").
+pub async fn list_pages<K>(
+    api: &Api<K>,
+    lp: &kube::api::ListParams,
+    what: &str,
+    mut each: impl FnMut(Vec<K>),
+) -> Result<(), ReconcileError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let mut lp = lp.clone().limit(LIST_PAGE_SIZE);
+    loop {
+        let page = api
+            .list(&lp)
+            .await
+            .map_err(|source| ReconcileError::LiveList {
+                what: what.to_string(),
+                source,
+            })?;
+        let next = page.metadata.continue_.clone().filter(|c| !c.is_empty());
+        each(page.items);
+        match next {
+            Some(c) => lp = lp.continue_token(&c),
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Every object of `api` ([`list_pages`], kept).
+pub async fn list_all<K>(
+    api: &Api<K>,
+    lp: &kube::api::ListParams,
+    what: &str,
+) -> Result<Vec<K>, ReconcileError>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    let mut out = Vec::new();
+    list_pages(api, lp, what, |items| out.extend(items)).await?;
+    Ok(out)
+}
+
 /// The watcher configuration of the controllers' watches: kube's default
 /// with [`LIST_PAGE_SIZE`].
 pub fn watch_config() -> watcher::Config {
@@ -160,7 +205,7 @@ pub fn main_watch<K, V>(
 ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Default,
+    K::DynamicType: Eq + Hash + Clone,
     V: Clone + Send + Sync + 'static,
 {
     let observer = Mutex::new(observer);
@@ -183,6 +228,20 @@ pub fn resync_stream<K>(
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
+    resync_stream_as(store, period, wanted, ())
+}
+
+/// [`resync_stream`] for a kind known at run time (`dt`).
+pub fn resync_stream_as<K>(
+    store: Store<K>,
+    period: Duration,
+    wanted: impl Fn(&K) -> bool + Send + 'static,
+    dt: K::DynamicType,
+) -> BoxStream<'static, ObjectRef<K>>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
     if period.is_zero() {
         return stream::empty().boxed();
     }
@@ -195,7 +254,7 @@ where
             .state()
             .iter()
             .filter(|o| wanted(o))
-            .map(|o| ObjectRef::from_obj(&**o))
+            .map(|o| ObjectRef::from_obj_with(&**o, dt.clone()))
             .collect();
         tracing::debug!(objects = refs.len(), "resync");
         stream::iter(refs)
