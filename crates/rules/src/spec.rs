@@ -38,6 +38,20 @@ pub enum Mode {
     Enforce,
     /// Hold nothing; report (events, status) what would have been held.
     Audit,
+    /// Refuse the delete while in use: the objects in use carry the label
+    /// `protection-manager.io/in-use: "true"` and an annotation naming
+    /// their users and the rule, which the chart's ValidatingAdmissionPolicy
+    /// refuses the DELETE of; the finalizer stays on as in `Enforce`, the
+    /// backstop for deletes the policy lets through.
+    Deny,
+}
+
+impl Mode {
+    /// Whether the rule holds deletions with its finalizer (`Enforce` and
+    /// `Deny`).
+    pub fn holds(self) -> bool {
+        matches!(self, Mode::Enforce | Mode::Deny)
+    }
 }
 
 /// `spec.protected`.

@@ -67,6 +67,14 @@ pub enum ReconcileError {
         #[source]
         source: kube::Error,
     },
+    /// A rule's own write after its plan ([`inuse::Rule::after`]) failed:
+    /// `what` names it ("status of servicecidr a").
+    #[error("writing the {what} failed: {source}")]
+    Write {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 /// How an in-use controller runs.
