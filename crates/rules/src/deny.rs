@@ -33,7 +33,7 @@ pub const NAMED_USERS: usize = 3;
 
 /// The annotation's value: `pods/web, pods/api and 2 more (rule r: why)`.
 pub fn in_use_by(object_ns: &str, users: &[UserRef], rule: &str, reason: Option<&str>) -> String {
-    let mut named: Vec<String> = users
+    let named: Vec<String> = users
         .iter()
         .take(NAMED_USERS)
         .map(|u| {
@@ -44,14 +44,15 @@ pub fn in_use_by(object_ns: &str, users: &[UserRef], rule: &str, reason: Option<
             }
         })
         .collect();
-    if users.len() > NAMED_USERS {
-        named.push(format!("and {} more", users.len() - NAMED_USERS));
-    }
+    let rest = match users.len().saturating_sub(NAMED_USERS) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
     let reason = reason
         .filter(|r| !r.is_empty())
         .map(|r| format!(": {r}"))
         .unwrap_or_default();
-    format!("{} (rule {rule}{reason})", named.join(", "))
+    format!("{}{rest} (rule {rule}{reason})", named.join(", "))
 }
 
 /// Whether the object's annotation was written by `rule`.

@@ -418,7 +418,7 @@ async fn the_crd_refuses_bad_rules_with_the_api_servers_wording() {
     assert_eq!(code, 422);
     assert_eq!(
         msg,
-        "ProtectionRule.protection-manager.io \"bad\" is invalid: spec.mode: Unsupported value: \"Sometimes\": supported values: \"Enforce\", \"Audit\""
+        "ProtectionRule.protection-manager.io \"bad\" is invalid: spec.mode: Unsupported value: \"Sometimes\": supported values: \"Enforce\", \"Audit\", \"Deny\""
     );
     // The finalizer is immutable.
     rules(c)
