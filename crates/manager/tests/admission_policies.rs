@@ -750,3 +750,126 @@ fn the_deny_policy_follows_the_rules_gate_the_api_and_the_values() {
         assert!(p["spec"].get("matchConditions").is_none(), "{p}");
     }
 }
+
+/// Deny mode end to end, with the manager running its rules controller: a
+/// Deny rule labels a Secret a pod mounts, so `kubectl delete` (and
+/// `--dry-run=server`) is refused naming the pod, the rule and its reason;
+/// once the pod is gone the label goes and the Secret deletes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deny_rule_run_by_the_manager_refuses_deleting_a_secret_in_use() {
+    differential("deny-run", async |s, ns| {
+        let admin = support::free_port();
+        let mut manager = support::Manager::start(&[
+            "run",
+            &format!("--kubeconfig={}", s.kubeconfig.display()),
+            &format!("--admin-address=127.0.0.1:{admin}"),
+            &format!("--metrics-bind-address=127.0.0.1:{}", support::free_port()),
+            "--leader-elect=false",
+            "--controllers=rules",
+            "--feature-gates=InUseProtectionRules=true",
+        ]);
+        s.namespace(ns).await;
+        s.secret(ns, "db").await;
+        let mut spec =
+            protection_rules::examples::spec("secrets-used-by-pods", "example.com/secret-in-use")
+                .unwrap_or_else(|| panic!("the shipped example"));
+        spec["mode"] = json!("Deny");
+        spec["reason"] = json!("mounted credentials");
+        let rule_name = ns.to_string();
+        let rules: Api<kube::api::DynamicObject> =
+            Api::all_with(s.client.clone(), &protection_rules::spec::api_resource());
+        let rule: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "protection-manager.io/v1alpha1",
+            "kind": "ProtectionRule",
+            "metadata": {"name": rule_name},
+            "spec": spec,
+        }))
+        .unwrap_or_else(|e| panic!("literal: {e}"));
+        rules
+            .create(&PostParams::default(), &rule)
+            .await
+            .unwrap_or_else(|e| panic!("{}: creating the rule: {e}", s.name));
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "spec": {
+                "automountServiceAccountToken": false,
+                "containers": [{"name": "web", "image": "registry.k8s.io/pause:3.10"}],
+                "volumes": [{"name": "creds", "secret": {"secretName": "db"}}],
+            },
+        }))
+        .unwrap_or_else(|e| panic!("literal: {e}"));
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(s.client.clone(), ns);
+        // The real server admits pods once the namespace's default
+        // ServiceAccount exists (kube-controller-manager creates it).
+        test_support::eventually(
+            Duration::from_secs(60),
+            &format!("{}: the pod is created", s.name),
+            async || {
+                pods.create(&PostParams::default(), &pod)
+                    .await
+                    .ok()
+                    .map(|_| ())
+            },
+        )
+        .await;
+        let secrets: Api<Secret> = Api::namespaced(s.client.clone(), ns);
+        manager
+            .wait_for(
+                Duration::from_secs(60),
+                Duration::from_millis(200),
+                &format!("{}: the manager labels db in use", s.name),
+                async || {
+                    secrets.get("db").await.is_ok_and(|o| {
+                        o.metadata
+                            .labels
+                            .is_some_and(|l| l.contains_key("protection-manager.io/in-use"))
+                    })
+                },
+            )
+            .await;
+        s.until_refused(&["secret", "db", "-n", ns]).await;
+        let mut out = vec![
+            (
+                "kubectl delete --dry-run=server",
+                s.kubectl(&["delete", "secret", "db", "-n", ns, "--dry-run=server"])
+                    .await,
+            ),
+            (
+                "kubectl delete",
+                s.kubectl(&["delete", "secret", "db", "-n", ns]).await,
+            ),
+        ];
+        s.kubectl(&["delete", "pod", "web", "-n", ns, "--wait=true"])
+            .await;
+        manager
+            .wait_for(
+                Duration::from_secs(60),
+                Duration::from_millis(200),
+                &format!("{}: the label goes with the pod", s.name),
+                async || {
+                    secrets.get("db").await.is_ok_and(|o| {
+                        o.metadata
+                            .labels
+                            .is_none_or(|l| !l.contains_key("protection-manager.io/in-use"))
+                    })
+                },
+            )
+            .await;
+        out.push((
+            "unused, it deletes",
+            s.kubectl(&["delete", "secret", "db", "-n", ns]).await,
+        ));
+        manager
+            .wait_for(
+                Duration::from_secs(60),
+                Duration::from_millis(200),
+                &format!("{}: db is gone", s.name),
+                async || secrets.get_opt("db").await.is_ok_and(|o| o.is_none()),
+            )
+            .await;
+        let _ = rules.delete(&rule_name, &Default::default()).await;
+        manager.terminate(Duration::from_secs(20));
+        out
+    })
+    .await;
+}
