@@ -67,8 +67,8 @@ go-check:
 # `make test` runs every property test with proptest's default 256 cases;
 # `make fuzz` runs the parser properties with FUZZ_CASES cases each (the
 # parsers a user or the API can feed: flags, durations, versions, names,
-# URL redaction, the load-balancer provider's replies, kube-sim's selectors
-# and patches, cloud-sim's request bodies, CEL expressions: the cost meter
+# URL redaction, the load-balancer provider's replies, kube-sim's selectors,
+# patches and integer decoding, cloud-sim's request bodies, CEL expressions: the cost meter
 # changes no answer and the static estimate bounds what it charges, in work
 # and memory). A failure prints
 # the minimal input and proptest keeps it under proptest-regressions/.

@@ -134,6 +134,20 @@ vac-protection:
     - apiGroups: [""]
       resources: [persistentvolumeclaims, persistentvolumes]
       verbs: [list, watch]
+service-cidr-protection:
+  aliases: [service-cidr-controller]
+  enabledByDefault: true
+  since: "0.5"
+  rules:
+    - apiGroups: [networking.k8s.io]
+      resources: [servicecidrs]
+      verbs: [get, list, watch, patch]
+    - apiGroups: [networking.k8s.io]
+      resources: [servicecidrs/status]
+      verbs: [patch]
+    - apiGroups: [networking.k8s.io]
+      resources: [ipaddresses]
+      verbs: [list, watch]
 rules:
   aliases: []
   enabledByDefault: true
@@ -276,7 +290,15 @@ NewLeaderElector rules) with its messages; only when leader election is on.
 {{- $rpText := include "protection-manager.formatDuration" $le.retryPeriod }}
 {{- $ldMs := round (mulf $ld 1000.0) 0 | int64 }}
 {{- $err := "" }}
-{{- if le $ld 0.0 }}
+{{- $int32 := 2147483647.0 }}
+{{- $timing := "must be at least 1ms and at most 596523h14m7s: it must be shorter than the lease duration" }}
+{{- if or (lt $ld 2.0) (gt $ld $int32) }}
+{{- $err = printf "%q is out of range: must be at least 2s and at most 596523h14m7s: the Lease's spec.leaseDurationSeconds is an int32 of seconds" (toString $le.leaseDuration) }}
+{{- else if or (lt $rd 0.001) (gt $rd $int32) }}
+{{- $err = printf "%q is out of range: %s" (toString $le.renewDeadline) $timing }}
+{{- else if or (lt $rp 0.001) (gt $rp $int32) }}
+{{- $err = printf "%q is out of range: %s" (toString $le.retryPeriod) $timing }}
+{{- else if le $ld 0.0 }}
 {{- $err = "leaseDuration must be greater than zero" }}
 {{- else if le $rd 0.0 }}
 {{- $err = "renewDeadline must be greater than zero" }}
@@ -426,6 +448,7 @@ exactly one flag; `--flag=value` keeps each flag in one list item.
 {{- if or (has "pv-protection" $enabled) (has "pvc-protection" $enabled) }}
 {{- $args = append $args (printf "--storage-protection-resync-period=%v" $v.storageProtection.resyncPeriod) }}
 {{- end }}
+{{- $args = append $args (printf "--service-cidr-resync-period=%v" $v.serviceCIDRProtection.resyncPeriod) }}
 {{- if has "service-lb-cleanup" $enabled }}
 {{- $lb := $v.loadBalancer }}
 {{- $args = append $args (printf "--lb-class=%s" $lb.class) }}
@@ -472,6 +495,10 @@ VolumeAttributesClass:
   - {since: "0.4", default: false, locked: false}
   - {since: "0.5", default: true, locked: false}
   - {since: "0.6", default: true, locked: true}
+MultiCIDRServiceAllocator:
+  - {since: "0.5", default: false, locked: false}
+  - {since: "0.6", default: true, locked: false}
+  - {since: "0.7", default: true, locked: true}
 InUseProtectionRules:
   - {since: "0.4", default: false, locked: false}
 {{- end }}
@@ -536,6 +563,9 @@ and the enabled examples' kinds), as a YAML list of RBAC rules.
 {{- define "protection-manager.rulesRbac" -}}
 {{- $out := list }}
 {{- range $r := .Values.rules.allowedResources }}
+{{- if or (contains "*" (toString $r.resource)) (contains "*" (toString $r.apiGroup)) (has "*" (default (list) $r.verbs)) }}
+{{- fail (printf "rules.allowedResources: %s: a wildcard would let every ProtectionRule hold any kind (pods, nodes, namespaces, leases, the cluster's own objects) and read every Secret; list each kind the rules may protect instead" (toJson $r)) }}
+{{- end }}
 {{- $out = append $out (dict "apiGroups" (list (default "" $r.apiGroup)) "resources" (list $r.resource) "verbs" (default (list "get" "list" "watch" "patch") $r.verbs)) }}
 {{- end }}
 {{- $ex := .Values.rules.examples }}
@@ -548,4 +578,61 @@ and the enabled examples' kinds), as a YAML list of RBAC rules.
 {{- $out = append $out (dict "apiGroups" (list "") "resources" (list "pods") "verbs" (list "list" "watch")) }}
 {{- end }}
 {{- toYaml $out }}
+{{- end }}
+
+{{/*
+The durations and the admin address, checked as the manager's flag parsers
+check them (protection_core::duration, crates/manager/src/cli.rs), with
+their messages: every duration within what a Go duration holds, resync
+periods 0 (off) or at least 1s, the provider's timeouts above 0, the admin
+address an IP address. `every_value_the_chart_renders_the_binary_starts_with`
+(tests/chart_render.rs) runs the binary's `validate-config` on the edges.
+*/}}
+{{- define "protection-manager.validateFlags" -}}
+{{- $v := .Values }}
+{{- $goMax := 9223372036.854775807 }}
+{{- $checks := list
+  (list "storageProtection.resyncPeriod" "storage-protection-resync-period" $v.storageProtection.resyncPeriod "resync")
+  (list "loadBalancer.resyncPeriod" "lb-resync-period" $v.loadBalancer.resyncPeriod "resync")
+  (list "loadBalancer.provider.connectTimeout" "lb-provider-connect-timeout" $v.loadBalancer.provider.connectTimeout "positive")
+  (list "loadBalancer.provider.requestTimeout" "lb-provider-request-timeout" $v.loadBalancer.provider.requestTimeout "positive")
+  (list "kubeApi.requestTimeout" "request-timeout" $v.kubeApi.requestTimeout "timeout")
+  (list "leaderElection.leaseDuration" "leader-elect-lease-duration" $v.leaderElection.leaseDuration "any")
+  (list "leaderElection.renewDeadline" "leader-elect-renew-deadline" $v.leaderElection.renewDeadline "any")
+  (list "leaderElection.retryPeriod" "leader-elect-retry-period" $v.leaderElection.retryPeriod "any")
+  (list "shutdownGracePeriod" "shutdown-grace-period" $v.shutdownGracePeriod "any") }}
+{{- range $c := $checks }}
+{{- $name := index $c 0 }}
+{{- $flag := index $c 1 }}
+{{- $text := toString (index $c 2) }}
+{{- $rule := index $c 3 }}
+{{- $secs := 0.0 }}
+{{- if regexMatch "^[0-9]+$" $text }}
+{{- $secs = float64 $text }}
+{{- else }}
+{{- $secs = include "protection-manager.durationSeconds" $text | float64 }}
+{{- end }}
+{{- $msg := "" }}
+{{- if gt $secs $goMax }}
+{{- if eq $rule "timeout" }}
+{{- $msg = printf "invalid timeout value %q. Timeout must be a single integer in seconds, or an integer followed by a corresponding time unit (e.g. 1s | 2m | 3h)" $text }}
+{{- else }}
+{{- $msg = printf "invalid duration %q: out of range (examples: 15s, 1m30s, 500ms)" $text }}
+{{- end }}
+{{- else if and (eq $rule "resync") (gt $secs 0.0) (lt $secs 1.0) }}
+{{- $msg = printf "%q is out of range: must be 0 (off) or at least 1s: client-go's minimum resync period" $text }}
+{{- else if and (eq $rule "positive") (le $secs 0.0) }}
+{{- $msg = printf "--%s must be more than 0" $flag }}
+{{- end }}
+{{- if $msg }}
+{{- fail (printf "%s: invalid value %q for --%s: %s" $name $text $flag $msg) }}
+{{- end }}
+{{- end }}
+{{- $host := toString .Values.admin.bindAddress }}
+{{- $v4 := "((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])" }}
+{{- $h := "[0-9a-fA-F]{1,4}" }}
+{{- $v6 := printf "(%s:){7}%s|(%s:){1,7}:|(%s:){1,6}:%s|(%s:){1,5}(:%s){1,2}|(%s:){1,4}(:%s){1,3}|(%s:){1,3}(:%s){1,4}|(%s:){1,2}(:%s){1,5}|%s:(:%s){1,6}|:((:%s){1,7}|:)|(%s:){6}%s|::((%s:){0,5})%s|(%s:){1,5}:%s|(%s:){1,4}:(%s:){0,3}%s" $h $h $h $h $h $h $h $h $h $h $h $h $h $h $h $h $h $v4 $h $v4 $h $v4 $h $h $v4 }}
+{{- if not (regexMatch (printf "^(%s|%s)$" $v4 $v6) $host) }}
+{{- fail (printf "admin.bindAddress: %q is not an IP address: a listen address is an IP address and a port (e.g. 0.0.0.0:8080, 127.0.0.1:8080 or [::]:8080), not a host name" $host) }}
+{{- end }}
 {{- end }}

@@ -121,12 +121,32 @@ pub enum FinalizerError {
         #[source]
         source: kube::Error,
     },
+    /// Another writer keeps removing the finalizer we add: the re-add
+    /// waits (runtime::fight).
+    #[error(
+        "{kind} {name}: another writer keeps removing finalizer {finalizer}; re-adding it in {wait:?}"
+    )]
+    Fight {
+        kind: String,
+        name: String,
+        finalizer: String,
+        wait: std::time::Duration,
+    },
 }
 
 impl FinalizerError {
     /// Whether a quick re-read and retry is the right reaction.
     pub fn is_stale(&self) -> bool {
         matches!(self, FinalizerError::Stale { .. })
+    }
+
+    /// The wait an error asks for instead of the failure backoff (a fight's
+    /// back-off).
+    pub fn retry_in(&self) -> Option<std::time::Duration> {
+        match self {
+            FinalizerError::Fight { wait, .. } => Some(*wait),
+            _ => None,
+        }
     }
 }
 
@@ -240,6 +260,16 @@ impl PhasedFinalizer {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The controller's metrics, when counted.
+    pub fn metrics(&self) -> Option<&ControllerMetrics> {
+        self.metrics.as_ref()
+    }
+
+    /// The `fieldManager` of our writes.
+    pub fn field_manager(&self) -> &str {
+        &self.field_manager
     }
 
     pub fn add_enabled(&self) -> bool {

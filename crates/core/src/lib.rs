@@ -17,6 +17,7 @@ pub mod controllers;
 pub mod duration;
 pub mod errors;
 pub mod events;
+pub mod explain;
 pub mod featuregate;
 pub mod finalizer;
 pub mod metrics;

@@ -36,6 +36,7 @@ pub struct Metrics {
     reconciles: IntCounterVec,
     reconcile_duration: HistogramVec,
     finalizers_added: IntCounterVec,
+    finalizer_fights: IntCounterVec,
     finalizers_removed: IntCounterVec,
     events_dropped: IntCounterVec,
     cleanup_duration: HistogramVec,
@@ -87,6 +88,14 @@ impl Metrics {
         let finalizers_added = IntCounterVec::new(
             Opts::new("finalizers_added_total", "Finalizers added, by controller.")
                 .namespace(PREFIX),
+            &["controller"],
+        )?;
+        let finalizer_fights = IntCounterVec::new(
+            Opts::new(
+                "finalizer_fight_backoffs_total",
+                "Times a controller backed off re-adding its finalizer because another writer keeps removing it (a fight), by controller.",
+            )
+            .namespace(PREFIX),
             &["controller"],
         )?;
         let finalizers_removed = IntCounterVec::new(
@@ -161,6 +170,7 @@ impl Metrics {
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(reconcile_duration.clone()))?;
         registry.register(Box::new(finalizers_added.clone()))?;
+        registry.register(Box::new(finalizer_fights.clone()))?;
         registry.register(Box::new(finalizers_removed.clone()))?;
         registry.register(Box::new(events_dropped.clone()))?;
         registry.register(Box::new(cleanup_duration.clone()))?;
@@ -211,6 +221,7 @@ impl Metrics {
             reconciles,
             reconcile_duration,
             finalizers_added,
+            finalizer_fights,
             finalizers_removed,
             events_dropped,
             cleanup_duration,
@@ -254,6 +265,7 @@ impl Metrics {
             self.reconciles.with_label_values(&[name, result]);
         }
         self.finalizers_added.with_label_values(&[name]);
+        self.finalizer_fights.with_label_values(&[name]);
         self.finalizers_removed.with_label_values(&[name]);
         for reason in ["queue_full", "error"] {
             self.events_dropped.with_label_values(&[name, reason]);
@@ -436,6 +448,15 @@ impl ControllerMetrics {
             .inc();
     }
 
+    /// A back-off from a fight over the finalizer (see
+    /// `runtime::fight`).
+    pub fn finalizer_fight_backoff(&self) {
+        self.metrics
+            .finalizer_fights
+            .with_label_values(&[&self.name])
+            .inc();
+    }
+
     pub fn finalizer_removed(&self) {
         self.metrics
             .finalizers_removed
@@ -568,7 +589,7 @@ mod tests {
             "protection_manager_terminating_objects{controller=\"pvc-protection\"} 0",
             "protection_manager_terminating_oldest_age_seconds{controller=\"pvc-protection\"} 0",
             "protection_manager_leader 1",
-            "protection_manager_build_info{emulated_version=\"0.4\",version=\"0.3\"} 1",
+            "protection_manager_build_info{emulated_version=\"0.5\",version=\"0.3\"} 1",
             "protection_manager_feature_enabled{name=\"ServiceLoadBalancerFinalizer\",stage=\"GA\"} 1",
             "# TYPE protection_manager_process_resident_memory_bytes gauge",
             "# TYPE protection_manager_process_cpu_seconds_total counter",

@@ -14,7 +14,9 @@
 //!
 //! A controller added later declares its own train starting at the release
 //! that brings it (vac-protection: new at 0.4, Alpha and off at 0.4, planned
-//! Beta at 0.5 and GA at 0.6). The binary stops at 0.4; the planned stages
+//! Beta at 0.5 and GA at 0.6; service-cidr-protection: new at 0.5, Alpha
+//! and off at 0.5, planned Beta at 0.6 and GA at 0.7). The binary stops at
+//! 0.5; the planned stages
 //! are in the table so that `feature-gates` and the chart can say what comes
 //! next, and a release's history never changes once shipped.
 //!
@@ -29,7 +31,7 @@ use crate::featuregate::{FeatureGates, FeatureSpec, RegistrationError, Registry,
 use crate::version::Version;
 
 /// The release this binary is.
-pub const BINARY_VERSION: Version = Version::new(0, 4);
+pub const BINARY_VERSION: Version = Version::new(0, 5);
 /// The oldest release this binary can emulate (no finalizer controllers at all).
 pub const EMULATION_FLOOR: Version = Version::new(0, 0);
 /// The release at which the protection controllers appeared.
@@ -203,10 +205,10 @@ mod tests {
         let e = validate_emulated_version(Version::new(9, 9)).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "emulation version 9.9 is not between [0.0, 0.4]"
+            "emulation version 9.9 is not between [0.0, 0.5]"
         );
-        assert!(validate_emulated_version(Version::new(0, 4)).is_ok());
-        assert!(validate_emulated_version(Version::new(0, 5)).is_err());
+        assert!(validate_emulated_version(Version::new(0, 5)).is_ok());
+        assert!(validate_emulated_version(Version::new(0, 6)).is_err());
     }
 
     #[test]

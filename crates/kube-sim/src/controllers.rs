@@ -25,6 +25,29 @@ use crate::store::{DeleteOptions, Store, Stored, WriteOptions};
 
 const MANAGER: &str = "kube-sim-controllers";
 
+/// How often the API server's default ServiceCIDR controller syncs
+/// (`DefaultEndpointReconcilerInterval`).
+const DEFAULT_SERVICE_CIDR_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The API server's default ServiceCIDR controller
+/// (pkg/controlplane/controller/defaultservicecidr): every 10 s, recreates
+/// the `kubernetes` ServiceCIDR if it was deleted and marks it Ready.
+pub(crate) async fn run_default_service_cidr(
+    store: Arc<Store>,
+    range: String,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(DEFAULT_SERVICE_CIDR_INTERVAL) => {}
+            _ = stop.cancelled() => return,
+        }
+        if let Err(e) = crate::networking::sync_default_service_cidr(&store, &range) {
+            tracing::warn!(error = %e, "default ServiceCIDR controller: sync failed");
+        }
+    }
+}
+
 /// Runs the loops until `stop` fires.
 pub(crate) async fn run(store: Arc<Store>, stop: tokio_util::sync::CancellationToken) {
     let mut changes = store.subscribe_all();

@@ -221,6 +221,22 @@ impl ApiError {
         .with_details(details(name, gr))
     }
 
+    /// `errors.NewGenerateNameConflict` (retry after 1 s).
+    pub fn generate_name_conflict(gr: &GroupResource, name: &str) -> Self {
+        let mut d = details(name, gr);
+        d["retryAfterSeconds"] = json!(1);
+        let mut e = ApiError::new(
+            409,
+            "AlreadyExists",
+            format!(
+                "{gr} \"{name}\" already exists, the server was not able to generate a unique name for the object"
+            ),
+        )
+        .with_details(d);
+        e.retry_after = Some(1);
+        e
+    }
+
     /// `errors.NewConflict`.
     pub fn conflict(gr: &GroupResource, name: &str, err: &str) -> Self {
         ApiError::new(
@@ -271,7 +287,9 @@ impl ApiError {
         if !group.is_empty() {
             d.insert("group".into(), json!(group));
         }
-        d.insert("kind".into(), json!(kind));
+        if !kind.is_empty() {
+            d.insert("kind".into(), json!(kind));
+        }
         d.insert("causes".into(), Value::Array(causes));
         ApiError::new(
             422,

@@ -388,10 +388,16 @@ fn injected_error(
 /// `fieldManager` or, like upstream's prefixFromUserAgent, the user agent up
 /// to the first '/'.
 fn field_manager(q: &Query, ua: &str) -> String {
-    if let Some(m) = q.get("fieldManager") {
-        return m.to_string();
+    let m = match q.get("fieldManager") {
+        Some(m) if !m.is_empty() => m.to_string(),
+        _ => crate::patch::manager_from_user_agent(ua),
+    };
+    // buildManagerInfo: a manager without a name is "unknown".
+    if m.is_empty() {
+        "unknown".to_string()
+    } else {
+        m
     }
-    crate::patch::manager_from_user_agent(ua)
 }
 
 async fn non_resource(
@@ -784,6 +790,7 @@ async fn resource_request(
             };
             let (ct, body) = read_body(req).await?;
             let obj = decode_object(ct.as_deref(), &body)?;
+            decodes_as(def, &obj)?;
             let mut warnings = field_validation(def, &q, &obj, store.custom(rid).as_deref())?;
             let s = store.create(rid, &ns, obj, &opts)?;
             warnings.extend(opts.warnings.take());
@@ -807,6 +814,7 @@ async fn resource_request(
             };
             let (ct, body) = read_body(req).await?;
             let obj = decode_object(ct.as_deref(), &body)?;
+            decodes_as(def, &obj)?;
             let mut warnings = field_validation(def, &q, &obj, store.custom(rid).as_deref())?;
             let (s, created) = store.update(rid, &ns, &name, sub, obj, &opts)?;
             warnings.extend(opts.warnings.take());
@@ -1020,6 +1028,21 @@ async fn bind_pod(
     ))
 }
 
+/// Decoding a create or update body into the kind's Go type: a value an
+/// integer field cannot hold is upstream's 400 (`Lease in version "v1"
+/// cannot be handled as a Lease: json: cannot unmarshal number 2147483648
+/// into Go struct field LeaseSpec.spec.leaseDurationSeconds of type int32`).
+fn decodes_as(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
+    match openapi::schema::integer_decode_error(def.group, def.version, def.kind, obj) {
+        None => Ok(()),
+        Some(e) => Err(ApiError::bad_request(openapi::schema::undecodable_message(
+            def.kind,
+            def.version,
+            &e,
+        ))),
+    }
+}
+
 /// `fieldValidation` for create/update: unknown fields are an error under
 /// `Strict` (kubectl's default), a `Warning` header under `Warn` (the server
 /// default), silent under `Ignore`; the store drops them in every case, as
@@ -1030,18 +1053,6 @@ fn field_validation(
     obj: &Value,
     custom: Option<&crate::crd::Served>,
 ) -> Result<Vec<String>, ApiError> {
-    // An integer its Go type cannot hold fails the decoding itself, under
-    // every mode.
-    if custom.is_none()
-        && let Some(why) =
-            openapi::schema::integer_decode_error(def.group, def.version, def.kind, obj)
-    {
-        return Err(ApiError::bad_request(openapi::schema::undecodable_message(
-            def.kind,
-            def.version,
-            &why,
-        )));
-    }
     let mode = q.get("fieldValidation").unwrap_or("Warn");
     if !matches!(mode, "Strict" | "Warn" | "Ignore") {
         return Err(ApiError::bad_request(format!(

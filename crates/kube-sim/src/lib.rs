@@ -23,6 +23,8 @@ pub mod event_versions;
 pub mod faults;
 pub mod http;
 pub mod negotiate;
+pub mod netaddr;
+pub mod networking;
 pub mod object;
 pub mod openapi;
 pub mod patch;
@@ -80,6 +82,10 @@ pub enum SimError {
     User(String),
     #[error("cluster emulation: {0}")]
     Cluster(String),
+    #[error(
+        "invalid service cluster IP range {0:?}: must be an IPv4 CIDR in canonical form with at least 4 addresses, e.g. 10.96.0.0/12"
+    )]
+    ServiceRange(String),
 }
 
 /// How to run the simulator.
@@ -120,6 +126,10 @@ pub struct SimConfig {
     /// cluster with VolumeAttributesClass at v1beta1 only; with
     /// `storage.k8s.io/v1beta1` too, a cluster without the API.
     pub disabled_group_versions: Vec<String>,
+    /// kube-apiserver's `--service-cluster-ip-range` (IPv4): the CIDR of the
+    /// default `kubernetes` ServiceCIDR; its first address is the
+    /// `default/kubernetes` Service's cluster IP.
+    pub service_cluster_ip_range: String,
 }
 
 impl Default for SimConfig {
@@ -137,9 +147,13 @@ impl Default for SimConfig {
             cluster: ClusterConfig::default(),
             cost_model: None,
             disabled_group_versions: Vec::new(),
+            service_cluster_ip_range: DEFAULT_SERVICE_CLUSTER_IP_RANGE.to_string(),
         }
     }
 }
+
+/// The service range of a kubeadm or kind cluster.
+pub const DEFAULT_SERVICE_CLUSTER_IP_RANGE: &str = "10.96.0.0/12";
 
 /// A running simulator.
 pub struct KubeSim {
@@ -179,17 +193,31 @@ pub(crate) async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, 
     kube::Client::try_from(config).map_err(|e| e.to_string())
 }
 
-fn seed_objects(store: &Store) -> Result<(), ApiError> {
+/// The first address of an IPv4 service range (the `kubernetes` Service's
+/// cluster IP), or None for a range kube-sim cannot serve.
+fn first_service_ip(range: &str) -> Option<String> {
+    let c = netaddr::parse_cidr_sloppy(range)?;
+    if !c.is_ipv4() || c.bits > 30 || netaddr::cidr_string(&c) != range {
+        return None;
+    }
+    let net = u32::from_be_bytes(c.ip.to4()?);
+    Some(std::net::Ipv4Addr::from(net + 1).to_string())
+}
+
+fn seed_objects(store: &Store, service_range: &str, kubernetes_ip: &str) -> Result<(), ApiError> {
     let ns = resources::find("", "v1", "namespaces").unwrap_or(0);
     for n in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         store.seed(ns, json!({"metadata": {"name": n}}))?;
     }
+    // The default ServiceCIDR exists before the first Service is allocated
+    // (the controller blocks the apiserver's start until it does).
+    networking::sync_default_service_cidr(store, service_range)?;
     let svc = resources::find("", "v1", "services").unwrap_or(0);
     store.seed(
         svc,
         json!({
             "metadata": {"name": "kubernetes", "namespace": "default", "labels": {"component": "apiserver", "provider": "kubernetes"}},
-            "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]}
+            "spec": {"clusterIP": kubernetes_ip, "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]}
         }),
     )?;
     Ok(())
@@ -209,7 +237,10 @@ impl KubeSim {
         cfg.cluster
             .validate()
             .map_err(|e| SimError::Cluster(e.to_string()))?;
-        seed_objects(&store).map_err(SimError::Seed)?;
+        let kubernetes_ip = first_service_ip(&cfg.service_cluster_ip_range)
+            .ok_or_else(|| SimError::ServiceRange(cfg.service_cluster_ip_range.clone()))?;
+        seed_objects(&store, &cfg.service_cluster_ip_range, &kubernetes_ip)
+            .map_err(SimError::Seed)?;
         let addr = SocketAddr::new(cfg.bind, cfg.port);
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -247,6 +278,11 @@ impl KubeSim {
         let server = tokio::spawn(serve(listener, state.clone()));
         tokio::spawn(crate::controllers::run(
             state.store.clone(),
+            state.shutdown.clone(),
+        ));
+        tokio::spawn(crate::controllers::run_default_service_cidr(
+            state.store.clone(),
+            cfg.service_cluster_ip_range.clone(),
             state.shutdown.clone(),
         ));
         if cfg.cluster.any() {

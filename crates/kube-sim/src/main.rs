@@ -69,6 +69,10 @@ struct Args {
     /// README). Off by default: kube-sim answers as fast as it can.
     #[arg(long, value_name = "MODEL|FILE")]
     cost_model: Option<String>,
+    /// The service range (IPv4 CIDR) of the default `kubernetes`
+    /// ServiceCIDR, as kube-apiserver's flag of the same name.
+    #[arg(long, value_name = "CIDR", default_value = kube_sim::DEFAULT_SERVICE_CLUSTER_IP_RANGE)]
+    service_cluster_ip_range: String,
 }
 
 #[tokio::main]
@@ -124,6 +128,7 @@ async fn main() -> anyhow::Result<()> {
         bookmark_interval: std::time::Duration::from_secs(args.bookmark_interval_seconds.max(1)),
         pod_graceful_deletion: args.pod_graceful_deletion,
         cluster,
+        service_cluster_ip_range: args.service_cluster_ip_range.clone(),
         ..Default::default()
     };
     let sim = kube_sim::KubeSim::start(cfg)

@@ -16,6 +16,8 @@ pub enum NameRule {
     Dns1035Label,
     /// `path.IsValidPathSegmentName` (RBAC kinds).
     PathSegment,
+    /// `ValidateIPAddressName` (IPAddress): the canonical form of an IP.
+    IpAddress,
 }
 
 /// One served resource.
@@ -212,6 +214,10 @@ pub static RESOURCES: &[ResourceDef] = &[
     res! { "coordination.k8s.io", "v1", "leases", "Lease", "lease"; create_on_update },
     res! { "events.k8s.io", "v1", "events", "Event", "event";
         short["ev"] create_on_update fields[EVENTS_V1_FIELDS] },
+    res! { "networking.k8s.io", "v1", "servicecidrs", "ServiceCIDR", "servicecidr";
+        cluster status },
+    res! { "networking.k8s.io", "v1", "ipaddresses", "IPAddress", "ipaddress";
+        cluster short["ip"] name[IpAddress] },
     res! { "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", "poddisruptionbudget";
         short["pdb"] status generation },
     res! { "rbac.authorization.k8s.io", "v1", "clusterrolebindings",

@@ -104,6 +104,7 @@ pub fn validate_create(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let spec = obj.get("spec");
     match (def.group, def.resource) {
+        ("coordination.k8s.io", "leases") => lease_spec(obj, &mut errs),
         ("", "pods") => containers(spec, "spec", &mut errs),
         ("", "persistentvolumeclaims") => {
             if is_empty(spec.and_then(|s| s.get("accessModes"))) {
@@ -162,34 +163,10 @@ pub fn validate_create(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
         ("apps", "deployments" | "replicasets") => {
             selector_and_template(spec, &mut errs);
         }
-        ("coordination.k8s.io", "leases") => lease_spec(spec, &mut errs),
         _ => {}
     }
     errs.extend(data_size(def, obj));
     errs
-}
-
-/// `ValidateLeaseSpec`'s bounds on the duration and the transitions.
-fn lease_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
-    let int = |k: &str| spec.and_then(|s| s.get(k)).and_then(Value::as_i64);
-    if let Some(d) = int("leaseDurationSeconds")
-        && d <= 0
-    {
-        errs.push(FieldError::invalid(
-            "spec.leaseDurationSeconds",
-            json!(d),
-            "must be greater than 0",
-        ));
-    }
-    if let Some(t) = int("leaseTransitions")
-        && t < 0
-    {
-        errs.push(FieldError::invalid(
-            "spec.leaseTransitions",
-            json!(t),
-            "must be greater than or equal to 0",
-        ));
-    }
 }
 
 /// `core.MaxSecretSize`: what a ConfigMap's or a Secret's data may total.
@@ -241,8 +218,8 @@ fn data_size(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
 pub fn validate_update(def: &ResourceDef, new: &Value, old: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     match (def.group, def.resource) {
+        ("coordination.k8s.io", "leases") => lease_spec(new, &mut errs),
         ("", "persistentvolumeclaims") => pvc_update(new, old, &mut errs),
-        ("coordination.k8s.io", "leases") => lease_spec(new.get("spec"), &mut errs),
         ("", "services") => {
             let lb =
                 |s: &Value| s.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer");
@@ -263,6 +240,120 @@ pub fn validate_update(def: &ResourceDef, new: &Value, old: &Value) -> Vec<Field
         _ => {}
     }
     errs.extend(data_size(def, new));
+    errs
+}
+
+/// `ValidateLeaseSpec` (pkg/apis/coordination/validation): a positive
+/// duration, a non-negative transition count. (The strategy and
+/// preferredHolder fields of CoordinatedLeaderElection are not checked.)
+fn lease_spec(obj: &Value, errs: &mut Vec<FieldError>) {
+    if let Some(d) = obj
+        .pointer("/spec/leaseDurationSeconds")
+        .and_then(Value::as_i64)
+        && d <= 0
+    {
+        errs.push(FieldError::invalid(
+            "spec.leaseDurationSeconds",
+            json!(d),
+            "must be greater than 0",
+        ));
+    }
+    if let Some(t) = obj
+        .pointer("/spec/leaseTransitions")
+        .and_then(Value::as_i64)
+        && t < 0
+    {
+        errs.push(FieldError::invalid(
+            "spec.leaseTransitions",
+            json!(t),
+            "must be greater than or equal to 0",
+        ));
+    }
+}
+
+/// Validation of a `/status` write beyond the metadata
+/// (`ValidateServiceStatusUpdate` → `ValidateLoadBalancerStatus`, with the
+/// StrictIPCIDRValidation gate on as in 1.36).
+pub fn validate_status_update(def: &ResourceDef, new: &Value, old: &Value) -> Vec<FieldError> {
+    if !(def.group.is_empty() && def.resource == "services") {
+        return Vec::new();
+    }
+    load_balancer_status(new, old)
+}
+
+fn load_balancer_status(new: &Value, old: &Value) -> Vec<FieldError> {
+    const PATH: &str = "status.loadBalancer.ingress";
+    let ingress = new
+        .pointer("/status/loadBalancer/ingress")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let lb = new.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer");
+    if !lb && !ingress.is_empty() {
+        return vec![FieldError::forbidden(
+            PATH,
+            "may only be used when `spec.type` is 'LoadBalancer'",
+        )];
+    }
+    let old_ips: Vec<&str> = old
+        .pointer("/status/loadBalancer/ingress")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|i| i.get("ip").and_then(Value::as_str))
+                .filter(|ip| !ip.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut errs = Vec::new();
+    for (i, ing) in ingress.iter().enumerate() {
+        let path = format!("{PATH}[{i}]");
+        let ip = ing.get("ip").and_then(Value::as_str).unwrap_or_default();
+        if !ip.is_empty() {
+            for m in crate::netaddr::valid_ip_for_legacy_field(ip, &old_ips) {
+                errs.push(FieldError::invalid(&format!("{path}.ip"), json!(ip), m));
+            }
+        }
+        match ing.get("ipMode").filter(|m| !m.is_null()) {
+            None if !ip.is_empty() => errs.push(required(
+                &format!("{path}.ipMode"),
+                "must be specified when `ip` is set",
+            )),
+            None => {}
+            Some(_) if ip.is_empty() => errs.push(FieldError::forbidden(
+                &format!("{path}.ipMode"),
+                "may not be specified when `ip` is not set",
+            )),
+            Some(mode) if !matches!(mode.as_str(), Some("Proxy" | "VIP")) => {
+                errs.push(FieldError::not_supported(
+                    &format!("{path}.ipMode"),
+                    mode.clone(),
+                    &["Proxy", "VIP"],
+                ))
+            }
+            Some(_) => {}
+        }
+        let host = ing
+            .get("hostname")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if !host.is_empty() {
+            for m in crate::validation::dns1123_subdomain(host) {
+                errs.push(FieldError::invalid(
+                    &format!("{path}.hostname"),
+                    json!(host),
+                    m,
+                ));
+            }
+            if crate::netaddr::parse_ip_sloppy(host).is_some() {
+                errs.push(FieldError::invalid(
+                    &format!("{path}.hostname"),
+                    json!(host),
+                    "must be a DNS name, not an IP address",
+                ));
+            }
+        }
+    }
     errs
 }
 
@@ -565,120 +656,5 @@ mod tests {
             e.last().map(String::as_str),
             Some("volumeMode: Invalid value: \"Block\": field is immutable")
         );
-    }
-}
-
-/// Validation of a write to the status subresource
-/// (`ValidateServiceStatusUpdate`'s load balancer status).
-pub fn validate_status_update(def: &ResourceDef, new: &Value, old: &Value) -> Vec<FieldError> {
-    let mut errs = Vec::new();
-    if let ("", "services") = (def.group, def.resource) {
-        load_balancer_status(new, old, &mut errs);
-    }
-    errs
-}
-
-/// `ValidateLoadBalancerStatus`: every ingress `ip` is an IP address
-/// (`IsValidIPForLegacyField`, with `StrictIPCIDRValidation` on as in
-/// v1.36; an address the old status already held is kept), every
-/// `hostname` a DNS subdomain and no IP.
-fn load_balancer_status(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
-    let ingress = |v: &Value| {
-        v.pointer("/status/loadBalancer/ingress")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-    };
-    let old_ips: Vec<String> = ingress(old)
-        .iter()
-        .filter_map(|i| i.get("ip").and_then(Value::as_str))
-        .filter(|ip| !ip.is_empty())
-        .map(str::to_string)
-        .collect();
-    for (i, ing) in ingress(new).iter().enumerate() {
-        let path = format!("status.loadBalancer.ingress[{i}]");
-        if let Some(ip) = ing.get("ip").and_then(Value::as_str)
-            && !ip.is_empty()
-            && !old_ips.iter().any(|o| o == ip)
-            && let Some(detail) = legacy_ip_error(ip)
-        {
-            errs.push(FieldError::invalid(
-                &format!("{path}.ip"),
-                json!(ip),
-                detail,
-            ));
-        }
-        if let Some(host) = ing.get("hostname").and_then(Value::as_str)
-            && !host.is_empty()
-        {
-            for msg in crate::validation::dns1123_subdomain(host) {
-                errs.push(FieldError::invalid(
-                    &format!("{path}.hostname"),
-                    json!(host),
-                    msg,
-                ));
-            }
-            if sloppy_ip(host) {
-                errs.push(FieldError::invalid(
-                    &format!("{path}.hostname"),
-                    json!(host),
-                    "must be a DNS name, not an IP address",
-                ));
-            }
-        }
-    }
-}
-
-/// What `parseIP` with strict validation says of `value`, if anything.
-fn legacy_ip_error(value: &str) -> Option<&'static str> {
-    match value.parse::<std::net::IpAddr>() {
-        Ok(std::net::IpAddr::V6(v6)) if v6.to_ipv4_mapped().is_some() => {
-            Some("must not be an IPv4-mapped IPv6 address")
-        }
-        Ok(_) => None,
-        Err(_) if sloppy_ip(value) => Some("must not have leading 0s"),
-        Err(_) => Some("must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"),
-    }
-}
-
-/// `netutils.ParseIPSloppy`: an IP address, IPv4 octets allowed leading
-/// zeros (read as decimal).
-fn sloppy_ip(value: &str) -> bool {
-    if value.parse::<std::net::IpAddr>().is_ok() {
-        return true;
-    }
-    let octets: Vec<&str> = value.split('.').collect();
-    octets.len() == 4
-        && octets.iter().all(|o| {
-            !o.is_empty()
-                && o.len() <= 3
-                && o.bytes().all(|b| b.is_ascii_digit())
-                && o.parse::<u16>().is_ok_and(|n| n <= 255)
-        })
-}
-
-#[cfg(test)]
-mod ip_tests {
-    use super::*;
-
-    #[test]
-    fn ips_are_judged_as_strict_legacy_validation_judges_them() {
-        assert_eq!(legacy_ip_error("10.1.2.3"), None);
-        assert_eq!(legacy_ip_error("2001:db8::1"), None);
-        assert_eq!(
-            legacy_ip_error("010.1.2.3"),
-            Some("must not have leading 0s")
-        );
-        assert_eq!(
-            legacy_ip_error("::ffff:1.2.3.4"),
-            Some("must not be an IPv4-mapped IPv6 address")
-        );
-        for bad in ["not-an-ip", "1.2.3", "1.2.3.256", "", "fe80::1%eth0"] {
-            assert_eq!(
-                legacy_ip_error(bad),
-                Some("must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"),
-                "{bad}"
-            );
-        }
     }
 }

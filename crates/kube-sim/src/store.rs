@@ -225,6 +225,8 @@ pub struct Store {
     pub(crate) cfg: StoreConfig,
     alloc: Mutex<strategy::Allocator>,
     rng: Mutex<rand::rngs::StdRng>,
+    /// Seeds the random start of each dynamic ClusterIP allocation.
+    ip_rng: Mutex<rand::rngs::StdRng>,
     /// Latest resourceVersion, for in-process controllers that react to any
     /// change.
     global: tokio::sync::watch::Sender<u64>,
@@ -347,6 +349,7 @@ impl Store {
             inner: Mutex::new(Inner { rv: 0, res }),
             alloc: Mutex::new(strategy::Allocator::new(seed)),
             rng: Mutex::new(rand::rngs::StdRng::seed_from_u64(seed)),
+            ip_rng: Mutex::new(rand::rngs::StdRng::seed_from_u64(seed ^ 0x01da_110c)),
             global: tokio::sync::watch::Sender::new(0),
             gc_pending: Mutex::new(Default::default()),
             owned: std::sync::atomic::AtomicUsize::new(0),
@@ -856,6 +859,14 @@ impl Store {
                     inner = self.inner.lock();
                     continue;
                 }
+                // rest.CheckGeneratedNameError: with a generateName, the
+                // conflict says the server could not generate a unique name.
+                if !meta_str(&obj, "generateName").is_empty() {
+                    return Err(ApiError::generate_name_conflict(
+                        &def.group_resource(),
+                        &key.1,
+                    ));
+                }
                 return Err(ApiError::already_exists(&def.group_resource(), &key.1));
             }
             if dry_run {
@@ -945,11 +956,6 @@ impl Store {
         let stored = Stored::at(expected.value.clone(), rv)?;
         inner.rv = rv;
         inner.res[rid].objects.remove(&key);
-        let def = crate::resources::def(rid);
-        if def.group.is_empty() && def.resource == "services" {
-            // The registry's delete frees the cluster IP and node ports.
-            self.alloc.lock().release_service(&expected.value);
-        }
         self.push_event(
             &mut inner,
             rid,
@@ -961,6 +967,14 @@ impl Store {
                 prev: Some(expected.clone()),
             },
         );
+        drop(inner);
+        let def = crate::resources::def(rid);
+        if def.group.is_empty() && def.resource == "services" {
+            // The registry's afterDelete frees the node ports and, once the
+            // Service is gone, deletes its IPAddresses.
+            self.alloc.lock().release_service(&expected.value);
+            crate::networking::release_ips(self, &crate::networking::held_ips(&expected.value));
+        }
         Ok(Some(stored))
     }
 
@@ -998,7 +1012,10 @@ impl Store {
         }
         prune(def, &mut obj);
         let now = object::now_string();
-        self.before_create(rid, &mut obj, &now, opts)?;
+        // The create handler records managedFields on the decoded (and
+        // defaulted) object, before admission and the registry (status
+        // reset, allocated cluster IPs and node ports) change it.
+        strategy::apply_defaults(def, &mut obj);
         patch::track_update(
             None,
             &mut obj,
@@ -1007,21 +1024,55 @@ impl Store {
             &now,
             &def.api_version(),
         );
-        let generate = !meta_str(&obj, "generateName").is_empty()
+        let allocated = self.before_create(rid, &mut obj, &now, opts)?;
+        let generate = generates_names(def)
+            && !meta_str(&obj, "generateName").is_empty()
             && meta_str(&obj, "name").starts_with(meta_str(&obj, "generateName"));
         let obj = canonicalize(obj, def.kind, &def.api_version());
-        self.commit_create(rid, obj, generate, opts.dry_run)
+        self.finish_allocation(
+            allocated,
+            self.commit_create(rid, obj, generate, opts.dry_run),
+        )
+    }
+
+    /// The end of a Service write's allocation transaction: what it
+    /// allocated is released when the write failed (`txn.Revert`).
+    fn finish_allocation<T>(
+        &self,
+        allocated: crate::networking::Allocated,
+        result: Result<T, ApiError>,
+    ) -> Result<T, ApiError> {
+        if result.is_err() {
+            crate::networking::release_ips(self, &allocated.ips);
+        }
+        result
+    }
+
+    /// Allocates a Service's cluster IP (the registry's BeginCreate /
+    /// BeginUpdate hook, which runs after mutating admission and before the
+    /// strategy's validation).
+    fn allocate_cluster_ip(
+        &self,
+        svc: &mut Value,
+        old: Option<&Value>,
+        dry_run: bool,
+    ) -> Result<crate::networking::Allocated, ApiError> {
+        let seed: u64 = self.ip_rng.lock().random();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        crate::networking::allocate_service(self, &mut rng, svc, old, dry_run)
     }
 
     /// rest.BeforeCreate: system fields, generateName, strategy, mutating
-    /// admission, validation, validating admission.
+    /// admission, the Service registry's allocation, validation, validating
+    /// admission. What it allocated is returned, for the caller to release
+    /// if the write fails.
     fn before_create(
         &self,
         rid: ResId,
         obj: &mut Value,
         now: &str,
         opts: &WriteOptions,
-    ) -> Result<(), ApiError> {
+    ) -> Result<crate::networking::Allocated, ApiError> {
         let dry_run = opts.dry_run;
         let def = crate::resources::def(rid);
         {
@@ -1035,12 +1086,18 @@ impl Store {
         let name = meta_str(obj, "name").to_string();
         let generate = meta_str(obj, "generateName").to_string();
         if name.is_empty() && !generate.is_empty() {
-            let n = self.generate_name(&generate);
+            let n = if generates_names(def) {
+                self.generate_name(&generate)
+            } else {
+                // IPAddress's noopNameGenerator: the prefix is the name.
+                generate.clone()
+            };
             object::meta_mut(obj).insert("name".into(), json!(n));
         }
         strategy::apply_defaults(def, obj);
         strategy::prepare_for_create(def, obj, now);
-        if def.group.is_empty() && def.resource == "services" {
+        let is_service = def.group.is_empty() && def.resource == "services";
+        if is_service {
             self.alloc
                 .lock()
                 .allocate_service(obj)
@@ -1080,12 +1137,18 @@ impl Store {
         };
         // MutatingAdmissionPolicy, after the built-in plugins, before validation.
         self.mutating_admission(&attrs, obj)?;
+        let allocated = if is_service {
+            self.allocate_cluster_ip(obj, None, dry_run)?
+        } else {
+            crate::networking::Allocated::default()
+        };
         let mut errs = crate::validation::validate_object_meta(
             obj.get("metadata").unwrap_or(&Value::Null),
             def.name_rule,
             def.namespaced,
         );
         errs.extend(crate::spec_validation::validate_create(def, obj));
+        errs.extend(crate::networking::validate_create(def, obj));
         if Some(rid) == crds_rid() {
             let e = crate::crd::validate_crd(obj);
             if e.is_empty() {
@@ -1104,10 +1167,16 @@ impl Store {
         errs.extend(crate::admission::prepare(def, obj));
         if !errs.is_empty() {
             let name = meta_str(obj, "name").to_string();
-            return Err(ApiError::invalid(def.group, def.kind, &name, &errs));
+            return self.finish_allocation(
+                allocated,
+                Err(ApiError::invalid(def.group, def.kind, &name, &errs)),
+            );
         }
         // ValidatingAdmissionPolicy: the registry's createValidation.
-        self.validating_admission(&attrs, Some(obj), &opts.warnings)
+        if let Err(e) = self.validating_admission(&attrs, Some(obj), &opts.warnings) {
+            return self.finish_allocation(allocated, Err(e));
+        }
+        Ok(allocated)
     }
 
     /// The DefaultStorageClass admission plugin
@@ -1282,7 +1351,7 @@ impl Store {
                     let core = event_versions::v1_to_core(&obj);
                     let mut core = core;
                     let cdef = crate::resources::def(srid);
-                    self.before_create(srid, &mut core, &now, opts)?;
+                    let _ = self.before_create(srid, &mut core, &now, opts)?;
                     let core = canonicalize(core, cdef.kind, &cdef.api_version());
                     return match self.commit_create(srid, core, false, opts.dry_run) {
                         Ok(s) => Ok((view(&s)?, true)),
@@ -1290,25 +1359,37 @@ impl Store {
                         Err(e) => Err(event_versions::view_error(e)),
                     };
                 }
-                self.before_create(rid, &mut obj, &now, opts)?;
+                let allocated = self.before_create(rid, &mut obj, &now, opts)?;
                 let obj = canonicalize(obj, def.kind, &def.api_version());
-                return match self.commit_create(rid, obj, false, opts.dry_run) {
+                let created = self.commit_create(rid, obj, false, opts.dry_run);
+                return match self.finish_allocation(allocated, created) {
                     Ok(s) => Ok((s, true)),
                     // Lost a race with a create: apply again as an update.
                     Err(e) if e.code == 409 && e.reason == "AlreadyExists" => continue,
                     Err(e) => Err(e),
                 };
             };
-            let mut new = patch::apply_patch(&req).map_err(|e| patch_error(def, name, e))?;
-            if opts.strict_fields && kind != PatchKind::Apply {
-                // handlers/patch.go: the patched object is decoded strictly.
+            let mut new =
+                patch::apply_patch_untracked(&req).map_err(|e| patch_error(def, name, e))?;
+            // handlers/patch.go: the patched object is decoded into the
+            // kind's type (strictly under fieldValidation=Strict).
+            let unknown = if opts.strict_fields && kind != PatchKind::Apply {
                 let custom = self.custom(rid);
-                let unknown = crate::openapi::crd::unknown_fields(custom.as_deref(), def, &new);
-                if !unknown.is_empty() {
-                    return Err(ApiError::bad_request(
-                        crate::openapi::schema::strict_decoding_error(&unknown),
-                    ));
-                }
+                crate::openapi::crd::unknown_fields(custom.as_deref(), def, &new)
+            } else {
+                Vec::new()
+            };
+            patch::check_decodes(&req, &mut new, &unknown)
+                .map_err(|e| patch_error(def, name, e))?;
+            if kind != PatchKind::Apply {
+                patch::track_update(
+                    req.live,
+                    &mut new,
+                    &opts.field_manager,
+                    subresource,
+                    &now,
+                    &def.api_version(),
+                );
             }
             prune(def, &mut new);
             let new = check_body(def, new)?;
@@ -1369,7 +1450,6 @@ impl Store {
     ) -> Result<Option<Arc<Stored>>, ApiError> {
         let def = crate::resources::def(rid);
         let old = &live.value;
-        let name = meta_str(old, "name").to_string();
         {
             let m = object::meta_mut(&mut new);
             // Namespace: for cluster-scoped kinds cleared; namespaced must match.
@@ -1399,15 +1479,52 @@ impl Store {
         // "no new finalizers while deleting" rule, as in kube-apiserver.
         self.mutating_admission(&attrs, &mut new)?;
         strategy::prepare_for_update(def, &mut new, old, subresource, now);
-        if def.group.is_empty() && def.resource == "services" && subresource.is_none() {
-            // A type change may need a cluster IP or node ports. What it
-            // drops stays allocated until the Service is deleted (released
-            // here it could be handed out while a failed update keeps it).
+        let service_update =
+            def.group.is_empty() && def.resource == "services" && subresource.is_none();
+        let mut allocated = crate::networking::Allocated::default();
+        if service_update {
+            // A type change may need a cluster IP or node ports. Node ports
+            // it drops stay allocated until the Service is deleted (released
+            // here they could be handed out while a failed update keeps them).
             self.alloc
                 .lock()
                 .allocate_service(&mut new)
                 .map_err(ApiError::internal)?;
+            allocated = self.allocate_cluster_ip(&mut new, Some(old), opts.dry_run)?;
         }
+        let result = self.finish_update_allocated(rid, live, new, subresource, opts, now);
+        if !matches!(result, Ok(Some(_))) {
+            // Failed, or lost a race and will be retried: give back what this
+            // attempt allocated.
+            crate::networking::release_ips(self, &allocated.ips);
+        }
+        if service_update
+            && !opts.dry_run
+            && let Ok(Some(stored)) = &result
+            && crate::networking::needs_cluster_ip(old)
+            && !crate::networking::needs_cluster_ip(&stored.value)
+        {
+            // The update's txn.Commit: a Service that no longer needs a
+            // cluster IP (ExternalName) gives its addresses back.
+            crate::networking::release_ips(self, &crate::networking::held_ips(old));
+        }
+        result
+    }
+
+    /// The rest of [`Store::finish_update`]: metadata carried over,
+    /// validation and commit.
+    fn finish_update_allocated(
+        &self,
+        rid: ResId,
+        live: &Arc<Stored>,
+        mut new: Value,
+        subresource: Option<&str>,
+        opts: &WriteOptions,
+        now: &str,
+    ) -> Result<Option<Arc<Stored>>, ApiError> {
+        let def = crate::resources::def(rid);
+        let old = &live.value;
+        let name = meta_str(old, "name").to_string();
         {
             let old_meta = object::meta(old).cloned().unwrap_or_default();
             let m = object::meta_mut(&mut new);
@@ -1453,6 +1570,7 @@ impl Store {
         errs.extend(validate_meta_update(&new, old));
         if subresource.is_none() {
             errs.extend(crate::spec_validation::validate_update(def, &new, old));
+            errs.extend(crate::networking::validate_update(def, &new, old));
         } else if subresource == Some("status") {
             errs.extend(crate::spec_validation::validate_status_update(
                 def, &new, old,
@@ -1477,6 +1595,16 @@ impl Store {
             return Err(ApiError::invalid(def.group, def.kind, &name, &errs));
         }
         // ValidatingAdmissionPolicy: the registry's updateValidation.
+        let attrs = crate::admission::Attributes {
+            def,
+            operation: crate::admission::Operation::Update,
+            subresource,
+            old: Some(old),
+            dry_run: opts.dry_run,
+            user: opts.user.as_deref(),
+            options: None,
+            collection: false,
+        };
         self.validating_admission(&attrs, Some(&new), &opts.warnings)?;
         let new = canonicalize(new, def.kind, &def.api_version());
         // No-op writes do not bump the resourceVersion (etcd3 GuaranteedUpdate).
@@ -1493,11 +1621,16 @@ impl Store {
             && finalizers(&new).is_empty()
             && !namespace_spec_finalizers(def, &new)
         {
+            // deleteWithoutFinalizers: the stored object is deleted (its
+            // watchers see it with the finalizers it had), and the client
+            // gets the object of its request, "as clients expect an updated
+            // object if a PUT succeeded".
+            let answer = Stored::new(new, live.rv)?;
             if opts.dry_run {
-                return Ok(Some(live.clone()));
+                return Ok(Some(answer));
             }
             return match self.commit_delete(rid, live)? {
-                Some(s) => Ok(Some(s)),
+                Some(_) => Ok(Some(answer)),
                 None => Ok(None),
             };
         }
@@ -1907,9 +2040,9 @@ impl Store {
         let def = crate::resources::def(rid);
         let mut obj = obj;
         let now = object::now_string();
-        self.before_create(rid, &mut obj, &now, &WriteOptions::default())?;
+        let allocated = self.before_create(rid, &mut obj, &now, &WriteOptions::default())?;
         let obj = canonicalize(obj, def.kind, &def.api_version());
-        self.commit_create(rid, obj, false, false)
+        self.finish_allocation(allocated, self.commit_create(rid, obj, false, false))
     }
 
     pub fn storage_protection(&self) -> bool {
@@ -1919,6 +2052,13 @@ impl Store {
     pub fn set_storage_protection(&self, on: bool) {
         self.cfg.storage_protection.store(on, Ordering::Relaxed)
     }
+}
+
+/// Whether the strategy's name generator appends random characters to
+/// `generateName` (`names.SimpleNameGenerator`); IPAddresses take the
+/// prefix as the name.
+fn generates_names(def: &ResourceDef) -> bool {
+    !(def.group == "networking.k8s.io" && def.resource == "ipaddresses")
 }
 
 /// The resource whose storage `rid` uses (itself unless it is a view).
@@ -1972,8 +2112,16 @@ fn check_body(def: &ResourceDef, body: Value) -> Result<Value, ApiError> {
             "the object provided is unrecognized (must be of type ".to_string() + def.kind + ")",
         ));
     };
-    let kind = m.get("kind").and_then(Value::as_str).unwrap_or("");
-    let av = m.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = m
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let av = m
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     let want_av = def.api_version();
     if !kind.is_empty() && kind != def.kind {
         return Err(ApiError::bad_request(format!(
@@ -1993,6 +2141,13 @@ fn check_body(def: &ResourceDef, body: Value) -> Result<Value, ApiError> {
         return Err(ApiError::bad_request(
             "metadata: must be an object".to_string(),
         ));
+    }
+    let mut m = m;
+    if kind.is_empty() {
+        m.insert("kind".into(), json!(def.kind));
+    }
+    if av.is_empty() {
+        m.insert("apiVersion".into(), json!(want_av));
     }
     Ok(Value::Object(m))
 }

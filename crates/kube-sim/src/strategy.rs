@@ -128,6 +128,19 @@ fn qos_class(spec: &Value) -> &'static str {
     }
 }
 
+/// A `metav1.Condition` as the typed object serialises it: the fields
+/// without `omitempty` are always there (an applied condition without a
+/// reason is stored with `reason: ""`).
+fn condition_zero_values(c: &mut Value) {
+    let Some(m) = c.as_object_mut() else { return };
+    for key in ["type", "status", "reason", "message"] {
+        set_default(m, key, json!(""));
+    }
+    if !m.contains_key("lastTransitionTime") {
+        m.insert("lastTransitionTime".into(), Value::Null);
+    }
+}
+
 /// Defaulting applied on every write (the decoder runs defaulters on create
 /// and update alike).
 pub fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
@@ -201,6 +214,10 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
             if ty != "ExternalName" {
                 set_default(spec, "sessionAffinity", json!("None"));
                 set_default(spec, "internalTrafficPolicy", json!("Cluster"));
+            } else {
+                // defaultOnReadInternalTrafficPolicy: an ExternalName Service
+                // is read without it (what a type change left behind).
+                spec.remove("internalTrafficPolicy");
             }
             if ty == "NodePort" || ty == "LoadBalancer" {
                 set_default(spec, "externalTrafficPolicy", json!("Cluster"));
@@ -255,6 +272,11 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
                         }
                     }
                 }
+            }
+        }
+        ("networking.k8s.io", "servicecidrs") => {
+            if let Some(Value::Array(conds)) = obj.pointer_mut("/status/conditions") {
+                conds.iter_mut().for_each(condition_zero_values);
             }
         }
         ("", "namespaces") => {
@@ -329,6 +351,10 @@ pub fn prepare_for_create(def: &ResourceDef, obj: &mut Value, now: &str) {
         ("policy", "poddisruptionbudgets") => {
             obj["status"] = json!({"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0});
         }
+        ("networking.k8s.io", "servicecidrs") => {
+            // ServiceCIDRStatusFieldWiping (on by default in 1.36).
+            obj["status"] = json!({});
+        }
         ("", "namespaces") => {
             obj["status"] = json!({"phase": "Active"});
             let spec = obj_mut(obj, "spec");
@@ -391,6 +417,32 @@ fn generate_job_selector(obj: &mut Value) {
     );
 }
 
+/// `metav1.ResetObjectMetaForStatus`: a status write keeps the stored
+/// deletionTimestamp, generation, labels, annotations, finalizers and
+/// ownerReferences.
+fn reset_meta_for_status(new: &mut Value, old: &Value) {
+    let old_meta = old.get("metadata").and_then(Value::as_object);
+    let m = obj_mut(new, "metadata");
+    for key in [
+        "deletionTimestamp",
+        "generation",
+        "selfLink",
+        "labels",
+        "annotations",
+        "finalizers",
+        "ownerReferences",
+    ] {
+        match old_meta.and_then(|o| o.get(key)) {
+            Some(v) => {
+                m.insert(key.to_string(), v.clone());
+            }
+            None => {
+                m.remove(key);
+            }
+        }
+    }
+}
+
 /// `PrepareForUpdate` of the main resource or of `/status`.
 pub fn prepare_for_update(
     def: &ResourceDef,
@@ -427,6 +479,7 @@ pub fn prepare_for_update(
                         }
                     }
                 },
+                ("networking.k8s.io", "servicecidrs") => reset_meta_for_status(new, old),
                 ("", "persistentvolumes")
                     if new.pointer("/status/phase") != old.pointer("/status/phase") =>
                 {
@@ -501,10 +554,7 @@ fn svc_type(svc: &Value) -> &str {
         .unwrap_or("ClusterIP")
 }
 
-/// `needsClusterIP` (pkg/registry/core/service/storage/alloc.go).
-fn needs_cluster_ip(svc: &Value) -> bool {
-    svc_type(svc) != "ExternalName"
-}
+use crate::networking::needs_cluster_ip;
 
 /// `needsNodePort`.
 fn needs_node_port(svc: &Value) -> bool {
@@ -677,11 +727,10 @@ fn service_update(new: &mut Value, old: &Value) {
 /// The default service node-port range.
 const NODE_PORTS: std::ops::RangeInclusive<u16> = 30000..=32767;
 
-/// Server-side allocation for Services (cluster IP, node ports) and other
-/// values the real server assigns on create.
+/// Server-side node-port allocation for Services (cluster IPs come from the
+/// ServiceCIDRs: see [`crate::networking`]).
 pub struct Allocator {
     rng: rand::rngs::StdRng,
-    used_ips: std::collections::HashSet<u32>,
     used_ports: std::collections::HashSet<u16>,
 }
 
@@ -690,38 +739,8 @@ impl Allocator {
         use rand::SeedableRng;
         Allocator {
             rng: rand::rngs::StdRng::seed_from_u64(seed ^ 0x5eed_a110),
-            used_ips: Default::default(),
             used_ports: Default::default(),
         }
-    }
-
-    /// Allocates from 10.96.0.0/12 (the default service CIDR); .1 is the
-    /// `kubernetes` service.
-    fn cluster_ip(&mut self) -> Result<String, String> {
-        use rand::Rng;
-        if self.used_ips.len() >= (1 << 20) - 3 {
-            return Err("failed to allocate a serviceIP: range is full".into());
-        }
-        loop {
-            let n: u32 = self.rng.random_range(2..(1 << 20) - 1);
-            if self.used_ips.insert(n) {
-                let ip = (10u32 << 24) | (96 << 16) | n;
-                return Ok(format!(
-                    "{}.{}.{}.{}",
-                    ip >> 24,
-                    (ip >> 16) & 255,
-                    (ip >> 8) & 255,
-                    ip & 255
-                ));
-            }
-        }
-    }
-
-    /// The offset of `ip` in 10.96.0.0/12, if it is in it.
-    fn ip_offset(ip: &str) -> Option<u32> {
-        let ip: std::net::Ipv4Addr = ip.parse().ok()?;
-        let n = u32::from(ip);
-        (n >> 20 == (10 << 4) | (96 >> 4)).then_some(n & ((1 << 20) - 1))
     }
 
     /// A free port of 30000-32767, as the node-port allocator's
@@ -739,8 +758,8 @@ impl Allocator {
         }
     }
 
-    /// The node ports and cluster IP `svc` holds.
-    fn held(svc: &Value) -> (Vec<u16>, Option<u32>) {
+    /// The node ports `svc` holds.
+    fn held(svc: &Value) -> Vec<u16> {
         let mut ports: Vec<u16> = node_ports(svc)
             .iter()
             .chain(svc.pointer("/spec/healthCheckNodePort"))
@@ -749,71 +768,39 @@ impl Allocator {
             .collect();
         ports.sort_unstable();
         ports.dedup();
-        let ip = svc
-            .pointer("/spec/clusterIP")
-            .and_then(Value::as_str)
-            .and_then(Self::ip_offset);
-        (ports, ip)
+        ports
     }
 
     /// Frees what a Service held once it is gone from storage (the
-    /// registry's delete releases its cluster IP and node ports).
+    /// registry's delete releases its node ports).
     pub fn release_service(&mut self, svc: &Value) {
-        let (ports, ip) = Self::held(svc);
-        for p in ports {
+        for p in Self::held(svc) {
             self.used_ports.remove(&p);
-        }
-        if let Some(ip) = ip {
-            self.used_ips.remove(&ip);
         }
     }
 
-    /// Fills in clusterIP(s), IP families and node ports of a new Service
-    /// (or one an update made need them); marks the ones it names as used.
-    /// Errors with upstream's "range is full" texts.
+    /// Fills in the node ports of a new Service (or one an update made need
+    /// them); marks the ones it names as used. Errors with upstream's
+    /// "range is full" text.
     pub fn allocate_service(&mut self, obj: &mut Value) -> Result<(), String> {
-        let (named_ports, named_ip) = Self::held(obj);
-        self.used_ports.extend(named_ports);
-        self.used_ips.extend(named_ip);
+        self.used_ports.extend(Self::held(obj));
         // `allocateLoadBalancerNodePorts: false` asks for none.
-        let wants_ports = needs_node_port(obj);
-        let spec = obj_mut(obj, "spec");
-        let ty = spec
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("ClusterIP")
-            .to_string();
-        if ty == "ExternalName" {
+        if !needs_node_port(obj) {
             return Ok(());
         }
-        let ip = match spec.get("clusterIP").and_then(Value::as_str) {
-            Some(ip) if !ip.is_empty() => ip.to_string(),
-            _ => self.cluster_ip()?,
+        let spec = obj_mut(obj, "spec");
+        let missing: Vec<bool> = match spec.get("ports") {
+            Some(Value::Array(ps)) => ps.iter().map(|p| p.get("nodePort").is_none()).collect(),
+            _ => Vec::new(),
         };
-        spec.insert("clusterIP".into(), json!(ip));
-        spec.insert("clusterIPs".into(), json!([ip]));
-        set_default(spec, "ipFamilies", json!(["IPv4"]));
-        set_default(spec, "ipFamilyPolicy", json!("SingleStack"));
-        if wants_ports {
-            let mut ports: Vec<u16> = Vec::new();
-            if let Some(Value::Array(ps)) = spec.get("ports") {
-                for p in ps {
-                    if p.get("nodePort").is_none() {
-                        ports.push(0);
-                    } else {
-                        ports.push(1);
-                    }
-                }
-            }
-            let mut allocated: Vec<u16> = Vec::with_capacity(ports.len());
-            for &p in &ports {
-                allocated.push(if p == 0 { self.node_port()? } else { 0 });
-            }
-            if let Some(Value::Array(ps)) = spec.get_mut("ports") {
-                for (p, np) in ps.iter_mut().zip(allocated) {
-                    if np != 0 {
-                        p["nodePort"] = json!(np);
-                    }
+        let mut allocated: Vec<Option<u16>> = Vec::with_capacity(missing.len());
+        for m in missing {
+            allocated.push(if m { Some(self.node_port()?) } else { None });
+        }
+        if let Some(Value::Array(ps)) = spec.get_mut("ports") {
+            for (p, np) in ps.iter_mut().zip(allocated) {
+                if let Some(np) = np {
+                    p["nodePort"] = json!(np);
                 }
             }
         }
@@ -843,7 +830,7 @@ mod allocator_tests {
             a.allocate_service(&mut extra).unwrap_err(),
             "failed to allocate a nodePort: range is full"
         );
-        // Deleting one Service frees its port (and cluster IP) for the next.
+        // Deleting one Service frees its port for the next.
         let gone = held.pop().expect("one");
         a.release_service(&gone);
         let mut next = lb();
@@ -858,9 +845,9 @@ mod allocator_tests {
         assert_eq!(none.pointer("/spec/ports/0/nodePort"), None);
         // A port a Service names itself is taken from the range.
         let mut a = Allocator::new(2);
-        let mut named = json!({"spec": {"type": "NodePort", "clusterIP": "10.96.0.9", "ports": [{"port": 80, "nodePort": 30080}]}});
+        let mut named =
+            json!({"spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": 30080}]}});
         a.allocate_service(&mut named).expect("named");
         assert!(a.used_ports.contains(&30080));
-        assert!(a.used_ips.contains(&9));
     }
 }

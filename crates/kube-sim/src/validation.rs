@@ -131,6 +131,7 @@ pub fn validate_name(rule: NameRule, name: &str, prefix: bool) -> Vec<String> {
         NameRule::DnsLabel => dns1123_label(&n),
         NameRule::Dns1035Label => dns1035_label(&n),
         NameRule::PathSegment => path_segment(name, prefix),
+        NameRule::IpAddress => crate::networking::validate_ip_address_name(name),
     }
 }
 

@@ -296,3 +296,31 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// Issue 27 bug 8: any integer (or fraction) in a Lease's int32 fields
+    /// is refused exactly when Go's decoder would refuse it, naming the
+    /// field as it does; integers in an int64 field fit.
+    #[test]
+    fn lease_integers_decode_as_go_decodes_them(
+        n in prop_oneof![
+            any::<i64>(),
+            (i32::MIN as i64 - 2)..(i32::MIN as i64 + 2),
+            (i32::MAX as i64 - 2)..(i32::MAX as i64 + 2),
+        ],
+        fraction in any::<bool>(),
+        field in prop_oneof![Just("leaseDurationSeconds"), Just("leaseTransitions")],
+    ) {
+        use kube_sim::openapi::schema::integer_decode_error;
+        let value = if fraction { json!(n as f64 + 0.5) } else { json!(n) };
+        let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "l", "generation": n}, "spec": {field: value}});
+        let err = integer_decode_error("coordination.k8s.io", "v1", "Lease", &lease);
+        let fits = !fraction && i32::try_from(n).is_ok();
+        prop_assert_eq!(err.is_none(), fits, "{} = {}: {:?}", field, value, err);
+        if let Some(e) = err {
+            let want = format!("into Go struct field LeaseSpec.spec.{field} of type int32");
+            prop_assert!(e.ends_with(&want), "{}", e);
+        }
+    }
+}

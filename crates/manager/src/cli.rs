@@ -43,6 +43,10 @@ pub enum Command {
     /// it; turn its gate off first), then clear the release record's
     /// minimum release once no object carries it.
     StripFinalizers(StripFinalizersArgs),
+    /// Check `run`'s flags as `run` does before it connects to anything
+    /// (exit 0 if `run` would start with them; 1 with the reason if not).
+    /// The chart's tests run it on rendered values.
+    ValidateConfig(Box<RunArgs>),
     /// Explain why an object is Terminating (or what would hold it):
     /// `explain pvc/data -n demo`, `explain pv/pv-1`, `explain svc/web -n demo`.
     Explain(ExplainArgs),
@@ -526,6 +530,12 @@ pub struct RunArgs {
     )]
     pub lb: lb_cleanup::Options,
 
+    #[command(
+        flatten,
+        next_help_heading = "ServiceCIDR protection (service-cidr-protection)"
+    )]
+    pub service_cidr: service_cidr_protection::Options,
+
     /// Serve /metrics on this address instead of the admin server (which then
     /// answers 404 there), over HTTPS with authentication unless
     /// --metrics-secure=false. Unset: /metrics stays on the admin server.
@@ -692,7 +702,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("emulation version 9.9 is not between [0.0, 0.4]"),
+            e.contains("emulation version 9.9 is not between [0.0, 0.5]"),
             "{e}"
         );
         let e = parse(&["run", "--emulated-version=abc"])

@@ -6,6 +6,7 @@
 //! selection.
 
 use anyhow::{Context, Result};
+use protection_core::explain::ExplainKind;
 use protection_core::featuregate::FeatureGates;
 use protection_core::release::{self, GateDecl, GatesError};
 use protection_core::version::Version;
@@ -18,6 +19,8 @@ use crate::cli::RunArgs;
 struct Crate {
     infos: &'static [&'static ControllerInfo],
     descriptors: fn(&RunArgs) -> Result<Vec<ControllerDescriptor>>,
+    /// The kinds the crate's explain hook explains (`explain <kind>/<name>`).
+    explain: &'static [ExplainKind],
 }
 
 const CRATES: &[Crate] = &[
@@ -27,6 +30,7 @@ const CRATES: &[Crate] = &[
             pv_protection::descriptors(&a.storage, a.finalizer_profile)
                 .context("storage protection settings")
         },
+        explain: &[],
     },
     Crate {
         infos: lb_cleanup::INFOS,
@@ -34,6 +38,7 @@ const CRATES: &[Crate] = &[
             lb_cleanup::descriptors(&a.lb, a.finalizer_profile)
                 .context("load-balancer cleanup settings")
         },
+        explain: &[],
     },
     Crate {
         infos: vac_protection::INFOS,
@@ -41,6 +46,15 @@ const CRATES: &[Crate] = &[
             vac_protection::descriptors(a.storage.resync_period, a.finalizer_profile)
                 .context("VolumeAttributesClass protection settings")
         },
+        explain: &[],
+    },
+    Crate {
+        infos: service_cidr_protection::INFOS,
+        descriptors: |a| {
+            service_cidr_protection::descriptors(a.service_cidr.resync_period, a.finalizer_profile)
+                .context("ServiceCIDR protection settings")
+        },
+        explain: &[service_cidr_protection::explain::KIND],
     },
     Crate {
         infos: protection_rules::INFOS,
@@ -56,12 +70,28 @@ const CRATES: &[Crate] = &[
                 },
             ))
         },
+        explain: &[],
     },
 ];
 
 /// Every hosted controller, in table order.
 pub fn infos() -> impl Iterator<Item = &'static ControllerInfo> {
     CRATES.iter().flat_map(|c| c.infos.iter().copied())
+}
+
+/// Every kind the hosted controllers' explain hooks explain.
+pub fn explain_kinds() -> impl Iterator<Item = &'static ExplainKind> {
+    CRATES.iter().flat_map(|c| c.explain.iter())
+}
+
+/// The hooked kind `name` names (lowercase).
+pub fn explain_kind_named(name: &str) -> Option<&'static ExplainKind> {
+    explain_kinds().find(|k| k.names.contains(&name))
+}
+
+/// The hooked kind titled `title`.
+pub fn explain_kind(title: &str) -> Option<&'static ExplainKind> {
+    explain_kinds().find(|k| k.title == title)
 }
 
 /// Every gate of every hosted controller.

@@ -36,6 +36,9 @@ pub enum Kind {
     Pv,
     Service,
     Vac,
+    /// A kind a controller crate explains through its hook (the table's
+    /// `explain`), by its title.
+    Hooked(&'static str),
 }
 
 impl Kind {
@@ -45,9 +48,15 @@ impl Kind {
             "pv" | "pvs" | "persistentvolume" | "persistentvolumes" => Kind::Pv,
             "svc" | "service" | "services" => Kind::Service,
             "vac" | "vacs" | "volumeattributesclass" | "volumeattributesclasses" => Kind::Vac,
-            other => bail!(
-                "unknown kind {other:?}: explain understands pvc (persistentvolumeclaim), pv (persistentvolume), svc (service) and vac (volumeattributesclass)"
-            ),
+            other => match crate::controllers::explain_kind_named(other) {
+                Some(k) => Kind::Hooked(k.title),
+                None => bail!(
+                    "unknown kind {other:?}: explain understands pvc (persistentvolumeclaim), pv (persistentvolume), svc (service), vac (volumeattributesclass){}",
+                    crate::controllers::explain_kinds()
+                        .map(|k| format!(", {}", k.names[0]))
+                        .collect::<String>()
+                ),
+            },
         })
     }
 
@@ -55,7 +64,8 @@ impl Kind {
     fn name_rule(self) -> NameRule {
         match self {
             Kind::Service => NameRule::Dns1035Label,
-            Kind::Pvc | Kind::Pv | Kind::Vac => NameRule::Dns1123Subdomain,
+            // A hooked kind's names (ServiceCIDR's) are DNS subdomains.
+            Kind::Pvc | Kind::Pv | Kind::Vac | Kind::Hooked(_) => NameRule::Dns1123Subdomain,
         }
     }
 
@@ -65,6 +75,7 @@ impl Kind {
             Kind::Pv => "PersistentVolume",
             Kind::Service => "Service",
             Kind::Vac => "VolumeAttributesClass",
+            Kind::Hooked(title) => title,
         }
     }
 }
@@ -140,11 +151,19 @@ pub enum Holder {
     Releasable { controller: &'static str },
     /// A finalizer protection-manager does not own.
     Foreign(String),
+    /// What a controller's explain hook says holds the object (or would).
+    Said {
+        controller: &'static str,
+        line: String,
+    },
 }
 
 impl Holder {
     /// Whether this keeps `controller`'s finalizer on the object.
     pub fn holds_for(&self, controller: &str) -> bool {
+        if let Holder::Said { controller: c, .. } = self {
+            return *c == controller;
+        }
         matches!(
             (controller, self),
             (
@@ -223,6 +242,7 @@ impl Holder {
             Holder::Foreign(f) => format!(
                 "held by finalizer {f}, which protection-manager does not own: the controller that added it must remove it."
             ),
+            Holder::Said { controller, line } => format!("held by {controller}: {line}"),
         }
     }
 }
@@ -340,6 +360,9 @@ impl Report {
                         who.join(", ")
                     );
                 }
+                if let Holder::Said { controller, line } = h {
+                    let _ = writeln!(out, "  If deleted:  {controller} would hold it: {line}");
+                }
                 if let Holder::VolumeBound { claim: Some(c) } = h {
                     let _ = writeln!(
                         out,
@@ -407,6 +430,11 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
     let client = client(&args.client).await?;
     let namespace = match kind {
         Kind::Pv | Kind::Vac => None,
+        Kind::Hooked(title)
+            if !crate::controllers::explain_kind(title).is_some_and(|k| k.namespaced) =>
+        {
+            None
+        }
         _ => Some(args.namespace.clone().unwrap_or_else(|| "default".into())),
     };
     let mut report = explain_object(&client, kind, namespace, name).await?;
@@ -441,6 +469,25 @@ pub async fn explain_object(
     };
     let ns = namespace.clone().unwrap_or_default();
     let meta: ObjectMeta = match kind {
+        Kind::Hooked(title) => {
+            let Some(hook) = crate::controllers::explain_kind(title) else {
+                bail!("no controller explains {title}");
+            };
+            let Some(e) = (hook.explain)(client.clone(), namespace.clone(), name.clone())
+                .await
+                .with_context(|| format!("explaining {title} {name}"))?
+            else {
+                return Ok(report);
+            };
+            report.facts.extend(e.facts);
+            report
+                .holders
+                .extend(e.held.into_iter().map(|line| Holder::Said {
+                    controller: hook.controller,
+                    line,
+                }));
+            e.meta
+        }
         Kind::Pvc => {
             let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
             let Some(pvc) = api

@@ -123,6 +123,13 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
+        cli::Command::ValidateConfig(args) => match run::validate_config(&args) {
+            Ok(line) => {
+                println!("{line}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(&e),
+        },
         cli::Command::Run(args) => {
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

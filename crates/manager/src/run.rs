@@ -19,12 +19,24 @@ use crate::logging;
 
 const IN_CLUSTER_NAMESPACE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
-pub async fn run(args: RunArgs) -> Result<()> {
-    logging::init(args.log_format, &args.log_level)?;
-    let (gates, warnings) = args.gates.gates()?;
-    for w in &warnings {
-        tracing::warn!("{w}");
-    }
+/// What `run` settles from its flags before it connects to anything.
+pub struct Checked {
+    gates: protection_core::FeatureGates,
+    selected: Vec<protection_core::ControllerDescriptor>,
+    namespace: String,
+    identity: String,
+    leader_election: Option<LeaderElectionConfig>,
+    /// What is allowed but probably not meant.
+    warnings: Vec<String>,
+}
+
+/// Every check `run` makes of its flags before it connects to anything
+/// (gates, controllers, their settings, the lease namespace, the leader
+/// election durations; what clap's value parsers check comes before):
+/// `validate-config` runs exactly this, so what it accepts `run` starts
+/// with.
+pub fn check(args: &RunArgs) -> Result<Checked> {
+    let (gates, mut warnings) = args.gates.gates()?;
     let emulated = gates.emulated_version();
     let flag = controllers::parse_flag(&args.controllers);
     // kube-controller-manager accepts an empty list and starts nothing while
@@ -36,17 +48,16 @@ pub async fn run(args: RunArgs) -> Result<()> {
             "validation failed for '--controllers': the list is empty, so no controller would run; use '*' for the default set, 'name' to add one, '-name' to turn one off"
         );
     }
-    let selected = controllers::select(crate::controllers::descriptors(&args)?, &flag, emulated)
+    let selected = controllers::select(crate::controllers::descriptors(args)?, &flag, emulated)
         .map_err(|e| anyhow::anyhow!("validation failed for '--controllers': {e}"))?;
     if selected.is_empty() {
-        tracing::warn!(
-            controllers = %args.controllers,
-            emulated_version = %emulated,
-            "no controller is selected: the manager runs none and only serves its admin endpoints"
-        );
+        warnings.push(format!(
+            "no controller is selected (--controllers={} at release {emulated}): the manager runs none and only serves its admin endpoints",
+            args.controllers
+        ));
     }
     let identity = identity();
-    let namespace = lease_namespace(&args);
+    let namespace = lease_namespace(args);
     // The namespace may come from $POD_NAMESPACE or the service account.
     names::validate_namespace("--leader-elect-resource-namespace", &namespace)?;
     let leader_election = if args.leader_elect {
@@ -63,6 +74,49 @@ pub async fn run(args: RunArgs) -> Result<()> {
     } else {
         None
     };
+    Ok(Checked {
+        gates,
+        selected,
+        namespace,
+        identity,
+        leader_election,
+        warnings,
+    })
+}
+
+/// `validate-config`: [`check`], and a line saying so.
+pub fn validate_config(args: &RunArgs) -> Result<String> {
+    let checked = check(args)?;
+    for w in &checked.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(format!(
+        "the configuration is valid: `run` would start {} controller(s) ({}) at release {}",
+        checked.selected.len(),
+        checked
+            .selected
+            .iter()
+            .map(|d| d.name)
+            .collect::<Vec<_>>()
+            .join(", "),
+        checked.gates.emulated_version()
+    ))
+}
+
+pub async fn run(args: RunArgs) -> Result<()> {
+    logging::init(args.log_format, &args.log_level)?;
+    let Checked {
+        gates,
+        selected,
+        namespace,
+        identity,
+        leader_election,
+        warnings,
+    } = check(&args)?;
+    for w in &warnings {
+        tracing::warn!("{w}");
+    }
+    let emulated = gates.emulated_version();
 
     let opts = ClientOptions {
         kubeconfig: args.client.kubeconfig.clone(),

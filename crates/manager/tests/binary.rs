@@ -28,7 +28,7 @@ fn bad_flags_fail_with_upstream_messages() {
         ),
         (
             &["run", "--emulated-version=9.9"],
-            "emulation version 9.9 is not between [0.0, 0.4]",
+            "emulation version 9.9 is not between [0.0, 0.5]",
         ),
         (
             &["run", "--controllers=-nope"],
@@ -93,7 +93,7 @@ fn version_command() {
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stdout.contains("release 0.4") && stdout.contains("0.0 to 0.4"),
+        stdout.contains("release 0.5") && stdout.contains("0.0 to 0.5"),
         "{stdout}"
     );
 }

@@ -207,3 +207,56 @@ async fn explains_a_class_held_by_a_claim() {
     })
     .await;
 }
+
+/// A ServiceCIDR through service-cidr-protection's explain hook (no
+/// manager needed: explain reads live): the IPAddresses it is the only range
+/// of, with their Services; what would hold it before it is deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explains_a_servicecidr_held_by_a_services_address() {
+    use k8s_openapi::api::core::v1::Service;
+    use k8s_openapi::api::networking::v1::ServiceCIDR;
+    let sim = KubeSim::start(SimConfig::default())
+        .await
+        .expect("kube-sim");
+    let client = sim.client().await;
+    let cidrs: Api<ServiceCIDR> = Api::all(client.clone());
+    let range: ServiceCIDR = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "extra", "finalizers": ["protection-manager.io/service-cidr-protection"]},
+        "spec": {"cidrs": ["10.200.0.0/24"]},
+    }))
+    .expect("servicecidr");
+    cidrs
+        .create(&PostParams::default(), &range)
+        .await
+        .expect("create servicecidr");
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web"},
+        "spec": {"clusterIP": "10.200.0.10", "ports": [{"port": 80}]},
+    }))
+    .expect("service");
+    Api::<Service>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &svc)
+        .await
+        .expect("create service");
+    let text = explain(&sim, &["servicecidr/extra"]);
+    assert!(text.contains("ServiceCIDR extra"), "{text}");
+    assert!(text.contains("CIDRs:       10.200.0.0/24"), "{text}");
+    assert!(
+        text.contains("If deleted:  service-cidr-protection would hold it: the range is the only one of IPAddress 10.200.0.10 (services default/web)"),
+        "{text}"
+    );
+    cidrs
+        .delete("extra", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let text = explain(&sim, &["servicecidrs/extra"]);
+    assert!(text.contains("Terminating for"), "{text}");
+    assert!(
+        text.contains("Why:         held by service-cidr-protection: the range is the only one of IPAddress 10.200.0.10 (services default/web)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("protection-manager.io/service-cidr-protection (protection-manager service-cidr-protection)"),
+        "{text}"
+    );
+}

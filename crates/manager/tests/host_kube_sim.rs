@@ -105,9 +105,9 @@ async fn becomes_ready_leads_records_its_release_and_releases_the_lease_on_sigte
             .unwrap_or_default()
             .get("release")
             .map(String::as_str),
-        Some("0.4")
+        Some("0.5")
     );
-    println!("verified: the release record says 0.4");
+    println!("verified: the release record says 0.5");
 
     let metrics =
         tokio::task::spawn_blocking(move || http_get(&format!("http://127.0.0.1:{admin}/metrics")))

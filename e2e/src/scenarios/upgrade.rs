@@ -6,7 +6,8 @@
 //! 0.0 → 0.1: nothing added, nothing broken; 0.1 → 0.2: back-fill, and
 //! deletions still clean up; 0.2 → 0.1 (rollback by one): finalizers kept,
 //! deletion still works, no orphaned load balancer, nothing stuck;
-//! 0.2 → 0.3: the gate is locked (the chart and the manager refuse it off).
+//! 0.2 → 0.3: the gate is locked (the chart and the manager refuse it off);
+//! 0.3 → 0.4 → 0.5 (the image's own) → 0.4 → 0.5.
 //! The chart's create-time MutatingAdmissionPolicy follows the add gate: none
 //! at 0.1, installed at 0.2 (a new claim carries the finalizer in the create
 //! response), removed by the rollback to 0.1 (finalizers still removed).
@@ -451,15 +452,29 @@ pub async fn phases(app: &App<'_>, rel: &ManagerRelease) -> Result<()> {
     rel.upgrade(&["replicaCount=2", "emulatedVersion=0.2"], true)
         .await?;
     rel.wait_running_as("0.2").await?;
-    // 0.3 pinned: the image's own release (0.4) is two away from 0.2.
+    // 0.3 and 0.4 pinned: the image's own release (0.5) is three away
+    // from 0.2.
     rel.upgrade(&["replicaCount=2", "emulatedVersion=0.3"], true)
         .await?;
     rel.wait_running_as("0.3").await?;
+    rel.upgrade(&["replicaCount=2", "emulatedVersion=0.4"], true)
+        .await?;
+    rel.wait_running_as("0.4").await?;
     rel.upgrade(&["replicaCount=2"], true).await?;
     let own = h.own_release()?;
     rel.wait_running_as(&own).await?;
     h.verified(format!(
-        "0.1 → 0.2 → 0.3 → {own} (helm upgrade, one release at a time)"
+        "0.1 → 0.2 → 0.3 → 0.4 → {own} (helm upgrade, one release at a time)"
+    ));
+    // Back by one and forward again: nothing the newest release added
+    // stops the one before (its new gates are Alpha, off).
+    rel.upgrade(&["replicaCount=2", "emulatedVersion=0.4"], true)
+        .await?;
+    rel.wait_running_as("0.4").await?;
+    rel.upgrade(&["replicaCount=2"], true).await?;
+    rel.wait_running_as(&own).await?;
+    h.verified(format!(
+        "{own} → 0.4 → {own} (helm upgrade, one release back and forward)"
     ));
     lb_round_trip(app, "web-03", true).await?;
     locked_gate(app, rel).await

@@ -9,6 +9,9 @@ use kube::api::Api;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use std::sync::Arc;
+
+use super::fight::{Fights, Verdict, other_writer};
 use super::object_key;
 use super::observer::PerObject;
 use crate::events::EventRecorder;
@@ -28,6 +31,11 @@ pub const ACTION_RELEASED: &str = "RemoveFinalizer";
 pub const REASON_WOULD_HOLD: &str = "WouldHold";
 /// `action` of the would-hold event.
 pub const ACTION_WOULD_HOLD: &str = "Audit";
+/// Reason of the Warning emitted once when another writer keeps removing
+/// our finalizer (runtime::fight).
+pub const REASON_FIGHT: &str = "FinalizerFight";
+/// `action` of the fight event.
+pub const ACTION_FIGHT: &str = "AddFinalizer";
 
 /// One decided step, controller-neutral.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,11 +60,16 @@ pub enum Step {
 pub struct Executor {
     finalizer: PhasedFinalizer,
     events: EventRecorder,
+    fights: Arc<Fights>,
 }
 
 impl Executor {
     pub fn new(finalizer: PhasedFinalizer, events: EventRecorder) -> Self {
-        Executor { finalizer, events }
+        Executor {
+            finalizer,
+            events,
+            fights: Arc::default(),
+        }
     }
 
     pub fn finalizer(&self) -> &PhasedFinalizer {
@@ -97,6 +110,19 @@ impl Executor {
         let uid = obj.meta().uid.clone().unwrap_or_default();
         match step {
             Step::AddFinalizer => {
+                match self.fights.before_add(&uid) {
+                    Verdict::Write => {}
+                    Verdict::Waiting { wait } => return Err(self.fight(obj, &kind, wait)),
+                    Verdict::BackOff { wait, started } => {
+                        if let Some(m) = self.finalizer.metrics() {
+                            m.finalizer_fight_backoff();
+                        }
+                        if started {
+                            self.report_fight(api, obj, dt, wait).await;
+                        }
+                        return Err(self.fight(obj, &kind, wait));
+                    }
+                }
                 if self.finalizer.add_as(api, obj, &kind).await?.wrote() {
                     state.expectations.wrote(&key, obj.meta(), ());
                     tracing::info!(%kind, finalizer = self.finalizer.name(), "added finalizer");
@@ -105,6 +131,7 @@ impl Executor {
             Step::RemoveFinalizer { why, released } => {
                 let was_held = state.events.is_held(&uid);
                 if self.finalizer.remove_as(api, obj, &kind).await?.wrote() {
+                    self.fights.forget(&uid);
                     state.expectations.wrote(&key, obj.meta(), ());
                     tracing::info!(%kind, finalizer = self.finalizer.name(), "removed finalizer: {why}");
                     state.events.forget(&uid);
@@ -148,6 +175,47 @@ impl Executor {
                 ACTION_WOULD_HOLD,
                 note,
             )
+            .await;
+    }
+
+    fn fight<K: Resource>(&self, obj: &K, kind: &str, wait: std::time::Duration) -> FinalizerError {
+        FinalizerError::Fight {
+            kind: kind.to_string(),
+            name: obj.name_any(),
+            finalizer: self.finalizer.name().to_string(),
+            wait,
+        }
+    }
+
+    /// The one Warning of a fight, naming the other writer: the field
+    /// manager that wrote the object last (one metadata GET: the cache keeps
+    /// no managedFields).
+    async fn report_fight<K>(
+        &self,
+        api: &Api<K>,
+        obj: &K,
+        dt: &K::DynamicType,
+        wait: std::time::Duration,
+    ) where
+        K: Resource + Clone + DeserializeOwned + Debug,
+    {
+        // Metadata only, in full (the controller's own type may decode a
+        // slim metadata without managedFields).
+        let other = match api.get_metadata_opt(&obj.name_any()).await {
+            Ok(Some(live)) => other_writer(&live.metadata, self.finalizer.field_manager()),
+            _ => None,
+        };
+        let who = other.map_or_else(
+            || "another writer (whose field manager left no trace in managedFields: a pure removal owns no field)".to_string(),
+            |m| format!("field manager {m:?} (the last other writer)"),
+        );
+        let note = format!(
+            "{who} keeps removing finalizer {}: re-adding it only after {wait:?}, then backing off further while the removals go on",
+            self.finalizer.name()
+        );
+        tracing::warn!(object = %object_key(obj), "{note}");
+        self.events
+            .warning(&obj.object_ref(dt), REASON_FIGHT, ACTION_FIGHT, note)
             .await;
     }
 }

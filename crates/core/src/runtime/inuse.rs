@@ -825,12 +825,17 @@ fn error_policy<R: Rule>(
     err: &ReconcileError,
     engine: Arc<Engine<R>>,
 ) -> Action {
+    // A fight's back-off waits as asked, not as a failure.
+    let after = match err {
+        ReconcileError::Finalizer(e) => e.retry_in(),
+        _ => None,
+    };
     super::retry_after_failure(
         engine.name,
         &engine.state.backoff,
         &object_key(&*obj),
         err,
-        None,
+        after,
     )
 }
 

@@ -7,7 +7,8 @@
 //! * [`Expectations`]: "our own write is not in the cache yet";
 //! * [`Observer`] and [`PerObject`]: per-object memory and the Terminating
 //!   gauge kept exact across watch events and re-lists;
-//! * [`Executor`]: one decided finalizer write and its events;
+//! * [`Executor`]: one decided finalizer write and its events, with
+//!   [`fight`]'s back-off when another writer keeps removing it;
 //! * [`inuse`]: the in-use engine every "keep the finalizer while something
 //!   uses the object" controller is a rule on, with its users index
 //!   ([`users`]) and per-scope live confirmation batches ([`batch`]);
@@ -20,6 +21,7 @@ pub mod backoff;
 pub mod batch;
 pub mod executor;
 pub mod expectations;
+pub mod fight;
 pub mod inuse;
 pub mod observer;
 pub mod users;

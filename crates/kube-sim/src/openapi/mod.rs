@@ -97,6 +97,7 @@ const SERVED: &[(&str, &str, &[&str])] = &[
         ],
     ),
     ("policy", "v1", &["poddisruptionbudgets"]),
+    ("networking.k8s.io", "v1", &["servicecidrs", "ipaddresses"]),
 ];
 
 /// The resources of issue 3, with upstream scope and status subresources.
@@ -845,6 +846,7 @@ mod tests {
                 "apis/batch/v1",
                 "apis/coordination.k8s.io/v1",
                 "apis/events.k8s.io/v1",
+                "apis/networking.k8s.io/v1",
                 "apis/policy/v1",
                 "apis/rbac.authorization.k8s.io/v1",
                 "apis/storage.k8s.io/v1",
@@ -860,7 +862,7 @@ mod tests {
             "/openapi/v3/api/v1"
         );
         assert!(v3_document(url).is_some(), "the index URL resolves");
-        assert!(v3_document("apis/networking.k8s.io/v1").is_none());
+        assert!(v3_document("apis/networking.k8s.io/v1beta1").is_none());
     }
 
     /// client-go's queryParamVerifierV3: a PATCH operation carrying the

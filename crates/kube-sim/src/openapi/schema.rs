@@ -26,6 +26,10 @@ pub(crate) const ADMISSION_DEFINITIONS_JSON: &str =
 /// v1.34 types; the v1.33 file was trimmed without them), merged likewise.
 pub(crate) const VAC_DEFINITIONS_JSON: &str = include_str!("k8s-v1.34-storage-vac.json");
 
+/// ServiceCIDR and IPAddress of networking.k8s.io/v1 (upstream's v1.36.3
+/// swagger; see `vendor/trim_networking_definitions.py`), merged likewise.
+pub(crate) const NETWORKING_DEFINITIONS_JSON: &str = include_str!("k8s-v1.36-networking.json");
+
 /// Kubernetes version the vendored schema comes from.
 pub const SCHEMA_KUBERNETES_VERSION: &str = "v1.33.0";
 
@@ -34,7 +38,14 @@ pub const SCHEMA_KUBERNETES_VERSION: &str = "v1.33.0";
 pub struct Schemas {
     defs: Map<String, Value>,
     by_gvk: HashMap<(String, String, String), String>,
+    /// Struct fields whose Go type is a pointer to a struct, by definition
+    /// (`vendor/pointer_fields.py`).
+    pointer_fields: HashMap<String, Vec<String>>,
 }
+
+/// The pointer-to-struct fields of the served definitions (see
+/// `vendor/pointer_fields.py`).
+pub(crate) const POINTER_FIELDS_JSON: &str = include_str!("k8s-v1.36-pointer-fields.json");
 
 static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| Schemas::parse(DEFINITIONS_JSON));
 
@@ -49,6 +60,7 @@ impl Schemas {
         if !defs.is_empty() {
             defs.extend(Self::definitions_of(ADMISSION_DEFINITIONS_JSON));
             defs.extend(Self::definitions_of(VAC_DEFINITIONS_JSON));
+            defs.extend(Self::definitions_of(NETWORKING_DEFINITIONS_JSON));
         }
         if defs.is_empty() {
             tracing::error!(
@@ -71,7 +83,16 @@ impl Schemas {
                 }
             }
         }
-        Schemas { defs, by_gvk }
+        let pointer_fields = serde_json::from_str::<Value>(POINTER_FIELDS_JSON)
+            .ok()
+            .and_then(|v| v.get("pointerFields").cloned())
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default();
+        Schemas {
+            defs,
+            by_gvk,
+            pointer_fields,
+        }
     }
 
     fn definitions_of(text: &str) -> Map<String, Value> {
@@ -105,6 +126,7 @@ impl Schemas {
             schemas: self,
             node: def,
             resolved: def,
+            name: Some(name),
         })
     }
 
@@ -158,6 +180,8 @@ pub struct TypeRef<'a> {
     schemas: &'a Schemas,
     node: &'a Value,
     resolved: &'a Value,
+    /// The definition this type is (a `$ref`'s target or a root kind).
+    name: Option<&'a str>,
 }
 
 impl<'a> TypeRef<'a> {
@@ -166,6 +190,10 @@ impl<'a> TypeRef<'a> {
             schemas,
             node,
             resolved: schemas.resolve(node),
+            name: node
+                .get("$ref")
+                .and_then(Value::as_str)
+                .map(|r| r.rsplit('/').next().unwrap_or(r)),
         }
     }
 
@@ -210,6 +238,14 @@ impl<'a> TypeRef<'a> {
             Some(ap) if ap.is_object() => Some(TypeRef::new(self.schemas, ap)),
             _ => None,
         }
+    }
+
+    /// Whether struct field `name` is a pointer to a struct in the Go type
+    /// (so it may be absent from a typed object).
+    pub fn is_pointer_field(&self, name: &str) -> bool {
+        self.name
+            .and_then(|d| self.schemas.pointer_fields.get(d))
+            .is_some_and(|fields| fields.iter().any(|f| f == name))
     }
 
     /// Whether `name` is a declared struct field (not a map key).
@@ -294,6 +330,23 @@ impl<'a> TypeRef<'a> {
             };
         }
         ListType::Atomic
+    }
+
+    /// The width of an integer type (`format: int32` is 32, `int64` or none
+    /// 64), or None for other types.
+    pub fn integer_bits(&self) -> Option<u8> {
+        (self.resolved.get("type").and_then(Value::as_str) == Some("integer")).then(|| {
+            match self.resolved.get("format").and_then(Value::as_str) {
+                Some("int32") => 32,
+                _ => 64,
+            }
+        })
+    }
+
+    /// The Go type name of a struct type (`LeaseSpec` for
+    /// `io.k8s.api.coordination.v1.LeaseSpec`).
+    fn go_struct_name(&self) -> Option<&'a str> {
+        self.definition().map(|d| d.rsplit('.').next().unwrap_or(d))
     }
 
     /// `x-kubernetes-map-type: atomic` (on the field or its type).
@@ -424,77 +477,168 @@ fn prune_walk(t: TypeRef<'_>, v: &mut Value, path: String, out: &mut Vec<String>
     }
 }
 
-/// The first integer field of `obj` whose value its Go type cannot hold
-/// (an `int32` past its range, a fraction in an integer), as decoding into
-/// the typed object refuses it: `json: cannot unmarshal number 2147483648
-/// into Go struct field LeaseSpec.spec.leaseDurationSeconds of type int32`.
-/// `None` when every integer fits, or for kinds without a schema.
-pub fn integer_decode_error(group: &str, version: &str, kind: &str, obj: &Value) -> Option<String> {
-    let root = schemas().root(group, version, kind)?;
-    let struct_name = root
-        .definition()
-        .or_else(|| schemas().definition_name(group, version, kind))
-        .unwrap_or(kind);
-    integer_walk(root, obj, struct_name, &mut Vec::new())
+/// An integer field met while walking an object with its schema: the Go
+/// struct that declares it, the JSON path from the root without list
+/// indices or map keys (sigs.k8s.io/json's error context), its width and
+/// where the value is (a JSON pointer).
+struct IntSite {
+    strukt: String,
+    path: String,
+    bits: u8,
+    pointer: String,
 }
 
-fn integer_walk<'a>(
-    t: TypeRef<'a>,
-    v: &'a Value,
-    struct_name: &str,
-    fields: &mut Vec<&'a str>,
-) -> Option<String> {
+impl IntSite {
+    fn go_type(&self) -> &'static str {
+        if self.bits == 32 { "int32" } else { "int64" }
+    }
+}
+
+/// JSON pointer escaping of one key.
+fn pointer_key(k: &str) -> String {
+    k.replace('~', "~0").replace('/', "~1")
+}
+
+/// Every integer-typed value of `v`, in document order.
+fn int_sites(
+    t: TypeRef<'_>,
+    strukt: &str,
+    path: &str,
+    pointer: &str,
+    v: &Value,
+    out: &mut Vec<IntSite>,
+) {
+    if let Some(bits) = t.integer_bits() {
+        out.push(IntSite {
+            strukt: strukt.to_string(),
+            path: path.to_string(),
+            bits,
+            pointer: pointer.to_string(),
+        });
+        return;
+    }
     match (t.shape(), v) {
         (Shape::Struct, Value::Object(m)) => {
-            let own = t.definition().unwrap_or(struct_name).to_string();
             for (k, child) in m {
                 let Some(ft) = t.field(k).filter(|_| t.has_field(k)) else {
                     continue;
                 };
-                fields.push(k);
-                let found = integer_walk(ft, child, &own, fields);
-                fields.pop();
-                if found.is_some() {
-                    return found;
-                }
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                // An integer field names the struct declaring it; a nested
+                // struct's fields name that struct.
+                let inner = if ft.integer_bits().is_some() {
+                    strukt
+                } else {
+                    ft.go_struct_name().unwrap_or(strukt)
+                };
+                let ptr = format!("{pointer}/{}", pointer_key(k));
+                int_sites(ft, inner, &p, &ptr, child, out);
             }
-            None
         }
         (Shape::Map, Value::Object(m)) => {
-            let et = t.field("")?;
-            m.values()
-                .find_map(|child| integer_walk(et, child, struct_name, fields))
+            if let Some(et) = t.field("") {
+                let inner = et.go_struct_name().unwrap_or(strukt);
+                for (k, child) in m {
+                    let ptr = format!("{pointer}/{}", pointer_key(k));
+                    int_sites(et, inner, path, &ptr, child, out);
+                }
+            }
         }
         (Shape::List, Value::Array(items)) => {
-            let it = t.items()?;
-            items
-                .iter()
-                .find_map(|child| integer_walk(it, child, struct_name, fields))
-        }
-        (Shape::Scalar, Value::Number(n)) => {
-            if t.resolved.get("type").and_then(Value::as_str) != Some("integer") {
-                return None;
+            if let Some(it) = t.items() {
+                let inner = it.go_struct_name().unwrap_or(strukt);
+                for (i, child) in items.iter().enumerate() {
+                    int_sites(it, inner, path, &format!("{pointer}/{i}"), child, out);
+                }
             }
-            let go_type = match t.resolved.get("format").and_then(Value::as_str) {
-                Some("int32") => "int32",
-                _ => "int64",
-            };
-            let fits = match (n.as_i64(), go_type) {
-                (Some(i), "int32") => i32::try_from(i).is_ok(),
-                (Some(_), _) => true,
-                (None, _) => false,
-            };
-            if fits {
-                return None;
-            }
-            let short = struct_name.rsplit('.').next().unwrap_or(struct_name);
-            Some(format!(
-                "json: cannot unmarshal number {n} into Go struct field {short}.{} of type {go_type}",
-                fields.join(".")
-            ))
         }
-        _ => None,
+        _ => {}
     }
+}
+
+fn kind_int_sites(group: &str, version: &str, kind: &str, obj: &Value) -> Vec<IntSite> {
+    let mut out = Vec::new();
+    if let Some(root) = schemas().root(group, version, kind) {
+        int_sites(root, kind, "", "", obj, &mut out);
+    }
+    out
+}
+
+/// What the API server's JSON decoder (sigs.k8s.io/json, as
+/// encoding/json's `UnmarshalTypeError`) says of the first integer field
+/// whose value its Go type cannot hold, e.g.
+/// `json: cannot unmarshal number 2147483648 into Go struct field LeaseSpec.spec.leaseDurationSeconds of type int32`.
+/// None when every integer decodes. (A number literal is printed as
+/// serde_json read it: `1e3` comes out as `1000.0`.)
+pub fn integer_decode_error(group: &str, version: &str, kind: &str, obj: &Value) -> Option<String> {
+    kind_int_sites(group, version, kind, obj)
+        .into_iter()
+        .find_map(|site| {
+            let what = match obj.pointer(&site.pointer)? {
+                Value::Null => return None,
+                Value::Number(n) => {
+                    let fits = match (n.as_i64(), site.bits) {
+                        (Some(i), 32) => i32::try_from(i).is_ok(),
+                        (Some(_), _) => true,
+                        (None, _) => false,
+                    };
+                    if fits {
+                        return None;
+                    }
+                    format!("number {n}")
+                }
+                Value::String(_) => "string".to_string(),
+                Value::Bool(_) => "bool".to_string(),
+                Value::Array(_) => "array".to_string(),
+                Value::Object(_) => "object".to_string(),
+            };
+            Some(format!(
+                "json: cannot unmarshal {what} into Go struct field {}.{} of type {}",
+                site.strukt,
+                site.path,
+                site.go_type()
+            ))
+        })
+}
+
+/// What the unstructured converter (`runtime.DefaultUnstructuredConverter`,
+/// used by strategic merge patch and server-side apply) does with integer
+/// fields: an integer (or a float with no fraction) is converted with Go's
+/// truncating conversion (`9999999999` becomes `1410065407` in an int32);
+/// a fraction is `cannot convert float64 to int32`; any other type
+/// `unrecognized type: int32`.
+pub fn coerce_integers(
+    group: &str,
+    version: &str,
+    kind: &str,
+    obj: &mut Value,
+) -> Result<(), String> {
+    for site in kind_int_sites(group, version, kind, obj) {
+        let Some(v) = obj.pointer_mut(&site.pointer) else {
+            continue;
+        };
+        let wide: i64 = match v {
+            Value::Null => continue,
+            Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+                (Some(i), _, _) => i,
+                (None, Some(u), _) => u as i64,
+                (None, None, Some(f)) if f.fract() == 0.0 => f as i64,
+                _ => return Err(format!("cannot convert float64 to {}", site.go_type())),
+            },
+            _ => return Err(format!("unrecognized type: {}", site.go_type())),
+        };
+        let narrowed = if site.bits == 32 {
+            i64::from(wide as i32)
+        } else {
+            wide
+        };
+        *v = Value::from(narrowed);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -663,6 +807,68 @@ mod tests {
         assert_eq!(
             unknown_fields("", "v1", "Pod", &pod),
             vec![".spec.containers[0].imagee".to_string()]
+        );
+    }
+
+    #[test]
+    fn integer_fields_decode_as_the_go_decoder_takes_them() {
+        let lease = |spec: serde_json::Value| serde_json::json!({"spec": spec});
+        assert_eq!(
+            integer_decode_error(
+                "coordination.k8s.io",
+                "v1",
+                "Lease",
+                &lease(serde_json::json!({"leaseDurationSeconds": 2147483648_u64}))
+            )
+            .as_deref(),
+            Some(
+                "json: cannot unmarshal number 2147483648 into Go struct field LeaseSpec.spec.leaseDurationSeconds of type int32"
+            )
+        );
+        assert_eq!(
+            integer_decode_error(
+                "coordination.k8s.io",
+                "v1",
+                "Lease",
+                &lease(serde_json::json!({"leaseTransitions": "1"}))
+            )
+            .as_deref(),
+            Some(
+                "json: cannot unmarshal string into Go struct field LeaseSpec.spec.leaseTransitions of type int32"
+            )
+        );
+        assert!(
+            integer_decode_error(
+                "coordination.k8s.io",
+                "v1",
+                "Lease",
+                &lease(serde_json::json!({"leaseDurationSeconds": 2147483647}))
+            )
+            .is_none()
+        );
+        // Nested structs in lists name the innermost struct; the path has no
+        // indices.
+        let pod = serde_json::json!({"spec": {"containers": [{"name": "c", "ports": [{"containerPort": 4294967296_u64}]}]}});
+        assert_eq!(
+            integer_decode_error("", "v1", "Pod", &pod).as_deref(),
+            Some(
+                "json: cannot unmarshal number 4294967296 into Go struct field ContainerPort.spec.containers.ports.containerPort of type int32"
+            )
+        );
+        let mut l = lease(
+            serde_json::json!({"leaseDurationSeconds": 9999999999_u64, "leaseTransitions": 1e3}),
+        );
+        coerce_integers("coordination.k8s.io", "v1", "Lease", &mut l).expect("converts");
+        assert_eq!(
+            l,
+            lease(
+                serde_json::json!({"leaseDurationSeconds": 1410065407, "leaseTransitions": 1000})
+            )
+        );
+        let mut l = lease(serde_json::json!({"leaseDurationSeconds": 1.5}));
+        assert_eq!(
+            coerce_integers("coordination.k8s.io", "v1", "Lease", &mut l),
+            Err("cannot convert float64 to int32".to_string())
         );
     }
 }

@@ -142,6 +142,13 @@ pub enum PatchError {
     /// 413: more than 10,000 JSON-patch operations.
     #[error("{0}")]
     RequestEntityTooLarge(String),
+    /// 422 Invalid naming the field `patch`: the patched object does not
+    /// decode into the kind's type (handlers/patch.go
+    /// `NewInvalid(GroupKind{}, "", field.Invalid("patch", value, err))`);
+    /// `value` is the patched JSON (JSON and merge patches) or the patch as
+    /// Go prints a map (strategic merge patch).
+    #[error("patch: {detail}")]
+    Undecodable { value: String, detail: String },
 }
 
 impl PatchError {
@@ -154,11 +161,16 @@ impl PatchError {
             PatchError::UnsupportedMediaType(_) => 415,
             PatchError::ServerError(_) => 500,
             PatchError::RequestEntityTooLarge(_) => 413,
+            PatchError::Undecodable { .. } => 422,
         }
     }
 
     /// The `Status` body the real server sends for this error.
     pub fn to_status(&self) -> Value {
+        if let PatchError::Undecodable { value, detail } = self {
+            let e = crate::error::FieldError::invalid("patch", json!(value), detail.clone());
+            return crate::error::ApiError::invalid("", "", "", &[e]).status();
+        }
         let mut s = Map::new();
         s.insert("kind".into(), json!("Status"));
         s.insert("apiVersion".into(), json!("v1"));
@@ -181,6 +193,7 @@ impl PatchError {
             PatchError::UnsupportedMediaType(m) => (m, Some("UnsupportedMediaType"), None),
             PatchError::ServerError(m) => (m, None, None),
             PatchError::RequestEntityTooLarge(m) => (m, Some("RequestEntityTooLarge"), None),
+            PatchError::Undecodable { .. } => unreachable!("rendered above"),
         };
         s.insert("message".into(), json!(message));
         if let Some(r) = reason {
@@ -219,6 +232,24 @@ pub fn unsupported_media_type(strategic_allowed: bool) -> PatchError {
 /// apply, `Update` otherwise). The caller then applies its own object rules
 /// (immutable fields, status/spec split, finalizer rules, resourceVersion).
 pub fn apply_patch(req: &PatchRequest) -> Result<Value, PatchError> {
+    let mut patched = apply_patch_untracked(req)?;
+    if req.kind != PatchKind::Apply {
+        track_update(
+            req.live,
+            &mut patched,
+            req.field_manager,
+            req.subresource,
+            req.now,
+            &req.gvk.api_version(),
+        );
+    }
+    Ok(patched)
+}
+
+/// [`apply_patch`] without the managedFields of a non-apply patch, which the
+/// caller adds with [`track_update`] once the patched object decodes
+/// ([`check_decodes`]).
+pub fn apply_patch_untracked(req: &PatchRequest) -> Result<Value, PatchError> {
     // k8s.io/apiserver ValidatePatchOptions.
     if req.kind == PatchKind::Apply && req.field_manager.is_empty() {
         return Err(PatchError::Invalid(
@@ -236,7 +267,7 @@ pub fn apply_patch(req: &PatchRequest) -> Result<Value, PatchError> {
         req.live
             .ok_or_else(|| PatchError::BadRequest("no object to patch".to_string()))
     };
-    let mut patched = match req.kind {
+    let patched = match req.kind {
         PatchKind::Apply => {
             let config = parse_apply_body(req.body)?;
             return ssa::apply(
@@ -262,15 +293,125 @@ pub fn apply_patch(req: &PatchRequest) -> Result<Value, PatchError> {
             strategic::apply(live()?, req.body, root)?
         }
     };
-    track_update(
-        req.live,
-        &mut patched,
-        req.field_manager,
-        req.subresource,
-        req.now,
-        &req.gvk.api_version(),
-    );
     Ok(patched)
+}
+
+/// Decoding the patched object into the kind's Go type, as the PATCH
+/// handler does before admission: an integer field that cannot hold its
+/// value fails a JSON or merge patch (422 naming `patch`, with the patched
+/// JSON) and is converted with Go's truncation by a strategic merge patch or
+/// server-side apply (which decode through the unstructured converter); an
+/// unknown field under `fieldValidation=Strict` fails the same way
+/// (`unknown` lists them, as [`crate::openapi::schema::unknown_fields`]).
+pub fn check_decodes(
+    req: &PatchRequest,
+    patched: &mut Value,
+    unknown: &[String],
+) -> Result<(), PatchError> {
+    let g = &req.gvk;
+    let shown = |patched: &Value| match req.kind {
+        PatchKind::Strategic => serde_json::from_slice::<Value>(req.body)
+            .map(|p| go_print(&p))
+            .unwrap_or_default(),
+        _ => patched.to_string(),
+    };
+    match req.kind {
+        PatchKind::Json | PatchKind::Merge => {
+            if let Some(detail) =
+                crate::openapi::schema::integer_decode_error(g.group, g.version, g.kind, patched)
+            {
+                return Err(PatchError::Undecodable {
+                    value: shown(patched),
+                    detail,
+                });
+            }
+        }
+        PatchKind::Strategic => {
+            if let Err(detail) =
+                crate::openapi::schema::coerce_integers(g.group, g.version, g.kind, patched)
+            {
+                return Err(PatchError::Undecodable {
+                    value: shown(patched),
+                    detail,
+                });
+            }
+        }
+        PatchKind::Apply => {
+            if let Err(e) =
+                crate::openapi::schema::coerce_integers(g.group, g.version, g.kind, patched)
+            {
+                // The object named is the applied configuration.
+                let config = parse_apply_body(req.body).unwrap_or_default();
+                let meta = |k: &str| {
+                    config
+                        .pointer(&format!("/metadata/{k}"))
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                let gvk = format!("{}, Kind={}", g.api_version(), g.kind);
+                return Err(PatchError::ServerError(format!(
+                    "failed to convert new object ({}/{}; {gvk}) to proper version: unable to convert unstructured object to {gvk}: {e}",
+                    meta("namespace"),
+                    meta("name"),
+                )));
+            }
+        }
+    }
+    if !unknown.is_empty() && req.kind != PatchKind::Apply {
+        return Err(PatchError::Undecodable {
+            value: shown(patched),
+            detail: crate::openapi::schema::strict_decoding_error(unknown),
+        });
+    }
+    Ok(())
+}
+
+/// Go's `fmt.Sprintf("%v", x)` of a decoded JSON value (maps with sorted
+/// keys, `map[k:v k2:v2]`, lists `[a b]`, strings bare, floats as `%g`).
+pub fn go_print(v: &Value) -> String {
+    match v {
+        Value::Null => "<nil>".to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::String(s) => s.clone(),
+        Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => i.to_string(),
+            (None, Some(u), _) => u.to_string(),
+            (None, None, Some(f)) => go_float(f),
+            _ => n.to_string(),
+        },
+        Value::Array(a) => {
+            let items: Vec<String> = a.iter().map(go_print).collect();
+            format!("[{}]", items.join(" "))
+        }
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let items: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{k}:{}", go_print(&m[k.as_str()])))
+                .collect();
+            format!("map[{}]", items.join(" "))
+        }
+    }
+}
+
+/// Go's `%v` of a float64 (`strconv.FormatFloat(f, 'g', -1, 64)`): the
+/// shortest digits, in exponent form when the exponent is below -4 or at
+/// least 6: `1.5`, `100000.5`, `1e+06`, `1.234567e+06`.
+fn go_float(f: f64) -> String {
+    if f == 0.0 {
+        return "0".to_string();
+    }
+    // Rust's `{:e}` gives the shortest round-trip digits: "1.5e6".
+    let e = format!("{f:e}");
+    let (mantissa, exp) = e.split_once('e').unwrap_or((&e, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if !(-4..6).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{mantissa}e{sign}{:02}", exp.abs());
+    }
+    format!("{f}")
 }
 
 fn parse_apply_body(body: &[u8]) -> Result<Value, PatchError> {

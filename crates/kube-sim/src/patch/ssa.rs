@@ -50,6 +50,13 @@ impl<'a> Ty<'a> {
         }
     }
 
+    fn is_pointer_field(&self, name: &str) -> bool {
+        match self {
+            Ty::Schema(t) => t.is_pointer_field(name),
+            Ty::Deduced => false,
+        }
+    }
+
     fn is_struct_field(&self, name: &str) -> bool {
         match self {
             Ty::Schema(t) => t.has_field(name),
@@ -349,7 +356,7 @@ pub(crate) struct Comparison {
 
 pub(crate) fn compare(ty: Ty<'_>, lhs: Option<&Value>, rhs: Option<&Value>) -> Comparison {
     let mut c = Comparison::default();
-    cmp_walk(ty, lhs, rhs, &Vec::new(), &mut c);
+    cmp_walk(ty, lhs, rhs, &Vec::new(), false, &mut c);
     c
 }
 
@@ -362,7 +369,15 @@ fn cmp_leaf(lhs: Option<&Value>, rhs: Option<&Value>, path: &Path, c: &mut Compa
     }
 }
 
-fn cmp_walk(ty: Ty<'_>, lhs: Option<&Value>, rhs: Option<&Value>, path: &Path, c: &mut Comparison) {
+/// `pointer`: the node is a struct field whose Go type is a pointer.
+fn cmp_walk(
+    ty: Ty<'_>,
+    lhs: Option<&Value>,
+    rhs: Option<&Value>,
+    path: &Path,
+    pointer: bool,
+    c: &mut Comparison,
+) {
     // JSON null is "absent" for typed objects.
     let lhs = lhs.filter(|v| !v.is_null());
     let rhs = rhs.filter(|v| !v.is_null());
@@ -403,6 +418,7 @@ fn cmp_walk(ty: Ty<'_>, lhs: Option<&Value>, rhs: Option<&Value>, path: &Path, c
                     lm.get(pe).map(|&i| &la[i]),
                     rm.get(pe).map(|&i| &ra[i]),
                     &p,
+                    false,
                     c,
                 );
             }
@@ -418,19 +434,20 @@ fn cmp_walk(ty: Ty<'_>, lhs: Option<&Value>, rhs: Option<&Value>, path: &Path, c
             for k in keys {
                 let ft = ty.field(k).unwrap_or(Ty::Deduced);
                 let p = child_path(path, PathElement::Field(k.clone()));
-                cmp_walk(ft, lm.get(k), rm.get(k), &p, c);
+                let ptr = shape == Shape::Struct && ty.is_pointer_field(k);
+                cmp_walk(ft, lm.get(k), rm.get(k), &p, ptr, c);
             }
         }
         Shape::Scalar | Shape::Untyped => {}
     }
-    // A node present on one side only is itself added/removed. Go structs
-    // (non-pointer) are never absent in a typed object, so only maps and
-    // list items get this treatment.
+    // A node present on one side only is itself added/removed. Go value
+    // structs are never absent in a typed object, so only maps, list items
+    // and pointer structs get this treatment.
     let is_list_item = matches!(
         path.last(),
         Some(PathElement::Key(_) | PathElement::Value(_))
     );
-    if !path.is_empty() && (shape != Shape::Struct || is_list_item) {
+    if !path.is_empty() && (shape != Shape::Struct || is_list_item || pointer) {
         match (lhs, rhs) {
             (None, Some(_)) => c.added.insert(path),
             (Some(_), None) => c.removed.insert(path),
@@ -636,9 +653,18 @@ fn without_managed_fields(v: &Value) -> Value {
     c
 }
 
+/// Fields never recorded in managedFields (see [`ignored_fields`]).
+struct Ignored {
+    set: Set,
+    /// The status strategy resets the whole of `metadata`
+    /// (`metav1.ResetObjectMetaForStatus` kinds whose GetResetFields lists
+    /// it, e.g. ServiceCIDR).
+    whole_metadata: bool,
+}
+
 /// Fields never recorded in managedFields (apimachinery's stripMetaManager),
 /// plus the fields the subresource's strategy resets.
-fn ignored_fields(kind: &str, subresource: Option<&str>) -> Set {
+fn ignored_fields(kind: &str, subresource: Option<&str>) -> Ignored {
     let f = |s: &str| PathElement::Field(s.to_string());
     let mut s = Set::new();
     s.insert(&[f("apiVersion")]);
@@ -668,23 +694,31 @@ fn ignored_fields(kind: &str, subresource: Option<&str>) -> Set {
             | "Node"
             | "Namespace"
             | "Deployment"
+            | "ReplicaSet"
+            | "ReplicationController"
+            | "ResourceQuota"
+            | "Job"
             | "PodDisruptionBudget"
+            | "ServiceCIDR"
     );
     match subresource {
         None | Some("") if has_status_subresource => s.insert(&[f("status")]),
         Some("status") => s.insert(&[f("spec")]),
         _ => {}
     }
-    s
+    Ignored {
+        set: s,
+        whole_metadata: subresource == Some("status") && kind == "ServiceCIDR",
+    }
 }
 
 /// Removes `ignore`'s members (and everything below them) from `set`.
-fn filter_ignored(set: &Set, ignore: &Set) -> Set {
-    let mut out = set.difference(ignore);
-    for p in ignore.paths() {
+fn filter_ignored(set: &Set, ignore: &Ignored) -> Set {
+    let mut out = set.difference(&ignore.set);
+    for p in ignore.set.paths() {
         // Everything below an ignored field goes too, except the stripped
         // "metadata" member itself, whose children are real fields.
-        if p.len() == 1 && p[0] == PathElement::Field("metadata".into()) {
+        if p.len() == 1 && p[0] == PathElement::Field("metadata".into()) && !ignore.whole_metadata {
             continue;
         }
         let mut below = Set::new();

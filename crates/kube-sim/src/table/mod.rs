@@ -184,6 +184,8 @@ fn printer_for(resource: &str, group: &str) -> Printer {
         ("admissionregistration.k8s.io", "validatingadmissionpolicybindings") => {
             p(admission::VAP_BINDING_COLUMNS, admission::vap_binding_row)
         }
+        ("networking.k8s.io", "servicecidrs") => p(SERVICECIDR_COLUMNS, servicecidr_row),
+        ("networking.k8s.io", "ipaddresses") => p(IPADDRESS_COLUMNS, ipaddress_row),
         // roles and clusterroles print like the default convertor upstream.
         _ => p(DEFAULT_COLUMNS, default_row),
     }
@@ -1287,6 +1289,43 @@ const LEASE_COLUMNS: &[Column] = &[
 fn lease_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
     (
         vec![name(o), json!(s(o, "/spec/holderIdentity")), age(o, now)],
+        None,
+    )
+}
+
+const SERVICECIDR_COLUMNS: &[Column] = &[
+    NAME,
+    col(
+        "CIDRs",
+        Doc("io.k8s.api.networking.v1.ServiceCIDRSpec", "cidrs"),
+    ),
+    AGE,
+];
+fn servicecidr_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
+    let cidrs: Vec<&str> = o
+        .pointer("/spec/cidrs")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    (vec![name(o), json!(cidrs.join(",")), age(o, now)], None)
+}
+
+/// Upstream declares two columns for IPAddresses but prints three cells
+/// (the age has no column), and so does kube-sim.
+const IPADDRESS_COLUMNS: &[Column] = &[
+    NAME,
+    col(
+        "ParentRef",
+        Doc("io.k8s.api.networking.v1.IPAddressSpec", "parentRef"),
+    ),
+];
+fn ipaddress_row(o: &Value, now: jiff::Timestamp) -> (Vec<Value>, Option<Value>) {
+    (
+        vec![
+            name(o),
+            json!(crate::networking::parent_ref_column(o)),
+            age(o, now),
+        ],
         None,
     )
 }

@@ -7,6 +7,7 @@ mod support;
 mod accounting;
 mod batching;
 mod e2e;
+mod fight;
 mod gates;
 mod lifecycle;
 mod profile;

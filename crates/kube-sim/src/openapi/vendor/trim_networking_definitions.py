@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Regenerates ../k8s-v1.36-networking.json: ServiceCIDR and IPAddress of
+networking.k8s.io/v1 (GA in Kubernetes 1.33, MultiCIDRServiceAllocator), which
+the trimmed v1.33 schema of ../k8s-v1.33-definitions.json does not have.
+
+Source: upstream's own OpenAPI v2 document of Kubernetes v1.36.3
+(api/openapi-spec/swagger.json of the k8s.io/kubernetes module, already in
+upstream's swagger form). Only the networking.k8s.io/v1 definitions reachable
+from the roots are kept; the meta types they reference (ObjectMeta, ListMeta,
+Condition) come from the v1.33 file.
+
+Usage:
+  python3 trim_networking_definitions.py \
+      /root/go/pkg/mod/k8s.io/kubernetes@v1.36.3/api/openapi-spec/swagger.json \
+      > ../k8s-v1.36-networking.json
+"""
+import json
+import sys
+
+from trim_definitions import refs
+
+ROOTS = [
+    f"io.k8s.api.networking.v1.{k}"
+    for k in ("ServiceCIDR", "ServiceCIDRList", "IPAddress", "IPAddressList")
+]
+
+
+def main():
+    src = json.load(open(sys.argv[1]))["definitions"]
+    keep, todo = set(), list(ROOTS)
+    while todo:
+        name = todo.pop()
+        if name in keep or not name.startswith("io.k8s.api.networking.v1."):
+            continue
+        keep.add(name)
+        acc = set()
+        refs(src[name], acc)
+        todo.extend(acc - keep)
+    json.dump(
+        {
+            "source": "k8s.io/kubernetes v1.36.3 api/openapi-spec/swagger.json (upstream's OpenAPI v2 document), networking.k8s.io/v1 ServiceCIDR and IPAddress types only, trimmed by vendor/trim_networking_definitions.py",
+            "kubernetesVersion": "v1.36.3",
+            "definitions": {name: src[name] for name in sorted(keep)},
+        },
+        sys.stdout,
+        indent=1,
+        sort_keys=True,
+    )
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

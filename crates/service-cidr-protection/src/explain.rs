@@ -1,0 +1,113 @@
+//! `explain servicecidr/NAME`: which IPAddresses hold the range (those it
+//! is the only range of, with the Service each belongs to), read live.
+
+use futures::FutureExt;
+use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use protection_core::explain::{ExplainError, ExplainKind, Explained};
+
+use crate::cidr::{ALLOCATOR, LABEL_MANAGED_BY};
+use crate::controller::{NAME, users};
+use crate::index::{cidrs_of, managed};
+
+/// The kind service-cidr-protection explains.
+pub const KIND: ExplainKind = ExplainKind {
+    controller: NAME,
+    title: "ServiceCIDR",
+    names: &["servicecidr", "servicecidrs"],
+    namespaced: false,
+    explain: |client, _, name| explain(client, name).boxed(),
+};
+
+fn failed(what: String) -> impl FnOnce(kube::Error) -> ExplainError {
+    move |source| ExplainError { what, source }
+}
+
+/// `services/ns/name` of an IPAddress's parentRef.
+fn parent(ip: &IPAddress) -> Option<String> {
+    let p = &ip.spec.as_ref()?.parent_ref;
+    Some(format!(
+        "{} {}/{}",
+        p.resource,
+        p.namespace.as_deref().unwrap_or_default(),
+        p.name
+    ))
+}
+
+/// Explains ServiceCIDR `name`.
+pub async fn explain(
+    client: kube::Client,
+    name: String,
+) -> Result<Option<Explained>, ExplainError> {
+    let cidrs: Api<ServiceCIDR> = Api::all(client.clone());
+    let Some(obj) = cidrs
+        .get_opt(&name)
+        .await
+        .map_err(failed(format!("reading servicecidr {name}")))?
+    else {
+        return Ok(None);
+    };
+    let all = cidrs
+        .list(&ListParams::default())
+        .await
+        .map_err(failed("listing servicecidrs".into()))?;
+    let ips = Api::<IPAddress>::all(client)
+        .list(&ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={ALLOCATOR}")))
+        .await
+        .map_err(failed("listing ipaddresses".into()))?;
+    let others: Vec<(String, Vec<String>)> = all
+        .items
+        .iter()
+        .filter(|s| s.name_any() != name)
+        .map(|s| (s.name_any(), cidrs_of(s)))
+        .collect();
+    let managed_ips: Vec<_> = ips.items.iter().filter_map(managed).collect();
+    let holding = users(
+        &obj,
+        others
+            .iter()
+            .map(|(n, c)| (n.as_str(), c.as_slice()))
+            .collect(),
+        &managed_ips,
+    );
+    let mut facts = vec![format!("CIDRs:       {}", cidrs_of(&obj).join(", "))];
+    if let Some(c) = obj
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+    {
+        let reason = if c.reason.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", c.reason)
+        };
+        facts.push(format!("Ready:       {}{reason}: {}", c.status, c.message));
+    }
+    let mut held = Vec::new();
+    if !holding.is_empty() {
+        let who: Vec<String> = holding
+            .iter()
+            .map(|u| {
+                let owner = ips
+                    .items
+                    .iter()
+                    .find(|i| i.name_any() == u.name)
+                    .and_then(parent)
+                    .map(|p| format!(" ({p})"))
+                    .unwrap_or_default();
+                format!("IPAddress {}{owner}", u.name)
+            })
+            .collect();
+        held.push(format!(
+            "the range is the only one of {}. It goes once those Services are deleted (or given addresses elsewhere), or another ServiceCIDR contains its CIDRs; then 10 s after the deletion.",
+            who.join(", ")
+        ));
+    }
+    Ok(Some(Explained {
+        meta: obj.metadata,
+        facts,
+        held,
+    }))
+}

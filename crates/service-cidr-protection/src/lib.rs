@@ -1,0 +1,221 @@
+//! service-cidr-protection: the ServiceCIDR finalizer controller, ported
+//! from kube-controller-manager's `service-cidr-controller`
+//! (`pkg/controller/servicecidrs`, Kubernetes 1.36) onto core's in-use
+//! engine ([`controller`]).
+//!
+//! * A ServiceCIDR (networking.k8s.io/v1) is held while an IPAddress the API
+//!   server's allocator manages would be left without a range
+//!   ([`cidr::blocking_ips`]), and carries `Ready=True` otherwise.
+//! * Finalizer names follow the [`FinalizerProfile`]:
+//!   `protection-manager.io/service-cidr-protection` by default, upstream's
+//!   `networking.k8s.io/service-cidr-finalizer` with the `upstream` profile
+//!   (for clusters that run kube-controller-manager with
+//!   `--controllers=*,-service-cidr-controller`).
+//! * New in release 0.5, its finalizer's addition behind the gate
+//!   `MultiCIDRServiceAllocator` (named after upstream's, under which KCM
+//!   runs the controller): Alpha and off at 0.5, planned Beta at 0.6 and GA
+//!   at 0.7. Removal is never gated.
+
+pub mod cidr;
+pub mod controller;
+pub mod explain;
+pub mod index;
+
+use protection_core::featuregate::{FeatureSpec, Stage};
+use protection_core::finalizer::validate_finalizer_name;
+use protection_core::release::GateDecl;
+use protection_core::version::Version;
+use protection_core::{
+    ControllerDescriptor, ControllerInfo, FinalizedResource, FinalizerNames, FinalizerProfile,
+    PolicyRule,
+};
+
+pub use protection_core::runtime::{ReconcileError as Error, Settings};
+
+/// The release that brings service-cidr-protection.
+pub const SERVICE_CIDR_SINCE: Version = Version::new(0, 5);
+
+/// The train of the ServiceCIDR finalizer's addition: Alpha off at 0.5,
+/// planned Beta on at 0.6 and GA locked on at 0.7.
+pub const SERVICE_CIDR_PHASED_ADD: &[FeatureSpec] = &[
+    FeatureSpec::new(Version::new(0, 5), Stage::Alpha, false, false),
+    FeatureSpec::new(Version::new(0, 6), Stage::Beta, true, false),
+    FeatureSpec::new(Version::new(0, 7), Stage::GA, true, true),
+];
+
+/// Gates the ServiceCIDR finalizer's *addition* (removal is never gated).
+pub const MULTI_CIDR_SERVICE_ALLOCATOR: GateDecl = GateDecl {
+    name: "MultiCIDRServiceAllocator",
+    history: SERVICE_CIDR_PHASED_ADD,
+};
+
+/// The gates the controller reads.
+pub const GATES: &[GateDecl] = &[MULTI_CIDR_SERVICE_ALLOCATOR];
+
+/// service-cidr-protection as the manager knows it (RBAC as upstream's
+/// `system:controller:service-cidrs-controller`, with `patch` for our
+/// guarded finalizer writes and the status apply).
+pub const INFO: ControllerInfo = ControllerInfo {
+    name: controller::NAME,
+    aliases: &[controller::ALIAS],
+    enabled_by_default: true,
+    since: SERVICE_CIDR_SINCE,
+    gates: GATES,
+    finalizer: FinalizerNames {
+        project: "protection-manager.io/service-cidr-protection",
+        upstream: "networking.k8s.io/service-cidr-finalizer",
+    },
+    rbac: &[
+        PolicyRule {
+            api_groups: &["networking.k8s.io"],
+            resources: &["servicecidrs"],
+            verbs: &["get", "list", "watch", "patch"],
+        },
+        PolicyRule {
+            api_groups: &["networking.k8s.io"],
+            resources: &["servicecidrs/status"],
+            verbs: &["patch"],
+        },
+        PolicyRule {
+            api_groups: &["networking.k8s.io"],
+            resources: &["ipaddresses"],
+            verbs: &["list", "watch"],
+        },
+    ],
+    finalizes: &[FinalizedResource {
+        group: "networking.k8s.io",
+        versions: &["v1"],
+        kind: "ServiceCIDR",
+        plural: "servicecidrs",
+        cleared_by_deleting: false,
+    }],
+};
+
+/// The controllers of this crate, as the manager knows them.
+pub const INFOS: &[&ControllerInfo] = &[&INFO];
+
+/// Default of `--service-cidr-resync-period`.
+pub const DEFAULT_RESYNC_PERIOD: std::time::Duration = std::time::Duration::from_secs(300);
+
+fn duration_arg(s: &str) -> Result<std::time::Duration, String> {
+    protection_core::duration::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// Flags of service-cidr-protection (flattened into `protection-manager
+/// run`).
+#[derive(Clone, Debug, clap::Args)]
+#[group(id = "service-cidr-protection")]
+pub struct Options {
+    /// How often service-cidr-protection re-checks every ServiceCIDR being
+    /// deleted with its finalizer (or lacking it, or its Ready condition),
+    /// as upstream's informer resync does. Re-checks read the caches. `0`
+    /// disables it.
+    #[arg(
+        id = "service_cidr_resync_period",
+        long = "service-cidr-resync-period",
+        default_value = "5m",
+        value_parser = duration_arg
+    )]
+    pub resync_period: std::time::Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            resync_period: DEFAULT_RESYNC_PERIOD,
+        }
+    }
+}
+
+/// Configuration errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The controller of this crate; it re-checks ServiceCIDRs every
+/// `resync_period` (zero: never).
+pub fn descriptors(
+    resync_period: std::time::Duration,
+    profile: FinalizerProfile,
+) -> Result<Vec<ControllerDescriptor>, ConfigError> {
+    let finalizer = INFO.finalizer.get(profile).to_string();
+    validate_finalizer_name(&finalizer).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+    let settings = Settings {
+        finalizer,
+        resync_period,
+    };
+    Ok(vec![ControllerDescriptor {
+        info: &INFO,
+        run: Box::new(move |ctx| Box::pin(controller::run(ctx, settings))),
+    }])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profiles_name_the_finalizer() {
+        assert_eq!(
+            INFO.finalizer.get(FinalizerProfile::Project),
+            "protection-manager.io/service-cidr-protection"
+        );
+        assert_eq!(
+            INFO.finalizer.get(FinalizerProfile::Upstream),
+            "networking.k8s.io/service-cidr-finalizer"
+        );
+    }
+
+    #[test]
+    fn the_descriptor_is_new_at_0_5_with_the_upstream_alias() {
+        let d = descriptors(std::time::Duration::ZERO, FinalizerProfile::Project).unwrap();
+        assert_eq!(
+            (d[0].name, d[0].aliases, d[0].enabled_by_default, d[0].since),
+            (
+                NAME_FOR_TEST,
+                &["service-cidr-controller"][..],
+                true,
+                Version::new(0, 5)
+            )
+        );
+    }
+    const NAME_FOR_TEST: &str = "service-cidr-protection";
+
+    /// The gates at `release` (the binary is 0.4 until the release that
+    /// brings this crate: `gates_at` would refuse 0.5).
+    fn at(release: Version) -> protection_core::featuregate::FeatureGates {
+        let registry = protection_core::release::registry(GATES).unwrap();
+        protection_core::featuregate::FeatureGates::new(registry, release)
+    }
+
+    #[test]
+    fn the_gate_is_alpha_off_at_0_5_absent_before_with_beta_and_ga_planned() {
+        let g = at(Version::new(0, 5));
+        let row = g
+            .table()
+            .into_iter()
+            .find(|r| r.name == "MultiCIDRServiceAllocator")
+            .unwrap();
+        assert_eq!(
+            (row.stage, row.default, row.locked),
+            (Stage::Alpha, false, false)
+        );
+        assert!(!at(Version::new(0, 4)).enabled("MultiCIDRServiceAllocator"));
+        assert!(at(Version::new(0, 6)).enabled("MultiCIDRServiceAllocator"));
+        let planned: Vec<_> = MULTI_CIDR_SERVICE_ALLOCATOR
+            .history
+            .iter()
+            .map(|s| (s.version.to_string(), s.stage))
+            .collect();
+        assert_eq!(
+            planned,
+            vec![
+                ("0.5".to_string(), Stage::Alpha),
+                ("0.6".to_string(), Stage::Beta),
+                ("0.7".to_string(), Stage::GA)
+            ]
+        );
+    }
+}
