@@ -3,7 +3,7 @@
 //! chart with helm 4, with the invariants checked throughout. Runs on
 //! kube-sim, or on the cluster named by E2E_KUBECONFIG.
 
-use protection_e2e::scenarios::{lifecycle, vac};
+use protection_e2e::scenarios::{lifecycle, uninstall, vac};
 use protection_e2e::suite::{Bed, runtime, with_manager as frame};
 use protection_e2e::{release::ManagerRelease, scenarios::App};
 
@@ -47,6 +47,20 @@ fn vac_protection_classes_held_by_claims_volumes_and_pending_modifications() {
     runtime().block_on(async {
         with_manager("vac", &[vac::GATE_ON], async |app, rel| {
             vac::lifecycle(app, rel).await
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    });
+}
+
+/// `helm uninstall` leaves nothing stuck: refused (changing nothing) while a
+/// claim being deleted is in use, then, once its pod is gone, no
+/// `protection-manager.io/*` finalizer is left and nothing in use deleted.
+#[test]
+fn uninstall_leaves_nothing_stuck() {
+    runtime().block_on(async {
+        with_manager("uninstall", uninstall::SETS, async |app, rel| {
+            uninstall::leaves_nothing_stuck(app, rel).await
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));

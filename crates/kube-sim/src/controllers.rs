@@ -70,6 +70,30 @@ pub(crate) async fn run(store: Arc<Store>, stop: tokio_util::sync::CancellationT
     }
 }
 
+/// The service accounts kube-controller-manager's namespace controller
+/// and garbage collector act as (`--use-service-account-credentials`), so
+/// that admission policies see the deletes as a real cluster's.
+const NAMESPACE_CONTROLLER: &str = "namespace-controller";
+const GARBAGE_COLLECTOR: &str = "generic-garbage-collector";
+
+fn as_controller(name: &str) -> DeleteOptions {
+    DeleteOptions {
+        user: Some(std::sync::Arc::new(crate::admission::UserInfo::controller(
+            name,
+        ))),
+        ..Default::default()
+    }
+}
+
+/// The namespace controller deletes a namespace's content by collection
+/// (`deleteCollection`), so admission sees no names.
+fn as_namespace_controller() -> DeleteOptions {
+    DeleteOptions {
+        collection: true,
+        ..as_controller(NAMESPACE_CONTROLLER)
+    }
+}
+
 fn ns_rid() -> ResId {
     resources::find("", "v1", "namespaces").unwrap_or(0)
 }
@@ -102,7 +126,7 @@ fn reconcile_namespaces(store: &Store) -> bool {
                     continue;
                 }
                 let n = object::meta_str(&it.value, "name").to_string();
-                if let Err(e) = store.delete(i, &name, &n, &DeleteOptions::default())
+                if let Err(e) = store.delete(i, &name, &n, &as_namespace_controller())
                     && e.code != 404
                 {
                     tracing::warn!(namespace = %name, resource = def.resource, object = %n, error = %e, "namespace controller: delete failed");
@@ -212,7 +236,7 @@ fn reconcile_gc(store: &Store) -> bool {
                 }
                 let opts = DeleteOptions {
                     propagation_policy: Some("Foreground".into()),
-                    ..Default::default()
+                    ..as_controller(GARBAGE_COLLECTOR)
                 };
                 if let Err(e) = store.delete(i, &dns, &dname, &opts)
                     && e.code != 404
@@ -295,7 +319,7 @@ fn reconcile_dependents(store: &Store) -> bool {
             if object::meta(&it.value).is_some_and(|m| m.contains_key("deletionTimestamp")) {
                 continue;
             }
-            if let Err(e) = store.delete(i, &ns, &name, &DeleteOptions::default())
+            if let Err(e) = store.delete(i, &ns, &name, &as_controller(GARBAGE_COLLECTOR))
                 && e.code != 404
             {
                 tracing::warn!(object = %name, error = %e, "garbage collector: delete failed");

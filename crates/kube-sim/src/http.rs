@@ -216,6 +216,35 @@ fn user_of(req: &Request<Incoming>) -> String {
         .unwrap_or_else(|| "system:anonymous".to_string())
 }
 
+/// The user a request acts as, for admission policies: the token's user,
+/// or the one it impersonates (`Impersonate-User`, with the
+/// `Impersonate-Group`s and `system:authenticated`, as upstream's
+/// impersonation filter; kube-sim authorizes nothing, so anyone may).
+/// kubectl and helm send no bearer token over kube-sim's plain HTTP, but
+/// they do send a kubeconfig's `as:`/`as-groups:` as these headers.
+fn acting_user(req: &Request<Incoming>) -> crate::admission::UserInfo {
+    let Some(name) = header_str(req, header::HeaderName::from_static("impersonate-user"))
+        .filter(|u| !u.is_empty())
+    else {
+        return crate::admission::UserInfo::of_token(&user_of(req));
+    };
+    let mut groups: Vec<String> = req
+        .headers()
+        .get_all("impersonate-group")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .map(str::to_string)
+        .collect();
+    if !groups.iter().any(|g| g == "system:authenticated") {
+        groups.push("system:authenticated".into());
+    }
+    crate::admission::UserInfo {
+        username: name.to_string(),
+        groups,
+        ..Default::default()
+    }
+}
+
 /// The authorizer's verb for a resource request (an empty string for a
 /// method the API server gives no verb).
 fn k8s_verb(method: &Method, has_name: bool, watch: bool) -> &'static str {
@@ -596,6 +625,7 @@ fn write_options(q: &Query, manager: String) -> Result<WriteOptions, ApiError> {
         dry_run,
         force: q.flag("force"),
         strict_fields: q.get("fieldValidation") == Some("Strict"),
+        ..WriteOptions::default()
     })
 }
 
@@ -662,6 +692,8 @@ async fn resource_request(
     let def = crate::resources::def(rid);
     let store = &state.store;
     let want = negotiate(header_str(&req, header::ACCEPT), false).ok_or_else(not_acceptable)?;
+    // Who writes, for admission policies (`request.userInfo`).
+    let user = Some(Arc::new(acting_user(&req)));
     let method = req.method().clone();
     let ns = t.namespace.clone();
     let name = t.name.clone();
@@ -672,7 +704,10 @@ async fn resource_request(
     };
     let watch = t.watch_path || q.flag("watch");
     if sub == Some("scale") && !watch {
-        let opts = write_options(&q, manager)?;
+        let opts = WriteOptions {
+            user,
+            ..write_options(&q, manager)?
+        };
         let (ct, body) = read_body(req).await?;
         let scale =
             crate::scale::handle(store, rid, &ns, &name, &method, ct.as_deref(), &body, &opts)?;
@@ -749,12 +784,16 @@ async fn resource_request(
                     "create",
                 ));
             }
-            let opts = write_options(&q, manager)?;
+            let opts = WriteOptions {
+                user,
+                ..write_options(&q, manager)?
+            };
             let (ct, body) = read_body(req).await?;
             let obj = decode_object(ct.as_deref(), &body)?;
             decodes_as(def, &obj)?;
-            let warnings = field_validation(def, &q, &obj, store.custom(rid).as_deref())?;
+            let mut warnings = field_validation(def, &q, &obj, store.custom(rid).as_deref())?;
             let s = store.create(rid, &ns, obj, &opts)?;
+            warnings.extend(opts.warnings.take());
             // Like the audit log's objectRef, name the created object.
             *created_name = object::meta_str(&s.value, "name").to_string();
             Ok(with_warnings(
@@ -769,12 +808,16 @@ async fn resource_request(
                     "update",
                 ));
             }
-            let opts = write_options(&q, manager)?;
+            let opts = WriteOptions {
+                user,
+                ..write_options(&q, manager)?
+            };
             let (ct, body) = read_body(req).await?;
             let obj = decode_object(ct.as_deref(), &body)?;
             decodes_as(def, &obj)?;
-            let warnings = field_validation(def, &q, &obj, store.custom(rid).as_deref())?;
+            let mut warnings = field_validation(def, &q, &obj, store.custom(rid).as_deref())?;
             let (s, created) = store.update(rid, &ns, &name, sub, obj, &opts)?;
+            warnings.extend(opts.warnings.take());
             Ok(with_warnings(
                 stored_response(if created { 201 } else { 200 }, &s, &want, def, &q),
                 &warnings,
@@ -793,7 +836,10 @@ async fn resource_request(
                     "patch",
                 ));
             }
-            let mut opts = write_options(&q, manager)?;
+            let mut opts = WriteOptions {
+                user,
+                ..write_options(&q, manager)?
+            };
             let (ct, body) = read_body(req).await?;
             let ct = ct.unwrap_or_default();
             let kind = PatchKind::from_content_type(&ct).ok_or_else(|| {
@@ -827,8 +873,9 @@ async fn resource_request(
                 ));
             }
             opts.force = q.flag("force");
-            let warnings = patch_warnings(def, &q, kind, &body);
+            let mut warnings = patch_warnings(def, &q, kind, &body);
             let (s, created) = store.patch(rid, &ns, &name, sub, kind, &body, &opts)?;
+            warnings.extend(opts.warnings.take());
             Ok(with_warnings(
                 stored_response(if created { 201 } else { 200 }, &s, &want, def, &q),
                 &warnings,
@@ -836,7 +883,10 @@ async fn resource_request(
         }
         Method::DELETE => {
             let (_, body) = read_body(req).await?;
-            let opts = delete_options(&q, &body)?;
+            let opts = DeleteOptions {
+                user,
+                ..delete_options(&q, &body)?
+            };
             if name.is_empty() {
                 let lo = list_options(&q, def)?;
                 let ns = if def.namespaced && t.ns_in_path {
@@ -857,7 +907,10 @@ async fn resource_request(
                     continue_token: None,
                     remaining: None,
                 };
-                return Ok(list_response(def, &res, &Want::Json, &q));
+                return Ok(with_warnings(
+                    list_response(def, &res, &Want::Json, &q),
+                    &opts.warnings.take(),
+                ));
             }
             if def.group.is_empty()
                 && def.resource == "namespaces"
@@ -873,7 +926,9 @@ async fn resource_request(
                 )
                 .with_details(json!({"name": name, "kind": "namespaces"})));
             }
-            match store.delete(rid, &ns, &name, &opts)? {
+            let outcome = store.delete(rid, &ns, &name, &opts)?;
+            let warnings = opts.warnings.take();
+            let resp = match outcome {
                 DeleteOutcome::Pending(s) => Ok(stored_response(200, &s, &want, def, &q)),
                 DeleteOutcome::Deleted(s) => {
                     if returns_deleted_object(def) {
@@ -892,7 +947,8 @@ async fn resource_request(
                         ))
                     }
                 }
-            }
+            };
+            resp.map(|r| with_warnings(r, &warnings))
         }
         _ => Err(ApiError::new(
             405,

@@ -52,7 +52,8 @@ pub fn labels(obj: &Value) -> Option<&Map<String, Value>> {
 }
 
 /// The order Go's `ObjectMeta` struct serialises its fields in.
-const META_ORDER: &[&str] = &[
+/// `ObjectMeta`'s fields in upstream's order.
+pub(crate) const META_ORDER: &[&str] = &[
     "name",
     "generateName",
     "namespace",

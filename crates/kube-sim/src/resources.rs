@@ -236,6 +236,12 @@ pub static RESOURCES: &[ResourceDef] = &[
     MAP_BINDING,
     MAP.at("v1beta1"),
     MAP_BINDING.at("v1beta1"),
+    res! { "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicy", "validatingadmissionpolicy";
+        cluster cat["api-extensions"] status generation },
+    res! { "admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybinding";
+        cluster cat["api-extensions"] generation },
     res! { "apiextensions.k8s.io", "v1", "customresourcedefinitions",
         "CustomResourceDefinition", "customresourcedefinition";
         cluster short["crd", "crds"] cat["api-extensions"] status generation },

@@ -120,6 +120,10 @@ pub struct WriteOptions {
     /// `fieldValidation=Strict`: a non-apply patch whose result has fields
     /// the schema does not declare is a 400 (otherwise they are dropped).
     pub strict_fields: bool,
+    /// Who writes, as admission policies see it (None: in-process, no user).
+    pub user: Option<Arc<crate::admission::UserInfo>>,
+    /// Where admission leaves warnings for the response.
+    pub warnings: crate::admission::Warnings,
 }
 
 impl WriteOptions {
@@ -140,6 +144,40 @@ pub struct DeleteOptions {
     /// `Orphan`, `Background` or `Foreground`.
     pub propagation_policy: Option<String>,
     pub dry_run: bool,
+    /// Who deletes, as admission policies see it (None: in-process).
+    pub user: Option<Arc<crate::admission::UserInfo>>,
+    /// Part of a DELETE of a collection: admission sees no name (a refusal
+    /// names `"Unknown"`, as upstream's DeleteCollection).
+    pub collection: bool,
+    /// Where admission leaves warnings for the response.
+    pub warnings: crate::admission::Warnings,
+}
+
+impl DeleteOptions {
+    /// `request.options` of a DELETE: the `meta.k8s.io/v1` DeleteOptions.
+    fn admission_options(&self) -> Value {
+        let mut v = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
+        if let Some(g) = self.grace_period_seconds {
+            v["gracePeriodSeconds"] = json!(g);
+        }
+        if let Some(p) = &self.propagation_policy {
+            v["propagationPolicy"] = json!(p);
+        }
+        if self.dry_run {
+            v["dryRun"] = json!(["All"]);
+        }
+        let mut pre = serde_json::Map::new();
+        if let Some(u) = &self.precondition_uid {
+            pre.insert("uid".into(), json!(u));
+        }
+        if let Some(rv) = &self.precondition_rv {
+            pre.insert("resourceVersion".into(), json!(rv));
+        }
+        if !pre.is_empty() {
+            v["preconditions"] = Value::Object(pre);
+        }
+        v
+    }
 }
 
 /// What a DELETE did.
@@ -986,7 +1024,7 @@ impl Store {
             &now,
             &def.api_version(),
         );
-        let allocated = self.before_create(rid, &mut obj, &now, opts.dry_run)?;
+        let allocated = self.before_create(rid, &mut obj, &now, opts)?;
         let generate = generates_names(def)
             && !meta_str(&obj, "generateName").is_empty()
             && meta_str(&obj, "name").starts_with(meta_str(&obj, "generateName"));
@@ -1024,16 +1062,18 @@ impl Store {
         crate::networking::allocate_service(self, &mut rng, svc, old, dry_run)
     }
 
-    /// rest.BeforeCreate: system fields, generateName, strategy, admission,
-    /// the Service registry's allocation, validation. What it allocated is
-    /// returned, for the caller to release if the write fails.
+    /// rest.BeforeCreate: system fields, generateName, strategy, mutating
+    /// admission, the Service registry's allocation, validation, validating
+    /// admission. What it allocated is returned, for the caller to release
+    /// if the write fails.
     fn before_create(
         &self,
         rid: ResId,
         obj: &mut Value,
         now: &str,
-        dry_run: bool,
+        opts: &WriteOptions,
     ) -> Result<crate::networking::Allocated, ApiError> {
+        let dry_run = opts.dry_run;
         let def = crate::resources::def(rid);
         {
             let m = object::meta_mut(obj);
@@ -1085,17 +1125,18 @@ impl Store {
         if def.group.is_empty() && def.resource == "persistentvolumeclaims" {
             self.default_storage_class(obj);
         }
+        let attrs = crate::admission::Attributes {
+            def,
+            operation: crate::admission::Operation::Create,
+            subresource: None,
+            old: None,
+            dry_run,
+            user: opts.user.as_deref(),
+            options: None,
+            collection: false,
+        };
         // MutatingAdmissionPolicy, after the built-in plugins, before validation.
-        self.mutating_admission(
-            &crate::admission::Attributes {
-                def,
-                operation: crate::admission::Operation::Create,
-                subresource: None,
-                old: None,
-                dry_run,
-            },
-            obj,
-        )?;
+        self.mutating_admission(&attrs, obj)?;
         let allocated = if is_service {
             self.allocate_cluster_ip(obj, None, dry_run)?
         } else {
@@ -1130,6 +1171,10 @@ impl Store {
                 allocated,
                 Err(ApiError::invalid(def.group, def.kind, &name, &errs)),
             );
+        }
+        // ValidatingAdmissionPolicy: the registry's createValidation.
+        if let Err(e) = self.validating_admission(&attrs, Some(obj), &opts.warnings) {
+            return self.finish_allocation(allocated, Err(e));
         }
         Ok(allocated)
     }
@@ -1306,7 +1351,7 @@ impl Store {
                     let core = event_versions::v1_to_core(&obj);
                     let mut core = core;
                     let cdef = crate::resources::def(srid);
-                    let _ = self.before_create(srid, &mut core, &now, opts.dry_run)?;
+                    let _ = self.before_create(srid, &mut core, &now, opts)?;
                     let core = canonicalize(core, cdef.kind, &cdef.api_version());
                     return match self.commit_create(srid, core, false, opts.dry_run) {
                         Ok(s) => Ok((view(&s)?, true)),
@@ -1314,7 +1359,7 @@ impl Store {
                         Err(e) => Err(event_versions::view_error(e)),
                     };
                 }
-                let allocated = self.before_create(rid, &mut obj, &now, opts.dry_run)?;
+                let allocated = self.before_create(rid, &mut obj, &now, opts)?;
                 let obj = canonicalize(obj, def.kind, &def.api_version());
                 let created = self.commit_create(rid, obj, false, opts.dry_run);
                 return match self.finish_allocation(allocated, created) {
@@ -1420,18 +1465,19 @@ impl Store {
             }
         }
         strategy::apply_defaults(def, &mut new);
+        let attrs = crate::admission::Attributes {
+            def,
+            operation: crate::admission::Operation::Update,
+            subresource,
+            old: Some(old),
+            dry_run: opts.dry_run,
+            user: opts.user.as_deref(),
+            options: None,
+            collection: false,
+        };
         // MutatingAdmissionPolicy: before the strategy, validation and the
         // "no new finalizers while deleting" rule, as in kube-apiserver.
-        self.mutating_admission(
-            &crate::admission::Attributes {
-                def,
-                operation: crate::admission::Operation::Update,
-                subresource,
-                old: Some(old),
-                dry_run: opts.dry_run,
-            },
-            &mut new,
-        )?;
+        self.mutating_admission(&attrs, &mut new)?;
         strategy::prepare_for_update(def, &mut new, old, subresource, now);
         let service_update =
             def.group.is_empty() && def.resource == "services" && subresource.is_none();
@@ -1548,6 +1594,18 @@ impl Store {
         if !errs.is_empty() {
             return Err(ApiError::invalid(def.group, def.kind, &name, &errs));
         }
+        // ValidatingAdmissionPolicy: the registry's updateValidation.
+        let attrs = crate::admission::Attributes {
+            def,
+            operation: crate::admission::Operation::Update,
+            subresource,
+            old: Some(old),
+            dry_run: opts.dry_run,
+            user: opts.user.as_deref(),
+            options: None,
+            collection: false,
+        };
+        self.validating_admission(&attrs, Some(&new), &opts.warnings)?;
         let new = canonicalize(new, def.kind, &def.api_version());
         // No-op writes do not bump the resourceVersion (etcd3 GuaranteedUpdate).
         if new == live.value {
@@ -1645,6 +1703,32 @@ impl Store {
                 }
             }
             let deleting = lm.contains_key("deletionTimestamp");
+            // ValidatingAdmissionPolicy: the registry's deleteValidation, on
+            // the stored object, unless a graceful deletion is pending and
+            // no shorter grace period is asked for (rest.BeforeDelete).
+            let pending_grace = lm
+                .get("deletionGracePeriodSeconds")
+                .and_then(Value::as_i64)
+                .filter(|g| deleting && *g > 0);
+            let graceful_pending = pending_grace
+                .is_some_and(|cur| opts.grace_period_seconds.is_none_or(|g| g.max(0) >= cur));
+            if !graceful_pending {
+                let options = opts.admission_options();
+                self.validating_admission(
+                    &crate::admission::Attributes {
+                        def,
+                        operation: crate::admission::Operation::Delete,
+                        subresource: None,
+                        old: Some(&live.value),
+                        dry_run: opts.dry_run,
+                        user: opts.user.as_deref(),
+                        options: Some(&options),
+                        collection: opts.collection,
+                    },
+                    None,
+                    &opts.warnings,
+                )?;
+            }
             // The namespace registry keeps a namespace while spec.finalizers
             // is non-empty (pkg/registry/core/namespace/storage/storage.go).
             let spec_fins = namespace_spec_finalizers(def, &live.value);
@@ -1937,7 +2021,11 @@ impl Store {
                 continue;
             }
             let (n, name) = it.key();
-            match self.delete(rid, &n, &name, opts) {
+            let opts = DeleteOptions {
+                collection: true,
+                ..opts.clone()
+            };
+            match self.delete(rid, &n, &name, &opts) {
                 Ok(DeleteOutcome::Deleted(s)) | Ok(DeleteOutcome::Pending(s)) => out.push(s),
                 Err(e) if e.code == 404 => {}
                 Err(e) => return Err(e),
@@ -1952,7 +2040,7 @@ impl Store {
         let def = crate::resources::def(rid);
         let mut obj = obj;
         let now = object::now_string();
-        let allocated = self.before_create(rid, &mut obj, &now, false)?;
+        let allocated = self.before_create(rid, &mut obj, &now, &WriteOptions::default())?;
         let obj = canonicalize(obj, def.kind, &def.api_version());
         self.finish_allocation(allocated, self.commit_create(rid, obj, false, false))
     }

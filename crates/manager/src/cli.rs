@@ -50,6 +50,80 @@ pub enum Command {
     /// Explain why an object is Terminating (or what would hold it):
     /// `explain pvc/data -n demo`, `explain pv/pv-1`, `explain svc/web -n demo`.
     Explain(ExplainArgs),
+    /// Liens: "this object may not be deleted while these reasons stand".
+    /// The chart's ValidatingAdmissionPolicy refuses the DELETE of an
+    /// object with liens (kinds in the chart's liens.resources), naming
+    /// each holder and reason; no manager needs to run.
+    #[command(subcommand)]
+    Lien(LienCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LienCommand {
+    /// Add a lien (or change its reason): `lien add secrets/db -n shop
+    /// --holder backup --reason "nightly snapshot"`.
+    Add(LienAddArgs),
+    /// Remove the holder's lien: `lien remove secrets/db -n shop --holder
+    /// backup`. The object may be deleted once no lien is left.
+    Remove(LienRemoveArgs),
+    /// List liens: of one object (`lien list secrets/db -n shop`) or of
+    /// every object of a kind (`lien list secrets -A`).
+    List(LienListArgs),
+}
+
+/// The object a lien command acts on.
+#[derive(Debug, Clone, Args)]
+pub struct LienTarget {
+    /// `KIND/NAME` as kubectl names kinds (`secrets/db`, `pvc/data`,
+    /// `deployments.apps/web`); `list` also takes `KIND` alone.
+    pub target: String,
+
+    /// Namespace of a namespaced object (default `default`).
+    #[arg(long, short = 'n', value_parser = namespace_arg)]
+    pub namespace: Option<String>,
+
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+impl LienTarget {
+    pub fn namespace(&self) -> &str {
+        self.namespace.as_deref().unwrap_or("default")
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LienAddArgs {
+    #[command(flatten)]
+    pub target: LienTarget,
+
+    /// Who holds the lien (a team, tool or ticket: letters, digits, `-_.:/@`).
+    #[arg(long)]
+    pub holder: String,
+
+    /// Why, in one line; the refusal of a delete shows it.
+    #[arg(long)]
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LienRemoveArgs {
+    #[command(flatten)]
+    pub target: LienTarget,
+
+    /// Whose lien to remove.
+    #[arg(long)]
+    pub holder: String,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LienListArgs {
+    #[command(flatten)]
+    pub target: LienTarget,
+
+    /// With `KIND` alone: every namespace.
+    #[arg(long, short = 'A', default_value_t = false)]
+    pub all_namespaces: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -124,8 +198,27 @@ pub struct ReleaseCheckArgs {
 #[derive(Debug, Clone, Args)]
 pub struct StripFinalizersArgs {
     /// The controller whose finalizer to remove (e.g. vac-protection).
-    #[arg(long)]
-    pub controller: String,
+    #[arg(long, required_unless_present = "all", conflicts_with = "all")]
+    pub controller: Option<String>,
+
+    /// Uninstall: every controller's `protection-manager.io/*` finalizer.
+    /// Deletes the ProtectionRules (the running manager clears their
+    /// finalizers), waits up to --wait for the manager to release the
+    /// objects being deleted, scales --deployment to zero, removes the
+    /// finalizers from every object not being deleted and from the deleted
+    /// ones nothing uses; fails naming each object left, and why.
+    #[arg(long, default_value_t = false)]
+    pub all: bool,
+
+    /// With --all: how long the running manager gets to clear the rules and
+    /// release the objects being deleted, and to stop.
+    #[arg(long, default_value = "60s", value_parser = duration_arg, requires = "all")]
+    pub wait: Duration,
+
+    /// With --all: the manager's Deployment (in --namespace), scaled to zero
+    /// before the finalizers are removed so it does not put them back.
+    #[arg(long, value_parser = object_name_arg, requires = "all")]
+    pub deployment: Option<String>,
 
     /// The finalizer names in use (as `run --finalizer-profile`): `project`
     /// or `upstream`.

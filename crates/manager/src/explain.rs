@@ -158,6 +158,95 @@ pub enum Holder {
     },
 }
 
+impl Holder {
+    /// Whether this keeps `controller`'s finalizer on the object.
+    pub fn holds_for(&self, controller: &str) -> bool {
+        if let Holder::Said { controller: c, .. } = self {
+            return *c == controller;
+        }
+        matches!(
+            (controller, self),
+            (
+                "pvc-protection",
+                Holder::PodsUseClaim(_) | Holder::PodsUnreadable(_)
+            ) | ("pv-protection", Holder::VolumeBound { .. })
+                | ("service-lb-cleanup", Holder::LoadBalancer(_))
+                | (
+                    "vac-protection",
+                    Holder::ClassInUse(_) | Holder::ClassUsersUnreadable(_)
+                )
+        )
+    }
+
+    /// Why this holds the object (of namespace `ns`), and what frees it.
+    pub fn describe(&self, ns: &str, now: Timestamp) -> String {
+        match self {
+            Holder::PodsUseClaim(users) => {
+                let who: Vec<String> = users.iter().map(|u| describe_use(ns, u)).collect();
+                format!(
+                    "held by pvc-protection: the claim is in use by {}. It goes once no scheduled pod uses it: delete {} (a finished pod still counts until it is deleted).",
+                    who.join(", "),
+                    if users.len() == 1 { "that pod" } else { "those pods" }
+                )
+            }
+            Holder::PodsUnreadable(pods) => {
+                let who: Vec<String> = pods
+                    .iter()
+                    .map(|p| format!("pod {ns}/{} ({})", p.name, p.error))
+                    .collect();
+                format!(
+                    "pvc-protection cannot tell whether the claim is free: no readable pod uses it, but {} could not be read. The controller keeps its finalizer while a pod may use the claim.",
+                    who.join(", ")
+                )
+            }
+            Holder::VolumeBound { claim } => match claim {
+                Some(c) => format!(
+                    "held by pv-protection: the volume is Bound to claim {c}. It goes once the volume leaves Bound: delete the claim (the volume then becomes Released)."
+                ),
+                None => "held by pv-protection: the volume's phase is Bound. It goes once the volume leaves Bound.".to_string(),
+            },
+            Holder::LoadBalancer(st) => match &st.failing {
+                Some(f) => {
+                    let since = f
+                        .since
+                        .map(|s| {
+                            let shown = s.round(k8s_openapi::jiff::Unit::Second).unwrap_or(s);
+                            format!("since {shown} ({} ago)", age(s, now))
+                        })
+                        .unwrap_or_else(|| "for an unknown time".into());
+                    format!(
+                        "held by service-lb-cleanup: deleting the load balancer is failing {since}, {} attempt(s); last error ({}): {}",
+                        f.count, f.reason, f.note
+                    )
+                }
+                None if st.deleting_seen => "held by service-lb-cleanup: the load balancer is being deleted; the finalizer goes once the provider confirms it is gone.".to_string(),
+                None => "held by service-lb-cleanup: waiting for the controller to delete the load balancer (no attempt reported yet: is a manager running, with this Service's loadBalancerClass?).".to_string(),
+            },
+            Holder::ClassInUse(users) => {
+                let who: Vec<String> = users.iter().map(VacUse::describe).collect();
+                format!(
+                    "held by vac-protection: the class is in use by {}. It goes once no claim or volume refers to it: delete them or change them to another class (a pending modification counts until it finishes).",
+                    who.join(", ")
+                )
+            }
+            Holder::ClassUsersUnreadable(objs) => {
+                let who: Vec<String> = objs.iter().map(|o| format!("{} ({})", o.object, o.error)).collect();
+                format!(
+                    "vac-protection cannot tell whether the class is free: no readable claim or volume uses it, but {} could not be read.",
+                    who.join(", ")
+                )
+            }
+            Holder::Releasable { controller } => format!(
+                "nothing uses it any more; {controller} removes its finalizer on its next pass (if this lasts, check that a manager is running and leading)."
+            ),
+            Holder::Foreign(f) => format!(
+                "held by finalizer {f}, which protection-manager does not own: the controller that added it must remove it."
+            ),
+            Holder::Said { controller, line } => format!("held by {controller}: {line}"),
+        }
+    }
+}
+
 /// Everything `explain` prints, computed.
 #[derive(Clone, Debug)]
 pub struct Report {
@@ -250,70 +339,7 @@ impl Report {
                 );
             }
             for h in &self.holders {
-                let line = match h {
-                    Holder::PodsUseClaim(users) => {
-                        let who: Vec<String> = users.iter().map(|u| describe_use(&ns, u)).collect();
-                        format!(
-                            "held by pvc-protection: the claim is in use by {}. It goes once no scheduled pod uses it: delete {} (a finished pod still counts until it is deleted).",
-                            who.join(", "),
-                            if users.len() == 1 { "that pod" } else { "those pods" }
-                        )
-                    }
-                    Holder::PodsUnreadable(pods) => {
-                        let who: Vec<String> = pods
-                            .iter()
-                            .map(|p| format!("pod {ns}/{} ({})", p.name, p.error))
-                            .collect();
-                        format!(
-                            "pvc-protection cannot tell whether the claim is free: no readable pod uses it, but {} could not be read. The controller keeps its finalizer while a pod may use the claim.",
-                            who.join(", ")
-                        )
-                    }
-                    Holder::VolumeBound { claim } => match claim {
-                        Some(c) => format!(
-                            "held by pv-protection: the volume is Bound to claim {c}. It goes once the volume leaves Bound: delete the claim (the volume then becomes Released)."
-                        ),
-                        None => "held by pv-protection: the volume's phase is Bound. It goes once the volume leaves Bound.".to_string(),
-                    },
-                    Holder::LoadBalancer(st) => match &st.failing {
-                        Some(f) => {
-                            let since = f
-                                .since
-                                .map(|s| {
-                                    let shown = s.round(k8s_openapi::jiff::Unit::Second).unwrap_or(s);
-                                    format!("since {shown} ({} ago)", age(s, now))
-                                })
-                                .unwrap_or_else(|| "for an unknown time".into());
-                            format!(
-                                "held by service-lb-cleanup: deleting the load balancer is failing {since}, {} attempt(s); last error ({}): {}",
-                                f.count, f.reason, f.note
-                            )
-                        }
-                        None if st.deleting_seen => "held by service-lb-cleanup: the load balancer is being deleted; the finalizer goes once the provider confirms it is gone.".to_string(),
-                        None => "held by service-lb-cleanup: waiting for the controller to delete the load balancer (no attempt reported yet: is a manager running, with this Service's loadBalancerClass?).".to_string(),
-                    },
-                    Holder::ClassInUse(users) => {
-                        let who: Vec<String> = users.iter().map(VacUse::describe).collect();
-                        format!(
-                            "held by vac-protection: the class is in use by {}. It goes once no claim or volume refers to it: delete them or change them to another class (a pending modification counts until it finishes).",
-                            who.join(", ")
-                        )
-                    }
-                    Holder::ClassUsersUnreadable(objs) => {
-                        let who: Vec<String> = objs.iter().map(|o| format!("{} ({})", o.object, o.error)).collect();
-                        format!(
-                            "vac-protection cannot tell whether the class is free: no readable claim or volume uses it, but {} could not be read.",
-                            who.join(", ")
-                        )
-                    }
-                    Holder::Releasable { controller } => format!(
-                        "nothing uses it any more; {controller} removes its finalizer on its next pass (if this lasts, check that a manager is running and leading)."
-                    ),
-                    Holder::Foreign(f) => format!(
-                        "held by finalizer {f}, which protection-manager does not own: the controller that added it must remove it."
-                    ),
-                    Holder::Said { controller, line } => format!("held by {controller}: {line}"),
-                };
+                let line = h.describe(&ns, now);
                 let _ = writeln!(out, "  Why:         {line}");
             }
         } else {
@@ -385,21 +411,7 @@ impl Report {
                 match owner_of(f) {
                     None => self.holders.push(Holder::Foreign(f.clone())),
                     Some(c) => {
-                        let held = self.holders.iter().any(|h| {
-                            matches!(h, Holder::Said { controller, .. } if *controller == c)
-                                || matches!(
-                                    (c, h),
-                                    (
-                                        "pvc-protection",
-                                        Holder::PodsUseClaim(_) | Holder::PodsUnreadable(_)
-                                    ) | ("pv-protection", Holder::VolumeBound { .. })
-                                        | ("service-lb-cleanup", Holder::LoadBalancer(_))
-                                        | (
-                                            "vac-protection",
-                                            Holder::ClassInUse(_) | Holder::ClassUsersUnreadable(_)
-                                        )
-                                )
-                        });
+                        let held = self.holders.iter().any(|h| h.holds_for(c));
                         if !held {
                             self.holders.push(Holder::Releasable { controller: c });
                         }
@@ -425,6 +437,24 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
         }
         _ => Some(args.namespace.clone().unwrap_or_else(|| "default".into())),
     };
+    let mut report = explain_object(&client, kind, namespace, name).await?;
+    // The leader after the object: a server that does not answer is
+    // reported after one request timeout, not two.
+    if report.found {
+        report.leader = leader(&client, args.lease_name.as_deref()).await;
+    }
+    Ok(report)
+}
+
+/// The report on one object (without the leader), over `client`; `name`
+/// was checked against its kind's rule.
+pub async fn explain_object(
+    client: &kube::Client,
+    kind: Kind,
+    namespace: Option<String>,
+    name: String,
+) -> Result<Report> {
+    let client = client.clone();
     let mut report = Report {
         kind,
         namespace: namespace.clone(),
@@ -596,9 +626,6 @@ pub async fn explain(args: &ExplainArgs) -> Result<Report> {
             meta
         }
     };
-    // The leader after the object: a server that does not answer is
-    // reported after one request timeout, not two.
-    report.leader = leader(&client, args.lease_name.as_deref()).await;
     report.found = true;
     report.deleting_since = meta.deletion_timestamp.as_ref().map(|t| t.0);
     report.finalizers = meta.finalizers.clone().unwrap_or_default();

@@ -5,10 +5,12 @@
 mod cli;
 mod controllers;
 mod explain;
+mod lien;
 mod logging;
 mod release_check;
 mod run;
 mod strip;
+mod uninstall;
 
 use std::process::ExitCode;
 
@@ -63,6 +65,27 @@ fn main() -> ExitCode {
                 }
                 Ok(report) => {
                     print!("{}", report.render(k8s_openapi::jiff::Timestamp::now()));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(&e),
+            }
+        }
+        cli::Command::Lien(cmd) => {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => return fail(&anyhow::anyhow!("starting the async runtime: {e}")),
+            };
+            let out = match &cmd {
+                cli::LienCommand::Add(a) => rt.block_on(lien::add(a)),
+                cli::LienCommand::Remove(a) => rt.block_on(lien::remove(a)),
+                cli::LienCommand::List(a) => rt.block_on(lien::list(a)),
+            };
+            match out {
+                Ok(text) => {
+                    print!("{text}");
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(&e),

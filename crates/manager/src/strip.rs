@@ -39,12 +39,15 @@ use crate::release_check::client;
 use crate::run::manager_namespace;
 
 pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
+    let Some(controller) = &args.controller else {
+        return crate::uninstall::strip_all(args).await;
+    };
     let info = crate::controllers::infos()
-        .find(|i| i.name == args.controller || i.aliases.contains(&args.controller.as_str()))
+        .find(|i| i.name == controller || i.aliases.contains(&controller.as_str()))
         .ok_or_else(|| {
             anyhow::anyhow!(
                 "--controller {:?}: not a known controller (known: {})",
-                args.controller,
+                controller,
                 crate::controllers::infos()
                     .map(|i| i.name)
                     .collect::<Vec<_>>()
@@ -54,7 +57,7 @@ pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
     if info.finalizes.is_empty() {
         bail!(
             "--controller {:?}: its finalizer goes on whatever kinds its objects name, which this command cannot list",
-            args.controller
+            controller
         );
     }
     let finalizer = info.finalizer.get(args.finalizer_profile);
@@ -67,7 +70,7 @@ pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
         };
         bail!(
             "--controller {:?}: every release since {CONTROLLERS_SINCE} (the first with controllers) removes {finalizer}{upstream}: a rollback never strands it, so there is nothing to strip, and stripping it would let objects still in use be deleted",
-            args.controller
+            controller
         );
     }
     let client = client(&args.client).await?;
@@ -319,7 +322,7 @@ impl UsersOf {
 
 /// One guarded removal: the patch fails (and nothing changes) if the list
 /// changed since it was read.
-async fn strip_one(
+pub(crate) async fn strip_one(
     client: &kube::Client,
     r: &protection_core::FinalizedResource,
     name: &str,

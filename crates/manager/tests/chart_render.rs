@@ -568,6 +568,8 @@ const RULES: &[&str] = &[
     "list protection-manager.io/protectionrules",
     "watch protection-manager.io/protectionrules",
     "patch protection-manager.io/protectionrules",
+    // The uninstall hook deletes the rules (uninstall.hook.enabled).
+    "delete protection-manager.io/protectionrules",
     "patch protection-manager.io/protectionrules/status",
     "create authorization.k8s.io/selfsubjectaccessreviews",
 ];
@@ -707,6 +709,8 @@ fn rbac_rules_follow_the_enabled_controllers() {
                         "pm-protection-manager-release",
                         "get,update,patch"
                     ),
+                    // The uninstall hook scales the manager to zero.
+                    s("apps", "deployments", "pm-protection-manager", "get,patch"),
                 ]
             );
         }
@@ -1293,6 +1297,7 @@ fn every_object_carries_the_standard_labels() {
                 "ClusterRole",
                 "ClusterRoleBinding",
                 "Deployment",
+                "Job",
                 "PodDisruptionBudget",
                 "Role",
                 "RoleBinding",
@@ -1648,6 +1653,71 @@ fn a_full_name_too_long_for_the_metrics_service_is_refused() {
                 &format!("fullnameOverride={long}"),
                 "metrics.service.enabled=false",
             ],
+        );
+    }
+}
+
+/// The uninstall hook: a pre-delete Job running `strip-finalizers --all`
+/// against the release's Deployment, as the chart's ServiceAccount, with the
+/// RBAC it needs (delete rules, scale the named Deployment); none of it with
+/// `uninstall.hook.enabled=false`.
+#[test]
+fn the_uninstall_hook_strips_every_finalizer_with_the_release_rbac() {
+    for helm in helms() {
+        let r = render(&helm, &["uninstall.hook.wait=7s"]);
+        let jobs = r.of_kind("Job");
+        let job = jobs
+            .iter()
+            .find(|j| j["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete")
+            .unwrap_or_else(|| panic!("{:?}: no pre-delete Job", helm.version));
+        assert_eq!(job["metadata"]["name"], "pm-protection-manager-uninstall");
+        let pod = &job["spec"]["template"]["spec"];
+        assert_eq!(pod["serviceAccountName"], "pm-protection-manager");
+        let args: Vec<&str> = pod["containers"][0]["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "strip-finalizers",
+                "--all",
+                &format!("--namespace={RELEASE_NS}"),
+                "--deployment=pm-protection-manager",
+                "--finalizer-profile=project",
+                "--wait=7s",
+            ],
+            "{:?}",
+            helm.version
+        );
+        assert!(cluster_grants(&r).contains("delete protection-manager.io/protectionrules"));
+        let role = r.one("Role");
+        let scale = role["rules"]
+            .as_array()
+            .expect("rules")
+            .iter()
+            .find(|rule| rule["resources"][0] == "deployments")
+            .expect("the Role lets the hook scale the Deployment");
+        assert_eq!(scale["resourceNames"][0], "pm-protection-manager");
+        assert_eq!(scale["verbs"], serde_json::json!(["get", "patch"]));
+
+        let off = render(&helm, &["uninstall.hook.enabled=false"]);
+        assert!(
+            !off.of_kind("Job")
+                .iter()
+                .any(|j| j["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"),
+            "{:?}",
+            helm.version
+        );
+        assert!(!cluster_grants(&off).contains("delete protection-manager.io/protectionrules"));
+        assert!(
+            !off.one("Role")["rules"]
+                .as_array()
+                .expect("rules")
+                .iter()
+                .any(|rule| rule["resources"][0] == "deployments")
         );
     }
 }

@@ -244,7 +244,7 @@ impl State {
         let c = r.counts();
         let mode = r.ctx.spec.mode;
         let message = match mode {
-            Mode::Enforce if self.add_enabled => format!(
+            Mode::Enforce | Mode::Deny if self.add_enabled => format!(
                 "protecting {} while {} refer to them",
                 r.ctx.protected.display(),
                 r.ctx
@@ -254,7 +254,7 @@ impl State {
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
-            Mode::Enforce => {
+            Mode::Enforce | Mode::Deny => {
                 "gate InUseProtectionRules is off: holding and releasing only, adding no finalizer"
                     .to_string()
             }
@@ -555,7 +555,7 @@ impl State {
                 )
                 .await;
         }
-        if spec.mode == Mode::Enforce
+        if spec.mode.holds()
             && self.add_enabled
             && !has_finalizer(&o.metadata, RULE_FINALIZER)
             && let Err(e) = self.patch_rule_finalizer(&o, true).await
@@ -615,6 +615,10 @@ impl State {
             )
             .await
             {
+                let n = crate::deny::remove_everywhere(&self.ctx.client, &kind, name).await?;
+                if n > 0 {
+                    tracing::info!(controller = NAME, rule = name, removed = n, "rule deleted: its Deny-mode labels removed");
+                }
                 if let Some(other) = self.shared_with_live_rule(name, &s.finalizer, &kind).await {
                     // The finalizer stands for the other rule's users too.
                     tracing::info!(controller = NAME, rule = name, other = %other, finalizer = %s.finalizer, "rule deleted: its finalizer stays, another rule uses it on the same kind");

@@ -173,13 +173,16 @@ pub fn render(e: &Explanation) -> String {
         let mode = match r.mode {
             Mode::Enforce => "Enforce",
             Mode::Audit => "Audit",
+            Mode::Deny => "Deny",
         };
         let _ = write!(s, "  rule {} ({mode}, finalizer {}): ", r.rule, r.finalizer);
         let line = match (&r.error, r.users.is_empty(), r.mode, r.present) {
             (Some(err), _, _, _) => format!("cannot tell: {err}"),
             (None, true, _, _) => "no user refers to it".to_string(),
-            (None, false, Mode::Enforce, true) => format!("held by {}", describe(&r.users)),
-            (None, false, Mode::Enforce, false) => format!(
+            (None, false, Mode::Enforce | Mode::Deny, true) => {
+                format!("held by {}", describe(&r.users))
+            }
+            (None, false, Mode::Enforce | Mode::Deny, false) => format!(
                 "in use by {} (the finalizer is not on it yet: the rule's controller adds it)",
                 describe(&r.users)
             ),

@@ -14,6 +14,7 @@
 pub mod cel;
 pub mod controller;
 pub mod decide;
+pub mod deny;
 pub mod examples;
 pub mod explain;
 pub mod index;

@@ -330,6 +330,8 @@ pub struct RuleState {
     pub would_hold: AtomicU64,
     /// Audit: the objects (uids) whose would-hold was counted.
     reported: Mutex<HashSet<String>>,
+    /// Deny: the label and annotation `decide` found due (crate::deny).
+    deny: crate::deny::Desired,
 }
 
 impl RuleState {
@@ -356,6 +358,71 @@ pub struct ProtectionRule {
 
 /// The protected kind, as the engine caches it: metadata only.
 pub type Protected = PartialObjectMeta<DynamicObject>;
+
+/// Deny mode's hooks ([`crate::deny`]).
+impl ProtectionRule {
+    /// Records the label and annotation due on an object not being
+    /// deleted: in Deny mode, from its users in the index; otherwise only
+    /// the removal of what this rule wrote in Deny mode.
+    fn deny_due(&self, obj: &Protected, cached: &[UserRef]) {
+        let meta = &obj.metadata;
+        let Some(uid) = meta.uid.as_deref() else {
+            return;
+        };
+        if is_deleting(meta) {
+            return;
+        }
+        let due = match self.ctx.spec.mode {
+            Mode::Deny => (!cached.is_empty()).then(|| {
+                crate::deny::in_use_by(
+                    meta.namespace.as_deref().unwrap_or_default(),
+                    cached,
+                    &self.ctx.rule,
+                    self.ctx.spec.reason.as_deref(),
+                )
+            }),
+            _ if crate::deny::written_by(meta, &self.ctx.rule) => None,
+            _ => return,
+        };
+        self.state.deny.set(uid, due);
+    }
+
+    /// Writes what [`Self::deny_due`] recorded, if it differs.
+    async fn deny_write(
+        &self,
+        client: &kube::Client,
+        obj: &Protected,
+    ) -> Result<(), ReconcileError> {
+        let meta = &obj.metadata;
+        let Some(due) = meta.uid.as_deref().and_then(|u| self.state.deny.take(u)) else {
+            return Ok(());
+        };
+        let Some(patch) = crate::deny::patch(meta, &self.ctx.rule, due.as_deref()) else {
+            return Ok(());
+        };
+        let name = meta.name.clone().unwrap_or_default();
+        let pp = PatchParams {
+            field_manager: Some(crate::controller::FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        match self
+            .api(client, obj)
+            .patch(&name, &pp, &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(source) => Err(ReconcileError::Write {
+                what: format!(
+                    "{} label of {} {name}",
+                    crate::deny::IN_USE_LABEL,
+                    self.ctx.protected.display()
+                ),
+                source,
+            }),
+        }
+    }
+}
 
 impl Rule for ProtectionRule {
     type Object = Protected;
@@ -410,8 +477,14 @@ impl Rule for ProtectionRule {
     }
     fn wanted(&self, f: &PhasedFinalizer, obj: &Protected) -> bool {
         let meta = &obj.metadata;
+        if crate::deny::written_by(meta, &self.ctx.rule) {
+            // Its Deny-mode label goes once the rule is no longer Deny.
+            return true;
+        }
         match self.ctx.spec.mode {
             Mode::Enforce => f.needs_add(meta) || f.is_deletion_candidate(meta),
+            // Every object: its label follows its users (crate::deny).
+            Mode::Deny => true,
             // The finalizer an Enforce version left goes; a deletion is
             // looked at to report it.
             Mode::Audit => has_finalizer(meta, f.name()) || is_deleting(meta),
@@ -424,6 +497,7 @@ impl Rule for ProtectionRule {
         cached: &[UserRef],
         live: Option<&[UserRef]>,
     ) -> Plan<UserRef> {
+        self.deny_due(obj, cached);
         decide(
             &obj.metadata,
             f.name(),
@@ -432,6 +506,14 @@ impl Rule for ProtectionRule {
             cached,
             live,
         )
+    }
+    async fn after(
+        &self,
+        client: &kube::Client,
+        obj: &Protected,
+        _: &Plan<UserRef>,
+    ) -> Result<(), ReconcileError> {
+        self.deny_write(client, obj).await
     }
     fn would_hold_note(&self, obj: &Protected, users: &[UserRef]) -> String {
         if let Some(uid) = &obj.metadata.uid {

@@ -38,6 +38,20 @@ pub enum Mode {
     Enforce,
     /// Hold nothing; report (events, status) what would have been held.
     Audit,
+    /// Refuse the delete while in use: the objects in use carry the label
+    /// `protection-manager.io/in-use: "true"` and an annotation naming
+    /// their users and the rule, which the chart's ValidatingAdmissionPolicy
+    /// refuses the DELETE of; the finalizer stays on as in `Enforce`, the
+    /// backstop for deletes the policy lets through.
+    Deny,
+}
+
+impl Mode {
+    /// Whether the rule holds deletions with its finalizer (`Enforce` and
+    /// `Deny`).
+    pub fn holds(self) -> bool {
+        matches!(self, Mode::Enforce | Mode::Deny)
+    }
 }
 
 /// `spec.protected`.
@@ -78,6 +92,10 @@ pub struct RuleSpec {
     pub finalizer: String,
     #[serde(default)]
     pub mode: Mode,
+    /// Why the rule protects (one line), shown wherever a hold is
+    /// explained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Protect a kind whose objects the cluster itself must be able to
     /// delete (pods, nodes, namespaces, leases,
     /// customresourcedefinitions): refused unless set.
@@ -234,6 +252,11 @@ pub fn compile(spec: &serde_json::Value) -> Result<(RuleSpec, Vec<CompiledUser>)
     if spec.users.is_empty() {
         return Err("spec.users: at least one user is required".into());
     }
+    if let Some(r) = &spec.reason
+        && (r.len() > 256 || r.contains(['\n', '\r']))
+    {
+        return Err("spec.reason: must be one line of at most 256 characters".into());
+    }
     let mut users = Vec::new();
     for (i, u) in spec.users.iter().enumerate() {
         let reference = expression(format!("spec.users[{i}].reference"), &u.reference)?;
@@ -290,7 +313,24 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(s.mode, Mode::Enforce);
+        assert_eq!(s.reason, None);
         assert!(u[0].while_.is_some());
+        let (s, _) = compile(&json!({
+            "protected": {"version": "v1", "resource": "secrets"},
+            "users": [{"version": "v1", "resource": "pods", "reference": "'a'"}],
+            "finalizer": "example.com/x",
+            "reason": "mounted credentials"
+        }))
+        .unwrap();
+        assert_eq!(s.reason.as_deref(), Some("mounted credentials"));
+        let e = compile(&json!({
+            "protected": {"version": "v1", "resource": "secrets"},
+            "users": [{"version": "v1", "resource": "pods", "reference": "'a'"}],
+            "finalizer": "example.com/x",
+            "reason": "two\nlines"
+        }))
+        .unwrap_err();
+        assert!(e.message.starts_with("spec.reason: "), "{e}");
     }
 
     /// Bug 1 of issue 27: an expression whose work grows with the square of

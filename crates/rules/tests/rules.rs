@@ -470,7 +470,7 @@ async fn the_crd_refuses_bad_rules_with_the_api_servers_wording(bed: Bed) {
     assert_eq!(code, 422);
     assert_eq!(
         msg,
-        "ProtectionRule.protection-manager.io \"bad\" is invalid: [spec.mode: Unsupported value: \"Sometimes\": supported values: \"Enforce\", \"Audit\", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]"
+        "ProtectionRule.protection-manager.io \"bad\" is invalid: [spec.mode: Unsupported value: \"Sometimes\": supported values: \"Enforce\", \"Audit\", \"Deny\", <nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation]"
     );
     // The finalizer is immutable.
     rules(c)
@@ -997,4 +997,129 @@ async fn a_rule_with_another_controllers_finalizer_or_a_critical_kind_is_refused
         .expect("create rule");
     let msg = refused_with(c, "pods", "CriticalKind").await;
     assert!(msg.contains("set spec.allowCriticalKind: true"), "{msg}");
+}
+
+/// The Deny-mode label and annotation (`protection-manager.io/in-use`,
+/// `protection-manager.io/in-use-by`) of Secret `name`.
+async fn deny_marks(c: &kube::Client, name: &str) -> (Option<String>, Option<String>) {
+    let s = Api::<Secret>::namespaced(c.clone(), "default")
+        .get(name)
+        .await
+        .expect("get secret");
+    (
+        s.metadata
+            .labels
+            .and_then(|l| l.get(protection_rules::deny::IN_USE_LABEL).cloned()),
+        s.metadata
+            .annotations
+            .and_then(|a| a.get(protection_rules::deny::IN_USE_BY).cloned()),
+    )
+}
+
+/// Deny mode: a Secret a running pod mounts carries the in-use label and
+/// an annotation naming the pod, the rule and its reason (what the chart's
+/// policy refuses the delete with), besides the finalizer; both go when the
+/// pod does; switching the rule to Enforce, and deleting it, take away the
+/// label and annotation it wrote.
+#[tokio::test]
+async fn a_deny_rule_labels_objects_in_use_naming_users_rule_and_reason() {
+    let h = harness(true).await;
+    let c = &h.client;
+    let mut r = rule("deny", "Deny", FIN);
+    r.data["spec"]["reason"] = json!("mounted credentials");
+    rules(c)
+        .create(&PostParams::default(), &r)
+        .await
+        .expect("create rule");
+    secret(c, "db").await;
+    secret(c, "spare").await;
+    let mounts = |secret: &str| {
+        json!({"containers": [{"name": "c", "image": "x"}],
+               "volumes": [{"name": "v", "secret": {"secretName": secret}}]})
+    };
+    running_pod(c, "web", mounts("db")).await;
+    until(WAIT, "db is labelled in use by web", async || {
+        deny_marks(c, "db").await
+            == (
+                Some("true".into()),
+                Some("pods/web (rule deny: mounted credentials)".into()),
+            )
+    })
+    .await;
+    assert!(
+        protected(c, "db").await,
+        "the finalizer stays as the backstop"
+    );
+    assert!(protected(c, "spare").await);
+    assert_eq!(
+        deny_marks(c, "spare").await,
+        (None, None),
+        "spare is unused"
+    );
+
+    // More users than the annotation names: the first few and a count.
+    for p in ["api", "jobs", "cron"] {
+        running_pod(c, p, mounts("db")).await;
+    }
+    until(WAIT, "the annotation counts the rest", async || {
+        deny_marks(c, "db")
+            .await
+            .1
+            .is_some_and(|a| a.ends_with("and 1 more (rule deny: mounted credentials)"))
+    })
+    .await;
+    for p in ["api", "jobs", "cron", "web"] {
+        delete_pod(c, p).await;
+    }
+    until(WAIT, "the label goes with the last user", async || {
+        deny_marks(c, "db").await == (None, None)
+    })
+    .await;
+    assert!(protected(c, "db").await);
+
+    // Back in use, then the rule switches to Enforce: the label goes, the
+    // finalizer stays.
+    running_pod(c, "web2", mounts("db")).await;
+    until(WAIT, "db is labelled again", async || {
+        deny_marks(c, "db").await.0.is_some()
+    })
+    .await;
+    rules(c)
+        .patch(
+            "deny",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"mode": "Enforce"}})),
+        )
+        .await
+        .expect("switch to Enforce");
+    until(WAIT, "an Enforce rule keeps no Deny label", async || {
+        deny_marks(c, "db").await == (None, None)
+    })
+    .await;
+    assert!(protected(c, "db").await);
+
+    // Deny again, then the rule is deleted: label, annotation and finalizer
+    // all go.
+    rules(c)
+        .patch(
+            "deny",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"mode": "Deny"}})),
+        )
+        .await
+        .expect("switch to Deny");
+    until(WAIT, "db is labelled once more", async || {
+        deny_marks(c, "db").await.0.is_some()
+    })
+    .await;
+    rules(c)
+        .delete("deny", &DeleteParams::default())
+        .await
+        .expect("delete rule");
+    until(WAIT, "the rule is gone", async || {
+        rules(c).get_opt("deny").await.expect("get").is_none()
+    })
+    .await;
+    assert_eq!(deny_marks(c, "db").await, (None, None));
+    assert_eq!(finalizers(c, "db").await, Some(vec![]));
 }

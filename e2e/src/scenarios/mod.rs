@@ -6,6 +6,7 @@
 pub mod guard;
 pub mod lifecycle;
 pub mod rules;
+pub mod uninstall;
 pub mod upgrade;
 pub mod vac;
 

@@ -131,6 +131,9 @@ pub struct Compiled {
     pub guarded: IdedExpr,
     /// Struct type names the expression constructs.
     pub structs: BTreeSet<String>,
+    /// The `variables.<name>` it refers to (an error in one of them is its
+    /// error: upstream evaluates variables lazily).
+    pub variables: BTreeSet<String>,
 }
 
 fn base_env() -> Result<Env, String> {
@@ -169,6 +172,7 @@ pub fn compile(source: &str, structs: Structs, declared: &[String]) -> Result<Co
         structs,
         declared,
         found_structs: BTreeSet::new(),
+        found_variables: BTreeSet::new(),
         scope: Vec::new(),
     };
     checker.walk(program.expression())?;
@@ -178,6 +182,7 @@ pub fn compile(source: &str, structs: Structs, declared: &[String]) -> Result<Co
         program,
         guarded,
         structs: checker.found_structs,
+        variables: checker.found_variables,
     })
 }
 
@@ -185,6 +190,7 @@ struct Checker<'a> {
     structs: Structs,
     declared: &'a [String],
     found_structs: BTreeSet<String>,
+    found_variables: BTreeSet<String>,
     /// Comprehension variables in scope.
     scope: Vec<String>,
 }
@@ -201,10 +207,11 @@ impl Checker<'_> {
                 {
                     if !self.declared.iter().any(|d| d == &sel.field) {
                         return Err(format!(
-                            "undeclared reference to 'variables.{}' (a variable is visible to the variables after it and to the mutations)",
+                            "undeclared reference to 'variables.{}' (a variable is visible to the variables after it and to the other expressions)",
                             sel.field
                         ));
                     }
+                    self.found_variables.insert(sel.field.clone());
                     return Ok(());
                 }
                 self.walk(&sel.operand)
@@ -448,7 +455,14 @@ pub fn eval(env: &Arc<Env>, c: &Compiled, vars: &[(&str, &CelValue)]) -> Result<
     }
     kube_cel::execute(&c.guarded, &ctx, kube_cel::Limits::PER_CALL, None)
         .map(|(v, _)| v)
-        .map_err(|e| e.to_string())
+        .map_err(|e| match e {
+            // cel-go's wording ("no such key: annotations"), which policies'
+            // error messages carry.
+            kube_cel::EvalError::Execution(cel::ExecutionError::NoSuchKey(k)) => {
+                format!("no such key: {k}")
+            }
+            other => other.to_string(),
+        })
 }
 
 #[cfg(test)]

@@ -17,12 +17,18 @@
 //! parameter resources), an expression that does not compile or uses what
 //! kube-sim cannot evaluate, and the API's own validation rules.
 //!
-//! Differences from kube-apiserver a test could see: `request.userInfo` is
-//! empty; admission on create runs after the name is generated and the uid
-//! set (upstream: before); a failure under `failurePolicy: Fail` is a 500
-//! InternalError naming the policy, the binding and the cause.
+//! Differences from kube-apiserver a test could see: admission on create
+//! runs after the name is generated and the uid set (upstream: before); a
+//! failure under `failurePolicy: Fail` is a 500 InternalError naming the
+//! policy, the binding and the cause.
+//!
+//! ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1) is
+//! [`validating`]; both kinds of policy share the matching, the CEL and the
+//! `request` ([`request`]) of this module.
 
 pub mod cel;
+pub mod request;
+pub mod validating;
 pub mod versions;
 
 use std::collections::HashMap;
@@ -38,6 +44,7 @@ use crate::resources::{self, ResourceDef};
 use crate::selector::LabelSelector;
 use crate::store::Store;
 use cel::{Compiled, Structs};
+pub use request::{UserInfo, Warnings};
 use versions::{BINDINGS, GROUP, POLICIES};
 
 /// The operation of an admission request.
@@ -45,6 +52,7 @@ use versions::{BINDINGS, GROUP, POLICIES};
 pub enum Operation {
     Create,
     Update,
+    Delete,
 }
 
 impl Operation {
@@ -52,6 +60,7 @@ impl Operation {
         match self {
             Operation::Create => "CREATE",
             Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
         }
     }
 }
@@ -61,24 +70,39 @@ pub struct Attributes<'a> {
     pub def: &'static ResourceDef,
     pub operation: Operation,
     pub subresource: Option<&'a str>,
+    /// The stored object of an update or delete.
     pub old: Option<&'a Value>,
     pub dry_run: bool,
+    /// Who sent it (None: an in-process write with no user).
+    pub user: Option<&'a UserInfo>,
+    /// `request.options` (default: `CreateOptions`/`UpdateOptions`).
+    pub options: Option<&'a Value>,
+    /// One object of a DELETE of a collection (the request has no name).
+    pub collection: bool,
 }
 
+/// Whether admission policies skip this kind: upstream exempts its own
+/// admission configuration kinds (`IsExemptAdmissionConfigurationResource`),
+/// which are all kube-sim serves of admissionregistration.k8s.io.
 fn is_policy_kind(def: &ResourceDef) -> bool {
+    def.group == GROUP
+}
+
+fn is_mutating_kind(def: &ResourceDef) -> bool {
     def.group == GROUP && (def.resource == POLICIES || def.resource == BINDINGS)
 }
 
 // ------------------------------------------------------------ validation
 
+/// The operations a MutatingAdmissionPolicy may match.
 const OPERATIONS: &[&str] = &["CREATE", "UPDATE", "CONNECT", "*"];
 
 /// Defaults and validates a MutatingAdmissionPolicy or binding (the
 /// registry strategy's defaulting and `ValidateMutatingAdmissionPolicy`);
 /// no-op for other kinds. The errors go into the usual 422.
 pub fn prepare(def: &ResourceDef, obj: &mut Value) -> Vec<FieldError> {
-    if !is_policy_kind(def) {
-        return Vec::new();
+    if !is_mutating_kind(def) {
+        return validating::prepare(def, obj);
     }
     if def.resource == POLICIES {
         default_policy(obj);
@@ -126,7 +150,7 @@ fn default_binding(obj: &mut Value) {
     }
 }
 
-fn validate_rules(path: &str, rules: &Value, errs: &mut Vec<FieldError>) {
+fn validate_rules(path: &str, rules: &Value, operations: &[&str], errs: &mut Vec<FieldError>) {
     let Some(rules) = rules.as_array() else {
         return;
     };
@@ -149,11 +173,11 @@ fn validate_rules(path: &str, rules: &Value, errs: &mut Vec<FieldError>) {
                     }
                     if key == "operations" {
                         for (j, op) in l.iter().enumerate() {
-                            if !op.as_str().is_some_and(|o| OPERATIONS.contains(&o)) {
+                            if !op.as_str().is_some_and(|o| operations.contains(&o)) {
                                 errs.push(FieldError::not_supported(
                                     &format!("{p}.{key}[{j}]"),
                                     op.clone(),
-                                    OPERATIONS,
+                                    operations,
                                 ));
                             }
                         }
@@ -179,17 +203,18 @@ fn validate_match_resources(
     path: &str,
     mr: &Value,
     require_rules: bool,
+    operations: &[&str],
     errs: &mut Vec<FieldError>,
 ) {
     match mr.get("resourceRules") {
         Some(r) if r.as_array().is_some_and(|a| !a.is_empty()) => {
-            validate_rules(&format!("{path}.resourceRules"), r, errs)
+            validate_rules(&format!("{path}.resourceRules"), r, operations, errs)
         }
         _ if require_rules => errs.push(FieldError::required(&format!("{path}.resourceRules"), "")),
         _ => {}
     }
     if let Some(r) = mr.get("excludeResourceRules") {
-        validate_rules(&format!("{path}.excludeResourceRules"), r, errs);
+        validate_rules(&format!("{path}.excludeResourceRules"), r, operations, errs);
     }
     if let Some(mp) = mr.get("matchPolicy")
         && !mp
@@ -215,7 +240,7 @@ fn validate_policy(obj: &Value) -> Vec<FieldError> {
     }
     match spec.get("matchConstraints") {
         Some(mc) if mc.is_object() => {
-            validate_match_resources("spec.matchConstraints", mc, true, &mut errs)
+            validate_match_resources("spec.matchConstraints", mc, true, OPERATIONS, &mut errs)
         }
         _ => errs.push(FieldError::required("spec.matchConstraints", "")),
     }
@@ -250,7 +275,7 @@ fn validate_binding(obj: &Value) -> Vec<FieldError> {
     if let Some(mr) = obj.pointer("/spec/matchResources")
         && mr.is_object()
     {
-        validate_match_resources("spec.matchResources", mr, false, &mut errs);
+        validate_match_resources("spec.matchResources", mr, false, OPERATIONS, &mut errs);
     }
     errs
 }
@@ -288,9 +313,12 @@ fn expr_error(path: &str, src: &str, e: &str) -> FieldError {
     FieldError::invalid(path, json!(src), format!("compilation failed: {e}"))
 }
 
-/// Compiles a policy spec; the errors name each expression that fails.
-fn compile_spec(spec: &Value) -> Result<CompiledPolicy, Vec<FieldError>> {
-    let mut errs = Vec::new();
+/// Compiles `spec.variables`: each name with its expression, and the names
+/// declared (for the expressions after them).
+fn compile_variables(
+    spec: &Value,
+    errs: &mut Vec<FieldError>,
+) -> (Vec<(String, Compiled)>, Vec<String>) {
     let mut variables = Vec::new();
     let mut declared: Vec<String> = Vec::new();
     for (i, v) in spec
@@ -330,7 +358,16 @@ fn compile_spec(spec: &Value) -> Result<CompiledPolicy, Vec<FieldError>> {
         }
         declared.push(name.to_string());
     }
-    let mut conditions = Vec::new();
+    (variables, declared)
+}
+
+/// Compiles `spec.matchConditions` (at most 64, unique names).
+fn compile_conditions(
+    spec: &Value,
+    declared: &[String],
+    errs: &mut Vec<FieldError>,
+) -> Vec<(String, Compiled)> {
+    let mut conditions: Vec<(String, Compiled)> = Vec::new();
     let conds = spec
         .get("matchConditions")
         .and_then(Value::as_array)
@@ -359,7 +396,7 @@ fn compile_spec(spec: &Value) -> Result<CompiledPolicy, Vec<FieldError>> {
                 json!(name),
             ));
         }
-        match cel::compile(src, Structs::None, &declared) {
+        match cel::compile(src, Structs::None, declared) {
             Ok(comp) => conditions.push((name.to_string(), comp)),
             Err(e) => errs.push(expr_error(
                 &format!("spec.matchConditions[{i}].expression"),
@@ -368,6 +405,14 @@ fn compile_spec(spec: &Value) -> Result<CompiledPolicy, Vec<FieldError>> {
             )),
         }
     }
+    conditions
+}
+
+/// Compiles a policy spec; the errors name each expression that fails.
+fn compile_spec(spec: &Value) -> Result<CompiledPolicy, Vec<FieldError>> {
+    let mut errs = Vec::new();
+    let (variables, declared) = compile_variables(spec, &mut errs);
+    let conditions = compile_conditions(spec, &declared, &mut errs);
     let mut mutations = Vec::new();
     let muts = spec
         .get("mutations")
@@ -441,29 +486,39 @@ fn compile_spec(spec: &Value) -> Result<CompiledPolicy, Vec<FieldError>> {
     })
 }
 
-/// Compiled policies by their spec's text (policies are compiled once, not
-/// per request; two kube-sims in one process share the cache safely since
-/// the key is the content).
-static COMPILED: LazyLock<Mutex<HashMap<String, Arc<CompiledPolicy>>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
+/// Compiled policies by their spec's text: policies are compiled once, not
+/// per request; two kube-sims in one process share a cache safely since the
+/// key is the content.
+type Cache<T> = LazyLock<Mutex<HashMap<String, Arc<T>>>>;
 
-fn compiled(spec: &Value) -> Result<Arc<CompiledPolicy>, String> {
+/// `spec` compiled with `compile`, from `cache` when it was before.
+fn cached<T>(
+    cache: &Cache<T>,
+    spec: &Value,
+    compile: impl FnOnce(&Value) -> Result<T, Vec<FieldError>>,
+) -> Result<Arc<T>, String> {
     let key = spec.to_string();
-    if let Some(c) = COMPILED.lock().get(&key) {
+    if let Some(c) = cache.lock().get(&key) {
         return Ok(c.clone());
     }
-    let c = Arc::new(compile_spec(spec).map_err(|errs| {
+    let c = Arc::new(compile(spec).map_err(|errs| {
         errs.iter()
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join("; ")
     })?);
-    let mut cache = COMPILED.lock();
+    let mut cache = cache.lock();
     if cache.len() > 512 {
         cache.clear();
     }
     cache.insert(key, c.clone());
     Ok(c)
+}
+
+static COMPILED: Cache<CompiledPolicy> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn compiled(spec: &Value) -> Result<Arc<CompiledPolicy>, String> {
+    cached(&COMPILED, spec, compile_spec)
 }
 
 // ------------------------------------------------------------ matching
@@ -519,15 +574,17 @@ fn labels(v: Option<&Value>) -> Option<&serde_json::Map<String, Value>> {
         .and_then(Value::as_object)
 }
 
-/// `matchResources` of a policy (`require_rules`) or a binding.
+/// `matchResources` of a policy (`require_rules`) or a binding. `obj`:
+/// the object of a create or update, None on delete (then the old one
+/// stands for it).
 fn resources_match(
     mr: &Value,
     a: &Attributes<'_>,
-    obj: &Value,
+    obj: Option<&Value>,
     ns_obj: Option<&Value>,
     require_rules: bool,
 ) -> bool {
-    let name = meta_str(obj, "name");
+    let name = request::request_name(a, obj);
     let rules = mr.get("resourceRules").and_then(Value::as_array);
     match rules {
         Some(r) if !r.is_empty() && !r.iter().any(|rule| rule_matches(rule, a, name)) => {
@@ -547,7 +604,7 @@ fn resources_match(
     if let Some(sel) = mr.get("namespaceSelector").filter(|s| !s.is_null()) {
         let sel = LabelSelector::from_label_selector(sel);
         let target = if a.def.group.is_empty() && a.def.resource == "namespaces" {
-            Some(obj)
+            obj.or(a.old)
         } else if a.def.namespaced {
             ns_obj
         } else {
@@ -563,7 +620,13 @@ fn resources_match(
     }
     if let Some(sel) = mr.get("objectSelector").filter(|s| !s.is_null()) {
         let sel = LabelSelector::from_label_selector(sel);
-        if !sel.is_empty() && !sel.matches(labels(Some(obj))) && !sel.matches(labels(a.old)) {
+        // The new or the old object (a delete has only the old one).
+        if !sel.is_empty()
+            && ![obj, a.old]
+                .into_iter()
+                .flatten()
+                .any(|o| sel.matches(labels(Some(o))))
+        {
             return false;
         }
     }
@@ -581,22 +644,6 @@ struct Invocation {
     fail: bool,
 }
 
-fn request_value(a: &Attributes<'_>, obj: &Value, ns: &str) -> Value {
-    let gvk = json!({"group": a.def.group, "version": a.def.version, "kind": a.def.kind});
-    let gvr = json!({"group": a.def.group, "version": a.def.version, "resource": a.def.resource});
-    let sub = a.subresource.unwrap_or("");
-    json!({
-        "uid": uuid::Uuid::new_v4().to_string(),
-        "kind": gvk, "resource": gvr, "subResource": sub,
-        "requestKind": gvk, "requestResource": gvr, "requestSubResource": sub,
-        "name": meta_str(obj, "name"), "namespace": ns,
-        "operation": a.operation.as_str(),
-        "userInfo": {},
-        "dryRun": a.dry_run,
-        "options": {},
-    })
-}
-
 /// Runs one invocation on `obj`. `Ok(true)` when it changed the object.
 fn invoke(
     inv: &Invocation,
@@ -605,14 +652,9 @@ fn invoke(
     ns_obj: Option<&Value>,
 ) -> Result<bool, String> {
     let policy = compiled(&inv.spec)?;
-    let ns = if a.def.namespaced {
-        meta_str(obj, "namespace").to_string()
-    } else {
-        String::new()
-    };
     let mut current = obj.clone();
     let old = a.old.map(cel::to_cel).unwrap_or(CelValue::Null);
-    let request = cel::to_cel(&request_value(a, &current, &ns));
+    let request = cel::to_cel(&request::request_value(a, Some(&current)));
     let ns_val = ns_obj.map(cel::to_cel).unwrap_or(CelValue::Null);
     let null = CelValue::Null;
     let bind = |object: &CelValue, vars: &CelValue| -> Vec<(&'static str, CelValue)> {
@@ -716,6 +758,38 @@ fn invoke(
 }
 
 impl Store {
+    /// The namespace of a namespaced request's object (`namespaceObject`),
+    /// as `cel.CreateNamespaceObject` copies it: spec, status and some of
+    /// the metadata (no kind, apiVersion, ownerReferences, managedFields).
+    fn namespace_object(&self, a: &Attributes<'_>, obj: Option<&Value>) -> Option<Value> {
+        let ns = request::request_namespace(a, obj);
+        if ns.is_empty() {
+            return None;
+        }
+        let stored =
+            resources::find("", "v1", "namespaces").and_then(|rid| self.get(rid, "", ns).ok())?;
+        let v = &stored.value;
+        let mut meta = serde_json::Map::new();
+        if let Some(m) = v.get("metadata").and_then(Value::as_object) {
+            let skipped = ["selfLink", "ownerReferences", "managedFields"];
+            for key in crate::object::META_ORDER
+                .iter()
+                .filter(|k| !skipped.contains(k))
+            {
+                if let Some(x) = m.get(*key) {
+                    meta.insert((*key).into(), x.clone());
+                }
+            }
+        }
+        let mut out = json!({"metadata": meta});
+        for key in ["spec", "status"] {
+            if let Some(x) = v.get(key) {
+                out[key] = x.clone();
+            }
+        }
+        Some(out)
+    }
+
     /// The bound MutatingAdmissionPolicies for a request, in upstream's
     /// order (policies by name, then their bindings by name).
     fn invocations(
@@ -746,7 +820,7 @@ impl Store {
             let Some(mc) = spec.get("matchConstraints") else {
                 continue;
             };
-            if !resources_match(mc, a, obj, ns_obj, true) {
+            if !resources_match(mc, a, Some(obj), ns_obj, true) {
                 continue;
             }
             for b in &bindings {
@@ -757,7 +831,7 @@ impl Store {
                     .value
                     .pointer("/spec/matchResources")
                     .filter(|m| !m.is_null())
-                    && !resources_match(mr, a, obj, ns_obj, false)
+                    && !resources_match(mr, a, Some(obj), ns_obj, false)
                 {
                     continue;
                 }
@@ -784,14 +858,7 @@ impl Store {
             // Policies never match the policy kinds themselves.
             return Ok(());
         }
-        let ns_obj = if a.def.namespaced {
-            let ns = meta_str(obj, "namespace").to_string();
-            resources::find("", "v1", "namespaces")
-                .and_then(|rid| self.get(rid, "", &ns).ok())
-                .map(|s| s.value.clone())
-        } else {
-            None
-        };
+        let ns_obj = self.namespace_object(a, Some(obj));
         let invocations = self.invocations(a, obj, ns_obj.as_ref());
         if invocations.is_empty() {
             return Ok(());

@@ -84,6 +84,8 @@ const SERVED: &[(&str, &str, &[&str])] = &[
         &[
             "mutatingadmissionpolicies",
             "mutatingadmissionpolicybindings",
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicybindings",
         ],
     ),
     (

@@ -137,6 +137,8 @@ enum Desc {
 }
 use Desc::{Doc, Text};
 
+mod admission;
+
 impl Desc {
     fn text(self) -> String {
         match self {
@@ -176,6 +178,12 @@ fn printer_for(resource: &str, group: &str) -> Printer {
             p(BINDING_COLUMNS, binding_row)
         }
         ("policy", "poddisruptionbudgets") => p(PDB_COLUMNS, pdb_row),
+        ("admissionregistration.k8s.io", "validatingadmissionpolicies") => {
+            p(admission::VAP_COLUMNS, admission::vap_row)
+        }
+        ("admissionregistration.k8s.io", "validatingadmissionpolicybindings") => {
+            p(admission::VAP_BINDING_COLUMNS, admission::vap_binding_row)
+        }
         ("networking.k8s.io", "servicecidrs") => p(SERVICECIDR_COLUMNS, servicecidr_row),
         ("networking.k8s.io", "ipaddresses") => p(IPADDRESS_COLUMNS, ipaddress_row),
         // roles and clusterroles print like the default convertor upstream.

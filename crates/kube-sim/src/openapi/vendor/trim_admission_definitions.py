@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Regenerates ../k8s-v1.36-admissionregistration.json: the MutatingAdmissionPolicy
 and MutatingAdmissionPolicyBinding types of admissionregistration.k8s.io v1 (GA in
-Kubernetes 1.36) and v1beta1 (1.34-1.35), which the v1.33 schema of
-../k8s-v1.33-definitions.json does not have.
+Kubernetes 1.36) and v1beta1 (1.34-1.35), and the ValidatingAdmissionPolicy and
+ValidatingAdmissionPolicyBinding types of v1 (GA in 1.30), which the v1.33 schema
+of ../k8s-v1.33-definitions.json was trimmed without.
 
 Source: the same PyPI wheel as trim_definitions.py (kubernetes-validate 1.37.0),
 file kubernetes_validate/kubernetes-json-schema/v1.36.0-local/_definitions.json,
@@ -31,6 +32,14 @@ ROOTS = [
         "MutatingAdmissionPolicyBinding",
         "MutatingAdmissionPolicyBindingList",
     )
+] + [
+    f"io.k8s.api.admissionregistration.v1.{k}"
+    for k in (
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyList",
+        "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicyBindingList",
+    )
 ]
 
 
@@ -51,7 +60,7 @@ def main():
         out[name] = undo(d, in_gvk_props="x-kubernetes-group-version-kind" in d)
     json.dump(
         {
-            "source": "PyPI kubernetes-validate 1.37.0, kubernetes-json-schema/v1.36.0-local/_definitions.json (Kubernetes v1.36.0 OpenAPI v2 definitions), admissionregistration MutatingAdmissionPolicy types only, trimmed by vendor/trim_admission_definitions.py",
+            "source": "PyPI kubernetes-validate 1.37.0, kubernetes-json-schema/v1.36.0-local/_definitions.json (Kubernetes v1.36.0 OpenAPI v2 definitions), admissionregistration MutatingAdmissionPolicy (v1, v1beta1) and ValidatingAdmissionPolicy (v1) types only, trimmed by vendor/trim_admission_definitions.py",
             "kubernetesVersion": "v1.36.0",
             "definitions": out,
         },
