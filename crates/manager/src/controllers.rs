@@ -205,6 +205,21 @@ mod tests {
     use super::*;
     use protection_core::featuregate::Stage;
 
+    /// A rule may not take a hosted controller's project finalizer: the
+    /// rules crate's static list must name every one (a new controller
+    /// crate adds its name there).
+    #[test]
+    fn every_project_finalizer_is_refused_to_rules() {
+        for i in infos() {
+            let f = i.finalizer.project;
+            assert!(
+                protection_rules::spec::MANAGER_FINALIZERS.contains(&f),
+                "{} ({f}) missing from protection_rules::spec::MANAGER_FINALIZERS",
+                i.name
+            );
+        }
+    }
+
     #[test]
     fn every_descriptor_gate_is_registered_and_the_train_holds() {
         let g = gates_at(release::BINARY_VERSION).expect("gates");

@@ -125,8 +125,25 @@ pub const UPSTREAM_FINALIZERS: &[&str] = &[
 /// The manager's own domain: its controllers' finalizers live there.
 pub const MANAGER_DOMAIN: &str = "protection-manager.io";
 
-/// Checks the finalizer name: qualified, not in the manager's own domain,
-/// and not in `kubernetes.io` unless it is an upstream one.
+/// The finalizers the manager's own controllers write (project profile),
+/// and the rules controller's own clean-up finalizer. A rule may not use
+/// them: its release would free objects another controller still holds
+/// (issue 27, bug 2). Other names in the manager's domain stay a rule's to
+/// use: the chart's example rules have been `protection-manager.io/<name>-in-use`
+/// since 0.3, and a rule's finalizer is immutable, so refusing the whole
+/// domain would strand those rules on upgrade.
+pub const MANAGER_FINALIZERS: &[&str] = &[
+    "protection-manager.io/pv-protection",
+    "protection-manager.io/pvc-protection",
+    "protection-manager.io/vac-protection",
+    "protection-manager.io/service-cidr-protection",
+    "protection-manager.io/load-balancer-cleanup",
+    "protection-manager.io/rule-cleanup",
+];
+
+/// Checks the finalizer name: qualified, not one of the manager's own
+/// controllers' finalizers, and not in `kubernetes.io` unless it is an
+/// upstream one.
 pub fn check_finalizer(name: &str) -> Result<(), String> {
     protection_core::finalizer::validate_finalizer_name(name).map_err(|e| e.to_string())?;
     let domain = name.split('/').next().unwrap_or("");
@@ -135,9 +152,10 @@ pub fn check_finalizer(name: &str) -> Result<(), String> {
             "finalizer {name:?} must be domain-qualified (e.g. example.com/secret-in-use)"
         ));
     }
-    if domain == MANAGER_DOMAIN || domain.ends_with(&format!(".{MANAGER_DOMAIN}")) {
+    if MANAGER_FINALIZERS.contains(&name) {
         return Err(format!(
-            "finalizer {name:?} is in the {MANAGER_DOMAIN} domain, which the manager's own controllers use; a rule must use its own"
+            "finalizer {name:?} is one the manager's own controllers use ({}); a rule must use its own",
+            MANAGER_FINALIZERS.join(", ")
         ));
     }
     let reserved = domain == "kubernetes.io" || domain.ends_with(".kubernetes.io");
@@ -293,6 +311,10 @@ mod tests {
         // claims pods still used).
         let e = check_finalizer("protection-manager.io/pvc-protection").unwrap_err();
         assert!(e.contains("the manager's own controllers use"), "{e}");
+        let e = check_finalizer("protection-manager.io/rule-cleanup").unwrap_err();
+        assert!(e.contains("the manager's own controllers use"), "{e}");
+        // The chart's example rules' names stay allowed.
+        assert!(check_finalizer("protection-manager.io/secrets-in-use").is_ok());
         assert!(check_finalizer("no-slash").is_err());
     }
 
