@@ -30,11 +30,11 @@ $(TOOLS_BIN)/helm4 $(TOOLS_BIN)/helm3 $(TOOLS_BIN)/kubectl: hack/install-tools.s
 build:
 	$(CARGO) build --workspace --all-targets
 
-test: tools fmt-check
+test: tools fmt-check go-check real-k8s
 	$(CARGO) test --workspace --all-targets --no-fail-fast
 	$(CARGO) test --workspace --doc
 
-lint: fmt-check clippy
+lint: fmt-check clippy go-check
 
 fmt:
 	$(CARGO) fmt --all
@@ -49,6 +49,20 @@ clean:
 	$(CARGO) clean
 	rm -rf $(TOOLS_DIR)
 
+# --- The real control plane (hack/real-k8s, crates/control-plane) ------------
+# kube-apiserver, kube-controller-manager and kube-scheduler v1.36.3 and etcd
+# 3.6.8, built with Go from the k8s.io/kubernetes module into
+# $${XDG_CACHE_HOME:-$$HOME/.cache}/protection-manager/k8s-v1.36.3/bin (outside
+# the clone; a second run builds nothing). Tests build them on first use too.
+.PHONY: real-k8s go-check
+real-k8s:
+	./hack/real-k8s/build.sh
+
+# gofmt and go vet for the Go module of the test bed.
+go-check:
+	@out="$$(gofmt -l hack/real-k8s)"; if [ -n "$$out" ]; then echo "gofmt: not formatted: $$out" >&2; exit 1; fi
+	cd hack/real-k8s && GOTOOLCHAIN=local go vet ./...
+
 # --- Property tests at length ---------------------------------------------------
 # `make test` runs every property test with proptest's default 256 cases;
 # `make fuzz` runs the parser properties with FUZZ_CASES cases each (the
@@ -60,7 +74,8 @@ FUZZ_CASES ?= 20000
 
 .PHONY: fuzz
 fuzz:
-	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p protection-core --lib -- duration:: names:: redact:: ratelimit:: controllers::tests::properties
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p protection-core --lib -- duration:: redact:: controllers::tests::properties
+	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p protection-host --lib -- names:: ratelimit::
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p protection-core --test parser_properties
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p lb-cleanup --lib -- provider::http::reply_properties
 	PROPTEST_CASES=$(FUZZ_CASES) $(CARGO) test -p kube-sim --test fuzz

@@ -262,7 +262,7 @@ format_duration: "15s", "1m30s", "500ms", "1h1m40s").
 
 {{/*
 The leader-election durations, checked as the manager checks them
-(protection_core::leader::LeaderElectionConfig::validate, client-go's
+(protection_host::leader::LeaderElectionConfig::validate, client-go's
 NewLeaderElector rules) with its messages; only when leader election is on.
 */}}
 {{- define "protection-manager.validateLeaderElection" -}}

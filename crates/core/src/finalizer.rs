@@ -3,24 +3,25 @@
 //! clobbering a finalizer that another writer owns, and a no-op (no request)
 //! when the object is already in the desired state.
 //!
-//! Two wire styles:
+//! [`PhasedFinalizer`] writes a JSON patch on the main resource whose `test`
+//! operations pin the object's UID and the finalizer list (or the index being
+//! removed). A stale cache cannot remove or overwrite anything: the server
+//! answers 422 and the caller re-reads. This is kube-rs' `finalizer()`
+//! pattern plus a UID guard.
 //!
-//! * [`PatchStyle::JsonPatch`]: a JSON patch on the main resource whose `test`
-//!   operations pin the object's UID and the finalizer list (or the index being
-//!   removed). A stale cache cannot remove or overwrite anything: the server
-//!   answers 422 and the caller re-reads. This is kube-rs' `finalizer()`
-//!   pattern plus a UID guard.
-//! * [`PatchStyle::StatusStrategicMerge`]: a strategic merge patch of
-//!   `metadata.finalizers` sent to the `status` subresource, as the upstream
-//!   service controller does (so its RBAC needs no write on the main resource).
-//!   `finalizers` has patchStrategy=merge, so adding merges one string and
-//!   removing uses `$deleteFromPrimitiveList`; neither touches other entries.
-//!   Deliberate deviation from upstream: upstream computes a two-way diff,
-//!   which for the *last* finalizer degenerates to `"finalizers": null` and
-//!   would wipe a finalizer another writer added concurrently; we always send
-//!   `$deleteFromPrimitiveList`. We also include `metadata.uid`, which the
-//!   server treats as a precondition (uid is immutable: a recreated object with
-//!   the same name answers 422 instead of being modified).
+//! [`strategic_add_fragment`] and [`strategic_remove_fragment`] build the
+//! `metadata` of a strategic merge patch instead, for a controller that
+//! writes the finalizer together with a status change to the `status`
+//! subresource, as the upstream service controller does (so its RBAC needs no
+//! write on the main resource). `finalizers` has patchStrategy=merge, so
+//! adding merges one string and removing uses `$deleteFromPrimitiveList`;
+//! neither touches other entries. Deliberate deviation from upstream: upstream
+//! computes a two-way diff, which for the *last* finalizer degenerates to
+//! `"finalizers": null` and would wipe a finalizer another writer added
+//! concurrently; we always send `$deleteFromPrimitiveList`. We also include
+//! `metadata.uid`, which the server treats as a precondition (uid is
+//! immutable: a recreated object with the same name answers 422 instead of
+//! being modified).
 
 use std::fmt::Debug;
 
@@ -32,7 +33,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::metrics::ControllerMetrics;
 
@@ -86,29 +87,15 @@ impl std::fmt::Display for FinalizerProfile {
 /// The project's own finalizer/class domain.
 pub const PROJECT_DOMAIN: &str = "protection-manager.io";
 
-/// How the finalizer list is written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PatchStyle {
-    /// JSON patch with `test` guards on the main resource.
-    JsonPatch,
-    /// Strategic merge patch of `metadata.finalizers` on `/status`.
-    StatusStrategicMerge,
-}
-
-/// The single request that moves the finalizer list one step.
+/// The single request that moves the finalizer list one step: a JSON patch
+/// with `test` guards on the main resource.
 #[derive(Clone, Debug, PartialEq)]
-pub enum FinalizerPatch {
-    Json(JsonPatch),
-    StatusStrategic(Value),
-}
+pub struct FinalizerPatch(pub JsonPatch);
 
 impl FinalizerPatch {
     /// The request body exactly as it goes on the wire.
     pub fn body(&self) -> Value {
-        match self {
-            FinalizerPatch::Json(p) => serde_json::to_value(p).unwrap_or(Value::Null),
-            FinalizerPatch::StatusStrategic(v) => v.clone(),
-        }
+        serde_json::to_value(&self.0).unwrap_or(Value::Null)
     }
 }
 
@@ -222,7 +209,6 @@ pub fn has_finalizer(meta: &ObjectMeta, finalizer: &str) -> bool {
 pub struct PhasedFinalizer {
     name: String,
     add_enabled: bool,
-    style: PatchStyle,
     field_manager: String,
     metrics: Option<ControllerMetrics>,
 }
@@ -230,12 +216,11 @@ pub struct PhasedFinalizer {
 impl PhasedFinalizer {
     /// `add_enabled` is the add-gate at the running (or emulated) version;
     /// removal is never gated.
-    pub fn new(name: &str, add_enabled: bool, style: PatchStyle) -> Result<Self, FinalizerError> {
+    pub fn new(name: &str, add_enabled: bool) -> Result<Self, FinalizerError> {
         validate_finalizer_name(name)?;
         Ok(PhasedFinalizer {
             name: name.to_string(),
             add_enabled,
-            style,
             field_manager: "protection-manager".to_string(),
             metrics: None,
         })
@@ -261,10 +246,6 @@ impl PhasedFinalizer {
         self.add_enabled
     }
 
-    pub fn style(&self) -> PatchStyle {
-        self.style
-    }
-
     pub fn is_present(&self, meta: &ObjectMeta) -> bool {
         has_finalizer(meta, &self.name)
     }
@@ -286,25 +267,18 @@ impl PhasedFinalizer {
         if !self.needs_add(meta) {
             return None;
         }
-        Some(match self.style {
-            PatchStyle::JsonPatch => {
-                let current = meta.finalizers.clone().unwrap_or_default();
-                let mut ops = uid_guard(meta);
-                if current.is_empty() {
-                    // The server omits an empty list; `test` of a missing
-                    // member against null succeeds (apiserver's json-patch).
-                    ops.push(test("/metadata/finalizers", Value::Null));
-                    ops.push(add("/metadata/finalizers", json!([self.name])));
-                } else {
-                    ops.push(test("/metadata/finalizers", json!(current)));
-                    ops.push(add("/metadata/finalizers/-", json!(self.name)));
-                }
-                FinalizerPatch::Json(JsonPatch(ops))
-            }
-            PatchStyle::StatusStrategicMerge => FinalizerPatch::StatusStrategic(
-                json!({ "metadata": self.strategic_add_fragment(meta) }),
-            ),
-        })
+        let current = meta.finalizers.clone().unwrap_or_default();
+        let mut ops = uid_guard(meta);
+        if current.is_empty() {
+            // The server omits an empty list; `test` of a missing
+            // member against null succeeds (apiserver's json-patch).
+            ops.push(test("/metadata/finalizers", Value::Null));
+            ops.push(add("/metadata/finalizers", json!([self.name])));
+        } else {
+            ops.push(test("/metadata/finalizers", json!(current)));
+            ops.push(add("/metadata/finalizers/-", json!(self.name)));
+        }
+        Some(FinalizerPatch(JsonPatch(ops)))
     }
 
     /// The request that removes every occurrence of the finalizer, or `None`
@@ -314,53 +288,22 @@ impl PhasedFinalizer {
         if !self.is_present(meta) {
             return None;
         }
-        Some(match self.style {
-            PatchStyle::JsonPatch => {
-                let current = meta.finalizers.as_deref().unwrap_or_default();
-                let mut ops = uid_guard(meta);
-                // Highest index first so earlier indices stay valid.
-                for (i, _) in current
-                    .iter()
-                    .enumerate()
-                    .rev()
-                    .filter(|(_, f)| **f == self.name)
-                {
-                    let path = format!("/metadata/finalizers/{i}");
-                    ops.push(test(&path, json!(self.name)));
-                    ops.push(PatchOperation::Remove(RemoveOperation {
-                        path: pointer(&path),
-                    }));
-                }
-                FinalizerPatch::Json(JsonPatch(ops))
-            }
-            PatchStyle::StatusStrategicMerge => FinalizerPatch::StatusStrategic(
-                json!({ "metadata": self.strategic_remove_fragment(meta) }),
-            ),
-        })
-    }
-
-    /// The `metadata` part of a strategic-merge add, for callers that merge it
-    /// with a status change into one request.
-    pub fn strategic_add_fragment(&self, meta: &ObjectMeta) -> Value {
-        let mut m = serde_json::Map::new();
-        if let Some(uid) = &meta.uid {
-            m.insert("uid".into(), json!(uid));
+        let current = meta.finalizers.as_deref().unwrap_or_default();
+        let mut ops = uid_guard(meta);
+        // Highest index first so earlier indices stay valid.
+        for (i, _) in current
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(_, f)| **f == self.name)
+        {
+            let path = format!("/metadata/finalizers/{i}");
+            ops.push(test(&path, json!(self.name)));
+            ops.push(PatchOperation::Remove(RemoveOperation {
+                path: pointer(&path),
+            }));
         }
-        m.insert("finalizers".into(), json!([self.name]));
-        Value::Object(m)
-    }
-
-    /// The `metadata` part of a strategic-merge removal.
-    pub fn strategic_remove_fragment(&self, meta: &ObjectMeta) -> Value {
-        let mut m = serde_json::Map::new();
-        if let Some(uid) = &meta.uid {
-            m.insert("uid".into(), json!(uid));
-        }
-        m.insert(
-            "$deleteFromPrimitiveList/finalizers".into(),
-            json!([self.name]),
-        );
-        Value::Object(m)
+        Some(FinalizerPatch(JsonPatch(ops)))
     }
 
     /// Adds the finalizer with one request if due; see [`Self::add_patch`].
@@ -419,14 +362,32 @@ impl PhasedFinalizer {
             field_manager: Some(self.field_manager.clone()),
             ..PatchParams::default()
         };
-        let res = match patch {
-            FinalizerPatch::Json(p) => api.patch(&name, &pp, &Patch::Json::<()>(p)).await,
-            FinalizerPatch::StatusStrategic(v) => {
-                api.patch_status(&name, &pp, &Patch::Strategic(v)).await
-            }
-        };
+        let res = api.patch(&name, &pp, &Patch::Json::<()>(patch.0)).await;
         classify(res, &kind, &obj.name_any())
     }
+}
+
+/// The `metadata` of a strategic merge patch that adds `finalizer`, guarded
+/// by the object's `uid` (a precondition: a recreated object answers 422),
+/// for a caller that merges it with a status change into one request.
+pub fn strategic_add_fragment(uid: &str, finalizer: &str) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("uid".into(), json!(uid));
+    m.insert("finalizers".into(), json!([finalizer]));
+    m
+}
+
+/// The `metadata` of a strategic merge patch that removes `finalizer` with
+/// `$deleteFromPrimitiveList` (never touching another writer's entry),
+/// guarded by the object's `uid`.
+pub fn strategic_remove_fragment(uid: &str, finalizer: &str) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("uid".into(), json!(uid));
+    m.insert(
+        "$deleteFromPrimitiveList/finalizers".into(),
+        json!([finalizer]),
+    );
+    m
 }
 
 /// Maps an API answer for a guarded write onto an [`Outcome`].
@@ -499,17 +460,13 @@ mod tests {
         }
     }
 
-    fn json_style(add_enabled: bool) -> PhasedFinalizer {
-        PhasedFinalizer::new(F, add_enabled, PatchStyle::JsonPatch).unwrap()
-    }
-
-    fn smp_style(add_enabled: bool) -> PhasedFinalizer {
-        PhasedFinalizer::new(F, add_enabled, PatchStyle::StatusStrategicMerge).unwrap()
+    fn finalizer(add_enabled: bool) -> PhasedFinalizer {
+        PhasedFinalizer::new(F, add_enabled).unwrap()
     }
 
     #[test]
     fn json_add_to_empty_list_tests_null() {
-        let p = json_style(true).add_patch(&meta(&[], false)).unwrap();
+        let p = finalizer(true).add_patch(&meta(&[], false)).unwrap();
         assert_eq!(
             p.body(),
             json!([
@@ -522,7 +479,7 @@ mod tests {
 
     #[test]
     fn json_add_appends_after_testing_the_whole_list() {
-        let p = json_style(true)
+        let p = finalizer(true)
             .add_patch(&meta(&["other.io/x"], false))
             .unwrap();
         assert_eq!(
@@ -537,7 +494,7 @@ mod tests {
 
     #[test]
     fn json_remove_tests_each_index_highest_first() {
-        let p = json_style(false)
+        let p = finalizer(false)
             .remove_patch(&meta(&[F, "other.io/x", F], true))
             .unwrap();
         assert_eq!(
@@ -554,23 +511,20 @@ mod tests {
 
     #[test]
     fn strategic_bodies_merge_and_delete_from_primitive_list() {
-        let add = smp_style(true)
-            .add_patch(&meta(&["other.io/x"], false))
-            .unwrap();
         assert_eq!(
-            add.body(),
-            json!({"metadata": {"uid": "u-1", "finalizers": [F]}})
+            Value::Object(strategic_add_fragment("u-1", F)),
+            json!({"uid": "u-1", "finalizers": [F]})
         );
-        let rm = smp_style(true).remove_patch(&meta(&[F], true)).unwrap();
         assert_eq!(
-            rm.body(),
-            json!({"metadata": {"uid": "u-1", "$deleteFromPrimitiveList/finalizers": [F]}})
+            Value::Object(strategic_remove_fragment("u-1", F)),
+            json!({"uid": "u-1", "$deleteFromPrimitiveList/finalizers": [F]})
         );
     }
 
     #[test]
     fn no_op_cases_send_nothing() {
-        for f in [json_style(true), smp_style(true)] {
+        let f = finalizer(true);
+        {
             // Already present.
             assert_eq!(f.add_patch(&meta(&[F], false)), None);
             // Being deleted: never add (the server would refuse anyway).
@@ -578,7 +532,8 @@ mod tests {
             // Absent: nothing to remove.
             assert_eq!(f.remove_patch(&meta(&["other.io/x"], true)), None);
         }
-        for f in [json_style(false), smp_style(false)] {
+        let f = finalizer(false);
+        {
             // Add phase off (Alpha default): never add ...
             assert_eq!(f.add_patch(&meta(&[], false)), None);
             // ... but removal is never gated.
@@ -588,24 +543,22 @@ mod tests {
 
     #[test]
     fn predicates_match_protectionutil() {
-        let f = json_style(true);
+        let f = finalizer(true);
         assert!(f.needs_add(&meta(&[], false)));
         assert!(!f.needs_add(&meta(&[], true)));
         assert!(!f.needs_add(&meta(&[F], false)));
         assert!(f.is_deletion_candidate(&meta(&[F], true)));
         assert!(!f.is_deletion_candidate(&meta(&[F], false)));
         assert!(!f.is_deletion_candidate(&meta(&[], true)));
-        assert!(!json_style(false).needs_add(&meta(&[], false)));
+        assert!(!finalizer(false).needs_add(&meta(&[], false)));
     }
 
     #[test]
     fn object_without_uid_gets_no_uid_guard() {
         let mut m = meta(&[], false);
         m.uid = None;
-        let p = json_style(true).add_patch(&m).unwrap();
+        let p = finalizer(true).add_patch(&m).unwrap();
         assert_eq!(p.body().as_array().map(Vec::len), Some(2));
-        let p = smp_style(true).add_patch(&m).unwrap();
-        assert_eq!(p.body(), json!({"metadata": {"finalizers": [F]}}));
     }
 
     #[test]

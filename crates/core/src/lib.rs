@@ -7,33 +7,21 @@
 //!   its gates.
 //! * [`finalizer`]: the phased-finalizer helper (gated add, ungated remove,
 //!   one guarded request each).
-//! * [`controllers`] and [`host`]: controller descriptors, the `--controllers`
-//!   flag, leader election ([`leader`]), the admin server ([`admin`]),
-//!   [`metrics`], [`events`] and graceful shutdown.
-//! * [`client_metrics`]: the Kubernetes client's requests and rate-limiter
-//!   waits; [`metrics_server`]: `/metrics` over HTTPS behind TokenReview and
-//!   SubjectAccessReview.
+//! * [`controllers`]: controller descriptors and the `--controllers` flag;
+//!   [`metrics`] and [`events`]; [`runtime`], the controller runtime.
+//!
+//! The manager process around the controllers (client, leader election,
+//! admin and metrics servers, release guard) is the protection-host crate.
 
-pub mod admin;
-pub mod client;
-pub mod client_metrics;
 pub mod controllers;
 pub mod duration;
 pub mod errors;
 pub mod events;
-#[cfg(test)]
-mod fake_api;
 pub mod featuregate;
 pub mod finalizer;
-pub mod host;
-pub mod leader;
 pub mod metrics;
-pub mod metrics_server;
-pub mod names;
-pub mod ratelimit;
 pub mod redact;
 pub mod release;
-pub mod release_guard;
 pub mod runtime;
 pub mod slim;
 pub mod version;
@@ -43,9 +31,7 @@ pub use controllers::{
     FinalizedResource, FinalizerNames, PolicyRule, ReadySignal,
 };
 pub use featuregate::FeatureGates;
-pub use finalizer::{
-    FinalizerError, FinalizerPatch, FinalizerProfile, Outcome, PatchStyle, PhasedFinalizer,
-};
+pub use finalizer::{FinalizerError, FinalizerPatch, FinalizerProfile, Outcome, PhasedFinalizer};
 pub use metrics::{ControllerMetrics, Metrics};
 pub use version::Version;
 

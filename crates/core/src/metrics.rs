@@ -7,8 +7,7 @@
 //! oldest one (the "stuck Terminating" alert of the finalizer-pattern
 //! literature: alert when the oldest age keeps growing).
 //!
-//! Process-wide: the Kubernetes client's requests and rate-limiter waits
-//! ([`crate::client_metrics`]) and, on Linux, the process's CPU, memory and
+//! Process-wide: on Linux, the process's CPU, memory and
 //! file descriptors (`protection_manager_process_*`).
 
 use std::collections::HashMap;
@@ -22,7 +21,6 @@ use prometheus::{
     TextEncoder,
 };
 
-use crate::client_metrics::ClientMetrics;
 use crate::featuregate::FeatureGates;
 
 const PREFIX: &str = "protection_manager";
@@ -47,7 +45,6 @@ pub struct Metrics {
     leader: IntGauge,
     build_info: IntGaugeVec,
     feature_enabled: IntGaugeVec,
-    client: ClientMetrics,
     trackers: Mutex<HashMap<String, Arc<TerminatingTracker>>>,
     /// Where `/metrics` is served when not on the plain admin server (the
     /// secure metrics server's URL), for the admin server's 404.
@@ -165,7 +162,6 @@ impl Metrics {
         registry.register(Box::new(leader.clone()))?;
         registry.register(Box::new(build_info.clone()))?;
         registry.register(Box::new(feature_enabled.clone()))?;
-        let client = ClientMetrics::register(&registry)?;
         #[cfg(target_os = "linux")]
         if let Ok(pid) = prometheus::process_collector::pid_t::try_from(std::process::id()) {
             registry.register(Box::new(
@@ -186,7 +182,6 @@ impl Metrics {
             leader,
             build_info,
             feature_enabled,
-            client,
             trackers: Mutex::new(HashMap::new()),
             served_elsewhere: Mutex::new(None),
         }))
@@ -196,12 +191,6 @@ impl Metrics {
     /// metrics (e.g. provider call latency).
     pub fn registry(&self) -> &Registry {
         &self.registry
-    }
-
-    /// The Kubernetes client's metrics (its layer goes into the client; see
-    /// [`crate::client::build_client_observed`]).
-    pub fn client(&self) -> &ClientMetrics {
-        &self.client
     }
 
     /// Declares that `/metrics` is served at `url` (the secure metrics
@@ -464,7 +453,6 @@ mod tests {
             "protection_manager_leader 1",
             "protection_manager_build_info{emulated_version=\"0.4\",version=\"0.3\"} 1",
             "protection_manager_feature_enabled{name=\"ServiceLoadBalancerFinalizer\",stage=\"GA\"} 1",
-            "protection_manager_kube_client_rate_limiter_wait_seconds_count 0",
             "# TYPE protection_manager_process_resident_memory_bytes gauge",
             "# TYPE protection_manager_process_cpu_seconds_total counter",
         ] {

@@ -39,7 +39,9 @@ use serde_json::{Map, Value, json};
 
 use crate::predicates::{ClassSelector, needs_cleanup, wants_load_balancer};
 use crate::provider::{LbNode, LbRef, LbSpec, LbStatus, SpecError};
-use protection_core::finalizer::has_finalizer;
+use protection_core::finalizer::{
+    has_finalizer, strategic_add_fragment, strategic_remove_fragment,
+};
 
 /// A node set shared between every Service that was given it (a set of
 /// thousands of nodes is stored once, not once per Service).
@@ -162,14 +164,11 @@ pub fn decide(
         let removes_finalizer = has_finalizer(&svc.metadata, &policy.finalizer);
         let clears_status = !previous_ingress.is_empty();
         let final_write = (removes_finalizer || clears_status).then(|| {
-            let mut meta = Map::new();
-            meta.insert("uid".into(), json!(lb.uid));
-            if removes_finalizer {
-                meta.insert(
-                    "$deleteFromPrimitiveList/finalizers".into(),
-                    json!([policy.finalizer]),
-                );
-            }
+            let meta = if removes_finalizer {
+                strategic_remove_fragment(&lb.uid, &policy.finalizer)
+            } else {
+                Map::from_iter([("uid".to_string(), json!(lb.uid))])
+            };
             let mut body = Map::new();
             body.insert("metadata".into(), Value::Object(meta));
             if clears_status {
@@ -188,7 +187,7 @@ pub fn decide(
         }));
     }
     let add_finalizer = (policy.add_finalizer && !has_finalizer(&svc.metadata, &policy.finalizer))
-        .then(|| json!({"metadata": {"uid": lb.uid, "finalizers": [policy.finalizer]}}));
+        .then(|| json!({"metadata": strategic_add_fragment(&lb.uid, &policy.finalizer)}));
     Ok(Plan::Ensure(EnsurePlan {
         spec: LbSpec::from_service(svc),
         lb,

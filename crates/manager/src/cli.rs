@@ -11,7 +11,7 @@ use protection_core::duration::parse_duration;
 use protection_core::featuregate::FeatureGates;
 use protection_core::release::{self, BINARY_VERSION, EMULATION_FLOOR};
 use protection_core::version::Version;
-use protection_core::{names, ratelimit};
+use protection_host::{names, ratelimit};
 
 use crate::logging::LogFormat;
 
@@ -106,7 +106,7 @@ pub struct ReleaseCheckArgs {
     pub namespace: Option<String>,
 
     /// Name of the release record ConfigMap.
-    #[arg(long, default_value = protection_core::release_guard::DEFAULT_RECORD_NAME, value_parser = object_name_arg)]
+    #[arg(long, default_value = protection_host::release_guard::DEFAULT_RECORD_NAME, value_parser = object_name_arg)]
     pub release_record_name: String,
 
     /// Report a skip but succeed anyway.
@@ -135,7 +135,7 @@ pub struct StripFinalizersArgs {
     pub namespace: Option<String>,
 
     /// Name of the release record ConfigMap.
-    #[arg(long, default_value = protection_core::release_guard::DEFAULT_RECORD_NAME, value_parser = object_name_arg)]
+    #[arg(long, default_value = protection_host::release_guard::DEFAULT_RECORD_NAME, value_parser = object_name_arg)]
     pub release_record_name: String,
 
     #[command(flatten)]
@@ -304,7 +304,7 @@ pub struct RunArgs {
     /// Address of the admin server (/metrics, /healthz, /readyz): plain HTTP
     /// without authentication, so loopback by default; a pod sets its own
     /// address (the chart does) for the kubelet's probes.
-    #[arg(long, default_value = protection_core::admin::DEFAULT_ADDRESS)]
+    #[arg(long, default_value = protection_host::admin::DEFAULT_ADDRESS)]
     pub admin_address: SocketAddr,
 
     /// Start a leader election client and gain leadership before running the
@@ -345,7 +345,7 @@ pub struct RunArgs {
 
     /// Name of the ConfigMap (in the lease namespace) that records the release
     /// last run in this cluster.
-    #[arg(long, default_value = protection_core::release_guard::DEFAULT_RECORD_NAME, value_parser = object_name_arg)]
+    #[arg(long, default_value = protection_host::release_guard::DEFAULT_RECORD_NAME, value_parser = object_name_arg)]
     pub release_record_name: String,
 
     /// How often the API server is pinged for the readiness check.

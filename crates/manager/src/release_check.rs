@@ -2,8 +2,8 @@
 //! command (the chart runs it in a pre-upgrade / pre-rollback hook).
 
 use anyhow::{Context, Result};
-use protection_core::client::{ClientOptions, build_client, load_config};
-use protection_core::release_guard::{self, RecordLocation};
+use protection_host::client::{ClientOptions, build_client, load_config};
+use protection_host::release_guard::{self, RecordLocation};
 
 use crate::cli::{ClientArgs, ReleaseCheckArgs};
 use crate::run::manager_namespace;
@@ -32,7 +32,7 @@ pub async fn release_check(args: &ReleaseCheckArgs) -> Result<String> {
         namespace: manager_namespace(args.namespace.clone()),
         name: args.release_record_name.clone(),
     };
-    protection_core::names::validate_namespace("--namespace", &location.namespace)?;
+    protection_host::names::validate_namespace("--namespace", &location.namespace)?;
     let running = args.emulated_version;
     let recorded = release_guard::read(&client, &location).await?;
     match release_guard::check(recorded.as_ref(), running, &location) {

@@ -3,13 +3,15 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use protection_core::client::{ClientOptions, build_client_observed, load_config, server_url};
 use protection_core::controllers;
-use protection_core::host::{EventsClient, Host, HostConfig, NewFinalizer, ReleaseGuardConfig};
-use protection_core::leader::LeaderElectionConfig;
 use protection_core::metrics::Metrics;
-use protection_core::release_guard::RecordLocation;
-use protection_core::{admin, metrics_server, names, release};
+use protection_core::release;
+use protection_host::client::{ClientOptions, build_client_observed, load_config, server_url};
+use protection_host::client_metrics::ClientMetrics;
+use protection_host::host::{EventsClient, Host, HostConfig, NewFinalizer, ReleaseGuardConfig};
+use protection_host::leader::LeaderElectionConfig;
+use protection_host::release_guard::RecordLocation;
+use protection_host::{admin, metrics_server, names};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::RunArgs;
@@ -82,10 +84,12 @@ pub async fn run(args: RunArgs) -> Result<()> {
         burst: args.event_burst,
         ..opts.clone()
     };
+    let client_metrics = ClientMetrics::register(metrics.registry())
+        .context("registering the Kubernetes client's metrics")?;
     let (events_client, _) =
-        build_client_observed(config.clone(), &event_opts, Some(metrics.client()))
+        build_client_observed(config.clone(), &event_opts, Some(&client_metrics))
             .context("building the Events client")?;
-    let (client, client_health) = build_client_observed(config, &opts, Some(metrics.client()))?;
+    let (client, client_health) = build_client_observed(config, &opts, Some(&client_metrics))?;
 
     metrics.set_build_info(env!("CARGO_PKG_VERSION"), &gates);
     let listener = admin::bind(args.admin_address).await?;
@@ -276,7 +280,7 @@ pub fn manager_namespace(explicit: Option<String>) -> String {
 /// The finalizers of the selected controllers that are new in the running
 /// (emulated) release: the release before never removes them, so the
 /// release guard records a minimum release while they may be on objects
-/// (protection_core::release_guard). Addition is on when the controller's
+/// (protection_host::release_guard). Addition is on when the controller's
 /// gate is (a controller without a gate always adds). The rules controller
 /// is counted through its rules: `rule-cleanup` on a ProtectionRule stands
 /// for the rule's finalizer on whatever it protects.

@@ -22,7 +22,7 @@ use std::fmt::Write as _;
 use anyhow::{Context, Result, bail};
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
-use protection_core::release_guard::{self, RecordLocation};
+use protection_host::release_guard::{self, RecordLocation};
 use serde_json::json;
 
 use crate::cli::StripFinalizersArgs;
@@ -54,7 +54,7 @@ pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
         namespace: manager_namespace(args.namespace.clone()),
         name: args.release_record_name.clone(),
     };
-    protection_core::names::validate_namespace("--namespace", &location.namespace)?;
+    protection_host::names::validate_namespace("--namespace", &location.namespace)?;
     let recorded = release_guard::read(&client, &location).await?;
     let minimum = recorded.as_ref().and_then(|r| r.minimum.clone());
     if let Some(m) = &minimum

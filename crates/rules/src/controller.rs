@@ -27,7 +27,7 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use protection_core::controllers::{ControllerContext, ControllerError};
-use protection_core::finalizer::{FinalizerPatch, PatchStyle, PhasedFinalizer, has_finalizer};
+use protection_core::finalizer::{FinalizerPatch, PhasedFinalizer, has_finalizer};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -299,7 +299,7 @@ impl State {
     }
 
     async fn patch_rule_finalizer(&self, o: &DynamicObject, add: bool) -> Result<(), String> {
-        let f = PhasedFinalizer::new(RULE_FINALIZER, true, PatchStyle::JsonPatch)
+        let f = PhasedFinalizer::new(RULE_FINALIZER, true)
             .map_err(|e| e.to_string())?
             .with_field_manager(FIELD_MANAGER);
         let patch = if add {
@@ -307,7 +307,7 @@ impl State {
         } else {
             f.remove_patch(&o.metadata)
         };
-        let Some(FinalizerPatch::Json(p)) = patch else {
+        let Some(FinalizerPatch(p)) = patch else {
             return Ok(());
         };
         let name = o.metadata.name.clone().unwrap_or_default();

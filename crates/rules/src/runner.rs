@@ -28,9 +28,7 @@ use kube::core::{ApiResource, GroupVersion};
 use kube::runtime::{WatchStreamExt, watcher};
 use parking_lot::Mutex;
 use protection_core::events::EventRecorder;
-use protection_core::finalizer::{
-    FinalizerPatch, PatchStyle, PhasedFinalizer, has_finalizer, is_deleting,
-};
+use protection_core::finalizer::{FinalizerPatch, PhasedFinalizer, has_finalizer, is_deleting};
 use protection_core::runtime::{Backoff, EventMemory};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::JoinSet;
@@ -235,20 +233,12 @@ fn key_of(meta: &ObjectMeta) -> ObjKey {
 impl RuleCtx {
     fn finalizer(&self) -> PhasedFinalizer {
         // The name was checked when the rule was compiled.
-        PhasedFinalizer::new(
-            &self.spec.finalizer,
-            self.add_enabled,
-            PatchStyle::JsonPatch,
-        )
-        .unwrap_or_else(|_| {
-            PhasedFinalizer::new(
-                "protection-manager.io/invalid",
-                false,
-                PatchStyle::JsonPatch,
-            )
-            .expect("a valid constant name")
-        })
-        .with_field_manager(&self.field_manager)
+        PhasedFinalizer::new(&self.spec.finalizer, self.add_enabled)
+            .unwrap_or_else(|_| {
+                PhasedFinalizer::new("protection-manager.io/invalid", false)
+                    .expect("a valid constant name")
+            })
+            .with_field_manager(&self.field_manager)
     }
 
     fn api(&self, ns: &str) -> Api<DynamicObject> {
@@ -399,9 +389,7 @@ impl RuleCtx {
     }
 
     async fn send(&self, key: &ObjKey, patch: FinalizerPatch) -> Result<(), String> {
-        let FinalizerPatch::Json(p) = patch else {
-            return Err("unexpected patch style".into());
-        };
+        let FinalizerPatch(p) = patch;
         let pp = PatchParams {
             field_manager: Some(self.field_manager.clone()),
             ..Default::default()
@@ -919,7 +907,7 @@ pub async fn remove_everywhere(
     finalizer: &str,
     field_manager: &str,
 ) -> Result<usize, String> {
-    let f = PhasedFinalizer::new(finalizer, false, PatchStyle::JsonPatch)
+    let f = PhasedFinalizer::new(finalizer, false)
         .map_err(|e| e.to_string())?
         .with_field_manager(field_manager);
     let all: Api<DynamicObject> = Api::all_with(client.clone(), &kind.ar);
@@ -933,7 +921,7 @@ pub async fn remove_everywhere(
     };
     let mut n = 0;
     for o in list.items {
-        let Some(FinalizerPatch::Json(p)) = f.remove_patch(&o.metadata) else {
+        let Some(FinalizerPatch(p)) = f.remove_patch(&o.metadata) else {
             continue;
         };
         let (ns, name) = key_of(&o.metadata);

@@ -44,7 +44,7 @@ pub use expectations::Expectations;
 pub use observer::{EventMemory, Observer, PerObject};
 
 use crate::controllers::{ControllerContext, ControllerError, ReadySignal};
-use crate::finalizer::{PatchStyle, PhasedFinalizer};
+use crate::finalizer::PhasedFinalizer;
 use crate::release::GateDecl;
 
 /// Why an in-use controller's reconcile failed (retried with the per-object
@@ -83,7 +83,7 @@ pub fn phased_finalizer(
     field_manager: &str,
 ) -> Result<PhasedFinalizer, ControllerError> {
     let add_enabled = ctx.gates.enabled(gate.name);
-    let f = PhasedFinalizer::new(finalizer, add_enabled, PatchStyle::JsonPatch)
+    let f = PhasedFinalizer::new(finalizer, add_enabled)
         .map_err(|e| ControllerError::new(ctx.name, e))?
         .with_metrics(ctx.metrics.clone())
         .with_field_manager(field_manager);

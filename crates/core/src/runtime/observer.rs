@@ -42,11 +42,6 @@ impl EventMemory {
         self.held.lock().contains_key(uid)
     }
 
-    /// Records a release of `uid`; true iff it had been reported held (emit).
-    pub fn released(&self, uid: &str) -> bool {
-        self.held.lock().remove(uid).is_some()
-    }
-
     pub fn forget(&self, uid: &str) {
         self.held.lock().remove(uid);
     }
@@ -187,9 +182,14 @@ mod tests {
         assert!(m.held("u", "in use by a"));
         assert!(!m.held("u", "in use by a"), "same reason: no repeat");
         assert!(m.held("u", "in use by b"), "new reason: report");
-        assert!(m.released("u"));
-        assert!(!m.released("u"), "released once");
-        assert!(!m.released("never-held"));
+        assert!(m.is_held("u"));
+        m.forget("u");
+        assert!(!m.is_held("u"), "forgotten once released");
+        assert!(
+            m.held("u", "in use by b"),
+            "held again after a release: report"
+        );
+        assert!(!m.is_held("never-held"));
     }
 
     fn pvc(name: &str, uid: &str, deleting: bool, fins: &[&str]) -> PersistentVolumeClaim {

@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
+use protection_core::metrics::Metrics;
 
 /// The admin server's default address: loopback, since nothing on it is
 /// authenticated (kube-controller-manager's insecure port was loopback-only

@@ -24,7 +24,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::duration::format_duration;
+use protection_core::duration::format_duration;
 
 /// Leader election settings (`--leader-elect-*`).
 #[derive(Clone, Debug, PartialEq, Eq)]

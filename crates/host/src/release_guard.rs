@@ -25,8 +25,8 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use crate::controllers::FinalizedResource;
-use crate::version::Version;
+use protection_core::controllers::FinalizedResource;
+use protection_core::version::Version;
 
 /// Default name of the record.
 pub const DEFAULT_RECORD_NAME: &str = "protection-manager-release";
@@ -269,7 +269,7 @@ pub enum GuardError {
     /// time).
     #[error(
         "release record ConfigMap {location}: cannot reach the API server: {}",
-        crate::errors::display_chain(source)
+        protection_core::errors::display_chain(source)
     )]
     Api {
         location: String,
@@ -384,9 +384,11 @@ pub fn parse(cm: &ConfigMap, location: &RecordLocation) -> Result<ReleaseRecord,
     let minimum = match data.get(MINIMUM_RELEASE_KEY) {
         None => None,
         Some(m) => {
-            let release: Version = m.parse().map_err(|e: crate::version::ParseVersionError| {
-                invalid(format!("key {MINIMUM_RELEASE_KEY:?}: {e}"))
-            })?;
+            let release: Version =
+                m.parse()
+                    .map_err(|e: protection_core::version::ParseVersionError| {
+                        invalid(format!("key {MINIMUM_RELEASE_KEY:?}: {e}"))
+                    })?;
             let lines = data.get(MINIMUM_RELEASE_FINALIZERS_KEY).ok_or_else(|| {
                 invalid(format!(
                     "key {MINIMUM_RELEASE_KEY:?} without key {MINIMUM_RELEASE_FINALIZERS_KEY:?}"
@@ -417,7 +419,7 @@ pub fn parse(cm: &ConfigMap, location: &RecordLocation) -> Result<ReleaseRecord,
     };
     let release: Version = version
         .parse()
-        .map_err(|e: crate::version::ParseVersionError| invalid(e.to_string()))?;
+        .map_err(|e: protection_core::version::ParseVersionError| invalid(e.to_string()))?;
     Ok(ReleaseRecord {
         release,
         binary_version: data.get("binaryVersion").cloned(),

@@ -23,9 +23,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::Notify;
 use tower::{Layer, Service};
 
-use crate::duration::format_duration;
 use crate::ratelimit::{RateLimitError, RateLimitLayer};
-use crate::redact::redact_url_credentials;
+use protection_core::duration::format_duration;
+use protection_core::redact::redact_url_credentials;
 
 /// The default of `--request-timeout`. kube-rs lists in pages of 500
 /// objects, so no single call of ours legitimately takes long; 30 s is half

@@ -29,14 +29,16 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, Health};
-use crate::controllers::{ControllerContext, ControllerDescriptor, ControllerResult, ReadySignal};
-use crate::events::{EVENT_QUEUE, EventSink};
-use crate::featuregate::FeatureGates;
 use crate::leader::{Elector, LeaderElectionConfig, LeaderError};
-use crate::metrics::Metrics;
 use crate::release_guard::{self, GuardError, RecordLocation};
-use crate::runtime::Backoff;
-use crate::version::Version;
+use protection_core::controllers::{
+    ControllerContext, ControllerDescriptor, ControllerResult, ReadySignal,
+};
+use protection_core::events::{EVENT_QUEUE, EventSink};
+use protection_core::featuregate::FeatureGates;
+use protection_core::metrics::Metrics;
+use protection_core::runtime::Backoff;
+use protection_core::version::Version;
 
 /// How the host runs.
 #[derive(Clone, Debug)]
@@ -93,7 +95,7 @@ pub struct NewFinalizer {
     /// Whether its addition is on in this process.
     pub adding: bool,
     /// Where it is put (counted when `adding` is off).
-    pub finalizes: &'static [crate::controllers::FinalizedResource],
+    pub finalizes: &'static [protection_core::controllers::FinalizedResource],
 }
 
 /// Why the host stopped other than by a shutdown signal.
@@ -102,7 +104,7 @@ pub enum HostError {
     #[error(transparent)]
     Leader(#[from] LeaderError),
     #[error(transparent)]
-    Controller(#[from] crate::controllers::ControllerError),
+    Controller(#[from] protection_core::controllers::ControllerError),
     #[error("controller {0} stopped unexpectedly")]
     ControllerExited(String),
     #[error(transparent)]
@@ -227,7 +229,7 @@ impl Host {
                         count = count.map(|c| c + found.map_or(0, |f| f.len()));
                     }
                     Err(e) => {
-                        tracing::warn!(error = %crate::errors::display_chain(&e), resource = r.plural, finalizer = %nf.finalizer, "cannot count the objects carrying the finalizer; keeping what the release record said");
+                        tracing::warn!(error = %protection_core::errors::display_chain(&e), resource = r.plural, finalizer = %nf.finalizer, "cannot count the objects carrying the finalizer; keeping what the release record said");
                         count = None;
                         break;
                     }
@@ -567,9 +569,9 @@ mod tests {
     use tokio::time::{Instant, sleep};
 
     use super::*;
-    use crate::controllers::{ControllerError, ControllerInfo, FinalizerNames};
     use crate::fake_api::FakeApi;
-    use crate::release::{BINARY_VERSION, gates_at};
+    use protection_core::controllers::{ControllerError, ControllerInfo, FinalizerNames};
+    use protection_core::release::{BINARY_VERSION, gates_at};
 
     const NS: &str = "pm";
     const LEASE: &str = "protection-manager";

@@ -35,7 +35,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::metrics::Metrics;
+use protection_core::metrics::Metrics;
 
 /// The path served and authorized.
 pub const METRICS_PATH: &str = "/metrics";
