@@ -264,10 +264,18 @@ impl ApiError {
         } else {
             format!("{kind}.{group}")
         };
-        let agg = if errs.len() == 1 {
-            errs[0].to_string()
+        // ErrorList.ToAggregate: the message names each distinct error once
+        // (the causes keep every one).
+        let mut parts: Vec<String> = Vec::new();
+        for e in errs {
+            let m = e.to_string();
+            if !parts.contains(&m) {
+                parts.push(m);
+            }
+        }
+        let agg = if parts.len() == 1 {
+            parts.remove(0)
         } else {
-            let parts: Vec<String> = errs.iter().map(ToString::to_string).collect();
             format!("[{}]", parts.join(", "))
         };
         let causes: Vec<Value> = errs

@@ -551,12 +551,10 @@ fn decode_object(ct: Option<&str>, body: &[u8]) -> Result<Value, ApiError> {
                 other => ApiError::bad_request(format!("decoding protobuf body: {other}")),
             })
         }
-        other => Err(ApiError::new(
+        _ => Err(ApiError::new(
             415,
             "UnsupportedMediaType",
-            format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/cbor (got {other})"
-            ),
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf",
         )),
     }
 }
@@ -796,12 +794,11 @@ async fn resource_request(
             let mut opts = write_options(&q, manager)?;
             let (ct, body) = read_body(req).await?;
             let ct = ct.unwrap_or_default();
+            // The PATCH handler answers a content type that is no patch
+            // type with a generic 415.
             let kind = PatchKind::from_content_type(&ct).ok_or_else(|| {
-                ApiError::new(
-                    415,
-                    "UnsupportedMediaType",
-                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/apply-patch+cbor, application/strategic-merge-patch+json".to_string(),
-                )
+                ApiError::new(415, "UnsupportedMediaType", "415: Unsupported Media Type")
+                    .with_details(json!({}))
             })?;
             if kind == PatchKind::Apply {
                 if q.get("fieldManager").is_none_or(str::is_empty) {
