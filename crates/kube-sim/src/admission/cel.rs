@@ -438,7 +438,18 @@ pub fn eval(env: &Arc<Env>, c: &Compiled, vars: &[(&str, &CelValue)]) -> Result<
     for (name, value) in vars {
         ctx.add_variable_from_value(*name, (*value).clone());
     }
-    c.program.execute(&ctx).map_err(|e| e.to_string())
+    c.program
+        .execute(&ctx)
+        .map_err(|e| go_error_text(&e.to_string()))
+}
+
+/// A runtime error as cel-go words it (the `cel` crate capitalises some):
+/// `no such key: annotations`.
+fn go_error_text(e: &str) -> String {
+    match e.strip_prefix("No such key: ") {
+        Some(k) => format!("no such key: {k}"),
+        None => e.to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -1049,7 +1049,8 @@ pub(crate) fn merge_apply_configuration(
                 continue;
             }
             let ft = ty.field(k).unwrap_or(Ty::Deduced);
-            check_atomic(ft, v, &format!(".{k}"))?;
+            check_atomic(ft, v, &format!(".{k}"))
+                .map_err(|e| format!("invalid ApplyConfiguration: {e}"))?;
         }
     }
     Ok(merge(ty, Some(obj), Some(config)).unwrap_or_else(|| obj.clone()))

@@ -50,11 +50,17 @@ pub async fn real_server() -> RealServer {
     // The namespace controller and the garbage collector clean up after the
     // tests (and some tests check them); the admission plugins that need
     // other controllers stay off, as on kube-sim by default.
+    // The beta versions kube-sim serves by default are served here too.
     let config = || {
-        control_plane::Config::default()
+        let mut c = control_plane::Config::default()
             .with_kcm(["namespace-controller", "garbage-collector-controller"])
             .disable_admission("ServiceAccount")
-            .disable_admission("StorageObjectInUseProtection")
+            .disable_admission("StorageObjectInUseProtection");
+        c.runtime_config = vec![
+            "admissionregistration.k8s.io/v1beta1=true".into(),
+            "storage.k8s.io/v1beta1=true".into(),
+        ];
+        c
     };
     let cp = control_plane::ControlPlane::shared("kube-sim-judge", config)
         .await
