@@ -373,16 +373,47 @@ fn join(path: &str, field: &str) -> String {
 }
 
 impl Served {
+    /// What decoding a custom resource does before anything else sees it
+    /// (managedFields included): structural defaulting and pruning.
+    pub fn decode(&self, obj: &mut Value) {
+        default_and_prune(&self.schema, obj, true);
+    }
+
     /// Applies `default`s, prunes unknown fields (outside
     /// `x-kubernetes-preserve-unknown-fields`) and validates a custom
     /// resource; `old` on update.
+    ///
+    /// As the custom resource strategy validates: the schema first; the
+    /// `x-kubernetes-validations` rules only when no blocking error (a
+    /// required, enum, type, maxLength or maxItems one) was found, else one
+    /// error saying they were not checked.
     pub fn admit(&self, obj: &mut Value, old: Option<&Value>) -> Vec<FieldError> {
-        default_and_prune(&self.schema, obj, true);
+        self.decode(obj);
         let mut errs = Vec::new();
-        self.walk(&self.schema, obj, old, "", true, &mut errs);
+        self.walk(&self.schema, obj, old, "", true, Pass::Schema, &mut errs);
+        if !has_rules(&self.schema) {
+            return errs;
+        }
+        let blocking = errs.iter().any(|e| {
+            use crate::error::FieldErrorType::*;
+            matches!(
+                e.kind,
+                NotSupported | Required | TooLong | TooMany | TypeInvalid
+            )
+        });
+        if blocking {
+            errs.push(FieldError::invalid(
+                "<nil>",
+                Value::Null,
+                "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+            ));
+        } else {
+            self.walk(&self.schema, obj, old, "", true, Pass::Rules, &mut errs);
+        }
         errs
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn walk(
         &self,
         node: &Node,
@@ -390,6 +421,7 @@ impl Served {
         old: Option<&Value>,
         path: &str,
         root: bool,
+        pass: Pass,
         errs: &mut Vec<FieldError>,
     ) {
         let raw = &node.raw;
@@ -405,14 +437,74 @@ impl Served {
                 other => type_name(v) == other,
             } || (int_or_string && (v.is_string() || type_name(v) == "integer"));
             if !ok {
-                errs.push(FieldError::invalid(
-                    field,
-                    json!(type_name(v)),
-                    format!("{field} in body must be of type {t}: {:?}", type_name(v)),
-                ));
+                if pass == Pass::Schema {
+                    errs.push(FieldError {
+                        kind: crate::error::FieldErrorType::TypeInvalid,
+                        field: field.into(),
+                        value: Some(json!(type_name(v))),
+                        detail: format!("{field} in body must be of type {t}: {:?}", type_name(v)),
+                    });
+                }
                 return;
             }
         }
+        if pass == Pass::Schema {
+            self.check_value(raw, v, field, path, errs);
+        }
+        match v {
+            Value::Array(a) => {
+                if let Some(items) = &node.items {
+                    for (i, item) in a.iter().enumerate() {
+                        // Lists without a map/set type have no correlation
+                        // for transition rules.
+                        self.walk(
+                            items,
+                            item,
+                            None,
+                            &format!("{path}[{i}]"),
+                            false,
+                            pass,
+                            errs,
+                        );
+                    }
+                }
+            }
+            Value::Object(m) => {
+                for (k, child) in &node.properties {
+                    if root && k == "metadata" {
+                        continue;
+                    }
+                    if let Some(cv) = m.get(k) {
+                        let ov = old.and_then(|o| o.get(k));
+                        self.walk(child, cv, ov, &join(path, k), false, pass, errs);
+                    }
+                }
+                if let Some(ap) = &node.additional {
+                    for (k, cv) in m {
+                        let ov = old.and_then(|o| o.get(k));
+                        self.walk(ap, cv, ov, &format!("{path}[{k}]"), false, pass, errs);
+                    }
+                }
+            }
+            _ => {}
+        }
+        if pass == Pass::Rules {
+            self.check_rules(node, v, old, field, path, errs);
+        }
+    }
+
+    /// The value checks of one schema node (enum, string, number, list
+    /// bounds, required properties). A string reports only its first
+    /// failure (maxLength, minLength, pattern), as kube-openapi's string
+    /// validator returns at the first.
+    fn check_value(
+        &self,
+        raw: &Value,
+        v: &Value,
+        field: &str,
+        path: &str,
+        errs: &mut Vec<FieldError>,
+    ) {
         if let Some(en) = raw.get("enum").and_then(Value::as_array)
             && !en.contains(v)
         {
@@ -435,8 +527,7 @@ impl Served {
                         value: None,
                         detail: format!("may not be more than {max} bytes"),
                     });
-                }
-                if let Some(min) = raw.get("minLength").and_then(Value::as_u64)
+                } else if let Some(min) = raw.get("minLength").and_then(Value::as_u64)
                     && n < min
                 {
                     errs.push(FieldError::invalid(
@@ -444,8 +535,7 @@ impl Served {
                         v.clone(),
                         format!("{field} in body should be at least {min} chars long"),
                     ));
-                }
-                if let Some(p) = raw.get("pattern").and_then(Value::as_str)
+                } else if let Some(p) = raw.get("pattern").and_then(Value::as_str)
                     && regex_matches(p, s) == Some(false)
                 {
                     errs.push(FieldError::invalid(
@@ -496,13 +586,6 @@ impl Served {
                         detail: format!("must have at most {max} items"),
                     });
                 }
-                if let Some(items) = &node.items {
-                    for (i, item) in a.iter().enumerate() {
-                        // Lists without a map/set type have no correlation
-                        // for transition rules.
-                        self.walk(items, item, None, &format!("{path}[{i}]"), false, errs);
-                    }
-                }
             }
             Value::Object(m) => {
                 if let Some(req) = raw.get("required").and_then(Value::as_array) {
@@ -512,24 +595,25 @@ impl Served {
                         }
                     }
                 }
-                for (k, child) in &node.properties {
-                    if root && k == "metadata" {
-                        continue;
-                    }
-                    if let Some(cv) = m.get(k) {
-                        let ov = old.and_then(|o| o.get(k));
-                        self.walk(child, cv, ov, &join(path, k), false, errs);
-                    }
-                }
-                if let Some(ap) = &node.additional {
-                    for (k, cv) in m {
-                        let ov = old.and_then(|o| o.get(k));
-                        self.walk(ap, cv, ov, &format!("{path}[{k}]"), false, errs);
-                    }
-                }
             }
             _ => {}
         }
+    }
+
+    /// The `x-kubernetes-validations` rules of one node
+    /// (apiextensions-apiserver schema/cel `Validate`): a false rule is its
+    /// message (or `failed rule: <rule>`) with the value, omitted for
+    /// objects and lists; an evaluation error is `<error> evaluating rule:
+    /// <message or rule>`.
+    fn check_rules(
+        &self,
+        node: &Node,
+        v: &Value,
+        old: Option<&Value>,
+        field: &str,
+        path: &str,
+        errs: &mut Vec<FieldError>,
+    ) {
         if node.rules.is_empty() {
             return;
         }
@@ -549,15 +633,24 @@ impl Served {
             } else {
                 join(path, r.field_path.trim_start_matches('.'))
             };
+            let value = match v {
+                Value::Object(_) | Value::Array(_) => None,
+                other => Some(other.clone()),
+            };
             match r.program.execute(&ctx) {
                 Ok(CelValue::Bool(true)) => {}
                 Ok(CelValue::Bool(false)) => {
                     let msg = if r.message.is_empty() {
-                        format!("failed rule: {}", r.rule)
+                        format!("failed rule: {}", r.rule.trim())
                     } else {
-                        r.message.clone()
+                        r.message.trim().to_string()
                     };
-                    errs.push(FieldError::invalid(&at, json!(type_name(v)), msg));
+                    errs.push(FieldError {
+                        kind: crate::error::FieldErrorType::Invalid,
+                        field: at,
+                        value,
+                        detail: msg,
+                    });
                 }
                 Ok(other) => errs.push(FieldError::invalid(
                     &at,
@@ -568,14 +661,42 @@ impl Served {
                         r.rule
                     ),
                 )),
-                Err(e) => errs.push(FieldError::invalid(
-                    &at,
-                    json!(type_name(v)),
-                    format!("rule evaluation error: {e}"),
-                )),
+                Err(e) => {
+                    let rule = if r.message.is_empty() {
+                        r.rule.trim()
+                    } else {
+                        r.message.trim()
+                    };
+                    let e = e.to_string();
+                    let e = match e.strip_prefix("No such key: ") {
+                        Some(k) => format!("no such key: {k}"),
+                        None => e,
+                    };
+                    errs.push(FieldError::invalid(
+                        field,
+                        json!(type_name(v)),
+                        format!("{e} evaluating rule: {rule}"),
+                    ))
+                }
             }
         }
     }
+}
+
+/// Which checks a walk of a custom resource makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    Schema,
+    Rules,
+}
+
+/// Whether a schema has any `x-kubernetes-validations` rule (upstream has a
+/// CEL validator only then).
+fn has_rules(node: &Node) -> bool {
+    !node.rules.is_empty()
+        || node.properties.iter().any(|(_, n)| has_rules(n))
+        || node.items.as_deref().is_some_and(has_rules)
+        || node.additional.as_deref().is_some_and(has_rules)
 }
 
 fn regex_matches(pattern: &str, s: &str) -> Option<bool> {
@@ -745,7 +866,9 @@ mod tests {
             errs,
             [
                 "spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1",
-                "spec.name: Invalid value: \"string\": must be domain-qualified",
+                // A scalar's failed rule quotes its value (validation.go:
+                // only objects and arrays omit it).
+                "spec.name: Invalid value: \"x\": must be domain-qualified",
             ]
         );
         assert_eq!(o["spec"]["mode"], "A");
@@ -757,7 +880,7 @@ mod tests {
             .iter()
             .map(|e| e.to_string())
             .collect();
-        assert_eq!(errs, ["spec.name: Invalid value: \"string\": is immutable"]);
+        assert_eq!(errs, ["spec.name: Invalid value: \"c.d\": is immutable"]);
     }
 
     #[test]

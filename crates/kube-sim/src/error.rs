@@ -38,6 +38,8 @@ impl std::fmt::Display for GroupResource {
 pub enum FieldErrorType {
     Required,
     Invalid,
+    /// `field.TypeInvalid` (a value of the wrong JSON type).
+    TypeInvalid,
     Forbidden,
     Duplicate,
     NotSupported,
@@ -50,6 +52,7 @@ impl FieldErrorType {
         match self {
             FieldErrorType::Required => "FieldValueRequired",
             FieldErrorType::Invalid => "FieldValueInvalid",
+            FieldErrorType::TypeInvalid => "FieldValueTypeInvalid",
             FieldErrorType::Forbidden => "FieldValueForbidden",
             FieldErrorType::Duplicate => "FieldValueDuplicate",
             FieldErrorType::NotSupported => "FieldValueNotSupported",
@@ -60,7 +63,7 @@ impl FieldErrorType {
     fn text(self) -> &'static str {
         match self {
             FieldErrorType::Required => "Required value",
-            FieldErrorType::Invalid => "Invalid value",
+            FieldErrorType::Invalid | FieldErrorType::TypeInvalid => "Invalid value",
             FieldErrorType::Forbidden => "Forbidden",
             FieldErrorType::Duplicate => "Duplicate value",
             FieldErrorType::NotSupported => "Unsupported value",

@@ -750,6 +750,9 @@ async fn resource_request(
             let opts = write_options(&q, manager)?;
             let (ct, body) = read_body(req).await?;
             let obj = decode_object(ct.as_deref(), &body)?;
+            if store.custom(rid).is_some() {
+                custom_body_has_type(def, &obj, &body)?;
+            }
             decodes_as(def, &obj)?;
             let warnings = field_validation(def, &q, &obj, store.custom(rid).as_deref())?;
             let s = store.create(rid, &ns, obj, &opts)?;
@@ -770,6 +773,9 @@ async fn resource_request(
             let opts = write_options(&q, manager)?;
             let (ct, body) = read_body(req).await?;
             let obj = decode_object(ct.as_deref(), &body)?;
+            if store.custom(rid).is_some() {
+                custom_body_has_type(def, &obj, &body)?;
+            }
             decodes_as(def, &obj)?;
             let warnings = field_validation(def, &q, &obj, store.custom(rid).as_deref())?;
             let (s, created) = store.update(rid, &ns, &name, sub, obj, &opts)?;
@@ -967,6 +973,42 @@ async fn bind_pod(
         201,
         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
     ))
+}
+
+/// A custom resource's body is decoded as unstructured JSON, which needs
+/// its `kind` and `apiVersion`: without, upstream's 400 quotes the body.
+fn custom_body_has_type(def: &ResourceDef, obj: &Value, body: &[u8]) -> Result<(), ApiError> {
+    let missing = ["kind", "apiVersion"].into_iter().find(|k| {
+        obj.get(*k)
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+    });
+    let Some(missing) = missing else {
+        return Ok(());
+    };
+    let data = match std::str::from_utf8(body) {
+        Ok(s) if s.trim_start().starts_with('{') => s.to_string(),
+        _ => obj.to_string(),
+    };
+    // summarizeData(body, 30)
+    let summary = if data.len() > 30 {
+        let mut end = 30;
+        while !data.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{} ...", &data[..end])
+    } else {
+        data.clone()
+    };
+    let field = if missing == "kind" {
+        "Kind"
+    } else {
+        "apiVersion"
+    };
+    Err(ApiError::bad_request(format!(
+        "the object provided is unrecognized (must be of type {}): Object '{field}' is missing in '{data}' ({summary})",
+        def.kind
+    )))
 }
 
 /// Decoding a create or update body into the kind's Go type: a value an

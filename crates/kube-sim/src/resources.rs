@@ -266,6 +266,15 @@ pub fn find_kind(group: &str, kind: &str) -> Option<ResId> {
         .position(|r| r.group == group && r.kind == kind)
 }
 
+/// Whether kind `kind` of `group` has a `status` subresource (a built-in
+/// one, or a custom resource whose CRD declares it).
+pub fn has_status_subresource(group: &str, kind: &str) -> bool {
+    RESOURCES
+        .iter()
+        .chain(CUSTOM.read().iter().copied())
+        .any(|r| r.group == group && r.kind == kind && r.has_status)
+}
+
 /// The API groups (non-core) of `defs` in discovery order, each with its
 /// versions.
 pub fn groups_of<'a>(

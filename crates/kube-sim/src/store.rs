@@ -978,6 +978,9 @@ impl Store {
         // defaulted) object, before admission and the registry (status
         // reset, allocated cluster IPs and node ports) change it.
         strategy::apply_defaults(def, &mut obj);
+        if let Some(crd) = self.custom(rid) {
+            crd.decode(&mut obj);
+        }
         patch::track_update(
             None,
             &mut obj,
@@ -1101,10 +1104,10 @@ impl Store {
         } else {
             crate::networking::Allocated::default()
         };
-        let mut errs = crate::validation::validate_object_meta(
+        let mut errs = crate::validation::validate_object_meta_on_create(
+            def,
+            self.custom(rid).is_some(),
             obj.get("metadata").unwrap_or(&Value::Null),
-            def.name_rule,
-            def.namespaced,
         );
         errs.extend(crate::spec_validation::validate_create(def, obj));
         errs.extend(crate::networking::validate_create(def, obj));
@@ -1221,6 +1224,9 @@ impl Store {
             }
             let mut new = obj.clone();
             prune(def, &mut new);
+            if let Some(crd) = self.custom(rid) {
+                crd.decode(&mut new);
+            }
             object::meta_mut(&mut new).insert("resourceVersion".into(), json!(live.rv.to_string()));
             let now = object::now_string();
             patch::track_update(
@@ -1336,6 +1342,9 @@ impl Store {
             };
             patch::check_decodes(&req, &mut new, &unknown)
                 .map_err(|e| patch_error(def, name, e))?;
+            if let Some(crd) = self.custom(rid) {
+                crd.decode(&mut new);
+            }
             if kind != PatchKind::Apply {
                 patch::track_update(
                     req.live,
