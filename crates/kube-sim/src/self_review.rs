@@ -77,9 +77,11 @@ pub(crate) fn self_subject_access_review(
     let nra = spec.get("nonResourceAttributes").filter(|v| v.is_object());
     // pkg/apis/authorization/validation: ValidateSelfSubjectAccessReviewSpec.
     if ra.is_some() == nra.is_some() {
+        // NewInvalid(authorizationapi.Kind(selfSAR.Kind)): the decoded
+        // object's kind is empty, so the group alone is named.
         return Err(ApiError::invalid(
             "authorization.k8s.io",
-            "SelfSubjectAccessReview",
+            "",
             "",
             &[FieldError::invalid(
                 "spec.resourceAttributes",

@@ -88,7 +88,7 @@ async fn self_subject_access_review_answers_for_the_requester() {
     let status: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         status["message"],
-        r#"SelfSubjectAccessReview.authorization.k8s.io "" is invalid: spec.resourceAttributes: Invalid value: null: exactly one of nonResourceAttributes or resourceAttributes must be specified"#
+        r#".authorization.k8s.io "" is invalid: spec.resourceAttributes: Invalid value: null: exactly one of nonResourceAttributes or resourceAttributes must be specified"#
     );
     sim.shutdown().await;
 }
