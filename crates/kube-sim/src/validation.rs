@@ -216,6 +216,23 @@ pub fn validate_object_meta(meta: &Value, rule: NameRule, namespaced: bool) -> V
     object_meta(meta, rule, namespaced, true)
 }
 
+/// The metadata validation of a new object of `def`: the core API's for the
+/// kinds validated by pkg/apis/core/validation `ValidateObjectMeta`,
+/// apimachinery's generic one (no rule for finalizers without a domain)
+/// for Leases, CRDs, admission policies and custom resources.
+pub fn validate_object_meta_on_create(
+    def: &crate::resources::ResourceDef,
+    custom: bool,
+    meta: &Value,
+) -> Vec<FieldError> {
+    let generic = custom
+        || matches!(
+            def.group,
+            "coordination.k8s.io" | "apiextensions.k8s.io" | "admissionregistration.k8s.io"
+        );
+    object_meta(meta, def.name_rule, def.namespaced, !generic)
+}
+
 /// [`validate_object_meta`]; `kube_finalizers`: with the core API's
 /// finalizer-name rule (pkg/apis/core/validation), or apimachinery's
 /// generic checks alone.
@@ -468,16 +485,11 @@ fn validate_finalizers(fins: &[Value]) -> Vec<FieldError> {
         }
     }
     if names.contains(&Some("orphan")) && names.contains(&Some("foregroundDeletion")) {
-        let quoted: Vec<String> = names.iter().flatten().map(|n| format!("{n:?}")).collect();
-        errs.push(FieldError {
-            kind: crate::error::FieldErrorType::Invalid,
-            field: "metadata.finalizers".into(),
-            value: None,
-            detail: format!(
-                "[]string{{{}}}: finalizer orphan and foregroundDeletion cannot be both set",
-                quoted.join(", ")
-            ),
-        });
+        errs.push(FieldError::invalid(
+            "metadata.finalizers",
+            Value::Array(fins.to_vec()),
+            "finalizer orphan and foregroundDeletion cannot be both set",
+        ));
     }
     errs
 }
