@@ -442,3 +442,344 @@ async fn load_balancer_ingress_is_validated_on_status_writes() {
     })
     .await;
 }
+
+/// Reads a watch of `path` (which sets `timeoutSeconds`) until the server
+/// ends it: every event, as sent.
+async fn watch_events(client: kube::Client, path: String) -> Vec<Value> {
+    use http_body_util::BodyExt;
+    let req = http::Request::builder()
+        .method("GET")
+        .uri(&path)
+        .header(http::header::ACCEPT, "application/json")
+        .body(kube::client::Body::empty())
+        .expect("watch request");
+    let resp = client.send(req).await.expect("watch");
+    assert_eq!(resp.status(), 200, "watch {path}");
+    let mut body = resp.into_body();
+    let mut buf = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.expect("watch body").into_data() {
+            buf.extend_from_slice(&data);
+        }
+    }
+    String::from_utf8_lossy(&buf)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| json!(l)))
+        .collect()
+}
+
+/// Watch: from an old resourceVersion that etcd still has, the changes
+/// since (none in a new namespace; a real server reads what its watch cache
+/// lacks from etcd, so no 410 before compaction); with bookmarks and a
+/// timeout, a BOOKMARK before the end.
+#[tokio::test]
+async fn watch_from_an_old_version_and_a_bookmark_before_the_timeout() {
+    differential("watch", same_service_range, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let cms = format!("/api/v1/namespaces/{}/configmaps", ctx.ns);
+        let old = watch_events(
+            c.clone(),
+            format!("{cms}?watch=1&resourceVersion=1&timeoutSeconds=2"),
+        )
+        .await;
+        assert!(old.iter().all(|e| e["type"] != "ERROR"), "{old:?}");
+        t.note("watch from resourceVersion 1", json!(old));
+        let list = get(c, &cms).await;
+        let rv = list.body["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        // A bookmark reports a resourceVersion newer than the watch's start
+        // (upstream's cache has none to report for an idle resource), so
+        // something happens in the resource first.
+        let watch = tokio::spawn(watch_events(
+            c.clone(),
+            format!("{cms}?watch=1&allowWatchBookmarks=true&timeoutSeconds=4&resourceVersion={rv}"),
+        ));
+        let r = post(c, &cms, &json!({"metadata": {"name": "tick"}})).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let events = watch.await.expect("the watch");
+        // How many bookmarks come before the end is timer-dependent upstream.
+        let mut types: Vec<Value> = Vec::new();
+        for e in &events {
+            if types.last() != Some(&e["type"]) {
+                types.push(e["type"].clone());
+            }
+        }
+        assert!(types.contains(&json!("BOOKMARK")), "{events:?}");
+        t.note("event types until the timeout", json!(types));
+        let bookmark = events.iter().find(|e| e["type"] == "BOOKMARK").cloned();
+        t.note("a bookmark", bookmark.unwrap_or_default());
+        t
+    })
+    .await;
+}
+
+/// One kind the protection controllers hold with finalizers.
+struct Held {
+    label: &'static str,
+    collection: String,
+    body: Value,
+}
+
+/// Finalizers as the controllers use them, on every kind they protect:
+/// name validation on create and update, the JSON-patch `test` guard the
+/// manager sends (and its 422 when the list moved), DELETE of a held object,
+/// no new finalizer once deleting, removal by index, the last one's removal
+/// deleting the object (its answer, and the watch's DELETED event).
+#[tokio::test]
+async fn finalizers_on_every_protected_kind() {
+    differential("fin", same_service_range, |ctx| async move {
+        let c = &ctx.client;
+        let ns = &ctx.ns;
+        let mut t = Transcript::new();
+        let net = run_net(&ctx);
+        // A custom resource, as ProtectionRules protect them.
+        let group = format!("{}.example.com", ctx.unique("fin"));
+        let crd = json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("widgets.{group}")},
+            "spec": {"group": group, "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}}}]},
+        });
+        let r = post(c, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &crd).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let widgets = format!("/apis/{group}/v1/namespaces/{ns}/widgets");
+        common::eventually("the custom resource is served", async || {
+            (get(c, &widgets).await.code == 200).then_some(())
+        })
+        .await;
+        let kinds = [
+            Held { label: "ConfigMap", collection: format!("/api/v1/namespaces/{ns}/configmaps"), body: json!({}) },
+            Held { label: "PersistentVolumeClaim", collection: format!("/api/v1/namespaces/{ns}/persistentvolumeclaims"),
+                body: json!({"spec": {"storageClassName": "", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}) },
+            Held { label: "PersistentVolume", collection: "/api/v1/persistentvolumes".into(),
+                body: json!({"spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/tmp/fin"}}}) },
+            Held { label: "Service", collection: format!("/api/v1/namespaces/{ns}/services"),
+                body: json!({"spec": {"clusterIP": "None", "ports": [{"port": 80}]}}) },
+            Held { label: "ServiceCIDR", collection: format!("{NET}/servicecidrs"),
+                body: json!({"spec": {"cidrs": [format!("{net}.0/24")]}}) },
+            Held { label: "VolumeAttributesClass", collection: "/apis/storage.k8s.io/v1/volumeattributesclasses".into(),
+                body: json!({"driverName": "x.example.com", "parameters": {"a": "b"}}) },
+            Held { label: "Widget", collection: widgets.clone(),
+                body: json!({"apiVersion": format!("{group}/v1"), "kind": "Widget", "spec": {"size": 1}}) },
+        ];
+        // A custom resource is decoded as unstructured JSON: its kind is needed.
+        let r = post(c, &widgets, &json!({"metadata": {"name": "nokind"}, "spec": {"size": 1}})).await;
+        assert_eq!(r.code, 400, "{:?}", r.body);
+        t.reply("a custom resource without its kind", &r);
+        for k in &kinds {
+            let name = ctx.unique("held").to_lowercase();
+            let obj = |n: &str, fins: Value| {
+                let mut b = k.body.clone();
+                b["metadata"] = json!({"name": n, "finalizers": fins});
+                b
+            };
+            let l = |s: &str| format!("{}: {s}", k.label);
+            for (what, fins) in [
+                ("a finalizer with a space", json!(["Bad Name"])),
+                ("a finalizer without a domain", json!(["nodomain"])),
+                ("orphan and foregroundDeletion", json!(["orphan", "foregroundDeletion"])),
+            ] {
+                let n = ctx.unique("bad").to_lowercase();
+                let r = post(c, &k.collection, &obj(&n, fins)).await;
+                t.reply(&l(what), &r);
+                if r.code == 201 {
+                    let _ = patch(c, &format!("{}/{n}", k.collection), "merge", r#"{"metadata":{"finalizers":null}}"#).await;
+                    let _ = delete(c, &format!("{}/{n}", k.collection)).await;
+                }
+            }
+            let path = format!("{}/{name}", k.collection);
+            let r = post(c, &k.collection, &obj(&name, json!(["example.com/hold"]))).await;
+            assert_eq!(r.code, 201, "{}: {:?}", k.label, r.body);
+            t.reply(&l("created"), &r);
+            let guarded = r#"[{"op":"test","path":"/metadata/finalizers","value":["example.com/hold"]},{"op":"add","path":"/metadata/finalizers/-","value":"example.com/second"}]"#;
+            let r = patch(c, &path, "json", guarded).await;
+            assert_eq!(r.code, 200, "{}: {:?}", k.label, r.body);
+            t.reply(&l("finalizer added under a test guard"), &r);
+            let r = patch(c, &path, "json", guarded).await;
+            assert_eq!(r.code, 422, "{}: {:?}", k.label, r.body);
+            t.reply(&l("the guard no longer holds"), &r);
+            let r = patch(c, &path, "merge", r#"{"metadata":{"finalizers":["example.com/hold","Bad Name"]}}"#).await;
+            t.reply(&l("an invalid finalizer by update"), &r);
+            let r = delete(c, &path).await;
+            assert_eq!(r.code, 200, "{}: {:?}", k.label, r.body);
+            t.reply(&l("deleted while held"), &r);
+            let r = patch(c, &path, "json", r#"[{"op":"add","path":"/metadata/finalizers/-","value":"example.com/late"}]"#).await;
+            assert_eq!(r.code, 422, "{}: {:?}", k.label, r.body);
+            t.reply(&l("no new finalizer while deleting"), &r);
+            let r = patch(c, &path, "json", r#"[{"op":"test","path":"/metadata/finalizers/1","value":"example.com/second"},{"op":"remove","path":"/metadata/finalizers/1"}]"#).await;
+            assert_eq!(r.code, 200, "{}: {:?}", k.label, r.body);
+            t.reply(&l("one finalizer removed by index"), &r);
+            let r = patch(c, &path, "json", r#"[{"op":"test","path":"/metadata/finalizers/0","value":"example.com/hold"},{"op":"remove","path":"/metadata/finalizers/0"}]"#).await;
+            assert_eq!(r.code, 200, "{}: {:?}", k.label, r.body);
+            t.reply(&l("the last one removed"), &r);
+            t.reply(&l("gone"), &get(c, &path).await);
+        }
+        let _ = delete(c, &format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.{group}")).await;
+        t
+    })
+    .await;
+}
+
+/// SubjectAccessReview over RBAC (what a component delegating its
+/// authorization asks: KCM's secure port, a metrics filter) and the
+/// TokenReview answers that do not depend on how tokens are issued.
+#[tokio::test]
+async fn subject_access_reviews_and_token_review_errors() {
+    differential("reviews", same_service_range, |ctx| async move {
+        let c = &ctx.client;
+        let ns = &ctx.ns;
+        let mut t = Transcript::new();
+        let rbac = "/apis/rbac.authorization.k8s.io/v1";
+        let cr = ctx.unique("metrics-reader");
+        let crb = ctx.unique("metrics-readers");
+        let user = ctx.unique("alice");
+        for (path, body) in [
+            (format!("{rbac}/clusterroles"), json!({"metadata": {"name": cr}, "rules": [
+                {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch", "patch"]}]})),
+            (format!("{rbac}/clusterrolebindings"), json!({"metadata": {"name": crb},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cr},
+                "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}]})),
+            (format!("{rbac}/namespaces/{ns}/roles"), json!({"metadata": {"name": "secrets"}, "rules": [
+                {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["one"], "verbs": ["get"]}]})),
+            (format!("{rbac}/namespaces/{ns}/rolebindings"), json!({"metadata": {"name": "secrets"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "secrets"},
+                "subjects": [{"kind": "ServiceAccount", "name": "manager", "namespace": ns}]})),
+        ] {
+            let r = post(c, &path, &body).await;
+            assert_eq!(r.code, 201, "{path}: {:?}", r.body);
+        }
+        let sa = format!("system:serviceaccount:{ns}:manager");
+        let sa_groups = json!(["system:serviceaccounts", format!("system:serviceaccounts:{ns}"), "system:authenticated"]);
+        let sar = |spec: Value| json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec});
+        let cases = [
+            ("metrics allowed", json!({"user": user, "nonResourceAttributes": {"path": "/metrics", "verb": "get"}})),
+            ("metrics, another verb", json!({"user": user, "nonResourceAttributes": {"path": "/metrics", "verb": "post"}})),
+            ("another path", json!({"user": user, "nonResourceAttributes": {"path": "/healthz", "verb": "get"}})),
+            ("claims anywhere", json!({"user": user, "resourceAttributes": {"namespace": ns, "verb": "patch", "resource": "persistentvolumeclaims"}})),
+            ("claims, delete", json!({"user": user, "resourceAttributes": {"namespace": ns, "verb": "delete", "resource": "persistentvolumeclaims"}})),
+            ("a named secret by a role binding", json!({"user": sa, "groups": sa_groups, "resourceAttributes": {"namespace": ns, "verb": "get", "resource": "secrets", "name": "one"}})),
+            ("another secret", json!({"user": sa, "groups": sa_groups, "resourceAttributes": {"namespace": ns, "verb": "get", "resource": "secrets", "name": "two"}})),
+            ("system:masters", json!({"user": "someone", "groups": ["system:masters"], "resourceAttributes": {"verb": "delete", "resource": "nodes"}})),
+            ("no attributes", json!({"user": user})),
+            ("no user or group", json!({"nonResourceAttributes": {"path": "/metrics", "verb": "get"}})),
+        ];
+        for (label, spec) in cases {
+            let r = post(c, "/apis/authorization.k8s.io/v1/subjectaccessreviews", &sar(spec)).await;
+            t.reply(label, &r);
+        }
+        let r = post(c, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            &json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {}})).await;
+        assert_eq!(r.code, 422, "{:?}", r.body);
+        t.reply("a self review without attributes", &r);
+        let tr = |token: &str| json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}});
+        let r = post(c, "/apis/authentication.k8s.io/v1/tokenreviews", &tr("")).await;
+        assert_eq!(r.code, 400, "{:?}", r.body);
+        t.reply("an empty token", &r);
+        for p in [format!("{rbac}/clusterrolebindings/{crb}"), format!("{rbac}/clusterroles/{cr}")] {
+            let _ = delete(c, &p).await;
+        }
+        t
+    })
+    .await;
+}
+
+/// A CustomResourceDefinition with a structural schema, CEL rules, a status
+/// subresource and printer columns (as the ProtectionRule CRD has): its
+/// status as the CRD controllers write it, custom resources refused and
+/// accepted alike, and `kubectl get` columns.
+#[tokio::test]
+async fn custom_resources_validation_status_and_printer_columns() {
+    differential("crd", same_service_range, |ctx| async move {
+        let c = &ctx.client;
+        let ns = &ctx.ns;
+        let mut t = Transcript::new();
+        let group = format!("{}.example.com", ctx.unique("crd"));
+        let name = format!("gadgets.{group}");
+        let crd = json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": name},
+            "spec": {"group": group, "scope": "Namespaced",
+                "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList", "shortNames": ["gd"]},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        {"name": "Mode", "type": "string", "jsonPath": ".spec.mode"},
+                        {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+                        {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}],
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "required": ["mode"],
+                            "x-kubernetes-validations": [{"rule": "self.mode != 'Off' || self.size == 0", "message": "an Off gadget has no size"}],
+                            "properties": {
+                                "mode": {"type": "string", "enum": ["On", "Off"]},
+                                "size": {"type": "integer", "minimum": 0, "maximum": 10},
+                                "tag": {"type": "string", "maxLength": 5, "pattern": "^[a-z]+$"}}},
+                        "status": {"type": "object", "properties": {"conditions": {"type": "array",
+                            "items": {"type": "object", "properties": {"type": {"type": "string"}, "status": {"type": "string"}}}}}}}}}}]},
+        });
+        let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+        let r = post(c, crds, &crd).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let established = common::eventually("the CRD is established", async || {
+            let r = get(c, &format!("{crds}/{name}")).await;
+            let conds = r.body["status"]["conditions"].as_array().cloned().unwrap_or_default();
+            conds
+                .iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+                .then_some(r)
+        })
+        .await;
+        // The status: conditions by type (their order and times are the
+        // controllers'), accepted names, stored versions.
+        let mut conds: Vec<Value> = established.body["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| json!({"type": c["type"], "status": c["status"], "reason": c["reason"], "message": c["message"]}))
+            .collect();
+        conds.sort_by_key(|c| c["type"].as_str().unwrap_or_default().to_string());
+        t.note("CRD status", json!({"conditions": conds,
+            "acceptedNames": established.body["status"]["acceptedNames"],
+            "storedVersions": established.body["status"]["storedVersions"]}));
+        let gadgets = format!("/apis/{group}/v1/namespaces/{ns}/gadgets");
+        common::eventually("the custom resource is served", async || {
+            (get(c, &gadgets).await.code == 200).then_some(())
+        })
+        .await;
+        let gadget = |n: &str, spec: Value| json!({"apiVersion": format!("{group}/v1"), "kind": "Gadget", "metadata": {"name": n}, "spec": spec});
+        for (label, spec) in [
+            ("missing mode", json!({"size": 1})),
+            ("not in the enum", json!({"mode": "Maybe"})),
+            ("above the maximum", json!({"mode": "On", "size": 11})),
+            ("a string for an integer", json!({"mode": "On", "size": "1"})),
+            ("too long and not matching", json!({"mode": "On", "tag": "ABCDEFG"})),
+            ("a CEL rule", json!({"mode": "Off", "size": 3})),
+        ] {
+            let r = post(c, &gadgets, &gadget("bad", spec)).await;
+            assert_eq!(r.code, 422, "{label}: {:?}", r.body);
+            t.reply(label, &r);
+        }
+        let r = post(c, &gadgets, &gadget("good", json!({"mode": "On", "size": 2, "tag": "ab", "extra": "pruned"}))).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        t.reply("created (unknown field pruned)", &r);
+        let r = patch(c, &format!("{gadgets}/good/status"), "merge",
+            r#"{"spec":{"size":9},"status":{"conditions":[{"type":"Ready","status":"True"}]}}"#).await;
+        t.reply("status subresource", &r);
+        let r = patch(c, &format!("{gadgets}/good"), "merge", r#"{"status":{"conditions":[]},"spec":{"size":4}}"#).await;
+        t.reply("main resource", &r);
+        let tab = table(&ctx, &gadgets).await;
+        t.note("table", rows_named(&tab, &["good"]));
+        let _ = delete(c, &format!("{crds}/{name}")).await;
+        t
+    })
+    .await;
+}

@@ -239,6 +239,7 @@ const TIME_KEYS: &[&str] = &[
     "time",
     "renewTime",
     "acquireTime",
+    "lastPhaseTransitionTime",
 ];
 
 /// Masks what differs between two servers that answer alike: uids,
