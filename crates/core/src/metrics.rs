@@ -41,6 +41,9 @@ pub struct Metrics {
     cleanup_duration: HistogramVec,
     terminating_objects: IntGaugeVec,
     terminating_oldest: IntGaugeVec,
+    live_lists: IntCounterVec,
+    live_list_batch: HistogramVec,
+    indexed_users: IntGaugeVec,
     controller_ready: IntGaugeVec,
     leader: IntGauge,
     build_info: IntGaugeVec,
@@ -158,6 +161,36 @@ impl Metrics {
         registry.register(Box::new(cleanup_duration.clone()))?;
         registry.register(Box::new(terminating_objects.clone()))?;
         registry.register(Box::new(terminating_oldest.clone()))?;
+        let live_lists = IntCounterVec::new(
+            Opts::new(
+                "live_lists_total",
+                "Live LIST rounds an in-use controller made to confirm that objects are unused before removing its finalizer (one round per scope: a namespace, or the cluster).",
+            )
+            .namespace(PREFIX),
+            &["controller"],
+        )?;
+        let live_list_batch = HistogramVec::new(
+            HistogramOpts::new(
+                "live_list_batch_size",
+                "Objects an in-use controller confirmed with one live LIST round.",
+            )
+            .namespace(PREFIX)
+            .buckets(vec![
+                1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0,
+            ]),
+            &["controller"],
+        )?;
+        let indexed_users = IntGaugeVec::new(
+            Opts::new(
+                "indexed_users",
+                "Users in an in-use controller's index (objects that refer to at least one protected object).",
+            )
+            .namespace(PREFIX),
+            &["controller"],
+        )?;
+        registry.register(Box::new(live_lists.clone()))?;
+        registry.register(Box::new(live_list_batch.clone()))?;
+        registry.register(Box::new(indexed_users.clone()))?;
         registry.register(Box::new(controller_ready.clone()))?;
         registry.register(Box::new(leader.clone()))?;
         registry.register(Box::new(build_info.clone()))?;
@@ -178,6 +211,9 @@ impl Metrics {
             cleanup_duration,
             terminating_objects,
             terminating_oldest,
+            live_lists,
+            live_list_batch,
+            indexed_users,
             controller_ready,
             leader,
             build_info,
@@ -377,6 +413,26 @@ impl ControllerMetrics {
     /// Count and oldest age right now.
     pub fn terminating_snapshot(&self) -> (usize, Option<Duration>) {
         self.tracker.snapshot(Timestamp::now())
+    }
+
+    /// An in-use controller starts one live LIST round for `batch` objects.
+    pub fn live_list(&self, batch: usize) {
+        self.metrics
+            .live_lists
+            .with_label_values(&[&self.name])
+            .inc();
+        self.metrics
+            .live_list_batch
+            .with_label_values(&[&self.name])
+            .observe(batch as f64);
+    }
+
+    /// The number of users in an in-use controller's index.
+    pub fn set_indexed_users(&self, n: usize) {
+        self.metrics
+            .indexed_users
+            .with_label_values(&[&self.name])
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     pub fn set_ready(&self, ready: bool) {

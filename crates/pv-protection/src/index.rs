@@ -26,6 +26,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use protection_core::runtime::inuse::Feed;
+
 use crate::pod::{ClaimRef, PodFacts};
 
 /// `namespace/name` of a PersistentVolumeClaim to re-check.
@@ -325,6 +327,34 @@ impl PodIndex {
             .collect();
         out.sort();
         out
+    }
+}
+
+fn store_keys(claims: BTreeSet<ClaimKey>) -> BTreeSet<String> {
+    claims.iter().map(ClaimKey::to_string).collect()
+}
+
+/// The pod watch feeds the index through the in-use engine's verbs; each
+/// returns the claims to re-check as store keys (`namespace/name`).
+impl Feed<PodFacts> for PodIndex {
+    fn apply(&mut self, pod: &PodFacts) -> BTreeSet<String> {
+        store_keys(PodIndex::apply(self, pod))
+    }
+    fn delete(&mut self, pod: &PodFacts) -> BTreeSet<String> {
+        store_keys(PodIndex::delete(self, pod))
+    }
+    fn begin_reset(&mut self) {
+        self.begin_relist();
+    }
+    fn reset_apply(&mut self, pod: &PodFacts) -> BTreeSet<String> {
+        self.relist_apply(pod);
+        BTreeSet::new()
+    }
+    fn finish_reset(&mut self) -> BTreeSet<String> {
+        store_keys(self.finish_relist())
+    }
+    fn len(&self) -> usize {
+        PodIndex::len(self)
     }
 }
 

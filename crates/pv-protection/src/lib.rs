@@ -12,7 +12,7 @@
 //!   running (or emulated) version, and removes it from a deleting object once
 //!   not in use, whatever the gate says. One request per transition.
 //! * Before removing a PVC's finalizer the controller confirms with a live
-//!   pod LIST: one per namespace per batch ([`batch`]).
+//!   pod LIST: one per namespace per batch (core's in-use engine).
 //! * Finalizer names follow the [`FinalizerProfile`]:
 //!   `protection-manager.io/pv-protection` / `pvc-protection` by default (so
 //!   the manager can run beside kube-controller-manager), or upstream's
@@ -40,7 +40,6 @@
 //! object is in use (naming the pods and their nodes, or the bound claim) and
 //! `FinalizerReleased` when a held deletion is released.
 
-pub mod batch;
 pub mod explain;
 pub mod index;
 pub mod objects;

@@ -10,22 +10,14 @@
 //!    emulated version) is on. Removal is never gated.
 //! 3. Otherwise nothing.
 
-use protection_core::finalizer::{has_finalizer, is_deleting};
+use protection_core::runtime::inuse::{self, Plan};
 
 use crate::objects::PvFacts;
 
-/// What the controller does with one PersistentVolume.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PvPlan {
-    /// Add our finalizer (one request).
-    AddFinalizer,
-    /// Deleting and not in use: remove our finalizer (one request).
-    RemoveFinalizer,
-    /// Deleting and in use (phase Bound): keep the finalizer.
-    Keep(PvInUse),
-    /// Already in the desired state.
-    Nothing,
-}
+/// What the controller does with one PersistentVolume: the in-use engine's
+/// plan, whose users are the PV's own binding (never
+/// [`Plan::ConfirmLive`]: the object is the answer).
+pub type PvPlan = Plan<PvInUse>;
 
 /// Why a PV is in use, for the event that explains a held deletion.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,23 +50,12 @@ pub fn in_use(pv: &PvFacts) -> Option<PvInUse> {
 }
 
 /// The pv-protection decision for `pv`, with `finalizer` as our finalizer
-/// name and `add_enabled` the add phase's gate.
+/// name and `add_enabled` the add phase's gate: the in-use engine's
+/// decision with the binding as the only user and the object itself as the
+/// live answer.
 pub fn decide(pv: &PvFacts, finalizer: &str, add_enabled: bool) -> PvPlan {
-    let meta = &pv.metadata;
-    let present = has_finalizer(meta, finalizer);
-    if is_deleting(meta) {
-        if !present {
-            return PvPlan::Nothing;
-        }
-        return match in_use(pv) {
-            None => PvPlan::RemoveFinalizer,
-            Some(why) => PvPlan::Keep(why),
-        };
-    }
-    if !present && add_enabled {
-        return PvPlan::AddFinalizer;
-    }
-    PvPlan::Nothing
+    let users: Vec<PvInUse> = in_use(pv).into_iter().collect();
+    inuse::decide(&pv.metadata, finalizer, add_enabled, &users, Some(&[]))
 }
 
 /// The note of the event that says why a PV's deletion is held.
@@ -165,9 +146,9 @@ mod tests {
     #[test]
     fn decision_table() {
         let keep = |claim: Option<&str>| {
-            PvPlan::Keep(PvInUse {
+            PvPlan::Keep(vec![PvInUse {
                 claim: claim.map(str::to_string),
-            })
+            }])
         };
         // (row, pv, add gate, plan)
         let rows: Vec<(&str, PersistentVolume, bool, PvPlan)> = vec![

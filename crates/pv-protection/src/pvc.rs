@@ -13,27 +13,14 @@
 //!    when the add phase is on. Removal is never gated.
 //! 3. Otherwise nothing. The PVC's phase is never consulted.
 
-use protection_core::finalizer::{has_finalizer, is_deleting};
+use protection_core::runtime::inuse::{self, Plan};
 
 use crate::index::{PodUse, Via};
 use crate::objects::PvcFacts;
 
-/// What the controller does with one PersistentVolumeClaim.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PvcPlan {
-    /// Add our finalizer (one request).
-    AddFinalizer,
-    /// Deleting, and neither the cache nor a live LIST shows a user: remove
-    /// our finalizer (one request).
-    RemoveFinalizer,
-    /// Deleting and in use by these pods: keep the finalizer.
-    Keep(Vec<PodUse>),
-    /// Deleting and no user in the cache: confirm with a live pod LIST of the
-    /// namespace (started after this cache check), then decide again.
-    ConfirmLive,
-    /// Already in the desired state.
-    Nothing,
-}
+/// What the controller does with one PersistentVolumeClaim: the in-use
+/// engine's plan, its users the pods that use the claim.
+pub type PvcPlan = Plan<PodUse>;
 
 /// UID of the claim's controller ownerReference (upstream
 /// `metav1.GetControllerOfNoCopy`), used for `ephemeral.VolumeIsForPod`.
@@ -46,7 +33,7 @@ pub fn controller_uid(pvc: &PvcFacts) -> Option<&str> {
         .map(|r| r.uid.as_str())
 }
 
-/// The pvc-protection decision.
+/// The pvc-protection decision: the in-use engine's ([`inuse::decide`]).
 ///
 /// `cached` are the users the pod index knows; `live` the users found in a
 /// live pod LIST of the namespace, once one was made for this decision.
@@ -57,25 +44,7 @@ pub fn decide(
     cached: &[PodUse],
     live: Option<&[PodUse]>,
 ) -> PvcPlan {
-    let meta = &pvc.metadata;
-    let present = has_finalizer(meta, finalizer);
-    if is_deleting(meta) {
-        if !present {
-            return PvcPlan::Nothing;
-        }
-        if !cached.is_empty() {
-            return PvcPlan::Keep(cached.to_vec());
-        }
-        return match live {
-            None => PvcPlan::ConfirmLive,
-            Some([]) => PvcPlan::RemoveFinalizer,
-            Some(users) => PvcPlan::Keep(users.to_vec()),
-        };
-    }
-    if !present && add_enabled {
-        return PvcPlan::AddFinalizer;
-    }
-    PvcPlan::Nothing
+    inuse::decide(&pvc.metadata, finalizer, add_enabled, cached, live)
 }
 
 /// How many pods a held-deletion note names before summarising.

@@ -175,7 +175,9 @@ async fn main() -> Result<()> {
     let text = metrics.encode()?;
     let lists = text
         .lines()
-        .find(|l| l.starts_with("protection_manager_vac_live_lists_total "))
+        .find(|l| {
+            l.starts_with("protection_manager_live_lists_total{controller=\"vac-protection\"} ")
+        })
         .and_then(|l| l.rsplit(' ').next())
         .unwrap_or("?")
         .to_string();

@@ -10,7 +10,10 @@
 //! of users that vanished during the watch gap (a delete upstream only sees
 //! on its next resync).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
+
+use protection_core::runtime::inuse::Feed;
+use protection_core::runtime::users;
 
 use crate::objects::{Field, PvRefs, PvcRefs};
 
@@ -40,18 +43,20 @@ impl VacUse {
     }
 }
 
-type UserKey = (UserKind, String);
+/// A user's key in the index: its kind (the watch it comes from) and name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UserKey(UserKind, String);
 
-/// Who uses which class.
-#[derive(Debug, Default)]
-pub struct UsersIndex {
-    /// user → the classes it names, with the field.
-    by_user: HashMap<UserKey, Vec<(String, Field)>>,
-    /// class → users.
-    by_class: HashMap<String, BTreeSet<(UserKey, Field)>>,
-    /// Users seen during the current re-list of each kind.
-    relist: HashMap<UserKind, HashSet<String>>,
+impl protection_core::runtime::users::UserKey for UserKey {
+    type Group = UserKind;
+    fn group(&self) -> UserKind {
+        self.0
+    }
 }
+
+/// Who uses which class: core's users index, keyed by class name.
+#[derive(Debug, Default)]
+pub struct UsersIndex(users::UsersIndex<UserKey, Field>);
 
 fn pvc_key(pvc: &PvcRefs) -> String {
     let ns = pvc.metadata.namespace.as_deref().unwrap_or_default();
@@ -70,114 +75,98 @@ impl UsersIndex {
 
     /// The users of `class`.
     pub fn users(&self, class: &str) -> Vec<VacUse> {
-        self.by_class
-            .get(class)
-            .map(|s| {
-                s.iter()
-                    .map(|((kind, name), field)| VacUse {
-                        kind: *kind,
-                        name: name.clone(),
-                        field: *field,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.0
+            .users(class)
+            .into_iter()
+            .map(|(UserKey(kind, name), field)| VacUse { kind, name, field })
+            .collect()
     }
 
     /// Users indexed (PVCs and PVs that name at least one class).
     pub fn len(&self) -> usize {
-        self.by_user.len()
+        self.0.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_user.is_empty()
-    }
-
-    fn set(&mut self, key: UserKey, refs: Vec<(String, Field)>) -> BTreeSet<String> {
-        let old = self.by_user.remove(&key).unwrap_or_default();
-        for (class, field) in &old {
-            if let Some(s) = self.by_class.get_mut(class) {
-                s.remove(&(key.clone(), *field));
-                if s.is_empty() {
-                    self.by_class.remove(class);
-                }
-            }
-        }
-        let new_names: HashSet<&str> = refs.iter().map(|(c, _)| c.as_str()).collect();
-        let freed: BTreeSet<String> = old
-            .iter()
-            .filter(|(c, _)| !new_names.contains(c.as_str()))
-            .map(|(c, _)| c.clone())
-            .collect();
-        for (class, field) in &refs {
-            self.by_class
-                .entry(class.clone())
-                .or_default()
-                .insert((key.clone(), *field));
-        }
-        if !refs.is_empty() {
-            self.by_user.insert(key, refs);
-        }
-        freed
-    }
-
-    fn apply(
-        &mut self,
-        kind: UserKind,
-        name: String,
-        refs: Vec<(String, Field)>,
-    ) -> BTreeSet<String> {
-        if let Some(seen) = self.relist.get_mut(&kind) {
-            seen.insert(name.clone());
-        }
-        self.set((kind, name), refs)
+        self.0.is_empty()
     }
 
     /// A PVC was added or updated: the classes it no longer names.
     pub fn apply_pvc(&mut self, pvc: &PvcRefs) -> BTreeSet<String> {
-        self.apply(UserKind::Pvc, pvc_key(pvc), pvc.classes())
+        Feed::apply(self, pvc)
     }
 
     /// A PV was added or updated: the classes it no longer names.
     pub fn apply_pv(&mut self, pv: &PvRefs) -> BTreeSet<String> {
-        self.apply(UserKind::Pv, pv_key(pv), pv.classes())
+        Feed::apply(self, pv)
     }
 
     /// A PVC was deleted: every class it named (upstream `pvcDeleted` uses
     /// the deleted object's fields; so do we, and the index's too).
     pub fn delete_pvc(&mut self, pvc: &PvcRefs) -> BTreeSet<String> {
-        let mut out: BTreeSet<String> = pvc.classes().into_iter().map(|(c, _)| c).collect();
-        out.extend(self.set((UserKind::Pvc, pvc_key(pvc)), Vec::new()));
-        out
+        Feed::delete(self, pvc)
     }
 
     /// A PV was deleted: every class it named.
     pub fn delete_pv(&mut self, pv: &PvRefs) -> BTreeSet<String> {
-        let mut out: BTreeSet<String> = pv.classes().into_iter().map(|(c, _)| c).collect();
-        out.extend(self.set((UserKind::Pv, pv_key(pv)), Vec::new()));
-        out
+        Feed::delete(self, pv)
     }
 
     /// A re-list of `kind` starts: what it does not list again is gone.
     pub fn begin_relist(&mut self, kind: UserKind) {
-        self.relist.insert(kind, HashSet::new());
+        self.0.begin_reset(kind);
     }
 
     /// The re-list of `kind` is complete: users it did not list are dropped;
     /// returns the classes they named.
     pub fn finish_relist(&mut self, kind: UserKind) -> BTreeSet<String> {
-        let seen = self.relist.remove(&kind).unwrap_or_default();
-        let gone: Vec<UserKey> = self
-            .by_user
-            .keys()
-            .filter(|(k, n)| *k == kind && !seen.contains(n))
-            .cloned()
-            .collect();
-        let mut out = BTreeSet::new();
-        for key in gone {
-            out.extend(self.set(key, Vec::new()));
-        }
-        out
+        self.0.finish_reset(kind)
+    }
+}
+
+/// A PVC or PV as the index takes it: its kind, its key and the classes it
+/// names.
+pub trait Refs {
+    const KIND: UserKind;
+    fn key(&self) -> String;
+    fn classes(&self) -> Vec<(String, Field)>;
+}
+
+impl Refs for PvcRefs {
+    const KIND: UserKind = UserKind::Pvc;
+    fn key(&self) -> String {
+        pvc_key(self)
+    }
+    fn classes(&self) -> Vec<(String, Field)> {
+        PvcRefs::classes(self)
+    }
+}
+
+impl Refs for PvRefs {
+    const KIND: UserKind = UserKind::Pv;
+    fn key(&self) -> String {
+        pv_key(self)
+    }
+    fn classes(&self) -> Vec<(String, Field)> {
+        PvRefs::classes(self)
+    }
+}
+
+impl<T: Refs> Feed<T> for UsersIndex {
+    fn apply(&mut self, user: &T) -> BTreeSet<String> {
+        self.0.apply(UserKey(T::KIND, user.key()), user.classes())
+    }
+    fn delete(&mut self, user: &T) -> BTreeSet<String> {
+        self.0.delete(UserKey(T::KIND, user.key()), user.classes())
+    }
+    fn begin_reset(&mut self) {
+        self.begin_relist(T::KIND);
+    }
+    fn finish_reset(&mut self) -> BTreeSet<String> {
+        self.finish_relist(T::KIND)
+    }
+    fn len(&self) -> usize {
+        self.0.len()
     }
 }
 

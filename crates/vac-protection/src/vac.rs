@@ -17,29 +17,19 @@
 //!    release) is on. Removal is never gated.
 //! 4. Otherwise nothing.
 
-use protection_core::finalizer::{has_finalizer, is_deleting};
+use protection_core::runtime::inuse::{self, Plan};
 
 use crate::index::VacUse;
 use crate::objects::{ApiVersion, Vac};
 
-/// What the controller does with one VolumeAttributesClass.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum VacPlan {
-    /// Add our finalizer (one request).
-    AddFinalizer,
-    /// Being deleted, no user in the cache: ask the API server.
-    ConfirmLive,
-    /// Being deleted, no user anywhere: remove our finalizer (one request).
-    RemoveFinalizer,
-    /// Being deleted and in use: keep the finalizer.
-    Keep(Vec<VacUse>),
-    /// Already in the desired state.
-    Nothing,
-}
+/// What the controller does with one VolumeAttributesClass: the in-use
+/// engine's plan.
+pub type VacPlan = Plan<VacUse>;
 
 /// The decision for `vac`: `cached` are its users in the PVC/PV caches,
 /// `live` those of a live list started after the cache was read (`None`
-/// before one was made).
+/// before one was made). The in-use engine's decision
+/// ([`inuse::decide`]); this is the rule's name for it.
 pub fn decide<V: ApiVersion>(
     vac: &Vac<V>,
     finalizer: &str,
@@ -47,25 +37,7 @@ pub fn decide<V: ApiVersion>(
     cached: &[VacUse],
     live: Option<&[VacUse]>,
 ) -> VacPlan {
-    let meta = &vac.metadata;
-    let present = has_finalizer(meta, finalizer);
-    if is_deleting(meta) {
-        if !present {
-            return VacPlan::Nothing;
-        }
-        if !cached.is_empty() {
-            return VacPlan::Keep(cached.to_vec());
-        }
-        return match live {
-            None => VacPlan::ConfirmLive,
-            Some([]) => VacPlan::RemoveFinalizer,
-            Some(users) => VacPlan::Keep(users.to_vec()),
-        };
-    }
-    if !present && add_enabled {
-        return VacPlan::AddFinalizer;
-    }
-    VacPlan::Nothing
+    inuse::decide(&vac.metadata, finalizer, add_enabled, cached, live)
 }
 
 /// At most this many users are named in an event note.

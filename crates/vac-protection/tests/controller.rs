@@ -282,9 +282,9 @@ async fn a_class_is_held_by_a_claim_a_volume_or_a_pending_modification_until_the
     // Each removal was confirmed by a live list before it was made.
     let text = env.metrics.encode().unwrap();
     assert!(
-        text.lines().any(
-            |l| l.starts_with("protection_manager_vac_live_lists_total ") && !l.ends_with(" 0")
-        ),
+        text.lines().any(|l| l
+            .starts_with("protection_manager_live_lists_total{controller=\"vac-protection\"} ")
+            && !l.ends_with(" 0")),
         "{text}"
     );
     ctl.stop().await;
@@ -328,7 +328,9 @@ async fn classes_confirmed_in_one_batch_keep_the_used_ones_and_release_the_other
     let text = env.metrics.encode().unwrap();
     let lists = text
         .lines()
-        .find(|l| l.starts_with("protection_manager_vac_live_lists_total "))
+        .find(|l| {
+            l.starts_with("protection_manager_live_lists_total{controller=\"vac-protection\"} ")
+        })
         .unwrap_or_default()
         .to_string();
     println!(

@@ -8,15 +8,21 @@
 //! * [`Observer`] and [`PerObject`]: per-object memory and the Terminating
 //!   gauge kept exact across watch events and re-lists;
 //! * [`Executor`]: one decided finalizer write and its events;
+//! * [`inuse`]: the in-use engine every "keep the finalizer while something
+//!   uses the object" controller is a rule on, with its users index
+//!   ([`users`]) and per-scope live confirmation batches ([`batch`]);
 //! * the skeleton: [`main_watch`] (watch → reflector → observer),
 //!   [`resync_stream`], [`ready_when_synced`], [`drive`] (kube-runtime's
 //!   Controller with our concurrency, shutdown and error logging) and
 //!   [`retry_after_failure`] (the error policy).
 
 pub mod backoff;
+pub mod batch;
 pub mod executor;
 pub mod expectations;
+pub mod inuse;
 pub mod observer;
+pub mod users;
 
 use std::fmt::{Debug, Display};
 use std::hash::Hash;

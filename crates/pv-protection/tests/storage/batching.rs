@@ -52,8 +52,10 @@ async fn one_live_pod_list_per_namespace_batch() {
         }
     }
     let (a, b) = (live_lists(&h, "batch-a"), live_lists(&h, "batch-b"));
-    let batches = h.metric("protection_manager_pvc_live_list_batch_size_count");
-    let confirmed = h.metric("protection_manager_pvc_live_list_batch_size_sum");
+    let batches =
+        h.metric("protection_manager_live_list_batch_size_count{controller=\"pvc-protection\"}");
+    let confirmed =
+        h.metric("protection_manager_live_list_batch_size_sum{controller=\"pvc-protection\"}");
     eprintln!(
         "live LISTs: batch-a {a}, batch-b {b}; batches {batches}; PVCs confirmed {confirmed}"
     );
@@ -61,7 +63,7 @@ async fn one_live_pod_list_per_namespace_batch() {
     assert!((1..=2).contains(&b), "batch-b: {b} LISTs for 50 PVCs");
     assert_eq!((a + b) as f64, batches, "one LIST per batch");
     assert_eq!(
-        h.metric("protection_manager_pvc_live_pod_lists_total"),
+        h.metric("protection_manager_live_lists_total{controller=\"pvc-protection\"}"),
         batches
     );
     assert_eq!(confirmed, 150.0, "every PVC confirmed by a batch");

@@ -1,18 +1,19 @@
-//! Per-namespace batching of live confirmations, upstream's
-//! `pvcProcessingStore` + `LazyLivePodList` (kubernetes #126745):
+//! Per-scope batching of live confirmations (a scope is a namespace, or ""
+//! for the cluster), upstream's `pvcProcessingStore` + `LazyLivePodList`
+//! (kubernetes #126745):
 //!
-//! * a PVC whose cache check found no user is [`Batcher::push`]ed into its
-//!   namespace's pending set (after that cache check);
-//! * one worker per namespace at a time [`Batcher::take`]s the whole pending
-//!   set and makes ONE live pod LIST of the namespace for all of it;
-//! * PVCs pushed while that LIST is in flight wait for the next batch: a LIST
-//!   that started before a PVC's cache check is never reused for it (upstream
-//!   reuses its lazy list for every PVC of a batch, including those whose
-//!   cache check ran after the LIST; we do not, so a pod created between the
-//!   LIST and a later cache check can never be missed).
+//! * an object whose cache check found no user is [`Batcher::push`]ed into
+//!   its scope's pending set (after that cache check);
+//! * one worker per scope at a time [`Batcher::take`]s the whole pending
+//!   set and makes ONE live round of LISTs of the scope for all of it;
+//! * objects pushed while that round is in flight wait for the next batch: a
+//!   LIST that started before an object's cache check is never reused for it
+//!   (upstream reuses its lazy list for every PVC of a batch, including those
+//!   whose cache check ran after the LIST; we do not, so a user created
+//!   between the LIST and a later cache check can never be missed).
 //!
-//! So there is at most one LIST in flight per namespace, and at most one LIST
-//! per batch, however many PVCs of the namespace are waiting.
+//! So there is at most one round in flight per scope, and at most one round
+//! per batch, however many objects of the scope are waiting.
 //!
 //! This type is the state machine only (no I/O), so the invariants are unit
 //! tested here; the controller runs the workers.
@@ -27,8 +28,8 @@ struct NsQueue<P> {
     running: bool,
 }
 
-/// Pending live confirmations by namespace. `P` is what travels with each
-/// PVC (its reconcile timer).
+/// Pending live confirmations by scope. `P` is what travels with each
+/// object (its reconcile timer).
 #[derive(Debug)]
 pub struct Batcher<P> {
     namespaces: Mutex<HashMap<String, NsQueue<P>>>,
