@@ -25,6 +25,8 @@ pub const REAL_ENV: &str = "KUBE_SIM_REAL_KUBECONFIG";
 pub struct RealServer {
     pub client: Client,
     pub kubeconfig: PathBuf,
+    /// The control plane this binary started (none for `KUBE_SIM_REAL_KUBECONFIG`).
+    pub control_plane: Option<std::sync::Arc<control_plane::ControlPlane>>,
 }
 
 /// An admin client from a kubeconfig file.
@@ -45,6 +47,7 @@ pub async fn real_server() -> RealServer {
         return RealServer {
             client: client_from(&kubeconfig).await,
             kubeconfig,
+            control_plane: None,
         };
     }
     // The namespace controller and the garbage collector clean up after the
@@ -72,6 +75,7 @@ pub async fn real_server() -> RealServer {
     RealServer {
         client,
         kubeconfig: cp.kubeconfig_path().to_path_buf(),
+        control_plane: Some(cp),
     }
 }
 

@@ -30,6 +30,8 @@ pub struct Target {
     /// Set when a check needed kube-sim's controls on the real server (the
     /// rest of that test is not compared).
     sim_only: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The real control plane, when this is it and this binary started it.
+    control_plane: Option<std::sync::Arc<control_plane::ControlPlane>>,
 }
 
 impl Target {
@@ -70,7 +72,32 @@ impl Target {
             counter: Default::default(),
             transcript: Default::default(),
             sim_only: Default::default(),
+            control_plane: None,
         }
+    }
+
+    /// A client authenticated as `user`: kube-sim's token, or on the real
+    /// control plane a client certificate with the groups its authenticator
+    /// would give (a ServiceAccount's `system:serviceaccounts` and
+    /// `system:serviceaccounts:<namespace>`).
+    pub async fn client_as(&self, user: &str) -> Client {
+        if let Some(sim) = &self.sim {
+            return sim.client_as(user).await;
+        }
+        let Some(cp) = &self.control_plane else {
+            panic!("a client as {user}: only on kube-sim or the control plane this binary started");
+        };
+        let sa_ns = user
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|r| r.split_once(':'))
+            .map(|(ns, _)| format!("system:serviceaccounts:{ns}"));
+        let groups: Vec<&str> = match &sa_ns {
+            Some(ns) => vec!["system:serviceaccounts", ns.as_str()],
+            None => vec![],
+        };
+        cp.client_for(user, &groups)
+            .await
+            .unwrap_or_else(|e| panic!("a client of the real control plane as {user}: {e}"))
     }
 
     /// Whether this is kube-sim (not the real server).
@@ -152,7 +179,8 @@ pub async fn conform(name: &str, cfg: SimConfig, test: impl AsyncFn(Target)) {
     eprintln!("conform {name}: against kube-sim");
     test(sim).await;
     let real = differential::real_server().await;
-    let target = Target::real(real.client, real.kubeconfig, &run);
+    let mut target = Target::real(real.client, real.kubeconfig, &run);
+    target.control_plane = real.control_plane;
     let real_t = target.transcript.clone();
     let sim_only = target.sim_only.clone();
     eprintln!("conform {name}: against the real API server");
