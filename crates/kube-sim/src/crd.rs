@@ -383,27 +383,33 @@ fn join(path: &str, field: &str) -> String {
 }
 
 impl Served {
+    /// What decoding a custom resource does before anything else sees it
+    /// (managedFields included): structural defaulting and pruning.
+    pub fn decode(&self, obj: &mut Value) {
+        default_and_prune(&self.schema, obj, true);
+    }
+
     /// Applies `default`s, prunes unknown fields (outside
     /// `x-kubernetes-preserve-unknown-fields`) and validates a custom
     /// resource; `old` on update.
+    ///
+    /// As the custom resource strategy validates: the schema first; the
+    /// `x-kubernetes-validations` rules only when no blocking error (a
+    /// required, enum, type, maxLength or maxItems one) was found, else one
+    /// error saying they were not checked.
     pub fn admit(&self, obj: &mut Value, old: Option<&Value>) -> Vec<FieldError> {
-        default_and_prune(&self.schema, obj, true);
+        self.decode(obj);
         let mut errs = Vec::new();
-        self.walk(&self.schema, obj, old, "", true, &mut errs, None);
+        self.walk(&self.schema, obj, old, "", true, Pass::Schema, &mut errs);
         if !has_rules(&self.schema) {
             return errs;
         }
-        // As the real server's customResourceStrategy: a type, enum,
-        // required, length or count error blocks the CEL rules
-        // (hasBlockingErr), and says so.
         let blocking = errs.iter().any(|e| {
+            use crate::error::FieldErrorType::*;
             matches!(
                 e.kind,
-                FieldErrorType::NotSupported
-                    | FieldErrorType::Required
-                    | FieldErrorType::TooLong
-                    | FieldErrorType::TooMany
-            ) || e.detail.contains(" in body must be of type ")
+                NotSupported | Required | TooLong | TooMany | TypeInvalid
+            )
         });
         if blocking {
             errs.push(FieldError::invalid(
@@ -412,23 +418,11 @@ impl Served {
                 "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
             ));
         } else {
-            let mut rules = Vec::new();
-            self.walk(
-                &self.schema,
-                obj,
-                old,
-                "",
-                true,
-                &mut Vec::new(),
-                Some(&mut rules),
-            );
-            errs.extend(rules);
+            self.walk(&self.schema, obj, old, "", true, Pass::Rules, &mut errs);
         }
         errs
     }
 
-    // The walk's state (value, old value, path, root, both error lists)
-    // travels together down one recursion.
     #[allow(clippy::too_many_arguments)]
     fn walk(
         &self,
@@ -437,6 +431,7 @@ impl Served {
         old: Option<&Value>,
         path: &str,
         root: bool,
+        pass: Pass,
         errs: &mut Vec<FieldError>,
         mut rule_errs: Option<&mut Vec<FieldError>>,
     ) {
@@ -453,14 +448,74 @@ impl Served {
                 other => type_name(v) == other,
             } || (int_or_string && (v.is_string() || type_name(v) == "integer"));
             if !ok {
-                errs.push(FieldError::invalid(
-                    field,
-                    json!(type_name(v)),
-                    format!("{field} in body must be of type {t}: {:?}", type_name(v)),
-                ));
+                if pass == Pass::Schema {
+                    errs.push(FieldError {
+                        kind: crate::error::FieldErrorType::TypeInvalid,
+                        field: field.into(),
+                        value: Some(json!(type_name(v))),
+                        detail: format!("{field} in body must be of type {t}: {:?}", type_name(v)),
+                    });
+                }
                 return;
             }
         }
+        if pass == Pass::Schema {
+            self.check_value(raw, v, field, path, errs);
+        }
+        match v {
+            Value::Array(a) => {
+                if let Some(items) = &node.items {
+                    for (i, item) in a.iter().enumerate() {
+                        // Lists without a map/set type have no correlation
+                        // for transition rules.
+                        self.walk(
+                            items,
+                            item,
+                            None,
+                            &format!("{path}[{i}]"),
+                            false,
+                            pass,
+                            errs,
+                        );
+                    }
+                }
+            }
+            Value::Object(m) => {
+                for (k, child) in &node.properties {
+                    if root && k == "metadata" {
+                        continue;
+                    }
+                    if let Some(cv) = m.get(k) {
+                        let ov = old.and_then(|o| o.get(k));
+                        self.walk(child, cv, ov, &join(path, k), false, pass, errs);
+                    }
+                }
+                if let Some(ap) = &node.additional {
+                    for (k, cv) in m {
+                        let ov = old.and_then(|o| o.get(k));
+                        self.walk(ap, cv, ov, &format!("{path}[{k}]"), false, pass, errs);
+                    }
+                }
+            }
+            _ => {}
+        }
+        if pass == Pass::Rules {
+            self.check_rules(node, v, old, field, path, errs);
+        }
+    }
+
+    /// The value checks of one schema node (enum, string, number, list
+    /// bounds, required properties). A string reports only its first
+    /// failure (maxLength, minLength, pattern), as kube-openapi's string
+    /// validator returns at the first.
+    fn check_value(
+        &self,
+        raw: &Value,
+        v: &Value,
+        field: &str,
+        path: &str,
+        errs: &mut Vec<FieldError>,
+    ) {
         if let Some(en) = raw.get("enum").and_then(Value::as_array)
             && !en.contains(v)
         {
@@ -483,8 +538,7 @@ impl Served {
                         value: None,
                         detail: format!("may not be more than {max} bytes"),
                     });
-                }
-                if let Some(min) = raw.get("minLength").and_then(Value::as_u64)
+                } else if let Some(min) = raw.get("minLength").and_then(Value::as_u64)
                     && n < min
                 {
                     errs.push(FieldError::invalid(
@@ -492,8 +546,7 @@ impl Served {
                         v.clone(),
                         format!("{field} in body should be at least {min} chars long"),
                     ));
-                }
-                if let Some(p) = raw.get("pattern").and_then(Value::as_str)
+                } else if let Some(p) = raw.get("pattern").and_then(Value::as_str)
                     && regex_matches(p, s) == Some(false)
                 {
                     errs.push(FieldError::invalid(
@@ -544,21 +597,6 @@ impl Served {
                         detail: format!("must have at most {max} items"),
                     });
                 }
-                if let Some(items) = &node.items {
-                    for (i, item) in a.iter().enumerate() {
-                        // Lists without a map/set type have no correlation
-                        // for transition rules.
-                        self.walk(
-                            items,
-                            item,
-                            None,
-                            &format!("{path}[{i}]"),
-                            false,
-                            errs,
-                            rule_errs.as_deref_mut(),
-                        );
-                    }
-                }
             }
             Value::Object(m) => {
                 if let Some(req) = raw.get("required").and_then(Value::as_array) {
@@ -568,44 +606,25 @@ impl Served {
                         }
                     }
                 }
-                for (k, child) in &node.properties {
-                    if root && k == "metadata" {
-                        continue;
-                    }
-                    if let Some(cv) = m.get(k) {
-                        let ov = old.and_then(|o| o.get(k));
-                        self.walk(
-                            child,
-                            cv,
-                            ov,
-                            &join(path, k),
-                            false,
-                            errs,
-                            rule_errs.as_deref_mut(),
-                        );
-                    }
-                }
-                if let Some(ap) = &node.additional {
-                    for (k, cv) in m {
-                        let ov = old.and_then(|o| o.get(k));
-                        self.walk(
-                            ap,
-                            cv,
-                            ov,
-                            &format!("{path}[{k}]"),
-                            false,
-                            errs,
-                            rule_errs.as_deref_mut(),
-                        );
-                    }
-                }
             }
             _ => {}
         }
-        // The CEL rules run in a second pass, into `rule_errs`.
-        let Some(errs) = rule_errs else {
-            return;
-        };
+    }
+
+    /// The `x-kubernetes-validations` rules of one node
+    /// (apiextensions-apiserver schema/cel `Validate`): a false rule is its
+    /// message (or `failed rule: <rule>`) with the value, omitted for
+    /// objects and lists; an evaluation error is `<error> evaluating rule:
+    /// <message or rule>`.
+    fn check_rules(
+        &self,
+        node: &Node,
+        v: &Value,
+        old: Option<&Value>,
+        field: &str,
+        path: &str,
+        errs: &mut Vec<FieldError>,
+    ) {
         if node.rules.is_empty() {
             return;
         }
@@ -625,24 +644,26 @@ impl Served {
             } else {
                 join(path, r.field_path.trim_start_matches('.'))
             };
+            let value = match v {
+                Value::Object(_) | Value::Array(_) => None,
+                other => Some(other.clone()),
+            };
             match kube_cel::execute(&r.program, &ctx, kube_cel::Limits::PER_CALL, None)
                 .map(|(v, _)| v)
             {
                 Ok(CelValue::Bool(true)) => {}
                 Ok(CelValue::Bool(false)) => {
                     let msg = if r.message.is_empty() {
-                        format!("failed rule: {}", r.rule)
+                        format!("failed rule: {}", r.rule.trim())
                     } else {
-                        r.message.clone()
+                        r.message.trim().to_string()
                     };
-                    // As the real server (apiextensions' cel validation):
-                    // the value itself for a scalar, none for an object or
-                    // array (field.OmitValueType).
-                    let mut e = FieldError::invalid(&at, v.clone(), msg);
-                    if v.is_object() || v.is_array() {
-                        e.value = None;
-                    }
-                    errs.push(e);
+                    errs.push(FieldError {
+                        kind: crate::error::FieldErrorType::Invalid,
+                        field: at,
+                        value,
+                        detail: msg,
+                    });
                 }
                 Ok(other) => errs.push(FieldError::invalid(
                     &at,
@@ -656,21 +677,49 @@ impl Served {
                 // As apiextensions-apiserver words a rule past the per-call
                 // cost limit.
                 Err(e @ kube_cel::EvalError::Aborted(_)) => errs.push(FieldError::invalid(
-                    &at,
+                    field,
                     json!(type_name(v)),
                     format!(
                         "'{e}': no further validation rules will be run due to call cost exceeds limit for rule: {}",
                         r.rule
                     ),
                 )),
-                Err(e) => errs.push(FieldError::invalid(
-                    &at,
-                    json!(type_name(v)),
-                    format!("rule evaluation error: {e}"),
-                )),
+                Err(e) => {
+                    let rule = if r.message.is_empty() {
+                        r.rule.trim()
+                    } else {
+                        r.message.trim()
+                    };
+                    let e = e.to_string();
+                    let e = match e.strip_prefix("No such key: ") {
+                        Some(k) => format!("no such key: {k}"),
+                        None => e,
+                    };
+                    errs.push(FieldError::invalid(
+                        field,
+                        json!(type_name(v)),
+                        format!("{e} evaluating rule: {rule}"),
+                    ))
+                }
             }
         }
     }
+}
+
+/// Which checks a walk of a custom resource makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    Schema,
+    Rules,
+}
+
+/// Whether a schema has any `x-kubernetes-validations` rule (upstream has a
+/// CEL validator only then).
+fn has_rules(node: &Node) -> bool {
+    !node.rules.is_empty()
+        || node.properties.iter().any(|(_, n)| has_rules(n))
+        || node.items.as_deref().is_some_and(has_rules)
+        || node.additional.as_deref().is_some_and(has_rules)
 }
 
 fn regex_matches(pattern: &str, s: &str) -> Option<bool> {
@@ -840,6 +889,8 @@ mod tests {
             errs,
             [
                 "spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1",
+                // A scalar's failed rule quotes its value (validation.go:
+                // only objects and arrays omit it).
                 "spec.name: Invalid value: \"x\": must be domain-qualified",
             ]
         );

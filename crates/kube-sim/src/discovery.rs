@@ -168,7 +168,11 @@ pub fn resource_list(
         if !r.categories.is_empty() {
             e["categories"] = json!(r.categories);
         }
-        e["storageVersionHash"] = json!(storage_version_hash(r));
+        // Only a stored resource (every stored one is watchable) has a
+        // storage version: not the reviews, bindings or componentstatuses.
+        if r.verbs().contains(&"watch") {
+            e["storageVersionHash"] = json!(storage_version_hash(r));
+        }
         out.push(e);
         for (sub, verbs) in subresources(r) {
             let (g, v, k) = sub_kind(r, sub);

@@ -38,6 +38,8 @@ impl std::fmt::Display for GroupResource {
 pub enum FieldErrorType {
     Required,
     Invalid,
+    /// `field.TypeInvalid` (a value of the wrong JSON type).
+    TypeInvalid,
     Forbidden,
     Duplicate,
     NotSupported,
@@ -50,6 +52,7 @@ impl FieldErrorType {
         match self {
             FieldErrorType::Required => "FieldValueRequired",
             FieldErrorType::Invalid => "FieldValueInvalid",
+            FieldErrorType::TypeInvalid => "FieldValueTypeInvalid",
             FieldErrorType::Forbidden => "FieldValueForbidden",
             FieldErrorType::Duplicate => "FieldValueDuplicate",
             FieldErrorType::NotSupported => "FieldValueNotSupported",
@@ -60,7 +63,7 @@ impl FieldErrorType {
     fn text(self) -> &'static str {
         match self {
             FieldErrorType::Required => "Required value",
-            FieldErrorType::Invalid => "Invalid value",
+            FieldErrorType::Invalid | FieldErrorType::TypeInvalid => "Invalid value",
             FieldErrorType::Forbidden => "Forbidden",
             FieldErrorType::Duplicate => "Duplicate value",
             FieldErrorType::NotSupported => "Unsupported value",
@@ -264,10 +267,18 @@ impl ApiError {
         } else {
             format!("{kind}.{group}")
         };
-        let agg = if errs.len() == 1 {
-            errs[0].to_string()
+        // ErrorList.ToAggregate: the message names each distinct error once
+        // (the causes keep every one).
+        let mut parts: Vec<String> = Vec::new();
+        for e in errs {
+            let m = e.to_string();
+            if !parts.contains(&m) {
+                parts.push(m);
+            }
+        }
+        let agg = if parts.len() == 1 {
+            parts.remove(0)
         } else {
-            let parts: Vec<String> = errs.iter().map(ToString::to_string).collect();
             format!("[{}]", parts.join(", "))
         };
         let causes: Vec<Value> = errs

@@ -153,6 +153,55 @@ pub fn v1_field_to_core(field: &str) -> String {
     }
 }
 
+/// `ValidateEventUpdate` for an update through events.k8s.io/v1 (not for
+/// core/v1, which keeps the legacy rules): the event's fields are
+/// immutable. `new` and `old` are in core form; the paths are the internal
+/// type's (`message`, `reportingController`). The error's kind is `Event`.
+pub fn validate_v1_update(new: &Value, old: &Value) -> Vec<crate::error::FieldError> {
+    // (path, core/v1 JSON name), in upstream's order (reason twice, as there).
+    const IMMUTABLE: &[(&str, &str)] = &[
+        ("involvedObject", "involvedObject"),
+        ("reason", "reason"),
+        ("message", "message"),
+        ("source", "source"),
+        ("firstTimestamp", "firstTimestamp"),
+        ("lastTimestamp", "lastTimestamp"),
+        ("count", "count"),
+        ("reason", "reason"),
+        ("type", "type"),
+        ("eventTime", "eventTime"),
+        ("action", "action"),
+        ("related", "related"),
+        ("reportingController", "reportingComponent"),
+        ("reportingInstance", "reportingInstance"),
+    ];
+    let get = |v: &Value, k: &str| v.get(k).filter(|x| !x.is_null()).cloned();
+    // Times compare as instants (to the microsecond, as MicroTime keeps).
+    let same = |k: &str| match (get(new, k), get(old, k)) {
+        (Some(Value::String(a)), Some(Value::String(b))) => {
+            match (a.parse::<jiff::Timestamp>(), b.parse::<jiff::Timestamp>()) {
+                (Ok(x), Ok(y)) => x.as_microsecond() == y.as_microsecond(),
+                _ => a == b,
+            }
+        }
+        (a, b) => a == b,
+    };
+    IMMUTABLE
+        .iter()
+        .filter(|(_, k)| !same(k))
+        .map(|(path, k)| {
+            // A Go zero value where the field is absent.
+            let v = get(new, k).unwrap_or_else(|| match *k {
+                "count" => Value::from(0),
+                "involvedObject" | "source" => Value::Object(Map::new()),
+                "related" | "eventTime" | "firstTimestamp" | "lastTimestamp" => Value::Null,
+                _ => Value::String(String::new()),
+            });
+            crate::error::FieldError::invalid(path, v, "field is immutable")
+        })
+        .collect()
+}
+
 /// Rewrites an error about the core resource as one about the view.
 pub fn view_error(mut e: crate::error::ApiError) -> crate::error::ApiError {
     e.message = e

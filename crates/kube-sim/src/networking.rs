@@ -598,6 +598,26 @@ pub fn allocate_service(
         return Ok(Allocated::default());
     }
     if ip == "None" {
+        // initIPFamilyFields: a headless Service without a selector is
+        // RequireDualStack (both families, whatever the cluster's); with
+        // one, SingleStack of the primary family.
+        let selectorless = svc
+            .pointer("/spec/selector")
+            .and_then(Value::as_object)
+            .is_none_or(|s| s.is_empty());
+        if let Some(spec) = svc.get_mut("spec").and_then(Value::as_object_mut) {
+            let (policy, families) = if selectorless {
+                ("RequireDualStack", json!(["IPv4", "IPv6"]))
+            } else {
+                ("SingleStack", json!(["IPv4"]))
+            };
+            if spec.get("ipFamilyPolicy").is_none_or(Value::is_null) {
+                spec.insert("ipFamilyPolicy".into(), json!(policy));
+            }
+            if spec.get("ipFamilies").is_none_or(Value::is_null) {
+                spec.insert("ipFamilies".into(), families);
+            }
+        }
         return Ok(Allocated::default());
     }
     let cluster_ips_value = svc

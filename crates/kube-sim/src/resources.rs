@@ -12,7 +12,8 @@ pub enum NameRule {
     DnsSubdomain,
     /// `NameIsDNSLabel` (namespaces).
     DnsLabel,
-    /// `NameIsDNS1035Label` (services).
+    /// `NameIsDNS1035Label` (services before RelaxedServiceNameValidation,
+    /// which is on in 1.36: they use DNS labels now).
     Dns1035Label,
     /// `path.IsValidPathSegmentName` (RBAC kinds).
     PathSegment,
@@ -204,7 +205,7 @@ pub static RESOURCES: &[ResourceDef] = &[
     res! { "", "v1", "secrets", "Secret", "secret"; fields["type"] },
     res! { "", "v1", "serviceaccounts", "ServiceAccount", "serviceaccount"; short["sa"] },
     res! { "", "v1", "services", "Service", "service";
-        short["svc"] cat["all"] status name[Dns1035Label] fields["spec.clusterIP", "spec.type"] },
+        short["svc"] cat["all"] status name[DnsLabel] fields["spec.clusterIP", "spec.type"] },
     res! { "apps", "v1", "deployments", "Deployment", "deployment";
         short["deploy"] cat["all"] status generation },
     res! { "apps", "v1", "replicasets", "ReplicaSet", "replicaset";
@@ -269,6 +270,15 @@ pub fn find_kind(group: &str, kind: &str) -> Option<ResId> {
     RESOURCES
         .iter()
         .position(|r| r.group == group && r.kind == kind)
+}
+
+/// Whether kind `kind` of `group` has a `status` subresource (a built-in
+/// one, or a custom resource whose CRD declares it).
+pub fn has_status_subresource(group: &str, kind: &str) -> bool {
+    RESOURCES
+        .iter()
+        .chain(CUSTOM.read().iter().copied())
+        .any(|r| r.group == group && r.kind == kind && r.has_status)
 }
 
 /// The API groups (non-core) of `defs` in discovery order, each with its

@@ -94,6 +94,24 @@ pub(crate) async fn handle(
         ));
     }
     let requester = crate::self_review::requester(&req);
+    // The create handler's field manager: `fieldManager` or the user
+    // agent's program name, "unknown" without either.
+    let query = form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "fieldManager")
+        .map(|(_, v)| v.into_owned());
+    let ua = req
+        .headers()
+        .get(http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let manager = query
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| crate::patch::manager_from_user_agent(ua));
+    let manager = if manager.is_empty() {
+        "unknown".to_string()
+    } else {
+        manager
+    };
     let body = http_body_util::Limited::new(req.into_body(), MAX_BODY)
         .collect()
         .await
@@ -133,11 +151,20 @@ pub(crate) async fn handle(
     if let Some(m) = obj.as_object_mut() {
         m.insert("apiVersion".into(), json!(want_version));
         m.insert("kind".into(), json!(review.kind()));
-        let mut meta = meta;
-        if let Some(mm) = meta.as_object_mut() {
-            mm.insert("creationTimestamp".into(), Value::Null);
-        }
         m.insert("metadata".into(), meta);
+        m.remove("status");
+    }
+    // As for any create, the answer carries the managedFields of the
+    // request (the status is the server's).
+    crate::patch::track_update(
+        None,
+        &mut obj,
+        &manager,
+        None,
+        &crate::object::now_string(),
+        &want_version,
+    );
+    if let Some(m) = obj.as_object_mut() {
         m.insert("status".into(), status);
     }
     let mut r = Response::new(RespBody::Full(Some(Bytes::from(obj.to_string()))));
@@ -198,7 +225,9 @@ fn token_review(obj: &Value) -> Result<Value, ApiError> {
         }
         None => Ok(json!({
             "user": {},
-            "error": "[invalid bearer token, token lookup failed]",
+            // What a 1.36 server whose authenticators do not know the
+            // token answers (its union authenticator's error).
+            "error": "invalid bearer token",
         })),
     }
 }
@@ -263,12 +292,9 @@ pub(crate) fn subject_access_review(state: &Arc<State>, obj: &Value) -> Result<V
         ));
     }
     if !errs.is_empty() {
-        return Err(ApiError::invalid(
-            "authorization.k8s.io",
-            "SubjectAccessReview",
-            "",
-            &errs,
-        ));
+        // The registry's NewInvalid names the group only:
+        // `.authorization.k8s.io "" is invalid: ...`.
+        return Err(ApiError::invalid("authorization.k8s.io", "", "", &errs));
     }
     let attrs = match (ra, nra) {
         (Some(ra), _) => Attributes {

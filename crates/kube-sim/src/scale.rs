@@ -131,8 +131,12 @@ pub fn handle(
             write_replicas(store, rid, ns, name, &scale, opts)
         }
         http::Method::PATCH => {
-            let kind = PatchKind::from_content_type(content_type.unwrap_or_default())
-                .ok_or_else(|| ApiError::new(415, "UnsupportedMediaType", "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/apply-patch+cbor, application/strategic-merge-patch+json"))?;
+            let kind = PatchKind::from_content_type(content_type.unwrap_or_default()).ok_or_else(
+                || {
+                    ApiError::new(415, "UnsupportedMediaType", "415: Unsupported Media Type")
+                        .with_details(serde_json::json!({}))
+                },
+            )?;
             let current = to_scale(&live.value);
             let now = object::now_string();
             let req = PatchRequest {

@@ -14,13 +14,18 @@ use crate::error::{ApiError, FieldError};
 use crate::http::State;
 use crate::resources::{NameRule, ResourceDef};
 
-const fn review(group: &'static str, resource: &'static str, kind: &'static str) -> ResourceDef {
+const fn review(
+    group: &'static str,
+    resource: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+) -> ResourceDef {
     ResourceDef {
         group,
         version: "v1",
         resource,
         kind,
-        singular: "",
+        singular,
         namespaced: false,
         short_names: &[],
         categories: &[],
@@ -34,18 +39,25 @@ const fn review(group: &'static str, resource: &'static str, kind: &'static str)
 }
 
 /// The review resources, as discovery lists them (upstream: cluster-scoped,
-/// verbs `["create"]`, no singular name). They are not stored: their paths
-/// are served by [`crate::reviews::handle`].
+/// verbs `["create"]`, a singular name, no storageVersionHash as nothing is
+/// stored). Their paths are served by [`crate::reviews::handle`].
 pub static REVIEW_RESOURCES: &[ResourceDef] = &[
-    review("authentication.k8s.io", "tokenreviews", "TokenReview"),
+    review(
+        "authentication.k8s.io",
+        "tokenreviews",
+        "tokenreview",
+        "TokenReview",
+    ),
     review(
         "authorization.k8s.io",
         "selfsubjectaccessreviews",
+        "selfsubjectaccessreview",
         "SelfSubjectAccessReview",
     ),
     review(
         "authorization.k8s.io",
         "subjectaccessreviews",
+        "subjectaccessreview",
         "SubjectAccessReview",
     ),
 ];
@@ -77,9 +89,11 @@ pub(crate) fn self_subject_access_review(
     let nra = spec.get("nonResourceAttributes").filter(|v| v.is_object());
     // pkg/apis/authorization/validation: ValidateSelfSubjectAccessReviewSpec.
     if ra.is_some() == nra.is_some() {
+        // NewInvalid(authorizationapi.Kind(selfSAR.Kind)): the decoded
+        // object's kind is empty, so the group alone is named.
         return Err(ApiError::invalid(
             "authorization.k8s.io",
-            "SelfSubjectAccessReview",
+            "",
             "",
             &[FieldError::invalid(
                 "spec.resourceAttributes",

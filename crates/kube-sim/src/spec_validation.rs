@@ -152,10 +152,9 @@ pub fn validate_create(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
                 .and_then(Value::as_str)
                 .unwrap_or("");
             if policy != "OnFailure" && policy != "Never" {
-                errs.push(FieldError::not_supported(
+                errs.push(required(
                     "spec.template.spec.restartPolicy",
-                    json!(policy),
-                    &["OnFailure", "Never"],
+                    "valid values: \"OnFailure\", \"Never\"",
                 ));
             }
             selector_and_template(spec, &mut errs);
@@ -229,10 +228,10 @@ pub fn validate_update(def: &ResourceDef, new: &Value, old: &Value) -> Vec<Field
                     .cloned()
             };
             if lb(old) && lb(new) && class(old) != class(new) {
-                // A nil *string renders as "null" in a field error.
+                // A nil *string renders as null in a field error.
                 errs.push(FieldError::invalid(
                     "spec.loadBalancerClass",
-                    class(new).unwrap_or_else(|| json!("null")),
+                    class(new).unwrap_or(Value::Null),
                     "may not change once set",
                 ));
             }

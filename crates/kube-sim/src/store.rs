@@ -1016,6 +1016,9 @@ impl Store {
         // defaulted) object, before admission and the registry (status
         // reset, allocated cluster IPs and node ports) change it.
         strategy::apply_defaults(def, &mut obj);
+        if let Some(crd) = self.custom(rid) {
+            crd.decode(&mut obj);
+        }
         patch::track_update(
             None,
             &mut obj,
@@ -1142,10 +1145,10 @@ impl Store {
         } else {
             crate::networking::Allocated::default()
         };
-        let mut errs = crate::validation::validate_object_meta(
+        let mut errs = crate::validation::validate_object_meta_on_create(
+            def,
+            self.custom(rid).is_some(),
             obj.get("metadata").unwrap_or(&Value::Null),
-            def.name_rule,
-            def.namespaced,
         );
         errs.extend(crate::spec_validation::validate_create(def, obj));
         errs.extend(crate::networking::validate_create(def, obj));
@@ -1225,15 +1228,15 @@ impl Store {
         if let Some(core) = event_versions::storage_of(rid) {
             let mut obj = check_body(def, body)?;
             prune(def, &mut obj);
+            let new = event_versions::v1_to_core(&obj);
+            if let Ok(live) = self.get(core, ns, name) {
+                let errs = event_versions::validate_v1_update(&new, &live.value);
+                if !errs.is_empty() {
+                    return Err(ApiError::invalid("", "Event", name, &errs));
+                }
+            }
             let (s, created) = self
-                .update(
-                    core,
-                    ns,
-                    name,
-                    subresource,
-                    event_versions::v1_to_core(&obj),
-                    opts,
-                )
+                .update(core, ns, name, subresource, new, opts)
                 .map_err(event_versions::view_error)?;
             return Ok((view(&s)?, created));
         }
@@ -1266,6 +1269,9 @@ impl Store {
             }
             let mut new = obj.clone();
             prune(def, &mut new);
+            if let Some(crd) = self.custom(rid) {
+                crd.decode(&mut new);
+            }
             object::meta_mut(&mut new).insert("resourceVersion".into(), json!(live.rv.to_string()));
             let now = object::now_string();
             patch::track_update(
@@ -1381,6 +1387,9 @@ impl Store {
             };
             patch::check_decodes(&req, &mut new, &unknown)
                 .map_err(|e| patch_error(def, name, e))?;
+            if let Some(crd) = self.custom(rid) {
+                crd.decode(&mut new);
+            }
             if kind != PatchKind::Apply {
                 patch::track_update(
                     req.live,
@@ -1421,7 +1430,14 @@ impl Store {
                 ));
             }
             let mut new = match view_of {
-                Some(_) => event_versions::v1_to_core(&new),
+                Some(_) => {
+                    let core = event_versions::v1_to_core(&new);
+                    let errs = event_versions::validate_v1_update(&core, &live.value);
+                    if !errs.is_empty() {
+                        return Err(ApiError::invalid("", "Event", name, &errs));
+                    }
+                    core
+                }
                 None => new,
             };
             object::meta_mut(&mut new).insert("resourceVersion".into(), json!(live.rv.to_string()));
@@ -1562,12 +1578,7 @@ impl Store {
             }
             m.remove("selfLink");
         }
-        let mut errs = crate::validation::validate_object_meta(
-            new.get("metadata").unwrap_or(&Value::Null),
-            def.name_rule,
-            def.namespaced,
-        );
-        errs.extend(validate_meta_update(&new, old));
+        let mut errs = crate::validation::validate_meta_on_update(def, &new, old, subresource);
         if subresource.is_none() {
             errs.extend(crate::spec_validation::validate_update(def, &new, old));
             errs.extend(crate::networking::validate_update(def, &new, old));
@@ -1738,7 +1749,16 @@ impl Store {
             // has started.
             let mut fins = finalizers(&live.value);
             let mut fins_changed = false;
-            if !deleting && let Some(p) = &opts.propagation_policy {
+            // Without a policy, the strategy's DefaultGarbageCollectionPolicy:
+            // batch/v1 Jobs and v1 ReplicationControllers orphan, "for
+            // backwards compatibility".
+            let orphans_by_default = (def.group == "batch" && def.resource == "jobs")
+                || (def.group.is_empty() && def.resource == "replicationcontrollers");
+            let policy = opts
+                .propagation_policy
+                .clone()
+                .or_else(|| orphans_by_default.then(|| "Orphan".to_string()));
+            if !deleting && let Some(p) = &policy {
                 let before = fins.clone();
                 fins.retain(|f| f != "orphan" && f != "foregroundDeletion");
                 match p.as_str() {
@@ -2150,59 +2170,6 @@ fn check_body(def: &ResourceDef, body: Value) -> Result<Value, ApiError> {
         m.insert("apiVersion".into(), json!(want_av));
     }
     Ok(Value::Object(m))
-}
-
-/// `ValidateObjectMetaAccessorUpdate` (apimachinery/pkg/api/validation/objectmeta.go).
-fn validate_meta_update(new: &Value, old: &Value) -> Vec<FieldError> {
-    let mut errs = Vec::new();
-    if object::meta(old).is_some_and(|m| m.contains_key("deletionTimestamp")) {
-        let old_f = finalizers(old);
-        // sets.NewString(new...).Difference(old).List(): sorted, unique.
-        let added: Vec<String> = finalizers(new)
-            .into_iter()
-            .filter(|f| !old_f.contains(f))
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        if !added.is_empty() {
-            let list: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
-            errs.push(FieldError::forbidden(
-                "metadata.finalizers",
-                format!(
-                    "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
-                    list.join(", ")
-                ),
-            ));
-        }
-    }
-    for key in ["name", "namespace", "uid"] {
-        let (n, o) = (meta_str(new, key), meta_str(old, key));
-        if n != o {
-            errs.push(FieldError::invalid(
-                &format!("metadata.{key}"),
-                json!(n),
-                "field is immutable",
-            ));
-        }
-    }
-    // BeforeUpdate already carried over the old values where set; what is
-    // left is an attempt to set them on an object that is not being deleted.
-    for key in ["deletionTimestamp", "deletionGracePeriodSeconds"] {
-        let n = object::meta(new)
-            .and_then(|m| m.get(key))
-            .filter(|v| !v.is_null());
-        let o = object::meta(old)
-            .and_then(|m| m.get(key))
-            .filter(|v| !v.is_null());
-        if n != o {
-            errs.push(FieldError::invalid(
-                &format!("metadata.{key}"),
-                n.cloned().unwrap_or(Value::Null),
-                "field is immutable",
-            ));
-        }
-    }
-    errs
 }
 
 fn patch_error(_def: &ResourceDef, _name: &str, e: patch::PatchError) -> ApiError {

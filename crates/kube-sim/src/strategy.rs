@@ -88,6 +88,13 @@ fn default_pod_spec(spec: &mut Value) {
             cs.iter_mut().for_each(default_container);
         }
     }
+    if let Some(Value::Array(vols)) = m.get_mut("volumes") {
+        for v in vols {
+            if let Some(Value::Object(hp)) = v.get_mut("hostPath") {
+                set_default(hp, "type", json!(""));
+            }
+        }
+    }
     set_default(m, "restartPolicy", json!("Always"));
     set_default(m, "terminationGracePeriodSeconds", json!(30));
     set_default(m, "dnsPolicy", json!("ClusterFirst"));
@@ -245,6 +252,10 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
             let spec = obj_mut(obj, "spec");
             set_default(spec, "persistentVolumeReclaimPolicy", json!("Retain"));
             set_default(spec, "volumeMode", json!("Filesystem"));
+            // SetDefaults_HostPathVolumeSource: type "" (HostPathUnset).
+            if let Some(Value::Object(hp)) = spec.get_mut("hostPath") {
+                set_default(hp, "type", json!(""));
+            }
         }
         ("", "persistentvolumeclaims") => {
             let spec = obj_mut(obj, "spec");

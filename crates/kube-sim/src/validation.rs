@@ -6,6 +6,7 @@
 use serde_json::{Value, json};
 
 use crate::error::FieldError;
+use crate::object::finalizers;
 use crate::resources::NameRule;
 
 const DNS1123_LABEL_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
@@ -49,7 +50,10 @@ pub fn dns1123_label(s: &str) -> Vec<String> {
     if s.len() > 63 {
         errs.push("must be no more than 63 characters".to_string());
     }
-    if !is_dns1123_label_chars(s) {
+    if !is_dns1123_label_chars(s) && s.split('.').all(is_dns1123_label_chars) {
+        // A valid subdomain that is not a label: it has dots.
+        errs.push("must not contain dots".to_string());
+    } else if !is_dns1123_label_chars(s) {
         errs.push(regex_error(
             "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character",
             DNS1123_LABEL_FMT,
@@ -209,6 +213,35 @@ pub fn label_value(value: &str) -> Vec<String> {
 /// (`ValidateObjectMetaAccessor`): name/generateName, labels, annotation keys,
 /// finalizer names.
 pub fn validate_object_meta(meta: &Value, rule: NameRule, namespaced: bool) -> Vec<FieldError> {
+    object_meta(meta, rule, namespaced, true)
+}
+
+/// The metadata validation of a new object of `def`: the core API's for the
+/// kinds validated by pkg/apis/core/validation `ValidateObjectMeta`,
+/// apimachinery's generic one (no rule for finalizers without a domain)
+/// for Leases, CRDs, admission policies and custom resources.
+pub fn validate_object_meta_on_create(
+    def: &crate::resources::ResourceDef,
+    custom: bool,
+    meta: &Value,
+) -> Vec<FieldError> {
+    let generic = custom
+        || matches!(
+            def.group,
+            "coordination.k8s.io" | "apiextensions.k8s.io" | "admissionregistration.k8s.io"
+        );
+    object_meta(meta, def.name_rule, def.namespaced, !generic)
+}
+
+/// [`validate_object_meta`]; `kube_finalizers`: with the core API's
+/// finalizer-name rule (pkg/apis/core/validation), or apimachinery's
+/// generic checks alone.
+fn object_meta(
+    meta: &Value,
+    rule: NameRule,
+    namespaced: bool,
+    kube_finalizers: bool,
+) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let name = meta.get("name").and_then(Value::as_str).unwrap_or("");
     let generate = meta
@@ -287,6 +320,141 @@ pub fn validate_object_meta(meta: &Value, rule: NameRule, namespaced: bool) -> V
     }
     if let Some(fins) = meta.get("finalizers").and_then(Value::as_array) {
         errs.extend(validate_finalizers(fins));
+        if kube_finalizers {
+            errs.extend(kube_finalizer_names(fins));
+        }
+    }
+    errs
+}
+
+/// `ValidateObjectMetaAccessorUpdate` (apimachinery/pkg/api/validation/objectmeta.go).
+fn meta_accessor_update(new: &Value, old: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if crate::object::meta(old).is_some_and(|m| m.contains_key("deletionTimestamp")) {
+        let old_f = finalizers(old);
+        // sets.NewString(new...).Difference(old).List(): sorted, unique.
+        let added: Vec<String> = finalizers(new)
+            .into_iter()
+            .filter(|f| !old_f.contains(f))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if !added.is_empty() {
+            let list: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
+            errs.push(FieldError::forbidden(
+                "metadata.finalizers",
+                format!(
+                    "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                    list.join(", ")
+                ),
+            ));
+        }
+    }
+    for key in ["name", "namespace", "uid"] {
+        let (n, o) = (
+            crate::object::meta_str(new, key),
+            crate::object::meta_str(old, key),
+        );
+        if n != o {
+            errs.push(FieldError::invalid(
+                &format!("metadata.{key}"),
+                json!(n),
+                "field is immutable",
+            ));
+        }
+    }
+    // BeforeUpdate already carried over the old values where set; what is
+    // left is an attempt to set them on an object that is not being deleted.
+    for key in ["deletionTimestamp", "deletionGracePeriodSeconds"] {
+        let n = crate::object::meta(new)
+            .and_then(|m| m.get(key))
+            .filter(|v| !v.is_null());
+        let o = crate::object::meta(old)
+            .and_then(|m| m.get(key))
+            .filter(|v| !v.is_null());
+        if n != o {
+            errs.push(FieldError::invalid(
+                &format!("metadata.{key}"),
+                n.cloned().unwrap_or(Value::Null),
+                "field is immutable",
+            ));
+        }
+    }
+    errs
+}
+
+/// One metadata check of an update strategy's `ValidateUpdate`.
+#[derive(Debug, Clone, Copy)]
+enum MetaStep {
+    /// pkg/apis/core/validation `ValidateObjectMetaUpdate`: the generic
+    /// update checks, then the core finalizer names.
+    UpdateCore,
+    /// apimachinery `ValidateObjectMetaUpdate` alone.
+    UpdateGeneric,
+    /// pkg/apis/core/validation `ValidateObjectMeta` of the new object.
+    ObjectCore,
+}
+
+/// What a kind's update strategy validates of the metadata, as measured on
+/// kube-apiserver 1.36.3 (a bad label and finalizer, and a new finalizer on
+/// a deleting object, per kind): e.g. ConfigMap's `ValidateConfigMapUpdate`
+/// is `ValidateObjectMetaUpdate` plus `ValidateConfigMap(new)`, so each
+/// metadata error comes back once from each and once from the registry's
+/// common checks.
+fn update_steps(
+    def: &crate::resources::ResourceDef,
+    subresource: Option<&str>,
+) -> &'static [MetaStep] {
+    use MetaStep::*;
+    if subresource.is_some() {
+        return &[UpdateCore];
+    }
+    match (def.group, def.resource) {
+        ("", "events" | "bindings" | "componentstatuses") | ("policy", _) => &[],
+        ("", "limitranges") => &[ObjectCore],
+        ("", "persistentvolumes") => &[ObjectCore, ObjectCore],
+        ("", "services" | "podtemplates" | "replicationcontrollers" | "resourcequotas")
+        | ("apps", _)
+        | ("events.k8s.io", _)
+        | ("networking.k8s.io", "servicecidrs") => &[UpdateCore],
+        ("coordination.k8s.io", _)
+        | ("apiextensions.k8s.io", _)
+        | ("admissionregistration.k8s.io", _) => &[UpdateGeneric],
+        ("" | "rbac.authorization.k8s.io" | "batch" | "storage.k8s.io", _)
+        | ("networking.k8s.io", "ipaddresses") => &[UpdateCore, ObjectCore],
+        // Custom resources: apiextensions' generic metadata validation.
+        _ => &[UpdateGeneric],
+    }
+}
+
+/// The metadata errors of an update, in the order the API server reports
+/// them: the registry's common checks (`rest.BeforeUpdate` →
+/// `validateCommonFields`: the generic object-meta checks with path-segment
+/// names, then `ValidateObjectMetaAccessorUpdate`), then the strategy's own
+/// ([`update_steps`]). The same error may come back two or three times, as
+/// upstream's causes list it (the message shows it once).
+pub fn validate_meta_on_update(
+    def: &crate::resources::ResourceDef,
+    new: &Value,
+    old: &Value,
+    subresource: Option<&str>,
+) -> Vec<FieldError> {
+    let meta = new.get("metadata").unwrap_or(&Value::Null);
+    let mut errs = object_meta(meta, NameRule::PathSegment, def.namespaced, false);
+    errs.extend(meta_accessor_update(new, old));
+    for step in update_steps(def, subresource) {
+        match step {
+            MetaStep::UpdateGeneric => errs.extend(meta_accessor_update(new, old)),
+            MetaStep::UpdateCore => {
+                errs.extend(meta_accessor_update(new, old));
+                if let Some(fins) = meta.get("finalizers").and_then(Value::as_array) {
+                    errs.extend(kube_finalizer_names(fins));
+                }
+            }
+            MetaStep::ObjectCore => {
+                errs.extend(validate_object_meta(meta, def.name_rule, def.namespaced))
+            }
+        }
     }
     errs
 }
@@ -295,12 +463,10 @@ pub fn validate_object_meta(meta: &Value, rule: NameRule, namespaced: bool) -> V
 /// (`helper.IsStandardFinalizerName`).
 const STANDARD_FINALIZERS: &[&str] = &["kubernetes", "orphan", "foregroundDeletion"];
 
-/// apimachinery's `ValidateFinalizers` (each name a qualified name, reported
+/// apimachinery's `ValidateFinalizers`: each name a qualified name, reported
 /// at `metadata.finalizers` without an index; `orphan` and
-/// `foregroundDeletion` not both), then the core API's
-/// `validateKubeFinalizerName` for each (a name without a domain must be a
-/// standard one, reported at `metadata.finalizers[i]`), in that order, as
-/// pkg/apis/core/validation `ValidateObjectMeta` appends them.
+/// `foregroundDeletion` not both. (pkg/apis/core/validation
+/// `ValidateObjectMeta` appends [`kube_finalizer_names`] after these.)
 fn validate_finalizers(fins: &[Value]) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let names: Vec<Option<&str>> = fins.iter().map(Value::as_str).collect();
@@ -319,21 +485,24 @@ fn validate_finalizers(fins: &[Value]) -> Vec<FieldError> {
         }
     }
     if names.contains(&Some("orphan")) && names.contains(&Some("foregroundDeletion")) {
-        let quoted: Vec<String> = names.iter().flatten().map(|n| format!("{n:?}")).collect();
-        errs.push(FieldError {
-            kind: crate::error::FieldErrorType::Invalid,
-            field: "metadata.finalizers".into(),
-            value: None,
-            detail: format!(
-                "[]string{{{}}}: finalizer orphan and foregroundDeletion cannot be both set",
-                quoted.join(", ")
-            ),
-        });
+        errs.push(FieldError::invalid(
+            "metadata.finalizers",
+            Value::Array(fins.to_vec()),
+            "finalizer orphan and foregroundDeletion cannot be both set",
+        ));
     }
-    for (i, name) in names.iter().enumerate() {
+    errs
+}
+
+/// The core API's `validateKubeFinalizerName` for each finalizer: a name
+/// without a domain must be a standard one (reported at
+/// `metadata.finalizers[i]`).
+fn kube_finalizer_names(fins: &[Value]) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    for (i, name) in fins.iter().map(Value::as_str).enumerate() {
         if let Some(s) = name
             && !s.contains('/')
-            && !STANDARD_FINALIZERS.contains(s)
+            && !STANDARD_FINALIZERS.contains(&s)
         {
             errs.push(FieldError::invalid(
                 &format!("metadata.finalizers[{i}]"),

@@ -63,7 +63,8 @@ impl Watcher {
     }
 
     async fn bookmark(&mut self, rv: u64, initial_end: bool) -> bool {
-        let mut meta = json!({"resourceVersion": rv.to_string(), "creationTimestamp": null});
+        // (1.36 sends no `creationTimestamp: null` any more.)
+        let mut meta = json!({"resourceVersion": rv.to_string()});
         if initial_end {
             meta["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }

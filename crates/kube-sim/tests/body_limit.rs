@@ -4,6 +4,8 @@
 //! in its memory. Each upload counts the bytes the server let the client
 //! send: a server that read the whole body would take all of it.
 
+mod common;
+
 use kube_sim::{KubeSim, SimConfig};
 use test_support::raw_http::upload;
 
@@ -102,4 +104,31 @@ async fn body_at_the_limit_is_read() {
     assert_eq!(sent, total);
     // Not JSON: a decoding error, not a size error.
     assert_eq!(status_code(&reply), 400, "{reply}");
+}
+
+/// What a client sees for a body over the limit, judged by the real
+/// kube-apiserver 1.36 (`common::conform`): the 413 Status, whole.
+#[tokio::test]
+async fn the_limit_status_is_the_real_servers() {
+    common::conform(
+        "the_limit_status_is_the_real_servers",
+        SimConfig::default(),
+        async |t| {
+            let ns = t.namespace("limit").await;
+            let big = "x".repeat(3 * MIB);
+            let body = serde_json::json!({"metadata": {"name": "big"}, "data": {"k": big}});
+            let r = common::differential::post(
+                &t.client,
+                &format!("/api/v1/namespaces/{ns}/configmaps"),
+                &body,
+            )
+            .await;
+            assert_eq!(r.code, 413, "{}", r.body["message"]);
+            assert_eq!(r.body["reason"], "RequestEntityTooLarge");
+            assert_eq!(r.body["message"], LIMIT_MESSAGE);
+            t.record("over the limit", r.record());
+            t.cleanup_namespace(&ns).await;
+        },
+    )
+    .await;
 }

@@ -1,145 +1,790 @@
-//! kube-sim against the real kube-apiserver v1.36.3 (crate control-plane) on
-//! inputs a real server refuses (issue 27, bug 8): the same request goes to
-//! both and must get the same answer (status code, reason, message). The
-//! real server is the judge: where kube-sim accepted, the manager could be
-//! tested on states no cluster can hold (a Lease whose duration no client
-//! decodes, a Service whose load balancer has an address that is no IP).
+//! Differential conformance: each scenario runs against kube-sim and against
+//! the real kube-apiserver 1.36 (see `common/differential.rs`) and their
+//! answers must be the same. The scenarios also assert the behaviour users
+//! rely on, on both servers.
 
-use control_plane::{Config, ControlPlane};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
-use kube_sim::{KubeSim, SimConfig};
+mod common;
+
+use common::differential::{
+    Ctx, Transcript, call, delete, differential, get, patch, post, same_service_range,
+};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::networking::v1::IPAddress;
+use kube::api::{Api, WatchEvent, WatchParams};
 use serde_json::{Value, json};
 
-/// The outcome of a request as a test compares it: `Ok` or the refusal's
-/// (code, reason, message).
-type Outcome = Result<(), (u16, String, String)>;
+const NET: &str = "/apis/networking.k8s.io/v1";
 
-fn outcome<T>(r: Result<T, kube::Error>) -> Outcome {
-    match r {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) => Err((s.code, s.reason, s.message)),
-        Err(e) => panic!("no answer from the server: {e}"),
+fn svc(name: &str, cluster_ip: Option<&str>) -> Value {
+    let mut s = json!({"metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}});
+    if let Some(ip) = cluster_ip {
+        s["spec"]["clusterIP"] = json!(ip);
     }
+    s
 }
 
-fn api(
-    client: &kube::Client,
-    group: &str,
-    version: &str,
-    kind: &str,
-    plural: &str,
-) -> Api<DynamicObject> {
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
-    Api::namespaced_with(client.clone(), "default", &ar)
+fn service_cidr(name: &str, cidrs: &[&str]) -> Value {
+    json!({"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
+        "metadata": {"name": name}, "spec": {"cidrs": cidrs}})
 }
 
-fn object(v: Value) -> DynamicObject {
-    serde_json::from_value(v).expect("object")
+/// `GET` as a `meta.k8s.io/v1` Table, as `kubectl get` asks.
+async fn table(ctx: &Ctx, path: &str) -> Value {
+    let req = http::Request::builder()
+        .method("GET")
+        .uri(path)
+        .header(
+            http::header::ACCEPT,
+            "application/json;as=Table;v=v1;g=meta.k8s.io",
+        )
+        .body(kube::client::Body::empty())
+        .expect("request");
+    let resp = ctx.client.send(req).await.expect("table request");
+    let bytes = resp.into_body().collect_bytes().await.expect("table body");
+    serde_json::from_slice(&bytes).expect("a Table")
 }
 
-async fn clients() -> (
-    KubeSim,
-    std::sync::Arc<ControlPlane>,
-    kube::Client,
-    kube::Client,
-) {
-    let sim = KubeSim::start(SimConfig::default())
-        .await
-        .expect("kube-sim");
-    let cp = ControlPlane::shared("differential", Config::default)
-        .await
-        .expect("real control plane");
-    let sim_client = sim.client().await;
-    let real_client = cp.client().await.expect("real client");
-    (sim, cp, sim_client, real_client)
+/// The columns and the rows of `names` of a Table, ages masked (the last
+/// cell too: upstream's IPAddress printer adds an age without a column).
+fn rows_named(t: &Value, names: &[&str]) -> Value {
+    let rows: Vec<Value> = t["rows"]
+        .as_array()
+        .map(|rs| {
+            rs.iter()
+                .filter(|r| names.iter().any(|n| r["cells"][0] == json!(n)))
+                .map(|r| {
+                    let mut cells = r["cells"].as_array().cloned().unwrap_or_default();
+                    if let Some(age) = cells.last_mut() {
+                        *age = json!("<age>");
+                    }
+                    Value::Array(cells)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({"columns": t["columnDefinitions"], "rows": rows})
 }
 
-/// What both servers answer to creating a Lease with this duration.
-async fn lease_outcomes(
-    sim: &kube::Client,
-    real: &kube::Client,
-    name: &str,
-    seconds: Value,
-) -> (Outcome, Outcome) {
-    let lease = object(json!({
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": name},
-        "spec": {"holderIdentity": "a", "leaseDurationSeconds": seconds}
-    }));
-    let mut out = Vec::new();
-    for c in [sim, real] {
-        let leases = api(c, "coordination.k8s.io", "v1", "Lease", "leases");
-        out.push(outcome(leases.create(&PostParams::default(), &lease).await));
-    }
-    (out.remove(0), out.remove(0))
-}
+/// The default ServiceCIDR (from the service range, Ready as the
+/// apiserver's controller applies it) and ServiceCIDR validation, status
+/// wiping, status-subresource rules and printing.
+#[tokio::test]
+async fn service_cidrs_default_validation_status_and_table() {
+    differential("scidr", same_service_range, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let def = get(c, &format!("{NET}/servicecidrs/kubernetes")).await;
+        assert_eq!(def.code, 200, "{:?}", def.body);
+        assert_eq!(def.body["status"]["conditions"][0]["status"], "True");
+        t.reply("default ServiceCIDR", &def);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lease_durations_beyond_int32_are_refused_as_the_real_server_refuses_them() {
-    let (_sim, _cp, sim, real) = clients().await;
-    for (i, seconds) in [
-        json!(2_147_483_648_i64),
-        json!(9_007_199_254_740_993_i64),
-        json!(-2_147_483_649_i64),
-        json!(1.5),
-        json!(0),
-        json!(2_147_483_647_i64),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let (s, r) = lease_outcomes(&sim, &real, &format!("lease-{i}"), seconds.clone()).await;
-        assert_eq!(
-            s, r,
-            "leaseDurationSeconds {seconds}: kube-sim (left) and kube-apiserver (right) differ"
-        );
-        println!("leaseDurationSeconds {seconds}: both {s:?}");
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn service_status_ingress_addresses_are_checked_as_the_real_server_checks_them() {
-    let (_sim, _cp, sim, real) = clients().await;
-    for (i, ingress) in [
-        json!({"ip": "not-an-ip"}),
-        json!({"ip": "010.1.2.3"}),
-        json!({"ip": "::ffff:1.2.3.4"}),
-        json!({"ip": "10.1.2.3"}),
-        json!({"ip": "2001:db8::1"}),
-        json!({"hostname": "Not_A.Host"}),
-        json!({"hostname": "10.1.2.3"}),
-        json!({"hostname": "lb.example.com"}),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let name = format!("lb-{i}");
-        let mut out = Vec::new();
-        for c in [&sim, &real] {
-            let services = api(c, "", "v1", "Service", "services");
-            let svc = object(json!({
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": name},
-                "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}
-            }));
-            let mut live = services
-                .create(&PostParams::default(), &svc)
-                .await
-                .expect("create service");
-            live.data["status"] = json!({"loadBalancer": {"ingress": [ingress.clone()]}});
-            out.push(outcome(
-                services
-                    .replace_status(&name, &PostParams::default(), &live)
-                    .await,
-            ));
+        let name = ctx.unique("extra");
+        let bad = [
+            vec!["10.200.0.1/24", "10.1.0.0/16", "x"],
+            vec!["10.200.0.1/24", "10.1.0.0/016"],
+            vec![],
+            vec!["10.200.0.0/24", "fd00::1/64"],
+            vec!["2001:DB8::/64"],
+            vec!["10.200.0.0"],
+        ];
+        for cidrs in &bad {
+            let r = post(c, &format!("{NET}/servicecidrs"), &service_cidr(&name, cidrs)).await;
+            assert_eq!(r.code, 422, "{cidrs:?}: {:?}", r.body);
+            t.reply(&format!("invalid {cidrs:?}"), &r);
         }
-        assert_eq!(
-            out[0], out[1],
-            "ingress {ingress}: kube-sim (left) and kube-apiserver (right) differ"
-        );
-        println!("ingress {ingress}: both {:?}", out[0]);
+        // A new ServiceCIDR's status is wiped (ServiceCIDRStatusFieldWiping).
+        let mut body = service_cidr(&name, &["10.231.0.0/24"]);
+        body["status"] = json!({"conditions": [{"type": "Ready", "status": "False", "reason": "X",
+            "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+        let r = post(c, &format!("{NET}/servicecidrs"), &body).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        t.reply("created", &r);
+        let path = format!("{NET}/servicecidrs/{name}");
+        for (label, p) in [
+            ("change the CIDR", json!({"spec": {"cidrs": ["10.232.0.0/24"]}})),
+            ("three CIDRs", json!({"spec": {"cidrs": ["10.231.0.0/24", "fd00::/64", "10.1.0.0/24"]}})),
+            ("dual-stack, first changed", json!({"spec": {"cidrs": ["10.232.0.0/24", "fd00::/64"]}})),
+            ("dual-stack, bad second", json!({"spec": {"cidrs": ["10.231.0.0/24", "fd00::1/64"]}})),
+            ("status through the main resource", json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "R", "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+        ] {
+            let r = patch(c, &path, "merge", &p.to_string()).await;
+            t.reply(label, &r);
+        }
+        // The status subresource keeps spec and metadata.
+        let r = patch(
+            c,
+            &format!("{path}/status"),
+            "merge",
+            &json!({"metadata": {"labels": {"a": "b"}, "finalizers": ["example.com/x"]},
+                "spec": {"cidrs": ["1.0.0.0/8"]},
+                "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "R",
+                    "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+            .to_string(),
+        )
+        .await;
+        assert_eq!(r.code, 200, "{:?}", r.body);
+        assert_eq!(r.body["metadata"]["labels"], Value::Null);
+        assert_eq!(r.body["spec"]["cidrs"], json!(["10.231.0.0/24"]));
+        t.reply("status write", &r);
+        // A condition applied without a reason is stored with reason "".
+        let r = patch(
+            c,
+            &format!("{path}/status?fieldManager=diff&force=true"),
+            "apply",
+            &json!({"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR",
+                "metadata": {"name": name},
+                "status": {"conditions": [{"type": "Ready", "status": "True",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z", "message": "ok"}]}})
+            .to_string(),
+        )
+        .await;
+        assert_eq!(r.code, 200, "{:?}", r.body);
+        t.reply("status apply", &r);
+        // A controller's finalizer, by JSON patch on the main resource.
+        let r = patch(
+            c,
+            &path,
+            "json",
+            r#"[{"op":"test","path":"/metadata/finalizers","value":null},{"op":"add","path":"/metadata/finalizers","value":["example.com/protect"]}]"#,
+        )
+        .await;
+        t.reply("finalizer added", &r);
+        let tab = table(&ctx, &format!("{NET}/servicecidrs")).await;
+        t.note("table", rows_named(&tab, &["kubernetes", &name]));
+        let r = delete(c, &path).await;
+        t.reply("delete with a finalizer", &r);
+        let r = patch(c, &path, "merge", r#"{"metadata":{"finalizers":null}}"#).await;
+        t.reply("finalizer removed", &r);
+        t.reply("gone", &get(c, &path).await);
+        t
+    })
+    .await;
+}
+
+/// A /24 of 10.200.0.0-10.249.255.0 picked by the run, so that runs
+/// sharing a real server (and what a failed run left behind) do not meet.
+fn run_net(ctx: &Ctx) -> String {
+    let h = ctx
+        .run
+        .bytes()
+        .fold(0u32, |a, b| a.wrapping_mul(31).wrapping_add(u32::from(b)));
+    format!("10.{}.{}", 200 + h % 50, (h / 50) % 256)
+}
+
+/// Waits for the next watch event of `kind` ("ADDED", "DELETED") about `name`.
+async fn watched(
+    events: &mut (impl futures::Stream<Item = kube::Result<WatchEvent<IPAddress>>> + Unpin),
+    kind: &str,
+    name: &str,
+) -> Value {
+    loop {
+        let ev = events.try_next().await.expect("watch").expect("an event");
+        let (k, o) = match ev {
+            WatchEvent::Added(o) => ("ADDED", o),
+            WatchEvent::Deleted(o) => ("DELETED", o),
+            WatchEvent::Modified(o) => ("MODIFIED", o),
+            _ => continue,
+        };
+        if k == kind && o.metadata.name.as_deref() == Some(name) {
+            return serde_json::to_value(&o).expect("json");
+        }
     }
+}
+
+/// ClusterIP allocation from the ServiceCIDRs (MultiCIDRServiceAllocator):
+/// an IPAddress per allocated IP with upstream's labels and parentRef,
+/// refusals with upstream's messages, release on type change and delete,
+/// no allocation from a ServiceCIDR that is not Ready, watch events.
+#[tokio::test]
+async fn cluster_ips_come_from_service_cidrs_as_ip_addresses() {
+    differential("alloc", same_service_range, |ctx| async move {
+        let c = &ctx.client;
+        let ns = &ctx.ns;
+        let net = run_net(&ctx);
+        let ip = |host: &str| format!("{net}.{host}");
+        let mut t = Transcript::new();
+        let cidr = ctx.unique("alloc");
+        let r = post(c, &format!("{NET}/servicecidrs"), &service_cidr(&cidr, &[&ip("0/24")])).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let svcs = format!("/api/v1/namespaces/{ns}/services");
+        let ips: Api<IPAddress> = Api::all(c.clone());
+        let list = ips.list(&Default::default()).await.expect("list IPAddresses");
+        let rv = list.metadata.resource_version.unwrap_or_default();
+        let params = WatchParams::default().labels("ipaddress.kubernetes.io/managed-by=ipallocator.k8s.io");
+        let mut events = ips.watch(&params, &rv).await.expect("watch IPAddresses").boxed();
+
+        let r = post(c, &svcs, &svc("fixed", Some(&ip("10")))).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        t.reply("static", &r);
+        let held = get(c, &format!("{NET}/ipaddresses/{}", ip("10"))).await;
+        assert_eq!(held.body["spec"]["parentRef"]["name"], "fixed");
+        assert_eq!(
+            held.body["metadata"]["labels"]["ipaddress.kubernetes.io/managed-by"],
+            "ipallocator.k8s.io"
+        );
+        t.reply("its IPAddress", &held);
+        t.note("watched", watched(&mut events, "ADDED", &ip("10")).await);
+
+        for (label, addr) in [
+            ("taken", ip("10")),
+            ("network address", ip("0")),
+            ("broadcast address", ip("255")),
+            ("outside every range", "192.0.2.10".to_string()),
+            ("leading zeros", ip("011")),
+            ("not an IP", "ten".to_string()),
+        ] {
+            let r = post(c, &svcs, &svc("refused", Some(&addr))).await;
+            assert_eq!(r.code, 422, "{label}: {:?}", r.body);
+            t.reply(label, &r);
+        }
+        // A dynamic allocation (from any ready range).
+        let r = post(c, &svcs, &svc("dynamic", None)).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let dyn_ip = r.body["spec"]["clusterIP"].as_str().unwrap_or_default().to_string();
+        t.volatile(&dyn_ip, "<dynamic-ip>");
+        t.reply("dynamic", &r);
+        t.reply("its IPAddress", &get(c, &format!("{NET}/ipaddresses/{dyn_ip}")).await);
+        // Dry run: no IPAddress; the dry-run allocator answers a network address.
+        let r = post(c, &format!("{svcs}?dryRun=All"), &svc("dry", None)).await;
+        let dry_ip = r.body["spec"]["clusterIP"].as_str().unwrap_or_default().to_string();
+        let none = get(c, &format!("{NET}/ipaddresses/{dry_ip}")).await;
+        // (Which range's network address is random upstream: record no name.)
+        t.note("dry run", json!({"code": r.code, "network address": dry_ip.ends_with(".0"),
+            "no IPAddress": none.code}));
+        // ExternalName gives the address back; ClusterIP again takes one.
+        let r = patch(c, &format!("{svcs}/fixed"), "merge",
+            r#"{"spec":{"type":"ExternalName","externalName":"x.example.com"}}"#).await;
+        t.reply("to ExternalName", &r);
+        t.reply("released", &get(c, &format!("{NET}/ipaddresses/{}", ip("10"))).await);
+        let back = json!({"spec": {"type": "ClusterIP", "externalName": null, "clusterIP": ip("11")}});
+        let r = patch(c, &format!("{svcs}/fixed"), "merge", &back.to_string()).await;
+        t.reply("back to ClusterIP", &r);
+        t.reply("allocated", &get(c, &format!("{NET}/ipaddresses/{}", ip("11"))).await);
+        let tab = table(&ctx, &format!("{NET}/ipaddresses")).await;
+        t.note("table", rows_named(&tab, &[&ip("11")]));
+        let r = delete(c, &format!("{svcs}/fixed")).await;
+        t.reply("service deleted", &r);
+        t.reply("its IPAddress went with it", &get(c, &format!("{NET}/ipaddresses/{}", ip("11"))).await);
+        t.note("watched deletion", watched(&mut events, "DELETED", &ip("11")).await);
+        // A range that is not Ready allocates nothing (the real allocator
+        // learns it from its informer: ask until it has).
+        let r = patch(c, &format!("{NET}/servicecidrs/{cidr}/status"), "merge",
+            &json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Terminating",
+                "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}).to_string()).await;
+        assert_eq!(r.code, 200, "{:?}", r.body);
+        let refused = common::eventually("the range is no longer used", async || {
+            let r = post(c, &svcs, &svc("notready", Some(&ip("12")))).await;
+            if r.code == 201 {
+                let _ = delete(c, &format!("{svcs}/notready")).await;
+                return None;
+            }
+            Some(r)
+        })
+        .await;
+        assert_eq!(refused.code, 422, "{:?}", refused.body);
+        t.reply("range not ready", &refused);
+        let _ = delete(c, &format!("{svcs}/dynamic")).await;
+        let r = delete(c, &format!("{NET}/servicecidrs/{cidr}")).await;
+        t.note("range deleted", json!(r.code));
+        t
+    })
+    .await;
+}
+
+/// IPAddress validation (the name is an IP in canonical form, parentRef
+/// required and immutable) and its name generator (generateName is the name).
+#[tokio::test]
+async fn ip_address_validation_and_names() {
+    differential("ipaddr", same_service_range, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let ips = format!("{NET}/ipaddresses");
+        let parent = json!({"resource": "services", "namespace": ctx.ns, "name": "x"});
+        for (label, body) in [
+            ("leading zeros, no parentRef", json!({"metadata": {"name": "10.96.0.010"}, "spec": {}})),
+            ("not canonical, bad parentRef", json!({"metadata": {"name": "2001:DB8::1"},
+                "spec": {"parentRef": {"group": "Bad_Group", "resource": "a/b", "name": "%x", "namespace": ".."}}})),
+            ("IPv4-mapped", json!({"metadata": {"name": "::ffff:1.2.3.4"}, "spec": {"parentRef": parent}})),
+            ("generateName", json!({"metadata": {"generateName": "10.1."}, "spec": {"parentRef": parent}})),
+            ("missing resource and name", json!({"metadata": {"name": "192.0.2.77"}, "spec": {"parentRef": {"group": "example.com"}}})),
+        ] {
+            let r = post(c, &ips, &body).await;
+            assert_eq!(r.code, 422, "{label}: {:?}", r.body);
+            t.reply(label, &r);
+        }
+        let name = "192.0.2.78";
+        let r = post(c, &ips, &json!({"metadata": {"name": name}, "spec": {"parentRef": parent}})).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        t.reply("created", &r);
+        let r = patch(c, &format!("{ips}/{name}"), "merge", r#"{"spec":{"parentRef":{"name":"y"}}}"#).await;
+        assert_eq!(r.code, 422, "{:?}", r.body);
+        t.reply("parentRef is immutable", &r);
+        let r = post(c, &ips, &json!({"metadata": {"name": name}, "spec": {"parentRef": parent}})).await;
+        t.reply("already exists", &r);
+        let r = post(c, &ips, &json!({"metadata": {"generateName": name}, "spec": {"parentRef": parent}})).await;
+        t.reply("generateName of an existing one", &r);
+        t.reply("deleted", &delete(c, &format!("{ips}/{name}")).await);
+        t
+    })
+    .await;
+}
+
+/// Lease int32 fields beyond int32 (issue 27 bug 8): a create or update
+/// body is a 400 decode error, a JSON or merge patch a 422 naming `patch`,
+/// while strategic merge patch and server-side apply convert with Go's
+/// truncation (so that is what a real server stores).
+#[tokio::test]
+async fn lease_int32_fields_as_the_decoder_takes_them() {
+    differential("lease", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{}/leases", ctx.ns);
+        // Refused on both servers (the transcript then compares the
+        // messages): a value the Go type cannot hold is a decode error
+        // (400), a value it holds but validation refuses a 422.
+        for (label, spec, code) in [
+            ("duration beyond int32", json!({"leaseDurationSeconds": 2147483648_u64}), 400),
+            ("transitions beyond int32", json!({"holderIdentity": "a", "leaseTransitions": 4294967296_u64}), 400),
+            ("a fraction", json!({"leaseDurationSeconds": 1.5}), 400),
+            ("a string", json!({"leaseDurationSeconds": "15"}), 400),
+            ("not positive", json!({"leaseDurationSeconds": 0, "leaseTransitions": -1}), 422),
+        ] {
+            let r = post(c, &leases, &json!({"metadata": {"name": "l"}, "spec": spec})).await;
+            assert_eq!(r.code, code, "{label}: {:?}", r.body);
+            t.reply(label, &r);
+        }
+        let r = get(c, &format!("{leases}/l")).await;
+        assert_eq!(r.code, 404, "nothing refused was stored: {:?}", r.body);
+        let r = post(c, &leases, &json!({"metadata": {"name": "l"}, "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}})).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let lease = format!("{leases}/l");
+        let r = call(c, "PUT", &lease, "application/json",
+            &json!({"metadata": {"name": "l"}, "spec": {"leaseDurationSeconds": 9999999999_u64}}).to_string()).await;
+        assert_eq!(r.code, 400, "{:?}", r.body);
+        t.reply("PUT beyond int32", &r);
+        for (label, kind, body) in [
+            ("merge patch", "merge", r#"{"spec":{"leaseDurationSeconds":9999999999}}"#),
+            ("JSON patch", "json", r#"[{"op":"replace","path":"/spec/leaseDurationSeconds","value":9999999999}]"#),
+            ("strategic, a fraction", "strategic", r#"{"spec":{"leaseDurationSeconds":1.5}}"#),
+            ("strategic, a string", "strategic", r#"{"spec":{"leaseDurationSeconds":"15"}}"#),
+            ("strategic, wraps negative", "strategic", r#"{"spec":{"leaseDurationSeconds":2147483648}}"#),
+            ("strategic, wraps", "strategic", r#"{"spec":{"leaseDurationSeconds":9999999999}}"#),
+            ("merge patch, strict, unknown field", "merge", r#"{"spec":{"bogus":1}}"#),
+            ("strategic, strict, unknown field", "strategic", r#"{"spec":{"bogus":1}}"#),
+        ] {
+            let path = if label.contains("strict") {
+                format!("{lease}?fieldValidation=Strict")
+            } else {
+                lease.clone()
+            };
+            let r = patch(c, &path, kind, body).await;
+            t.reply(label, &r);
+        }
+        let apply = |v: &str| {
+            format!(r#"{{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{{"name":"l"}},"spec":{{"leaseTransitions":{v}}}}}"#)
+        };
+        for (label, v) in [("apply wraps", "4294967311"), ("apply, a fraction", "1.5")] {
+            let r = patch(c, &format!("{lease}?fieldManager=diff&force=true"), "apply", &apply(v)).await;
+            t.reply(label, &r);
+        }
+        let r = get(c, &lease).await;
+        assert_eq!(r.body["spec"]["leaseDurationSeconds"], 1410065407);
+        assert_eq!(r.body["spec"]["leaseTransitions"], 15);
+        t.reply("stored", &r);
+        t
+    })
+    .await;
+}
+
+/// Service status.loadBalancer.ingress validation (issue 27 bug 8):
+/// addresses, hostnames and ipMode as ValidateLoadBalancerStatus checks
+/// them on a status write.
+#[tokio::test]
+async fn load_balancer_ingress_is_validated_on_status_writes() {
+    differential("ingress", same_service_range, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let svcs = format!("/api/v1/namespaces/{}/services", ctx.ns);
+        let r = post(c, &svcs, &json!({"metadata": {"name": "lb"},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}})).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let allocated = |r: &common::differential::Reply, t: &mut Transcript| {
+            t.volatile(r.body["spec"]["clusterIP"].as_str().unwrap_or_default(), "<cluster-ip>");
+            let port = r.body["spec"]["ports"][0]["nodePort"].as_u64().unwrap_or_default();
+            t.volatile(&port.to_string(), "<node-port>");
+        };
+        allocated(&r, &mut t);
+        for ingress in [
+            json!([{"ip": "1.2.3.04"}]),
+            json!([{"ip": "not-an-ip"}]),
+            json!([{"ip": "::ffff:1.2.3.4"}]),
+            json!([{"ip": "1.2.3.4", "ipMode": "Bogus"}]),
+            json!([{"hostname": "1.2.3.4"}]),
+            json!([{"hostname": "Bad_Host"}]),
+            json!([{"ipMode": "VIP"}]),
+            json!([{"ip": "192.0.2.1"}, {"ip": "192.0.2.01", "hostname": "lb.example.com"}]),
+        ] {
+            let r = patch(c, &format!("{svcs}/lb/status"), "merge",
+                &json!({"status": {"loadBalancer": {"ingress": ingress}}}).to_string()).await;
+            assert_eq!(r.code, 422, "{ingress}: {:?}", r.body);
+            t.reply(&ingress.to_string(), &r);
+        }
+        let r = patch(c, &format!("{svcs}/lb/status"), "merge",
+            r#"{"status":{"loadBalancer":{"ingress":[{"ip":"2001:DB8::1"},{"hostname":"lb.example.com"}]}}}"#).await;
+        assert_eq!(r.code, 200, "{:?}", r.body);
+        t.reply("a non-canonical IPv6 address and a hostname", &r);
+        let r = post(c, &svcs, &json!({"metadata": {"name": "cip"}, "spec": {"ports": [{"port": 80}]}})).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let r = patch(c, &format!("{svcs}/cip/status"), "merge",
+            r#"{"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.1"}]}}}"#).await;
+        assert_eq!(r.code, 422, "{:?}", r.body);
+        t.reply("ingress on a ClusterIP Service", &r);
+        // Without a namespace controller the Services would keep their addresses.
+        for s in ["lb", "cip"] {
+            let _ = delete(c, &format!("{svcs}/{s}")).await;
+        }
+        t
+    })
+    .await;
+}
+
+/// Reads a watch of `path` (which sets `timeoutSeconds`) until the server
+/// ends it: every event, as sent.
+async fn watch_events(client: kube::Client, path: String) -> Vec<Value> {
+    use http_body_util::BodyExt;
+    let req = http::Request::builder()
+        .method("GET")
+        .uri(&path)
+        .header(http::header::ACCEPT, "application/json")
+        .body(kube::client::Body::empty())
+        .expect("watch request");
+    let resp = client.send(req).await.expect("watch");
+    assert_eq!(resp.status(), 200, "watch {path}");
+    let mut body = resp.into_body();
+    let mut buf = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.expect("watch body").into_data() {
+            buf.extend_from_slice(&data);
+        }
+    }
+    String::from_utf8_lossy(&buf)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| json!(l)))
+        .collect()
+}
+
+/// Watch: from an old resourceVersion that etcd still has, the changes
+/// since (none in a new namespace; a real server reads what its watch cache
+/// lacks from etcd, so no 410 before compaction); with bookmarks and a
+/// timeout, a BOOKMARK before the end.
+#[tokio::test]
+async fn watch_from_an_old_version_and_a_bookmark_before_the_timeout() {
+    differential("watch", same_service_range, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let cms = format!("/api/v1/namespaces/{}/configmaps", ctx.ns);
+        let old = watch_events(
+            c.clone(),
+            format!("{cms}?watch=1&resourceVersion=1&timeoutSeconds=2"),
+        )
+        .await;
+        assert!(old.iter().all(|e| e["type"] != "ERROR"), "{old:?}");
+        t.note("watch from resourceVersion 1", json!(old));
+        let list = get(c, &cms).await;
+        let rv = list.body["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        // A bookmark reports a resourceVersion newer than the watch's start
+        // (upstream's cache has none to report for an idle resource), so
+        // something happens in the resource first.
+        let watch = tokio::spawn(watch_events(
+            c.clone(),
+            format!("{cms}?watch=1&allowWatchBookmarks=true&timeoutSeconds=4&resourceVersion={rv}"),
+        ));
+        let r = post(c, &cms, &json!({"metadata": {"name": "tick"}})).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let events = watch.await.expect("the watch");
+        // How many bookmarks come before the end is timer-dependent upstream.
+        let mut types: Vec<Value> = Vec::new();
+        for e in &events {
+            if types.last() != Some(&e["type"]) {
+                types.push(e["type"].clone());
+            }
+        }
+        assert!(types.contains(&json!("BOOKMARK")), "{events:?}");
+        t.note("event types until the timeout", json!(types));
+        let bookmark = events.iter().find(|e| e["type"] == "BOOKMARK").cloned();
+        t.note("a bookmark", bookmark.unwrap_or_default());
+        t
+    })
+    .await;
+}
+
+/// One kind the protection controllers hold with finalizers.
+struct Held {
+    label: &'static str,
+    collection: String,
+    body: Value,
+}
+
+/// Finalizers as the controllers use them, on every kind they protect:
+/// name validation on create and update, the JSON-patch `test` guard the
+/// manager sends (and its 422 when the list moved), DELETE of a held object,
+/// no new finalizer once deleting, removal by index, the last one's removal
+/// deleting the object (its answer, and the watch's DELETED event).
+#[tokio::test]
+async fn finalizers_on_every_protected_kind() {
+    differential("fin", same_service_range, |ctx| async move {
+        let c = &ctx.client;
+        let ns = &ctx.ns;
+        let mut t = Transcript::new();
+        let net = run_net(&ctx);
+        // A custom resource, as ProtectionRules protect them.
+        let group = format!("{}.example.com", ctx.unique("fin"));
+        let crd = json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("widgets.{group}")},
+            "spec": {"group": group, "scope": "Namespaced",
+                "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}}}]},
+        });
+        let r = post(c, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &crd).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let widgets = format!("/apis/{group}/v1/namespaces/{ns}/widgets");
+        common::eventually("the custom resource is served", async || {
+            (get(c, &widgets).await.code == 200).then_some(())
+        })
+        .await;
+        let kinds = [
+            Held { label: "ConfigMap", collection: format!("/api/v1/namespaces/{ns}/configmaps"), body: json!({}) },
+            Held { label: "PersistentVolumeClaim", collection: format!("/api/v1/namespaces/{ns}/persistentvolumeclaims"),
+                body: json!({"spec": {"storageClassName": "", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}) },
+            Held { label: "PersistentVolume", collection: "/api/v1/persistentvolumes".into(),
+                body: json!({"spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "hostPath": {"path": "/tmp/fin"}}}) },
+            Held { label: "Service", collection: format!("/api/v1/namespaces/{ns}/services"),
+                body: json!({"spec": {"clusterIP": "None", "ports": [{"port": 80}]}}) },
+            Held { label: "ServiceCIDR", collection: format!("{NET}/servicecidrs"),
+                body: json!({"spec": {"cidrs": [format!("{net}.0/24")]}}) },
+            Held { label: "VolumeAttributesClass", collection: "/apis/storage.k8s.io/v1/volumeattributesclasses".into(),
+                body: json!({"driverName": "x.example.com", "parameters": {"a": "b"}}) },
+            Held { label: "Widget", collection: widgets.clone(),
+                body: json!({"apiVersion": format!("{group}/v1"), "kind": "Widget", "spec": {"size": 1}}) },
+        ];
+        // A custom resource is decoded as unstructured JSON: its kind is needed.
+        let r = post(c, &widgets, &json!({"metadata": {"name": "nokind"}, "spec": {"size": 1}})).await;
+        assert_eq!(r.code, 400, "{:?}", r.body);
+        t.reply("a custom resource without its kind", &r);
+        for k in &kinds {
+            let name = ctx.unique("held").to_lowercase();
+            let obj = |n: &str, fins: Value| {
+                let mut b = k.body.clone();
+                b["metadata"] = json!({"name": n, "finalizers": fins});
+                b
+            };
+            let l = |s: &str| format!("{}: {s}", k.label);
+            for (what, fins) in [
+                ("a finalizer with a space", json!(["Bad Name"])),
+                ("a finalizer without a domain", json!(["nodomain"])),
+                ("orphan and foregroundDeletion", json!(["orphan", "foregroundDeletion"])),
+            ] {
+                let n = ctx.unique("bad").to_lowercase();
+                let r = post(c, &k.collection, &obj(&n, fins)).await;
+                t.reply(&l(what), &r);
+                if r.code == 201 {
+                    let _ = patch(c, &format!("{}/{n}", k.collection), "merge", r#"{"metadata":{"finalizers":null}}"#).await;
+                    let _ = delete(c, &format!("{}/{n}", k.collection)).await;
+                }
+            }
+            let path = format!("{}/{name}", k.collection);
+            let r = post(c, &k.collection, &obj(&name, json!(["example.com/hold"]))).await;
+            assert_eq!(r.code, 201, "{}: {:?}", k.label, r.body);
+            t.reply(&l("created"), &r);
+            let guarded = r#"[{"op":"test","path":"/metadata/finalizers","value":["example.com/hold"]},{"op":"add","path":"/metadata/finalizers/-","value":"example.com/second"}]"#;
+            let r = patch(c, &path, "json", guarded).await;
+            assert_eq!(r.code, 200, "{}: {:?}", k.label, r.body);
+            t.reply(&l("finalizer added under a test guard"), &r);
+            let r = patch(c, &path, "json", guarded).await;
+            assert_eq!(r.code, 422, "{}: {:?}", k.label, r.body);
+            t.reply(&l("the guard no longer holds"), &r);
+            let r = patch(c, &path, "merge", r#"{"metadata":{"finalizers":["example.com/hold","Bad Name"]}}"#).await;
+            t.reply(&l("an invalid finalizer by update"), &r);
+            let r = delete(c, &path).await;
+            assert_eq!(r.code, 200, "{}: {:?}", k.label, r.body);
+            t.reply(&l("deleted while held"), &r);
+            let r = patch(c, &path, "json", r#"[{"op":"add","path":"/metadata/finalizers/-","value":"example.com/late"}]"#).await;
+            assert_eq!(r.code, 422, "{}: {:?}", k.label, r.body);
+            t.reply(&l("no new finalizer while deleting"), &r);
+            let r = patch(c, &path, "json", r#"[{"op":"test","path":"/metadata/finalizers/1","value":"example.com/second"},{"op":"remove","path":"/metadata/finalizers/1"}]"#).await;
+            assert_eq!(r.code, 200, "{}: {:?}", k.label, r.body);
+            t.reply(&l("one finalizer removed by index"), &r);
+            let r = patch(c, &path, "json", r#"[{"op":"test","path":"/metadata/finalizers/0","value":"example.com/hold"},{"op":"remove","path":"/metadata/finalizers/0"}]"#).await;
+            assert_eq!(r.code, 200, "{}: {:?}", k.label, r.body);
+            t.reply(&l("the last one removed"), &r);
+            t.reply(&l("gone"), &get(c, &path).await);
+        }
+        let _ = delete(c, &format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.{group}")).await;
+        t
+    })
+    .await;
+}
+
+/// SubjectAccessReview over RBAC (what a component delegating its
+/// authorization asks: KCM's secure port, a metrics filter) and the
+/// TokenReview answers that do not depend on how tokens are issued.
+#[tokio::test]
+async fn subject_access_reviews_and_token_review_errors() {
+    differential("reviews", same_service_range, |ctx| async move {
+        let c = &ctx.client;
+        let ns = &ctx.ns;
+        let mut t = Transcript::new();
+        let rbac = "/apis/rbac.authorization.k8s.io/v1";
+        let cr = ctx.unique("metrics-reader");
+        let crb = ctx.unique("metrics-readers");
+        let user = ctx.unique("alice");
+        for (path, body) in [
+            (format!("{rbac}/clusterroles"), json!({"metadata": {"name": cr}, "rules": [
+                {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch", "patch"]}]})),
+            (format!("{rbac}/clusterrolebindings"), json!({"metadata": {"name": crb},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cr},
+                "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}]})),
+            (format!("{rbac}/namespaces/{ns}/roles"), json!({"metadata": {"name": "secrets"}, "rules": [
+                {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["one"], "verbs": ["get"]}]})),
+            (format!("{rbac}/namespaces/{ns}/rolebindings"), json!({"metadata": {"name": "secrets"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "secrets"},
+                "subjects": [{"kind": "ServiceAccount", "name": "manager", "namespace": ns}]})),
+        ] {
+            let r = post(c, &path, &body).await;
+            assert_eq!(r.code, 201, "{path}: {:?}", r.body);
+        }
+        let sa = format!("system:serviceaccount:{ns}:manager");
+        let sa_groups = json!(["system:serviceaccounts", format!("system:serviceaccounts:{ns}"), "system:authenticated"]);
+        let sar = |spec: Value| json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec});
+        let cases = [
+            ("metrics allowed", json!({"user": user, "nonResourceAttributes": {"path": "/metrics", "verb": "get"}})),
+            ("metrics, another verb", json!({"user": user, "nonResourceAttributes": {"path": "/metrics", "verb": "post"}})),
+            ("another path", json!({"user": user, "nonResourceAttributes": {"path": "/healthz", "verb": "get"}})),
+            ("claims anywhere", json!({"user": user, "resourceAttributes": {"namespace": ns, "verb": "patch", "resource": "persistentvolumeclaims"}})),
+            ("claims, delete", json!({"user": user, "resourceAttributes": {"namespace": ns, "verb": "delete", "resource": "persistentvolumeclaims"}})),
+            ("a named secret by a role binding", json!({"user": sa, "groups": sa_groups, "resourceAttributes": {"namespace": ns, "verb": "get", "resource": "secrets", "name": "one"}})),
+            ("another secret", json!({"user": sa, "groups": sa_groups, "resourceAttributes": {"namespace": ns, "verb": "get", "resource": "secrets", "name": "two"}})),
+            ("system:masters", json!({"user": "someone", "groups": ["system:masters"], "resourceAttributes": {"verb": "delete", "resource": "nodes"}})),
+            ("no attributes", json!({"user": user})),
+            ("no user or group", json!({"nonResourceAttributes": {"path": "/metrics", "verb": "get"}})),
+        ];
+        for (label, spec) in cases {
+            let r = post(c, "/apis/authorization.k8s.io/v1/subjectaccessreviews", &sar(spec)).await;
+            t.reply(label, &r);
+        }
+        let r = post(c, "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            &json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {}})).await;
+        assert_eq!(r.code, 422, "{:?}", r.body);
+        t.reply("a self review without attributes", &r);
+        let tr = |token: &str| json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": token}});
+        let r = post(c, "/apis/authentication.k8s.io/v1/tokenreviews", &tr("")).await;
+        assert_eq!(r.code, 400, "{:?}", r.body);
+        t.reply("an empty token", &r);
+        for p in [format!("{rbac}/clusterrolebindings/{crb}"), format!("{rbac}/clusterroles/{cr}")] {
+            let _ = delete(c, &p).await;
+        }
+        t
+    })
+    .await;
+}
+
+/// A CustomResourceDefinition with a structural schema, CEL rules, a status
+/// subresource and printer columns (as the ProtectionRule CRD has): its
+/// status as the CRD controllers write it, custom resources refused and
+/// accepted alike, and `kubectl get` columns.
+#[tokio::test]
+async fn custom_resources_validation_status_and_printer_columns() {
+    differential("crd", same_service_range, |ctx| async move {
+        let c = &ctx.client;
+        let ns = &ctx.ns;
+        let mut t = Transcript::new();
+        let group = format!("{}.example.com", ctx.unique("crd"));
+        let name = format!("gadgets.{group}");
+        let crd = json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": name},
+            "spec": {"group": group, "scope": "Namespaced",
+                "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList", "shortNames": ["gd"]},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        {"name": "Mode", "type": "string", "jsonPath": ".spec.mode"},
+                        {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
+                        {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}],
+                    "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                        "spec": {"type": "object", "required": ["mode"],
+                            "x-kubernetes-validations": [{"rule": "self.mode != 'Off' || self.size == 0", "message": "an Off gadget has no size"}],
+                            "properties": {
+                                "mode": {"type": "string", "enum": ["On", "Off"]},
+                                "size": {"type": "integer", "minimum": 0, "maximum": 10},
+                                "tag": {"type": "string", "maxLength": 5, "pattern": "^[a-z]+$"}}},
+                        "status": {"type": "object", "properties": {"conditions": {"type": "array",
+                            "items": {"type": "object", "properties": {"type": {"type": "string"}, "status": {"type": "string"}}}}}}}}}}]},
+        });
+        let crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
+        let r = post(c, crds, &crd).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let established = common::eventually("the CRD is established", async || {
+            let r = get(c, &format!("{crds}/{name}")).await;
+            let conds = r.body["status"]["conditions"].as_array().cloned().unwrap_or_default();
+            conds
+                .iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+                .then_some(r)
+        })
+        .await;
+        // The status: conditions by type (their order and times are the
+        // controllers'), accepted names, stored versions.
+        let mut conds: Vec<Value> = established.body["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| json!({"type": c["type"], "status": c["status"], "reason": c["reason"], "message": c["message"]}))
+            .collect();
+        conds.sort_by_key(|c| c["type"].as_str().unwrap_or_default().to_string());
+        t.note("CRD status", json!({"conditions": conds,
+            "acceptedNames": established.body["status"]["acceptedNames"],
+            "storedVersions": established.body["status"]["storedVersions"]}));
+        let gadgets = format!("/apis/{group}/v1/namespaces/{ns}/gadgets");
+        common::eventually("the custom resource is served", async || {
+            (get(c, &gadgets).await.code == 200).then_some(())
+        })
+        .await;
+        let gadget = |n: &str, spec: Value| json!({"apiVersion": format!("{group}/v1"), "kind": "Gadget", "metadata": {"name": n}, "spec": spec});
+        for (label, spec) in [
+            ("missing mode", json!({"size": 1})),
+            ("not in the enum", json!({"mode": "Maybe"})),
+            ("above the maximum", json!({"mode": "On", "size": 11})),
+            ("a string for an integer", json!({"mode": "On", "size": "1"})),
+            ("too long and not matching", json!({"mode": "On", "tag": "ABCDEFG"})),
+            ("a CEL rule", json!({"mode": "Off", "size": 3})),
+        ] {
+            let r = post(c, &gadgets, &gadget("bad", spec)).await;
+            assert_eq!(r.code, 422, "{label}: {:?}", r.body);
+            t.reply(label, &r);
+        }
+        let r = post(c, &gadgets, &gadget("good", json!({"mode": "On", "size": 2, "tag": "ab", "extra": "pruned"}))).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        t.reply("created (unknown field pruned)", &r);
+        let r = patch(c, &format!("{gadgets}/good/status"), "merge",
+            r#"{"spec":{"size":9},"status":{"conditions":[{"type":"Ready","status":"True"}]}}"#).await;
+        t.reply("status subresource", &r);
+        let r = patch(c, &format!("{gadgets}/good"), "merge", r#"{"status":{"conditions":[]},"spec":{"size":4}}"#).await;
+        t.reply("main resource", &r);
+        let tab = table(&ctx, &gadgets).await;
+        t.note("table", rows_named(&tab, &["good"]));
+        let _ = delete(c, &format!("{crds}/{name}")).await;
+        t
+    })
+    .await;
 }

@@ -11,7 +11,11 @@ use k8s_openapi::api::authorization::v1::{
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::Api;
 use kube::api::PostParams;
-use kube_sim::{KubeSim, RequestFilter, SimConfig};
+use kube_sim::{RequestFilter, SimConfig};
+
+mod common;
+
+use common::conform;
 use serde_json::json;
 
 async fn token_review(client: &kube::Client, token: &str) -> Result<TokenReview, kube::Error> {
@@ -55,230 +59,252 @@ async fn review(
     Ok((status.allowed, status.reason.unwrap_or_default()))
 }
 
-fn api_error(e: kube::Error) -> (u16, String) {
-    match e {
-        kube::Error::Api(s) => (s.code, s.message),
-        other => panic!("not an API error: {other}"),
-    }
-}
-
+/// kube-sim's tokens (the token is the user name) are kube-sim's own; what
+/// upstream answers for a token it does not know and for an empty one is
+/// judged by the real kube-apiserver 1.36 (`common::conform`).
 #[tokio::test]
 async fn token_review_authenticates_kube_sim_tokens() {
-    let sim = KubeSim::start(SimConfig::default()).await.expect("start");
-    // A component reviews with its own credentials.
-    let client = sim
-        .try_client_as("system:serviceaccount:pm:manager")
-        .await
-        .expect("client");
+    conform(
+        "token_review_authenticates_kube_sim_tokens",
+        SimConfig::default(),
+        async |t| {
+            if let Some(sim) = t.sim.as_ref() {
+                // A component reviews with its own credentials.
+                let client = sim
+                    .try_client_as("system:serviceaccount:pm:manager")
+                    .await
+                    .expect("client");
+                let tr = token_review(&client, "system:serviceaccount:monitoring:prometheus")
+                    .await
+                    .expect("review");
+                let status = tr.status.expect("status");
+                assert_eq!(status.authenticated, Some(true));
+                let user = status.user.expect("user");
+                assert_eq!(
+                    user.username.as_deref(),
+                    Some("system:serviceaccount:monitoring:prometheus")
+                );
+                assert_eq!(
+                    user.groups.unwrap_or_default(),
+                    vec![
+                        "system:serviceaccounts",
+                        "system:serviceaccounts:monitoring",
+                        "system:authenticated"
+                    ]
+                );
+                assert_eq!(
+                    status.audiences.unwrap_or_default(),
+                    vec!["https://kubernetes.default.svc.cluster.local"]
+                );
+                // Create-only: recorded as a create.
+                let creates = sim.requests().records(&RequestFilter {
+                    user: Some("system:serviceaccount:pm:manager".into()),
+                    ..RequestFilter::default()
+                });
+                assert!(
+                    creates.iter().any(|r| r.verb == "create"
+                        && r.api_group == "authentication.k8s.io"
+                        && r.resource == "tokenreviews"),
+                    "{creates:?}"
+                );
+            }
 
-    let tr = token_review(&client, "system:serviceaccount:monitoring:prometheus")
-        .await
-        .expect("review");
-    let status = tr.status.expect("status");
-    assert_eq!(status.authenticated, Some(true));
-    let user = status.user.expect("user");
-    assert_eq!(
-        user.username.as_deref(),
-        Some("system:serviceaccount:monitoring:prometheus")
-    );
-    assert_eq!(
-        user.groups.unwrap_or_default(),
-        vec![
-            "system:serviceaccounts",
-            "system:serviceaccounts:monitoring",
-            "system:authenticated"
-        ]
-    );
-    assert_eq!(
-        status.audiences.unwrap_or_default(),
-        vec!["https://kubernetes.default.svc.cluster.local"]
-    );
+            // A token the server does not know: answered, not authenticated.
+            let tr = token_review(&t.client, "two words").await.expect("review");
+            let status = tr.status.clone().expect("status");
+            assert_ne!(status.authenticated, Some(true));
+            assert!(
+                status
+                    .error
+                    .is_some_and(|e| e.contains("invalid bearer token")),
+                "{tr:?}"
+            );
+            t.record(
+                "an unknown token",
+                serde_json::to_value(&tr.status).unwrap_or_default(),
+            );
 
-    // Not a kube-sim token: answered, not authenticated.
-    let tr = token_review(&client, "two words").await.expect("review");
-    let status = tr.status.expect("status");
-    assert_ne!(status.authenticated, Some(true));
-    assert!(
-        status
-            .error
-            .is_some_and(|e| e.contains("invalid bearer token"))
-    );
-
-    // pkg/registry/authentication/tokenreview: an empty token is a 400.
-    let (code, message) = api_error(token_review(&client, "").await.unwrap_err());
-    assert_eq!(
-        (code, message.as_str()),
-        (400, "token is required for TokenReview in authentication")
-    );
-
-    // Create-only: recorded as a create.
-    let creates = sim.requests().records(&RequestFilter {
-        user: Some("system:serviceaccount:pm:manager".into()),
-        ..RequestFilter::default()
-    });
-    assert!(
-        creates.iter().any(|r| r.verb == "create"
-            && r.api_group == "authentication.k8s.io"
-            && r.resource == "tokenreviews"),
-        "{creates:?}"
-    );
-    sim.shutdown().await;
+            // pkg/registry/authentication/tokenreview: an empty token is a 400.
+            let s = t.status(token_review(&t.client, "").await.unwrap_err());
+            assert_eq!(
+                (s.code, s.message.as_str()),
+                (400, "token is required for TokenReview in authentication")
+            );
+        },
+    )
+    .await;
 }
 
+/// RBAC evaluation as upstream's authorizer answers it, judged by the real
+/// kube-apiserver 1.36 (`common::conform`): allowed or not, the reasons,
+/// the validation errors.
 #[tokio::test]
 async fn subject_access_review_evaluates_rbac() {
-    let sim = KubeSim::start(SimConfig::default()).await.expect("start");
-    let admin = sim.client().await;
-    let prometheus = "system:serviceaccount:monitoring:prometheus";
-    let sa_groups = [
-        "system:serviceaccounts",
-        "system:serviceaccounts:monitoring",
-        "system:authenticated",
-    ];
+    conform("subject_access_review_evaluates_rbac", SimConfig::default(), async |t| {
+        let admin = t.client.clone();
+        let prometheus = "system:serviceaccount:monitoring:prometheus";
+        let sa_groups = [
+            "system:serviceaccounts",
+            "system:serviceaccounts:monitoring",
+            "system:authenticated",
+        ];
 
-    // Nothing bound yet: denied.
-    let (allowed, _) = review(&admin, &metrics_review(prometheus, &sa_groups))
-        .await
-        .expect("review");
-    assert!(!allowed);
-
-    let role: ClusterRole = serde_json::from_value(json!({
-        "metadata": {"name": "metrics-reader"},
-        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
-    }))
-    .expect("role");
-    Api::<ClusterRole>::all(admin.clone())
-        .create(&PostParams::default(), &role)
-        .await
-        .expect("create role");
-    let binding: ClusterRoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "metrics-reader"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "metrics-reader"},
-        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}]
-    }))
-    .expect("binding");
-    Api::<ClusterRoleBinding>::all(admin.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("create binding");
-
-    let (allowed, reason) = review(&admin, &metrics_review(prometheus, &sa_groups))
-        .await
-        .expect("review");
-    assert!(allowed);
-    // describeSubject writes a ServiceAccount "name/namespace".
-    assert_eq!(
-        reason,
-        "RBAC: allowed by ClusterRoleBinding \"metrics-reader\" of ClusterRole \"metrics-reader\" to ServiceAccount \"prometheus/monitoring\""
-    );
-    // Another verb, another path, another account: denied.
-    let mut post = metrics_review(prometheus, &sa_groups);
-    if let Some(n) = post.spec.non_resource_attributes.as_mut() {
-        n.verb = Some("post".into());
-    }
-    assert!(!review(&admin, &post).await.expect("review").0);
-    let mut healthz = metrics_review(prometheus, &sa_groups);
-    if let Some(n) = healthz.spec.non_resource_attributes.as_mut() {
-        n.path = Some("/healthz".into());
-    }
-    assert!(!review(&admin, &healthz).await.expect("review").0);
-    let other = metrics_review("system:serviceaccount:monitoring:other", &sa_groups);
-    assert!(!review(&admin, &other).await.expect("review").0);
-    // system:masters may do everything.
-    assert!(
-        review(&admin, &metrics_review("admin", &["system:masters"]))
+        // Nothing bound yet: denied.
+        let denied = review(&admin, &metrics_review(prometheus, &sa_groups))
             .await
-            .expect("review")
-            .0
-    );
+            .expect("review");
+        assert!(!denied.0);
+        t.record("nothing bound", json!(denied));
 
-    // Resource attributes: a Role in a namespace, by name.
-    let ns: k8s_openapi::api::core::v1::Namespace =
-        serde_json::from_value(json!({"metadata": {"name": "shop"}})).expect("ns");
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .expect("create namespace");
-    let role: Role = serde_json::from_value(json!({
-        "metadata": {"name": "status-writer", "namespace": "shop"},
-        "rules": [{"apiGroups": [""], "resources": ["services/status"], "resourceNames": ["web"], "verbs": ["patch"]}]
-    }))
-    .expect("role");
-    Api::<Role>::namespaced(admin.clone(), "shop")
-        .create(&PostParams::default(), &role)
-        .await
-        .expect("create role");
-    let rb: RoleBinding = serde_json::from_value(json!({
-        "metadata": {"name": "status-writer", "namespace": "shop"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "status-writer"},
-        "subjects": [{"kind": "User", "name": "alice"}]
-    }))
-    .expect("rb");
-    Api::<RoleBinding>::namespaced(admin.clone(), "shop")
-        .create(&PostParams::default(), &rb)
-        .await
-        .expect("create rolebinding");
-    let resource = |ns: &str, name: &str| SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: Some("alice".into()),
-            resource_attributes: Some(ResourceAttributes {
-                namespace: Some(ns.into()),
-                verb: Some("patch".into()),
-                group: Some(String::new()),
-                resource: Some("services".into()),
-                subresource: Some("status".into()),
-                name: Some(name.into()),
+        let name = t.unique("metrics-reader");
+        let role: ClusterRole = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+        }))
+        .expect("role");
+        Api::<ClusterRole>::all(admin.clone())
+            .create(&PostParams::default(), &role)
+            .await
+            .expect("create role");
+        let binding: ClusterRoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}]
+        }))
+        .expect("binding");
+        Api::<ClusterRoleBinding>::all(admin.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("create binding");
+
+        // (The real authorizer learns bindings from its informer.)
+        let (allowed, reason) = common::eventually("the binding is in effect", async || {
+            let r = review(&admin, &metrics_review(prometheus, &sa_groups))
+                .await
+                .expect("review");
+            r.0.then_some(r)
+        })
+        .await;
+        assert!(allowed);
+        // describeSubject writes a ServiceAccount "name/namespace".
+        assert_eq!(
+            reason,
+            format!("RBAC: allowed by ClusterRoleBinding \"{name}\" of ClusterRole \"{name}\" to ServiceAccount \"prometheus/monitoring\"")
+        );
+        t.record("bound", json!(reason));
+        // Another verb, another path, another account: denied.
+        let mut post = metrics_review(prometheus, &sa_groups);
+        if let Some(n) = post.spec.non_resource_attributes.as_mut() {
+            n.verb = Some("post".into());
+        }
+        // (Not /healthz: upstream's bootstrap policy lets every
+        // authenticated user read it, system:public-info-viewer, which
+        // kube-sim does not seed.)
+        let mut logs = metrics_review(prometheus, &sa_groups);
+        if let Some(n) = logs.spec.non_resource_attributes.as_mut() {
+            n.path = Some("/logs".into());
+        }
+        let other = metrics_review("system:serviceaccount:monitoring:other", &sa_groups);
+        for (label, sar) in [("another verb", post), ("another path", logs), ("another account", other)] {
+            let r = review(&admin, &sar).await.expect("review");
+            assert!(!r.0, "{label}: {r:?}");
+            t.record(label, json!(r));
+        }
+        // system:masters may do everything.
+        let r = review(&admin, &metrics_review("admin", &["system:masters"]))
+            .await
+            .expect("review");
+        assert!(r.0);
+        t.record("system:masters", json!(r));
+
+        // Resource attributes: a Role in a namespace, by name.
+        let shop = t.namespace("shop").await;
+        let role: Role = serde_json::from_value(json!({
+            "metadata": {"name": "status-writer", "namespace": shop},
+            "rules": [{"apiGroups": [""], "resources": ["services/status"], "resourceNames": ["web"], "verbs": ["patch"]}]
+        }))
+        .expect("role");
+        Api::<Role>::namespaced(admin.clone(), &shop)
+            .create(&PostParams::default(), &role)
+            .await
+            .expect("create role");
+        let rb: RoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": "status-writer", "namespace": shop},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "status-writer"},
+            "subjects": [{"kind": "User", "name": "alice"}]
+        }))
+        .expect("rb");
+        Api::<RoleBinding>::namespaced(admin.clone(), &shop)
+            .create(&PostParams::default(), &rb)
+            .await
+            .expect("create rolebinding");
+        let resource = |ns: &str, name: &str| SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some("alice".into()),
+                resource_attributes: Some(ResourceAttributes {
+                    namespace: Some(ns.into()),
+                    verb: Some("patch".into()),
+                    group: Some(String::new()),
+                    resource: Some("services".into()),
+                    subresource: Some("status".into()),
+                    name: Some(name.into()),
+                    ..Default::default()
+                }),
                 ..Default::default()
-            }),
+            },
             ..Default::default()
-        },
-        ..Default::default()
-    };
-    // The reason names a RoleBinding "name/namespace", as upstream's
-    // roleBindingDescriber does.
-    let (allowed, reason) = review(&admin, &resource("shop", "web"))
-        .await
-        .expect("review");
-    assert!(allowed);
-    assert_eq!(
-        reason,
-        "RBAC: allowed by RoleBinding \"status-writer/shop\" of Role \"status-writer\" to User \"alice\""
-    );
-    assert!(
-        !review(&admin, &resource("shop", "api"))
-            .await
-            .expect("review")
-            .0
-    );
-    assert!(
-        !review(&admin, &resource("other", "web"))
-            .await
-            .expect("review")
-            .0
-    );
+        };
+        // The reason names a RoleBinding "name/namespace", as upstream's
+        // roleBindingDescriber does.
+        let (allowed, reason) = common::eventually("the role binding is in effect", async || {
+            let r = review(&admin, &resource(&shop, "web")).await.expect("review");
+            r.0.then_some(r)
+        })
+        .await;
+        assert!(allowed);
+        assert_eq!(
+            reason,
+            format!("RBAC: allowed by RoleBinding \"status-writer/{shop}\" of Role \"status-writer\" to User \"alice\"")
+        );
+        t.record("by a role binding", json!(reason));
+        for (label, ns, n) in [("another name", shop.as_str(), "api"), ("another namespace", "other", "web")] {
+            let r = review(&admin, &resource(ns, n)).await.expect("review");
+            assert!(!r.0, "{label}: {r:?}");
+            t.record(label, json!(r));
+        }
 
-    // pkg/apis/authorization/validation.
-    let neither = SubjectAccessReview {
-        spec: SubjectAccessReviewSpec {
-            user: Some("alice".into()),
+        // pkg/apis/authorization/validation.
+        let neither = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some("alice".into()),
+                ..Default::default()
+            },
             ..Default::default()
-        },
-        ..Default::default()
-    };
-    let (code, message) = api_error(review(&admin, &neither).await.unwrap_err());
-    assert_eq!(code, 422);
-    assert!(
-        message.contains(
-            "exactly one of nonResourceAttributes or resourceAttributes must be specified"
-        ),
-        "{message}"
-    );
-    let nobody = metrics_review("", &[]);
-    let (code, message) = api_error(review(&admin, &nobody).await.unwrap_err());
-    assert_eq!(code, 422);
-    assert!(
-        message.contains("at least one of user or group must be specified"),
-        "{message}"
-    );
-    sim.shutdown().await;
+        };
+        let s = t.status(review(&admin, &neither).await.unwrap_err());
+        assert_eq!(s.code, 422);
+        assert!(
+            s.message.contains(
+                "exactly one of nonResourceAttributes or resourceAttributes must be specified"
+            ),
+            "{}",
+            s.message
+        );
+        let nobody = metrics_review("", &[]);
+        let s = t.status(review(&admin, &nobody).await.unwrap_err());
+        assert_eq!(s.code, 422);
+        assert!(
+            s.message.contains("at least one of user or group must be specified"),
+            "{}",
+            s.message
+        );
+        for p in [
+            format!("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{name}"),
+            format!("/apis/rbac.authorization.k8s.io/v1/clusterroles/{name}"),
+        ] {
+            let _ = common::differential::delete(&admin, &p).await;
+        }
+        t.cleanup_namespace(&shop).await;
+    })
+    .await;
 }

@@ -9,7 +9,7 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::tool;
+use common::{conform, tool};
 use kube::Client;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
@@ -44,90 +44,109 @@ async fn served(client: &Client, gv: &str) -> bool {
     })
 }
 
+/// Judged by the real kube-apiserver 1.36 too (`common::conform`, with
+/// storage.k8s.io/v1beta1 on): every object read is compared whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_class_through_v1_and_v1beta1_with_its_finalizers() {
-    let sim = KubeSim::start(SimConfig::default()).await.unwrap();
-    let client = sim.client().await;
-    assert!(served(&client, "storage.k8s.io/v1").await);
-    assert!(served(&client, "storage.k8s.io/v1beta1").await);
+    conform(
+        "one_class_through_v1_and_v1beta1_with_its_finalizers",
+        SimConfig::default(),
+        async |t| {
+            let client = t.client.clone();
+            let record = |label: &str, o: &DynamicObject| {
+                t.record(label, serde_json::to_value(o).unwrap_or_default());
+            };
+            assert!(served(&client, "storage.k8s.io/v1").await);
+            assert!(served(&client, "storage.k8s.io/v1beta1").await);
+            let gold = t.unique("gold");
 
-    let created = vacs(&client, "v1")
-        .create(&PostParams::default(), &vac("gold", "v1"))
-        .await
-        .unwrap();
-    let beta = vacs(&client, "v1beta1").get("gold").await.unwrap();
-    assert_eq!(
-        beta.types.as_ref().map(|t| t.api_version.as_str()),
-        Some("storage.k8s.io/v1beta1")
-    );
-    assert_eq!(
-        beta.metadata.uid, created.metadata.uid,
-        "one object, two versions"
-    );
-    assert_eq!(beta.data["driverName"], "csi.example.com");
+            let created = vacs(&client, "v1")
+                .create(&PostParams::default(), &vac(&gold, "v1"))
+                .await
+                .unwrap();
+            record("created", &created);
+            let beta = vacs(&client, "v1beta1").get(&gold).await.unwrap();
+            assert_eq!(
+                beta.types.as_ref().map(|t| t.api_version.as_str()),
+                Some("storage.k8s.io/v1beta1")
+            );
+            assert_eq!(
+                beta.metadata.uid, created.metadata.uid,
+                "one object, two versions"
+            );
+            assert_eq!(beta.data["driverName"], "csi.example.com");
+            record("read through v1beta1", &beta);
 
-    // A finalizer added through v1beta1 holds the v1 object's deletion.
-    vacs(&client, "v1beta1")
-        .patch(
-            "gold",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": ["kubernetes.io/vac-protection"]}})),
-        )
-        .await
-        .unwrap();
-    vacs(&client, "v1")
-        .delete("gold", &DeleteParams::default())
-        .await
-        .unwrap();
-    let held = vacs(&client, "v1").get("gold").await.unwrap();
-    assert!(held.metadata.deletion_timestamp.is_some(), "Terminating");
-    vacs(&client, "v1")
-        .patch(
-            "gold",
-            &PatchParams::default(),
-            &Patch::Json::<()>(
-                serde_json::from_value(json!([{"op": "remove", "path": "/metadata/finalizers"}]))
-                    .unwrap(),
-            ),
-        )
-        .await
-        .unwrap();
-    assert!(vacs(&client, "v1").get_opt("gold").await.unwrap().is_none());
+            // A finalizer added through v1beta1 holds the v1 object's deletion.
+            let o = vacs(&client, "v1beta1")
+                .patch(
+                    &gold,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"metadata": {"finalizers": ["kubernetes.io/vac-protection"]}})),
+                )
+                .await
+                .unwrap();
+            record("finalizer through v1beta1", &o);
+            vacs(&client, "v1")
+                .delete(&gold, &DeleteParams::default())
+                .await
+                .unwrap();
+            let held = vacs(&client, "v1").get(&gold).await.unwrap();
+            assert!(held.metadata.deletion_timestamp.is_some(), "Terminating");
+            record("held", &held);
+            vacs(&client, "v1")
+                .patch(
+                    &gold,
+                    &PatchParams::default(),
+                    &Patch::Json::<()>(
+                        serde_json::from_value(json!([{"op": "remove", "path": "/metadata/finalizers"}]))
+                            .unwrap(),
+                    ),
+                )
+                .await
+                .unwrap();
+            assert!(vacs(&client, "v1").get_opt(&gold).await.unwrap().is_none());
 
-    // The claim and volume fields that refer to a class are stored as sent.
-    let pvcs: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        "default",
-        &ApiResource::erase::<k8s_openapi::api::core::v1::PersistentVolumeClaim>(&()),
-    );
-    let pvc: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "data"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
-                 "volumeAttributesClassName": "gold"}
-    }))
-    .unwrap();
-    pvcs.create(&PostParams::default(), &pvc).await.unwrap();
-    pvcs.patch_status(
-        "data",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {
-            "currentVolumeAttributesClassName": "silver",
-            "modifyVolumeStatus": {"targetVolumeAttributesClassName": "gold", "status": "InProgress"}
-        }})),
+            // The claim and volume fields that refer to a class are stored as sent.
+            let ns = t.namespace("vac").await;
+            let pvcs: Api<DynamicObject> = Api::namespaced_with(
+                client.clone(),
+                &ns,
+                &ApiResource::erase::<k8s_openapi::api::core::v1::PersistentVolumeClaim>(&()),
+            );
+            let pvc: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+                         "volumeAttributesClassName": "gold", "storageClassName": ""}
+            }))
+            .unwrap();
+            pvcs.create(&PostParams::default(), &pvc).await.unwrap();
+            pvcs.patch_status(
+                "data",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {
+                    "currentVolumeAttributesClassName": "silver",
+                    "modifyVolumeStatus": {"targetVolumeAttributesClassName": "gold", "status": "InProgress"}
+                }})),
+            )
+            .await
+            .unwrap();
+            let got = pvcs.get("data").await.unwrap();
+            assert_eq!(got.data["spec"]["volumeAttributesClassName"], "gold");
+            assert_eq!(
+                got.data["status"]["currentVolumeAttributesClassName"],
+                "silver"
+            );
+            assert_eq!(
+                got.data["status"]["modifyVolumeStatus"]["targetVolumeAttributesClassName"],
+                "gold"
+            );
+            record("the claim", &got);
+            t.cleanup_namespace(&ns).await;
+        },
     )
-    .await
-    .unwrap();
-    let got = pvcs.get("data").await.unwrap();
-    assert_eq!(got.data["spec"]["volumeAttributesClassName"], "gold");
-    assert_eq!(
-        got.data["status"]["currentVolumeAttributesClassName"],
-        "silver"
-    );
-    assert_eq!(
-        got.data["status"]["modifyVolumeStatus"]["targetVolumeAttributesClassName"],
-        "gold"
-    );
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

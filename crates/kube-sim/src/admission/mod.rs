@@ -25,6 +25,7 @@
 //! ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1) is
 //! [`validating`]; both kinds of policy share the matching, the CEL and the
 //! `request` ([`request`]) of this module.
+//! Policies run by name; upstream runs them in Go map order, i.e. any order.
 
 pub mod cel;
 pub mod request;
@@ -137,8 +138,7 @@ fn default_policy(obj: &mut Value) {
         return;
     };
     spec.entry("failurePolicy").or_insert_with(|| json!("Fail"));
-    spec.entry("reinvocationPolicy")
-        .or_insert_with(|| json!("Never"));
+    // (reinvocationPolicy has no default: a policy must name it.)
     if let Some(mc) = spec.get_mut("matchConstraints") {
         default_match_resources(mc);
     }
@@ -244,11 +244,19 @@ fn validate_policy(obj: &Value) -> Vec<FieldError> {
         }
         _ => errs.push(FieldError::required("spec.matchConstraints", "")),
     }
+    if spec
+        .get("reinvocationPolicy")
+        .is_none_or(|v| v.is_null() || v.as_str() == Some(""))
+    {
+        errs.push(FieldError::required("spec.reinvocationPolicy", ""));
+    }
     for (key, valid) in [
         ("failurePolicy", &["Fail", "Ignore"][..]),
         ("reinvocationPolicy", &["IfNeeded", "Never"][..]),
     ] {
-        if let Some(v) = spec.get(key)
+        if let Some(v) = spec
+            .get(key)
+            .filter(|v| !v.is_null() && v.as_str() != Some(""))
             && !v.as_str().is_some_and(|s| valid.contains(&s))
         {
             errs.push(FieldError::not_supported(
@@ -864,44 +872,79 @@ impl Store {
             return Ok(());
         }
         // First round; remember what each IfNeeded invocation left behind.
+        // A failing policy (failurePolicy Fail) does not stop the others; the
+        // request fails with every failure once they have run.
+        let mut failures: Vec<String> = Vec::new();
         let mut after: Vec<Option<Value>> = Vec::with_capacity(invocations.len());
         for inv in &invocations {
-            self.run_invocation(inv, a, obj, ns_obj.as_ref())?;
+            failures.extend(self.run_invocation(inv, a, obj, ns_obj.as_ref()));
             after.push(inv.reinvoke.then(|| obj.clone()));
         }
         // Reinvocation: once, for IfNeeded policies whose output a later
         // policy changed.
-        for (i, inv) in invocations.iter().enumerate() {
-            let changed_later = after[i].as_ref().is_some_and(|snap| snap != obj);
-            if inv.reinvoke && changed_later {
-                self.run_invocation(inv, a, obj, ns_obj.as_ref())?;
+        if failures.is_empty() {
+            for (i, inv) in invocations.iter().enumerate() {
+                let changed_later = after[i].as_ref().is_some_and(|snap| snap != obj);
+                if inv.reinvoke && changed_later {
+                    failures.extend(self.run_invocation(inv, a, obj, ns_obj.as_ref()));
+                }
             }
         }
-        Ok(())
+        if failures.is_empty() {
+            return Ok(());
+        }
+        Err(denied(a, obj, &failures))
     }
 
+    /// Runs one invocation; a failure under failurePolicy Fail is returned
+    /// (as upstream's PolicyError words it), one under Ignore is logged and
+    /// leaves the object as it was.
     fn run_invocation(
         &self,
         inv: &Invocation,
         a: &Attributes<'_>,
         obj: &mut Value,
         ns_obj: Option<&Value>,
-    ) -> Result<(), ApiError> {
+    ) -> Option<String> {
         let before = obj.clone();
         match invoke(inv, a, obj, ns_obj) {
-            Ok(_) => Ok(()),
+            Ok(_) => None,
             Err(e) if !inv.fail => {
                 tracing::warn!(
                     policy = %inv.policy, binding = %inv.binding,
                     "mutating admission policy failed, ignored (failurePolicy Ignore): {e}"
                 );
                 *obj = before;
-                Ok(())
+                None
             }
-            Err(e) => Err(ApiError::internal(format!(
-                "policy '{}' with binding '{}' denied request: {e}",
-                inv.policy, inv.binding
-            ))),
+            Err(e) => {
+                *obj = before;
+                Some(format!(
+                    "policy '{}' with binding '{}' denied request: {e}",
+                    inv.policy, inv.binding
+                ))
+            }
         }
     }
+}
+
+/// The answer to a request a policy failed (generic policy_dispatcher.go):
+/// `admission.NewForbidden` (403, details naming the object and resource)
+/// with the first failure as message, reason `Invalid`, and one cause per
+/// failure.
+fn denied(a: &Attributes<'_>, obj: &Value, failures: &[String]) -> ApiError {
+    let mut d = serde_json::Map::new();
+    let name = meta_str(obj, "name");
+    if !name.is_empty() {
+        d.insert("name".into(), json!(name));
+    }
+    if !a.def.group.is_empty() {
+        d.insert("group".into(), json!(a.def.group));
+    }
+    d.insert("kind".into(), json!(a.def.resource));
+    d.insert(
+        "causes".into(),
+        Value::Array(failures.iter().map(|m| json!({"message": m})).collect()),
+    );
+    ApiError::new(403, "Invalid", failures[0].clone()).with_details(Value::Object(d))
 }

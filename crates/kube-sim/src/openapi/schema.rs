@@ -130,6 +130,17 @@ impl Schemas {
         })
     }
 
+    /// The type of definition `name` (e.g. ObjectMeta's).
+    pub fn definition_type(&self, name: &str) -> Option<TypeRef<'_>> {
+        let (name, def) = self.defs.get_key_value(name)?;
+        Some(TypeRef {
+            schemas: self,
+            node: def,
+            resolved: def,
+            name: Some(name.as_str()),
+        })
+    }
+
     fn resolve<'a>(&'a self, node: &'a Value) -> &'a Value {
         let mut cur = node;
         // Definitions never chain more than a couple of refs; bound the walk anyway.

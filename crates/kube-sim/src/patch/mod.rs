@@ -309,10 +309,16 @@ pub fn check_decodes(
     unknown: &[String],
 ) -> Result<(), PatchError> {
     let g = &req.gvk;
+    // A kind without a Go type here (a custom resource) is patched as
+    // unstructured JSON, which Go marshals with sorted keys.
+    let unstructured = crate::openapi::schema::schemas()
+        .root(g.group, g.version, g.kind)
+        .is_none();
     let shown = |patched: &Value| match req.kind {
         PatchKind::Strategic => serde_json::from_slice::<Value>(req.body)
             .map(|p| go_print(&p))
             .unwrap_or_default(),
+        _ if unstructured => sorted_keys(patched).to_string(),
         _ => patched.to_string(),
     };
     match req.kind {
@@ -365,6 +371,25 @@ pub fn check_decodes(
         });
     }
     Ok(())
+}
+
+/// `v` with every object's keys in order, as Go's json.Marshal writes a
+/// `map[string]interface{}`.
+fn sorted_keys(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(k, x)| (k.clone(), sorted_keys(x)))
+                    .collect(),
+            )
+        }
+        Value::Array(a) => Value::Array(a.iter().map(sorted_keys).collect()),
+        other => other.clone(),
+    }
 }
 
 /// Go's `fmt.Sprintf("%v", x)` of a decoded JSON value (maps with sorted

@@ -21,20 +21,26 @@ use crate::openapi::schema::{ListType, Shape, TypeRef, schemas};
 pub(crate) enum Ty<'a> {
     Schema(TypeRef<'a>),
     Deduced,
+    /// A whole object of a kind without a schema here (a custom resource):
+    /// deduced, but its `metadata` is ObjectMeta, as upstream's CRD type
+    /// converter adds it (finalizers a set, labels a map, ...).
+    DeducedObject,
 }
+
+const OBJECT_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta";
 
 impl<'a> Ty<'a> {
     pub(crate) fn root(group: &str, version: &str, kind: &str) -> Ty<'static> {
         match schemas().root(group, version, kind) {
             Some(t) => Ty::Schema(t),
-            None => Ty::Deduced,
+            None => Ty::DeducedObject,
         }
     }
 
     fn shape(&self, v: Option<&Value>) -> Shape {
         match self {
             Ty::Schema(t) => t.shape(),
-            Ty::Deduced => match v {
+            Ty::Deduced | Ty::DeducedObject => match v {
                 Some(Value::Object(_)) => Shape::Map,
                 Some(Value::Array(_)) => Shape::List,
                 _ => Shape::Scalar,
@@ -46,42 +52,47 @@ impl<'a> Ty<'a> {
     fn field(&self, name: &str) -> Option<Ty<'a>> {
         match self {
             Ty::Schema(t) => t.field(name).map(Ty::Schema),
-            Ty::Deduced => Some(Ty::Deduced),
+            Ty::DeducedObject if name == "metadata" => Some(
+                schemas()
+                    .definition_type(OBJECT_META)
+                    .map_or(Ty::Deduced, Ty::Schema),
+            ),
+            Ty::Deduced | Ty::DeducedObject => Some(Ty::Deduced),
         }
     }
 
     fn is_pointer_field(&self, name: &str) -> bool {
         match self {
             Ty::Schema(t) => t.is_pointer_field(name),
-            Ty::Deduced => false,
+            Ty::Deduced | Ty::DeducedObject => false,
         }
     }
 
     fn is_struct_field(&self, name: &str) -> bool {
         match self {
             Ty::Schema(t) => t.has_field(name),
-            Ty::Deduced => false,
+            Ty::Deduced | Ty::DeducedObject => false,
         }
     }
 
     fn items(&self) -> Ty<'a> {
         match self {
             Ty::Schema(t) => t.items().map(Ty::Schema).unwrap_or(Ty::Deduced),
-            Ty::Deduced => Ty::Deduced,
+            Ty::Deduced | Ty::DeducedObject => Ty::Deduced,
         }
     }
 
     fn list_type(&self) -> ListType {
         match self {
             Ty::Schema(t) => t.list_type(),
-            Ty::Deduced => ListType::Atomic,
+            Ty::Deduced | Ty::DeducedObject => ListType::Atomic,
         }
     }
 
     fn map_atomic(&self) -> bool {
         match self {
             Ty::Schema(t) => t.map_is_atomic(),
-            Ty::Deduced => false,
+            Ty::Deduced | Ty::DeducedObject => false,
         }
     }
 
@@ -649,6 +660,14 @@ fn without_managed_fields(v: &Value) -> Value {
     let mut c = v.clone();
     if let Some(meta) = c.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.shift_remove("managedFields");
+        // ObjectMeta's lists and maps are omitempty: an emptied one is gone
+        // from the typed object (so its owner no longer owns it).
+        meta.retain(|_, v| match v {
+            Value::Array(a) => !a.is_empty(),
+            Value::Object(o) => !o.is_empty(),
+            Value::Null => false,
+            _ => true,
+        });
     }
     c
 }
@@ -664,7 +683,7 @@ struct Ignored {
 
 /// Fields never recorded in managedFields (apimachinery's stripMetaManager),
 /// plus the fields the subresource's strategy resets.
-fn ignored_fields(kind: &str, subresource: Option<&str>) -> Ignored {
+fn ignored_fields(group: &str, kind: &str, subresource: Option<&str>) -> Ignored {
     let f = |s: &str| PathElement::Field(s.to_string());
     let mut s = Set::new();
     s.insert(&[f("apiVersion")]);
@@ -684,23 +703,9 @@ fn ignored_fields(kind: &str, subresource: Option<&str>) -> Ignored {
         s.insert(&[f("metadata"), f(m)]);
     }
     // Strategies' GetResetFields: the main resource resets status, the
-    // status subresource resets spec (kinds with a status subresource).
-    let has_status_subresource = matches!(
-        kind,
-        "Pod"
-            | "Service"
-            | "PersistentVolume"
-            | "PersistentVolumeClaim"
-            | "Node"
-            | "Namespace"
-            | "Deployment"
-            | "ReplicaSet"
-            | "ReplicationController"
-            | "ResourceQuota"
-            | "Job"
-            | "PodDisruptionBudget"
-            | "ServiceCIDR"
-    );
+    // status subresource resets spec (kinds with a status subresource,
+    // custom resources whose CRD declares one included).
+    let has_status_subresource = crate::resources::has_status_subresource(group, kind);
     match subresource {
         None | Some("") if has_status_subresource => s.insert(&[f("status")]),
         Some("status") => s.insert(&[f("spec")]),
@@ -853,7 +858,7 @@ pub fn track_update(
 
     let old_clean = old.map(without_managed_fields).unwrap_or_else(|| json!({}));
     let new_clean = without_managed_fields(new);
-    let ignore = ignored_fields(&kind, subresource);
+    let ignore = ignored_fields(group, &kind, subresource);
     let raw = compare(ty, Some(&old_clean), Some(&new_clean));
     let cmp = Comparison {
         added: filter_ignored(&raw.added, &ignore),
@@ -944,7 +949,7 @@ pub(crate) fn apply(
         .unwrap_or_else(|| json!({}));
     let mut managers =
         decode_entries(live.and_then(|l| l.pointer("/metadata/managedFields"))).unwrap_or_default();
-    let ignore = ignored_fields(gvk.kind, subresource);
+    let ignore = ignored_fields(gvk.group, gvk.kind, subresource);
     let key = ManagerKey {
         manager: manager.to_string(),
         operation: "Apply".into(),
@@ -1049,7 +1054,8 @@ pub(crate) fn merge_apply_configuration(
                 continue;
             }
             let ft = ty.field(k).unwrap_or(Ty::Deduced);
-            check_atomic(ft, v, &format!(".{k}"))?;
+            check_atomic(ft, v, &format!(".{k}"))
+                .map_err(|e| format!("invalid ApplyConfiguration: {e}"))?;
         }
     }
     Ok(merge(ty, Some(obj), Some(config)).unwrap_or_else(|| obj.clone()))

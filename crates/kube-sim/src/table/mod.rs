@@ -54,11 +54,22 @@ fn custom_table(
 ) -> Value {
     let mut columns = vec![NAME.to_json()];
     for c in cols {
+        // The CRD table convertor's description of an undescribed column.
+        let path = c.get("jsonPath").and_then(Value::as_str).unwrap_or("");
+        let description = c
+            .get("description")
+            .filter(|d| d.as_str().is_some_and(|d| !d.is_empty()))
+            .cloned()
+            .unwrap_or_else(|| {
+                json!(format!(
+                    "Custom resource definition column (in JSONPath format): {path}"
+                ))
+            });
         columns.push(json!({
             "name": c.get("name").cloned().unwrap_or(json!("")),
             "type": c.get("type").cloned().unwrap_or(json!("string")),
             "format": c.get("format").cloned().unwrap_or(json!("")),
-            "description": c.get("description").cloned().unwrap_or(json!("")),
+            "description": description,
             "priority": c.get("priority").cloned().unwrap_or(json!(0)),
         }));
     }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod differential;
 pub mod real;
 
 use std::path::PathBuf;
@@ -20,6 +21,18 @@ pub struct Target {
     pub client: Client,
     pub sim: Option<KubeSim>,
     pub kubeconfig: PathBuf,
+    /// Names made by [`Target::namespace`] and [`Target::unique`]: the same
+    /// sequence on both servers of a [`conform`] run.
+    run: String,
+    counter: std::sync::atomic::AtomicU64,
+    /// What the test saw (errors through [`Target::status`], values through
+    /// [`Target::record`]), compared across servers by [`conform`].
+    transcript: std::sync::Arc<std::sync::Mutex<differential::Transcript>>,
+    /// Set when a check needed kube-sim's controls on the real server (the
+    /// rest of that test is not compared).
+    sim_only: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The real control plane, when this is it and this binary started it.
+    control_plane: Option<std::sync::Arc<control_plane::ControlPlane>>,
 }
 
 impl Target {
@@ -32,28 +45,65 @@ impl Target {
     pub async fn with(cfg: SimConfig) -> Target {
         if let Ok(path) = std::env::var(REAL_CLUSTER_ENV) {
             let path = PathBuf::from(path);
-            let kc = kube::config::Kubeconfig::read_from(&path)
-                .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-            let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-                .await
-                .unwrap_or_else(|e| panic!("loading {}: {e}", path.display()));
-            let client = Client::try_from(config).unwrap_or_else(|e| panic!("client: {e}"));
-            return Target {
-                client,
-                sim: None,
-                kubeconfig: path,
-            };
+            let client = differential::client_from(&path).await;
+            return Target::real(client, path, &differential::run_id());
         }
+        Target::simulator(cfg, &differential::run_id()).await
+    }
+
+    async fn simulator(cfg: SimConfig, run: &str) -> Target {
         let sim = KubeSim::start(cfg)
             .await
             .unwrap_or_else(|e| panic!("starting kube-sim: {e}"));
         let client = sim.client().await;
         let kubeconfig = sim.kubeconfig_path().to_path_buf();
+        Target::make(client, Some(sim), kubeconfig, run)
+    }
+
+    fn real(client: Client, kubeconfig: PathBuf, run: &str) -> Target {
+        Target::make(client, None, kubeconfig, run)
+    }
+
+    fn make(client: Client, sim: Option<KubeSim>, kubeconfig: PathBuf, run: &str) -> Target {
         Target {
             client,
-            sim: Some(sim),
+            sim,
             kubeconfig,
+            run: run.to_string(),
+            counter: Default::default(),
+            transcript: Default::default(),
+            sim_only: Default::default(),
+            control_plane: None,
         }
+    }
+
+    /// A client authenticated as `user`: kube-sim's token, or on the real
+    /// control plane a client certificate with the groups its authenticator
+    /// would give (a ServiceAccount's `system:serviceaccounts` and
+    /// `system:serviceaccounts:<namespace>`).
+    pub async fn client_as(&self, user: &str) -> Client {
+        if let Some(sim) = &self.sim {
+            return sim.client_as(user).await;
+        }
+        let Some(cp) = &self.control_plane else {
+            panic!("a client as {user}: only on kube-sim or the control plane this binary started");
+        };
+        let sa_ns = user
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|r| r.split_once(':'))
+            .map(|(ns, _)| format!("system:serviceaccounts:{ns}"));
+        let groups: Vec<&str> = match &sa_ns {
+            Some(ns) => vec!["system:serviceaccounts", ns.as_str()],
+            None => vec![],
+        };
+        cp.client_for(user, &groups)
+            .await
+            .unwrap_or_else(|e| panic!("a client of the real control plane as {user}: {e}"))
+    }
+
+    /// Whether this is kube-sim (not the real server).
+    pub fn is_sim(&self) -> bool {
+        self.sim.is_some()
     }
 
     /// The simulator; tests that need its controls call this and, against a
@@ -61,15 +111,26 @@ impl Target {
     pub fn sim(&self) -> Option<&KubeSim> {
         if self.sim.is_none() {
             eprintln!("NOTE: this check needs kube-sim's controls; not run against a real cluster");
+            self.sim_only
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         self.sim.as_ref()
+    }
+
+    /// `prefix-<run>-<n>`: a name unique to this run, the same on both
+    /// servers of a [`conform`] run.
+    pub fn unique(&self, prefix: &str) -> String {
+        let n = self
+            .counter
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        format!("{prefix}-{}-{n}", self.run)
     }
 
     /// Creates a fresh namespace for the test.
     pub async fn namespace(&self, prefix: &str) -> String {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let mut ns = Namespace::default();
-        ns.metadata.generate_name = Some(format!("{prefix}-"));
+        ns.metadata.name = Some(self.unique(prefix));
         let created = api
             .create(&PostParams::default(), &ns)
             .await
@@ -81,6 +142,58 @@ impl Target {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let _ = api.delete(ns, &DeleteParams::default()).await;
     }
+
+    /// The API Status of a failed call, recorded for [`conform`]'s
+    /// comparison.
+    pub fn status(&self, e: kube::Error) -> kube::core::Status {
+        let s = status(e);
+        let v = serde_json::to_value(&s).unwrap_or_default();
+        self.record("error", v);
+        s
+    }
+
+    /// Records `value` under `label` for [`conform`]'s comparison.
+    pub fn record(&self, label: &str, value: serde_json::Value) {
+        if let Ok(mut t) = self.transcript.lock() {
+            t.note(label, value);
+        }
+    }
+
+    /// `s` differs between the servers (e.g. an allocated address).
+    pub fn volatile(&self, s: &str, token: &str) {
+        if let Ok(mut t) = self.transcript.lock() {
+            t.volatile(s, token);
+        }
+    }
+}
+
+/// Runs `test` against kube-sim (configured by `cfg`) and against the real
+/// kube-apiserver 1.36 of this test binary (see [`differential`]), then
+/// asserts that they answered the same: every error Status the test took
+/// through [`Target::status`] and every value it [`Target::record`]ed. Each
+/// run's own assertions hold on its server, so a claim about "what the real
+/// server answers" is checked on the real server.
+pub async fn conform(name: &str, cfg: SimConfig, test: impl AsyncFn(Target)) {
+    let run = differential::run_id();
+    let sim = Target::simulator(cfg, &run).await;
+    let sim_t = sim.transcript.clone();
+    eprintln!("conform {name}: against kube-sim");
+    test(sim).await;
+    let real = differential::real_server().await;
+    let mut target = Target::real(real.client, real.kubeconfig, &run);
+    target.control_plane = real.control_plane;
+    let real_t = target.transcript.clone();
+    let sim_only = target.sim_only.clone();
+    eprintln!("conform {name}: against the real API server");
+    test(target).await;
+    if sim_only.load(std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("NOTE: {name}: needs kube-sim's controls; the answers were not compared");
+        return;
+    }
+    let (Ok(s), Ok(r)) = (sim_t.lock(), real_t.lock()) else {
+        panic!("{name}: a transcript lock was poisoned");
+    };
+    differential::assert_same(name, &s, &r);
 }
 
 /// Polls `f` until it returns `Some`, for up to 30 s.

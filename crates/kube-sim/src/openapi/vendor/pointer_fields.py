@@ -56,29 +56,53 @@ def resolve(prefix, ty):
     return prefix + "." + ty
 
 
+INLINE = re.compile(r'^\s+([\w.]+)\s+`json:",inline"')
+
+
 def main():
     root = sys.argv[1]
     defs = definitions()
     files = glob.glob(os.path.join(root, "k8s.io/api@v0.36.3/**/types.go"), recursive=True)
     files.append(os.path.join(root, "k8s.io/apimachinery@v0.36.3/pkg/apis/meta/v1/types.go"))
-    out = {}
+    # Every struct's own pointer fields and the structs it embeds inline
+    # (`PersistentVolumeSource `json:",inline"``: their fields are the
+    # embedding struct's in JSON, and in OpenAPI).
+    structs = {}
     for path in sorted(files):
         prefix = package_prefix(path, os.path.join(root, "k8s.io"))
         text = open(path).read()
         for m in STRUCT.finditer(text):
-            name = prefix + "." + m.group(1)
-            if name not in defs:
-                continue
-            fields = []
+            fields, inline = [], []
             for line in m.group(2).splitlines():
+                i = INLINE.match(line)
+                if i:
+                    target = resolve(prefix, i.group(1))
+                    if target:
+                        inline.append(target)
+                    continue
                 f = FIELD.match(line)
                 if not f or not f.group(2) or not f.group(4) or f.group(4) == "-":
                     continue
                 target = resolve(prefix, f.group(3))
                 if target and "properties" in defs.get(target, {}):
                     fields.append(f.group(4))
-            if fields:
-                out[name] = sorted(fields)
+            structs[prefix + "." + m.group(1)] = (fields, inline)
+
+    def pointers(name, seen=()):
+        fields, inline = structs.get(name, ([], []))
+        out = list(fields)
+        for e in inline:
+            if e not in seen:
+                out += pointers(e, seen + (name,))
+        return out
+
+    out = {}
+    for name in structs:
+        if name not in defs:
+            continue
+        fields = pointers(name)
+        if fields:
+            out[name] = sorted(set(fields))
     json.dump(
         {
             "source": "Go types of k8s.io/api v0.36.3 and k8s.io/apimachinery v0.36.3 meta/v1, by vendor/pointer_fields.py",
