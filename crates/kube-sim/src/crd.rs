@@ -23,7 +23,7 @@ use std::sync::Arc;
 use cel::{Context, Env, Value as CelValue};
 use serde_json::{Value, json};
 
-use crate::error::{FieldError, FieldErrorType};
+use crate::error::FieldError;
 use crate::resources::{self, CustomResource, ResId};
 use kube_cel::{env, to_cel};
 
@@ -352,15 +352,6 @@ pub fn printer_columns(group: &str, resource: &str) -> Option<Vec<Value>> {
         .cloned()
 }
 
-/// Whether `node` or anything under it has x-kubernetes-validations (the
-/// real server has a CEL validator for the version then).
-fn has_rules(node: &Node) -> bool {
-    !node.rules.is_empty()
-        || node.properties.iter().any(|(_, n)| has_rules(n))
-        || node.items.as_deref().is_some_and(has_rules)
-        || node.additional.as_deref().is_some_and(has_rules)
-}
-
 /// The JSON type name upstream's errors print for a value.
 fn type_name(v: &Value) -> &'static str {
     match v {
@@ -433,7 +424,6 @@ impl Served {
         root: bool,
         pass: Pass,
         errs: &mut Vec<FieldError>,
-        mut rule_errs: Option<&mut Vec<FieldError>>,
     ) {
         let raw = &node.raw;
         let field = if path.is_empty() { "<root>" } else { path };
@@ -904,53 +894,6 @@ mod tests {
             .map(|e| e.to_string())
             .collect();
         assert_eq!(errs, ["spec.name: Invalid value: \"c.d\": is immutable"]);
-    }
-
-    /// The real server skips the CEL rules while the object breaks its
-    /// schema's type, enum, required, length or count, and says so
-    /// (apiextensions' hasBlockingErr); a minimum does not block them.
-    #[test]
-    fn schema_errors_that_block_the_rules_say_so() {
-        let c = crd(json!({
-            "type": "object",
-            "properties": {"spec": {"type": "object",
-                "properties": {
-                    "size": {"type": "integer", "minimum": 1},
-                    "mode": {"type": "string", "enum": ["A", "B"]},
-                    "name": {"type": "string", "x-kubernetes-validations": [
-                        {"rule": "self.contains('.')", "message": "must be domain-qualified"}]}
-                }}}
-        }));
-        let s = served(&c);
-        let admit = |o: Value| -> Vec<String> {
-            let mut o = o;
-            s[0].admit(&mut o, None)
-                .iter()
-                .map(|e| e.to_string())
-                .collect()
-        };
-        assert_eq!(
-            admit(json!({"spec": {"mode": "C", "name": "x"}})),
-            [
-                "spec.mode: Unsupported value: \"C\": supported values: \"A\", \"B\"",
-                "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
-            ]
-        );
-        assert_eq!(
-            admit(json!({"spec": {"size": "big", "name": "x"}}))
-                .last()
-                .map(String::as_str),
-            Some(
-                "<nil>: Invalid value: null: some validation rules were not checked because the object was invalid; correct the existing errors to complete validation"
-            )
-        );
-        assert_eq!(
-            admit(json!({"spec": {"size": 0, "name": "x"}})),
-            [
-                "spec.size: Invalid value: 0: spec.size in body should be greater than or equal to 1",
-                "spec.name: Invalid value: \"x\": must be domain-qualified",
-            ]
-        );
     }
 
     #[test]

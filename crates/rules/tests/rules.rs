@@ -1023,7 +1023,7 @@ async fn deny_marks(c: &kube::Client, name: &str) -> (Option<String>, Option<Str
 /// label and annotation it wrote.
 #[tokio::test]
 async fn a_deny_rule_labels_objects_in_use_naming_users_rule_and_reason() {
-    let h = harness(true).await;
+    let h = harness(Bed::Sim, true).await;
     let c = &h.client;
     let mut r = rule("deny", "Deny", FIN);
     r.data["spec"]["reason"] = json!("mounted credentials");
