@@ -258,8 +258,15 @@ fn lifecycle(version: HelmVersion) {
         );
 
         // Uninstall removes every object, cluster-scoped ones included, and
-        // the release records.
-        let out = helm_ok(&helm, &["uninstall", RELEASE, "--namespace", NS]).await;
+        // the release records. (`--no-hooks` as for the upgrades: this
+        // kube-sim runs no Job controller for the pre-delete hook that strips
+        // the finalizers; e2e/tests/lifecycle.rs runs it on the cluster
+        // emulation.)
+        let out = helm_ok(
+            &helm,
+            &["uninstall", "--no-hooks", RELEASE, "--namespace", NS],
+        )
+        .await;
         assert!(out.contains("release \"pm\" uninstalled"), "{out}");
         assert!(deployment(&client).await.is_none());
         let gone = |kind: &str, present: bool| {
