@@ -25,6 +25,11 @@ async fn a_writer_that_keeps_removing_our_finalizer_meets_a_back_off_and_one_war
     let pvc = h.start(Which::Pvc).await;
     h.create_pvc("fight", "data", &[]).await;
     h.wait_pvc_finalizer("fight", "data").await;
+    // managedFields times have whole seconds and the server orders equal
+    // times by manager name (as kube-apiserver does), so the creator
+    // ("unknown", no field manager given) would tie with the janitor: let a
+    // second pass so the janitor's entry is the latest.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
     let since = h.seq();
     let janitor = PatchParams {
         field_manager: Some("finalizer-janitor".into()),
