@@ -35,7 +35,6 @@ pub mod objects;
 pub mod vac;
 
 use protection_core::featuregate::{FeatureSpec, Stage};
-use protection_core::finalizer::validate_finalizer_name;
 use protection_core::release::GateDecl;
 use protection_core::version::Version;
 use protection_core::{
@@ -120,12 +119,8 @@ pub fn descriptors(
     resync_period: std::time::Duration,
     profile: FinalizerProfile,
 ) -> Result<Vec<ControllerDescriptor>, ConfigError> {
-    let finalizer = INFO.finalizer.get(profile).to_string();
-    validate_finalizer_name(&finalizer).map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    let settings = Settings {
-        finalizer,
-        resync_period,
-    };
+    let settings = Settings::for_profile(&INFO, profile, resync_period)
+        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
     Ok(vec![ControllerDescriptor {
         info: &INFO,
         run: Box::new(move |ctx| Box::pin(controller::run(ctx, settings))),

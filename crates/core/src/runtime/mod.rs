@@ -89,6 +89,23 @@ pub struct Settings {
     pub resync_period: Duration,
 }
 
+impl Settings {
+    /// The settings of `info`'s controller under `profile`: its finalizer
+    /// (checked against the API's name rules) and the resync period.
+    pub fn for_profile(
+        info: &crate::ControllerInfo,
+        profile: crate::FinalizerProfile,
+        resync_period: Duration,
+    ) -> Result<Settings, crate::finalizer::FinalizerError> {
+        let finalizer = info.finalizer.get(profile).to_string();
+        crate::finalizer::validate_finalizer_name(&finalizer)?;
+        Ok(Settings {
+            finalizer,
+            resync_period,
+        })
+    }
+}
+
 /// The controller's finalizer, phased by `gate`: added only while the gate
 /// is on at the running (or emulated) release, always removed; each write
 /// one guarded JSON patch, counted in the controller's metrics.
