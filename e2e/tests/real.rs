@@ -12,6 +12,12 @@
 //!   refuses (run by the real Job controller), the safe path (which needs
 //!   the real RBAC kube-sim does not enforce) and the rollback that then
 //!   passes;
+//! * `helm uninstall` with its pre-delete hook (a Job the real Job
+//!   controller runs, its pod run by the process kubelet): refused while a
+//!   claim being deleted is in use, then clean: no
+//!   `protection-manager.io/*` finalizer left on claims, volumes, a
+//!   LoadBalancer Service, VolumeAttributesClasses or a rule's Secret, and
+//!   nothing in use deleted;
 //! * 60 s of chaos on the real cluster: leader kills (SIGKILL of its
 //!   process), kubelet kills, kube-apiserver and etcd restarts, apiserver
 //!   stalls; the same invariants as `make chaos`.
@@ -19,7 +25,7 @@
 use protection_e2e::chaos::{self, ChaosConfig};
 use protection_e2e::harness::HarnessOptions;
 use protection_e2e::release::ManagerRelease;
-use protection_e2e::scenarios::{App, lifecycle, rules};
+use protection_e2e::scenarios::{App, lifecycle, rules, uninstall};
 use protection_e2e::suite::{self, Bed, runtime};
 use protection_e2e::tools::HelmVersion;
 use protection_e2e::{Error, Result};
@@ -63,6 +69,23 @@ fn real_rules_upgrade_and_the_refused_rollback() {
             "real-ruleswalk",
             HelmVersion::V4,
             async |_h, app, rel| rules::rollback_walk(app, rel).await,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    });
+}
+
+#[test]
+fn real_uninstall_with_the_hook_leaves_nothing_stuck() {
+    if elsewhere() {
+        return;
+    }
+    runtime().block_on(async {
+        suite::with_manager(
+            Bed::Real,
+            "real-uninstall",
+            uninstall::SETS,
+            async |app, rel| uninstall::leaves_nothing_stuck(app, rel).await,
         )
         .await
         .unwrap_or_else(|e| panic!("{e}"));

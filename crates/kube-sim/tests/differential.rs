@@ -788,3 +788,118 @@ async fn custom_resources_validation_status_and_printer_columns() {
     })
     .await;
 }
+
+/// A namespace's deletion as kube-controller-manager's namespace
+/// controller runs it: pods first, and nothing else (not even a Secret
+/// nothing holds) while a pod is Terminating; then the rest, the objects
+/// with finalizers kept Terminating and named in the namespace's
+/// conditions; the namespace goes once they are released.
+#[tokio::test]
+async fn namespace_deletion_waits_for_pods_then_reports_what_holds_it() {
+    let configure = async |real| {
+        let mut cfg = same_service_range(real).await;
+        cfg.pod_graceful_deletion = true;
+        cfg
+    };
+    differential("nsdel", configure, |ctx| async move {
+        let c = &ctx.client;
+        let ns = &ctx.ns;
+        let mut t = Transcript::new();
+        let api = format!("/api/v1/namespaces/{ns}");
+        let pod = json!({"metadata": {"name": "web"}, "spec": {
+            "nodeName": "node-1",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}});
+        assert_eq!(post(c, &format!("{api}/pods"), &pod).await.code, 201);
+        let held = json!({"metadata": {"name": "held", "finalizers": ["example.com/hold"]}});
+        assert_eq!(post(c, &format!("{api}/configmaps"), &held).await.code, 201);
+        assert_eq!(
+            post(
+                c,
+                &format!("{api}/secrets"),
+                &json!({"metadata": {"name": "free"}})
+            )
+            .await
+            .code,
+            201
+        );
+        let r = delete(c, &api).await;
+        assert_eq!(r.code, 200, "{:?}", r.body);
+        // Each object as the user sees it: there, being deleted, gone.
+        let state = async |path: String| {
+            let r = get(c, &path).await;
+            match r.code {
+                404 => "gone".to_string(),
+                _ if r.body.pointer("/metadata/deletionTimestamp").is_some() => {
+                    "Terminating".into()
+                }
+                _ => "present".into(),
+            }
+        };
+        let conditions = async || {
+            let r = get(c, &api).await;
+            r.body
+                .pointer("/status/conditions")
+                .cloned()
+                .unwrap_or(Value::Null)
+        };
+        // Past its grace period the pod is reported as content that should
+        // have gone (no kubelet finishes it here).
+        common::eventually("the pod is Terminating and reported", async || {
+            let reported = conditions().await.as_array().is_some_and(|a| {
+                a.iter().any(|c| {
+                    c["type"] == "NamespaceDeletionContentFailure" && c["status"] == "True"
+                })
+            });
+            (reported && state(format!("{api}/pods/web")).await == "Terminating").then_some(())
+        })
+        .await;
+        for what in ["pods/web", "configmaps/held", "secrets/free"] {
+            t.note(
+                &format!("while the pod terminates: {what}"),
+                json!(state(format!("{api}/{what}")).await),
+            );
+        }
+        t.note("while the pod terminates: conditions", conditions().await);
+        // The kubelet's last word: the pod is gone.
+        let r = call(
+            c,
+            "DELETE",
+            &format!("{api}/pods/web"),
+            "application/json",
+            r#"{"gracePeriodSeconds":0}"#,
+        )
+        .await;
+        assert_eq!(r.code, 200, "{:?}", r.body);
+        common::eventually("the rest is deleted and reported", async || {
+            let remaining = conditions().await.as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|c| c["type"] == "NamespaceFinalizersRemaining" && c["status"] == "True")
+            });
+            (remaining && state(format!("{api}/secrets/free")).await == "gone").then_some(())
+        })
+        .await;
+        for what in ["configmaps/held", "secrets/free"] {
+            t.note(
+                &format!("once the pod is gone: {what}"),
+                json!(state(format!("{api}/{what}")).await),
+            );
+        }
+        t.note("once the pod is gone: conditions", conditions().await);
+        let r = patch(
+            c,
+            &format!("{api}/configmaps/held"),
+            "merge",
+            r#"{"metadata":{"finalizers":null}}"#,
+        )
+        .await;
+        assert_eq!(r.code, 200, "{:?}", r.body);
+        common::eventually("the namespace goes", async || {
+            (get(c, &api).await.code == 404).then_some(())
+        })
+        .await;
+        t.note("released: the namespace", json!("gone"));
+        t
+    })
+    .await;
+}

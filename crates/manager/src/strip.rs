@@ -130,7 +130,7 @@ pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
                 in_use.push(format!("{}/{name} ({why})", r.plural));
                 continue;
             }
-            strip_one(&client, r, &name, finalizer)
+            strip_one(&client, r, finalizer_subresource(info, r), &name, finalizer)
                 .await
                 .with_context(|| format!("removing {finalizer} from {}/{name}", r.plural))?;
             let _ = writeln!(out, "{}/{name}: removed {finalizer}", r.plural);
@@ -320,11 +320,32 @@ impl UsersOf {
     }
 }
 
+/// Where `info`'s controller writes its finalizer on `r`'s objects, read
+/// from the RBAC it declares (what the chart grants): the object itself, or
+/// `Some("status")` where it may patch only the status subresource
+/// (service-lb-cleanup, as upstream's service controller, writes a
+/// Service's finalizer through `services/status`; the API server keeps
+/// metadata changes made there).
+pub(crate) fn finalizer_subresource(
+    info: &protection_core::controllers::ControllerInfo,
+    r: &protection_core::FinalizedResource,
+) -> Option<&'static str> {
+    let patches = |resource: &str| {
+        info.rbac.iter().any(|p| {
+            p.api_groups.contains(&r.group)
+                && p.resources.contains(&resource)
+                && p.verbs.contains(&"patch")
+        })
+    };
+    (!patches(r.plural) && patches(&format!("{}/status", r.plural))).then_some("status")
+}
+
 /// One guarded removal: the patch fails (and nothing changes) if the list
-/// changed since it was read.
+/// changed since it was read. `subresource`: see [`finalizer_subresource`].
 pub(crate) async fn strip_one(
     client: &kube::Client,
     r: &protection_core::FinalizedResource,
+    subresource: Option<&str>,
     name: &str,
     finalizer: &str,
 ) -> Result<()> {
@@ -364,9 +385,53 @@ pub(crate) async fn strip_one(
             {"op": "remove", "path": format!("/metadata/finalizers/{i}")},
         ]);
         let patch: json_patch::Patch = serde_json::from_value(patch)?;
-        api.patch(n, &PatchParams::default(), &Patch::<()>::Json(patch))
-            .await?;
+        let patch = Patch::<()>::Json(patch);
+        match subresource {
+            Some(sub) => {
+                api.patch_subresource(sub, n, &PatchParams::default(), &patch)
+                    .await?
+            }
+            None => api.patch(n, &PatchParams::default(), &patch).await?,
+        };
         return Ok(());
     }
     bail!("{} is not served by this cluster", r.plural)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::finalizer_subresource;
+
+    /// The chart grants service-lb-cleanup `patch` on `services/status`
+    /// only: its finalizer is stripped there (the real API server refused
+    /// the hook's patch of the Service itself); every other kind is patched
+    /// directly.
+    #[test]
+    fn the_finalizer_is_stripped_where_the_controller_may_write_it() {
+        let mut seen = Vec::new();
+        for info in crate::controllers::infos() {
+            for r in info.finalizes {
+                seen.push(format!(
+                    "{} {:?}",
+                    r.display(),
+                    finalizer_subresource(info, r)
+                ));
+            }
+        }
+        assert!(
+            seen.contains(&"services Some(\"status\")".to_string()),
+            "{seen:?}"
+        );
+        assert!(
+            seen.contains(&"persistentvolumeclaims None".to_string()),
+            "{seen:?}"
+        );
+        assert_eq!(
+            seen.iter()
+                .filter(|s| s.ends_with("Some(\"status\")"))
+                .count(),
+            1,
+            "{seen:?}"
+        );
+    }
 }

@@ -52,6 +52,9 @@ struct Target {
     controller: &'static str,
     resource: &'static FinalizedResource,
     finalizer: &'static str,
+    /// The subresource the controller writes the finalizer through
+    /// (`crate::strip::finalizer_subresource`).
+    via: Option<&'static str>,
 }
 
 fn targets() -> Vec<Target> {
@@ -61,6 +64,7 @@ fn targets() -> Vec<Target> {
                 controller: i.name,
                 resource: r,
                 finalizer: i.finalizer.project,
+                via: crate::strip::finalizer_subresource(i, r),
             })
         })
         .collect()
@@ -431,7 +435,7 @@ pub async fn strip_all(args: &StripFinalizersArgs) -> Result<String> {
                 ));
                 continue;
             }
-            crate::strip::strip_one(&client, t.resource, &name, t.finalizer)
+            crate::strip::strip_one(&client, t.resource, t.via, &name, t.finalizer)
                 .await
                 .with_context(|| {
                     format!(

@@ -14,6 +14,11 @@
 //! Deny mode: an object the rules controller labelled in use is refused
 //! with its users, rule and reason; the namespace controller (the object's
 //! namespace being deleted) and the garbage collector get through.
+//!
+//! A namespace holding a Deny-protected Secret, a claim in use and a liened
+//! object, with the manager running, deletes cleanly: nothing in use goes
+//! before its pod, the lien holds the namespace (named in its conditions)
+//! until removed, then the namespace is gone.
 
 mod chart_support;
 mod support;
@@ -76,8 +81,19 @@ async fn install(kubeconfig: &Path) {
         .unwrap_or_else(|e| panic!("helm task: {e}"));
 }
 
+/// Tests that run a manager take the servers one at a time: every rule is
+/// cluster-wide, so on the shared real server one test's rule (and manager)
+/// would hold the other test's objects too.
+static MANAGER_TESTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn sim() -> Server {
-    let sim = kube_sim::KubeSim::start(kube_sim::SimConfig::default())
+    // A deleted scheduled pod stays Terminating until its kubelet (here:
+    // the test) finishes it, as on the real server.
+    let cfg = kube_sim::SimConfig {
+        pod_graceful_deletion: true,
+        ..kube_sim::SimConfig::default()
+    };
+    let sim = kube_sim::KubeSim::start(cfg)
         .await
         .unwrap_or_else(|e| panic!("starting kube-sim: {e}"));
     install(sim.kubeconfig_path()).await;
@@ -758,6 +774,7 @@ fn the_deny_policy_follows_the_rules_gate_the_api_and_the_values() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deny_rule_run_by_the_manager_refuses_deleting_a_secret_in_use() {
     differential("deny-run", async |s, ns| {
+        let _one_at_a_time = MANAGER_TESTS.lock().await;
         let admin = support::free_port();
         let mut manager = support::Manager::start(&[
             "run",
@@ -868,6 +885,251 @@ async fn a_deny_rule_run_by_the_manager_refuses_deleting_a_secret_in_use() {
             )
             .await;
         let _ = rules.delete(&rule_name, &Default::default()).await;
+        manager.terminate(Duration::from_secs(20));
+        out
+    })
+    .await;
+}
+
+/// A namespace holding protected objects deletes cleanly with the manager
+/// running: a Secret a pod mounts under a Deny-mode rule (labelled in use,
+/// so a user's delete is refused), a claim the pod uses (pvc-protection)
+/// and a ConfigMap with a lien. `kubectl delete namespace` is not refused;
+/// while the pod terminates nothing it uses is deleted (the namespace
+/// controller takes pods first); once the pod is gone the Secret and the
+/// claim are deleted and released; the lien holds the namespace, named in
+/// its conditions, until its holder removes it; then the namespace goes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_namespace_with_protected_objects_deletes_cleanly() {
+    use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+    differential("ns-clean", async |s, ns| {
+        let _one_at_a_time = MANAGER_TESTS.lock().await;
+        let mut manager = support::Manager::start(&[
+            "run",
+            &format!("--kubeconfig={}", s.kubeconfig.display()),
+            &format!("--admin-address=127.0.0.1:{}", support::free_port()),
+            &format!("--metrics-bind-address=127.0.0.1:{}", support::free_port()),
+            "--leader-elect=false",
+            "--controllers=rules,pvc-protection",
+            "--feature-gates=InUseProtectionRules=true",
+        ]);
+        let node = format!("{ns}-node");
+        let nodes: Api<Node> = Api::all(s.client.clone());
+        nodes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": node}}))
+                    .unwrap_or_else(|e| panic!("literal: {e}")),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{}: creating the node: {e}", s.name));
+        s.namespace(ns).await;
+        s.secret(ns, "db").await;
+        let mut spec =
+            protection_rules::examples::spec("secrets-used-by-pods", "example.com/secret-in-use")
+                .unwrap_or_else(|| panic!("the shipped example"));
+        spec["mode"] = json!("Deny");
+        let rules: Api<kube::api::DynamicObject> =
+            Api::all_with(s.client.clone(), &protection_rules::spec::api_resource());
+        let rule: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "protection-manager.io/v1alpha1",
+            "kind": "ProtectionRule",
+            "metadata": {"name": ns},
+            "spec": spec,
+        }))
+        .unwrap_or_else(|e| panic!("literal: {e}"));
+        rules
+            .create(&PostParams::default(), &rule)
+            .await
+            .unwrap_or_else(|e| panic!("{}: creating the rule: {e}", s.name));
+        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(s.client.clone(), ns);
+        let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+            "metadata": {"name": "data"},
+            "spec": {"storageClassName": "", "accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }))
+        .unwrap_or_else(|e| panic!("literal: {e}"));
+        pvcs.create(&PostParams::default(), &claim)
+            .await
+            .unwrap_or_else(|e| panic!("{}: creating the claim: {e}", s.name));
+        let cms: Api<ConfigMap> = Api::namespaced(s.client.clone(), ns);
+        let settings: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": "settings"}}))
+                .unwrap_or_else(|e| panic!("literal: {e}"));
+        cms.create(&PostParams::default(), &settings)
+            .await
+            .unwrap_or_else(|e| panic!("{}: creating settings: {e}", s.name));
+        // After settings by name: the namespace controller's collection
+        // delete stops at the refused settings and never reaches it.
+        let zzz: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "zzz"}}))
+            .unwrap_or_else(|e| panic!("literal: {e}"));
+        cms.create(&PostParams::default(), &zzz)
+            .await
+            .unwrap_or_else(|e| panic!("{}: creating zzz: {e}", s.name));
+        let mut out = vec![(
+            "a lien on settings",
+            s.cli(&[
+                "lien", "add", "configmaps/settings", "-n", ns, "--holder", "backup",
+                "--reason", "last copy",
+            ])
+            .await,
+        )];
+        // Scheduled on a node without a kubelet: deleted, it stays
+        // Terminating until the test finishes it as a kubelet would.
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "spec": {
+                "nodeName": node,
+                "terminationGracePeriodSeconds": 1,
+                "automountServiceAccountToken": false,
+                "containers": [{"name": "web", "image": "registry.k8s.io/pause:3.10"}],
+                "volumes": [
+                    {"name": "creds", "secret": {"secretName": "db"}},
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                ],
+            },
+        }))
+        .unwrap_or_else(|e| panic!("literal: {e}"));
+        let pods: Api<Pod> = Api::namespaced(s.client.clone(), ns);
+        test_support::eventually(
+            Duration::from_secs(60),
+            &format!("{}: the pod is created", s.name),
+            async || pods.create(&PostParams::default(), &pod).await.ok().map(|_| ()),
+        )
+        .await;
+        let secrets: Api<Secret> = Api::namespaced(s.client.clone(), ns);
+        let in_use = async || {
+            secrets.get("db").await.is_ok_and(|o| {
+                o.metadata
+                    .labels
+                    .is_some_and(|l| l.contains_key("protection-manager.io/in-use"))
+            })
+        };
+        let claim_held = async || {
+            pvcs.get("data").await.is_ok_and(|c| {
+                c.metadata
+                    .finalizers
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|f| f == "protection-manager.io/pvc-protection")
+            })
+        };
+        manager
+            .wait_for(
+                Duration::from_secs(60),
+                Duration::from_millis(200),
+                &format!("{}: db labelled in use, the claim held", s.name),
+                async || in_use().await && claim_held().await,
+            )
+            .await;
+        s.until_refused(&["secret", "db", "-n", ns]).await;
+        out.push((
+            "the user's delete of db",
+            s.kubectl(&["delete", "secret", "db", "-n", ns, "--dry-run=server"]).await,
+        ));
+        out.push((
+            "kubectl delete namespace",
+            s.kubectl(&["delete", "namespace", ns, "--wait=false"]).await,
+        ));
+        let namespaces: Api<Namespace> = Api::all(s.client.clone());
+        let condition = async |ty: &str| {
+            namespaces
+                .get(ns)
+                .await
+                .ok()
+                .and_then(|n| n.status)
+                .and_then(|st| st.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == ty && c.status == "True")
+                .map(|c| c.message.unwrap_or_default())
+        };
+        let state = async || {
+            let p = pods.get_opt("web").await.ok().flatten();
+            let db = secrets.get_opt("db").await.ok().flatten();
+            let data = pvcs.get_opt("data").await.ok().flatten();
+            let cm = cms.get_opt("settings").await.ok().flatten();
+            let after = cms.get_opt("zzz").await.ok().flatten();
+            let st = |deleting: Option<bool>| match deleting {
+                None => "gone",
+                Some(true) => "Terminating",
+                Some(false) => "kept",
+            };
+            format!(
+                "pod web {}; secret db {} (in use: {}); claim data {} (held: {}); configmap settings {}; configmap zzz {}",
+                st(p.map(|p| p.metadata.deletion_timestamp.is_some())),
+                st(db.map(|o| o.metadata.deletion_timestamp.is_some())),
+                in_use().await,
+                st(data.map(|o| o.metadata.deletion_timestamp.is_some())),
+                claim_held().await,
+                st(cm.map(|o| o.metadata.deletion_timestamp.is_some())),
+                st(after.map(|o| o.metadata.deletion_timestamp.is_some())),
+            )
+        };
+        // Past its grace period the pod is what the namespace waits for.
+        test_support::eventually(
+            Duration::from_secs(60),
+            &format!("{}: the namespace waits for its pod", s.name),
+            async || {
+                condition("NamespaceDeletionContentFailure")
+                    .await
+                    .filter(|m| m.contains("Resource=pods"))
+            },
+        )
+        .await;
+        let before = state().await;
+        assert_eq!(
+            before,
+            "pod web Terminating; secret db kept (in use: true); claim data kept (held: true); configmap settings kept; configmap zzz kept",
+            "{}: nothing the pod uses is deleted before it goes",
+            s.name
+        );
+        out.push(("while the pod terminates", before));
+        // The kubelet's last word.
+        pods.delete("web", &kube::api::DeleteParams::default().grace_period(0))
+            .await
+            .unwrap_or_else(|e| panic!("{}: finishing the pod: {e}", s.name));
+        test_support::eventually(
+            Duration::from_secs(60),
+            &format!("{}: the secret and the claim go, the lien holds", s.name),
+            async || {
+                let gone = secrets.get_opt("db").await.is_ok_and(|o| o.is_none())
+                    && pvcs.get_opt("data").await.is_ok_and(|o| o.is_none());
+                let held = condition("NamespaceDeletionContentFailure")
+                    .await
+                    .filter(|m| m.contains("has liens"));
+                held.filter(|_| gone)
+            },
+        )
+        .await;
+        let after = state().await;
+        assert_eq!(
+            after,
+            "pod web gone; secret db gone (in use: false); claim data gone (held: false); configmap settings kept; configmap zzz kept",
+            "{}: released after the pod; the lien keeps settings (and the collection delete stops there)",
+            s.name
+        );
+        out.push(("once the pod is gone", after));
+        out.push((
+            "the namespace's conditions name the lien",
+            condition("NamespaceDeletionContentFailure")
+                .await
+                .unwrap_or_default(),
+        ));
+        out.push((
+            "the holder removes its lien",
+            s.cli(&["lien", "remove", "configmaps/settings", "-n", ns, "--holder", "backup"])
+                .await,
+        ));
+        test_support::eventually(
+            Duration::from_secs(90),
+            &format!("{}: the namespace goes", s.name),
+            async || namespaces.get_opt(ns).await.ok().flatten().is_none().then_some(()),
+        )
+        .await;
+        out.push(("the namespace", "gone".into()));
+        let _ = rules.delete(ns, &Default::default()).await;
+        let _ = nodes.delete(&node, &Default::default()).await;
         manager.terminate(Duration::from_secs(20));
         out
     })

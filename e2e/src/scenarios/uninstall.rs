@@ -2,7 +2,9 @@
 //! pre-delete hook runs `protection-manager strip-finalizers --all`.
 //!
 //! Held and free claims, a claim being deleted while a pod uses it, a
-//! LoadBalancer Service and a Secret a ProtectionRule holds: the first
+//! LoadBalancer Service, VolumeAttributesClasses (one a claim uses, one
+//! free; where the cluster serves them) and a Secret a ProtectionRule
+//! holds: the first
 //! uninstall is refused naming the claim in use and its pod, and changes
 //! nothing (the manager keeps running and holding); once the pod is gone
 //! the manager releases the claim and the same uninstall finishes, leaving
@@ -17,9 +19,10 @@ use serde_json::json;
 
 use crate::ensure;
 use crate::error::{KubeContext, Result};
-use crate::objects::{RUN_LABEL, dynamic_pvc, lb_service, pod_with_claims};
+use crate::objects::{self, RUN_LABEL, dynamic_pvc, lb_service, pod_with_claims};
 use crate::release::{LB_CLASS, ManagerRelease};
 use crate::scenarios::rules::{RULE, rules};
+use crate::scenarios::vac::{self, VAC_FINALIZER, vacs};
 use crate::scenarios::{App, LB_FINALIZER, PVC_FINALIZER, finalizers, has_finalizer, ingress};
 
 /// The values the scenario installs with: the rules controller and the
@@ -27,6 +30,7 @@ use crate::scenarios::{App, LB_FINALIZER, PVC_FINALIZER, finalizers, has_finaliz
 /// which rules may no longer use), and a short hook wait.
 pub const SETS: &[&str] = &[
     "featureGates.InUseProtectionRules=true",
+    vac::GATE_ON,
     "rules.examples.secretsUsedByPods=true",
     "rules.exampleFinalizerDomain=example.com",
     "uninstall.hook.wait=5s",
@@ -71,6 +75,29 @@ pub async fn leaves_nothing_stuck(app: &App<'_>, rel: &ManagerRelease) -> Result
         }
     }))
     .await?;
+    // Classes: one a (Pending) claim names, one nothing uses.
+    let classes = if vac::served(app).await? {
+        let classes = [format!("{run}-used"), format!("{run}-spare")];
+        for c in &classes {
+            app.create(&objects::vac(run, c)).await?;
+        }
+        app.create(&objects::pending_pvc_with_vac(
+            run,
+            "tiered",
+            Some(&classes[0]),
+        ))
+        .await?;
+        for c in &classes {
+            app.wait_for(&vacs(app), c, "carries vac-protection", |v| {
+                has_finalizer(&v.metadata, VAC_FINALIZER)
+            })
+            .await?;
+        }
+        classes.to_vec()
+    } else {
+        h.skip_in_cluster("VolumeAttributesClasses in the uninstall (the cluster serves no storage.k8s.io/v1 VolumeAttributesClass)");
+        Vec::new()
+    };
     for p in ["db", "busy", "user"] {
         app.wait_running(p).await?;
     }
@@ -93,7 +120,7 @@ pub async fn leaves_nothing_stuck(app: &App<'_>, rel: &ManagerRelease) -> Result
         p.metadata.deletion_timestamp.is_some()
     })
     .await?;
-    h.verified("uninstall: claims held (pod db), free, and Terminating while pod busy uses it; a LoadBalancer Service; a Secret the example rule holds");
+    h.verified(format!("uninstall: claims held (pod db), free, and Terminating while pod busy uses it; a LoadBalancer Service; a Secret the example rule holds; classes {classes:?} (the first used by claim tiered)"));
 
     // The first uninstall is refused: the claim being deleted is in use.
     let uninstall = [
@@ -157,7 +184,17 @@ pub async fn leaves_nothing_stuck(app: &App<'_>, rel: &ManagerRelease) -> Result
     // The user goes; the manager releases the claim; the uninstall finishes.
     app.delete("pod", "busy", true, &[]).await?;
     app.wait_gone(&app.pvcs(), "going").await?;
-    rel.helm.ok(&uninstall).await?;
+    let done = rel.helm.run(&uninstall).await?;
+    if !done.success {
+        let logs = app
+            .kubectl
+            .run(&["--namespace", &rel.namespace, "logs", &job])
+            .await?;
+        return Err(crate::Error::Check(format!(
+            "the uninstall after the pod went failed:\n{}{}\nthe hook's log:\n{}{}",
+            done.stdout, done.stderr, logs.stdout, logs.stderr
+        )));
+    }
     let left = Api::<Deployment>::namespaced(h.client.clone(), &rel.namespace)
         .get_opt(&rel.fullname)
         .await
@@ -208,6 +245,17 @@ pub async fn leaves_nothing_stuck(app: &App<'_>, rel: &ManagerRelease) -> Result
         "Secret mounted after the uninstall: {:?}",
         s.metadata
     );
-    h.verified("uninstall with hooks: the rule deleted and cleared by the manager, the manager stopped, no protection-manager.io/* finalizer left on claims, volumes, the Service or the Secret; nothing in use was deleted");
+    for c in &classes {
+        let v = vacs(app)
+            .get(c)
+            .await
+            .ctx(|| format!("getting class {c}"))?;
+        ensure!(
+            v.metadata.deletion_timestamp.is_none() && ours(&v.metadata).is_empty(),
+            "class {c} after the uninstall: {:?}",
+            v.metadata
+        );
+    }
+    h.verified("uninstall with hooks: the rule deleted and cleared by the manager, the manager stopped, no protection-manager.io/* finalizer left on claims, volumes, the Service, the classes or the Secret; nothing in use was deleted");
     Ok(())
 }
