@@ -60,6 +60,37 @@ impl Hold {
     }
 }
 
+/// The holds of an in-use controller from one live read: its `users` (as
+/// named, joined for `held`), else the objects it could not read (joined
+/// for `cannot_tell`: whether the object is free cannot be told, so the
+/// finalizer stays); none when neither.
+pub fn in_use_holds(
+    users: &[String],
+    unreadable: &[String],
+    held: impl FnOnce(&str) -> Hold,
+    cannot_tell: impl FnOnce(&str) -> String,
+) -> Vec<Hold> {
+    if !users.is_empty() {
+        vec![held(&users.join(", "))]
+    } else if !unreadable.is_empty() {
+        vec![Hold {
+            why: cannot_tell(&unreadable.join(", ")),
+            if_deleted: None,
+        }]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Reads `name` through `api` for a hook (`None`: it does not exist);
+/// `what` names the request in the error ("reading pvc ns/x").
+pub async fn get<K>(api: &Api<K>, name: &str, what: String) -> Result<Option<K>, ExplainError>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.get_opt(name).await.map_err(failed(what))
+}
+
 /// What a controller says about one object.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Explained {

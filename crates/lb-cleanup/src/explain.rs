@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use protection_core::events::EventView;
 use protection_core::explain::{
-    ExplainError, ExplainKind, Explained, Hold, NameRule, age, events, failed,
+    ExplainError, ExplainKind, Explained, Hold, NameRule, age, events, get,
 };
 
 use crate::decide::ingress_of;
@@ -120,11 +120,7 @@ pub async fn explain_live(
     name: String,
 ) -> Result<Option<Explained>, ExplainError> {
     let api: Api<Service> = Api::namespaced(client.clone(), &ns);
-    let Some(svc) = api
-        .get_opt(&name)
-        .await
-        .map_err(failed(format!("reading service {ns}/{name}")))?
-    else {
+    let Some(svc) = get(&api, &name, format!("reading service {ns}/{name}")).await? else {
         return Ok(None);
     };
     let events = events(&client, TITLE, &svc.metadata).await;

@@ -56,7 +56,7 @@ const CRATES: &[Crate] = &[
     Crate {
         infos: service_cidr_protection::INFOS,
         descriptors: |a| {
-            service_cidr_protection::descriptors(a.service_cidr.resync_period, a.finalizer_profile)
+            service_cidr_protection::descriptors(&a.service_cidr, a.finalizer_profile)
                 .context("ServiceCIDR protection settings")
         },
         explain: &[service_cidr_protection::explain::KIND],

@@ -11,7 +11,9 @@ use futures::FutureExt;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, ListParams};
-use protection_core::explain::{ExplainError, ExplainKind, Explained, Hold, NameRule, failed};
+use protection_core::explain::{
+    ExplainError, ExplainKind, Explained, Hold, NameRule, failed, get, in_use_holds,
+};
 
 use crate::index::{PodUse, Via, live_users};
 use crate::objects::{PvFacts, PvcFacts};
@@ -116,11 +118,7 @@ pub async fn explain_volume(
     name: String,
 ) -> Result<Option<Explained>, ExplainError> {
     let api: Api<PersistentVolume> = Api::all(client);
-    let Some(pv) = api
-        .get_opt(&name)
-        .await
-        .map_err(failed(format!("reading pv {name}")))?
-    else {
+    let Some(pv) = get(&api, &name, format!("reading pv {name}")).await? else {
         return Ok(None);
     };
     let e = explain_pv(&PvFacts::from(&pv));
@@ -179,36 +177,32 @@ impl PvcExplanation {
     /// users, else the pods it could not read.
     pub fn holds(&self, ns: &str) -> Vec<Hold> {
         let name = pvc_controller::NAME;
-        if self.in_use() {
-            let who: Vec<String> = self.users.iter().map(|u| describe_use(ns, u)).collect();
-            let who = who.join(", ");
-            vec![Hold {
+        let users: Vec<String> = self.users.iter().map(|u| describe_use(ns, u)).collect();
+        let unreadable: Vec<String> = self
+            .unreadable
+            .iter()
+            .map(|p| format!("pod {ns}/{} ({})", p.name, p.error))
+            .collect();
+        let pods = if users.len() == 1 {
+            "that pod"
+        } else {
+            "those pods"
+        };
+        in_use_holds(
+            &users,
+            &unreadable,
+            |who| Hold {
                 why: format!(
-                    "held by {name}: the claim is in use by {who}. It goes once no scheduled pod uses it: delete {} (a finished pod still counts until it is deleted).",
-                    if self.users.len() == 1 {
-                        "that pod"
-                    } else {
-                        "those pods"
-                    }
+                    "held by {name}: the claim is in use by {who}. It goes once no scheduled pod uses it: delete {pods} (a finished pod still counts until it is deleted)."
                 ),
                 if_deleted: Some(format!("{name} would hold it while {who} uses it.")),
-            }]
-        } else if self.undecided() {
-            let who: Vec<String> = self
-                .unreadable
-                .iter()
-                .map(|p| format!("pod {ns}/{} ({})", p.name, p.error))
-                .collect();
-            vec![Hold {
-                why: format!(
-                    "{name} cannot tell whether the claim is free: no readable pod uses it, but {} could not be read. The controller keeps its finalizer while a pod may use the claim.",
-                    who.join(", ")
-                ),
-                if_deleted: None,
-            }]
-        } else {
-            Vec::new()
-        }
+            },
+            |who| {
+                format!(
+                    "{name} cannot tell whether the claim is free: no readable pod uses it, but {who} could not be read. The controller keeps its finalizer while a pod may use the claim."
+                )
+            },
+        )
     }
 }
 
@@ -232,11 +226,7 @@ pub async fn explain_claim(
     name: String,
 ) -> Result<Option<Explained>, ExplainError> {
     let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-    let Some(pvc) = api
-        .get_opt(&name)
-        .await
-        .map_err(failed(format!("reading pvc {ns}/{name}")))?
-    else {
+    let Some(pvc) = get(&api, &name, format!("reading pvc {ns}/{name}")).await? else {
         return Ok(None);
     };
     let phase = pvc

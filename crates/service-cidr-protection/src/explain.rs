@@ -5,7 +5,7 @@ use futures::FutureExt;
 use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use protection_core::explain::{ExplainError, ExplainKind, Explained, Hold, NameRule, failed};
+use protection_core::explain::{ExplainError, ExplainKind, Explained, Hold, NameRule, failed, get};
 
 use crate::cidr::{ALLOCATOR, LABEL_MANAGED_BY};
 use crate::controller::{NAME, users};
@@ -39,11 +39,7 @@ pub async fn explain(
     name: String,
 ) -> Result<Option<Explained>, ExplainError> {
     let cidrs: Api<ServiceCIDR> = Api::all(client.clone());
-    let Some(obj) = cidrs
-        .get_opt(&name)
-        .await
-        .map_err(failed(format!("reading servicecidr {name}")))?
-    else {
+    let Some(obj) = get(&cidrs, &name, format!("reading servicecidr {name}")).await? else {
         return Ok(None);
     };
     let all = cidrs

@@ -11,7 +11,9 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
-use protection_core::explain::{ExplainError, ExplainKind, Explained, Hold, NameRule, failed};
+use protection_core::explain::{
+    ExplainError, ExplainKind, Explained, Hold, NameRule, failed, in_use_holds,
+};
 
 use crate::controller::NAME;
 use crate::index::{VacUse, live_users};
@@ -63,31 +65,27 @@ impl VacExplanation {
     /// Why vac-protection holds the class (or would): its users, else the
     /// objects it could not read.
     pub fn holds(&self) -> Vec<Hold> {
-        if self.in_use() {
-            let who: Vec<String> = self.users.iter().map(VacUse::describe).collect();
-            let who = who.join(", ");
-            vec![Hold {
+        let users: Vec<String> = self.users.iter().map(VacUse::describe).collect();
+        let unreadable: Vec<String> = self
+            .unreadable
+            .iter()
+            .map(|o| format!("{} ({})", o.object, o.error))
+            .collect();
+        in_use_holds(
+            &users,
+            &unreadable,
+            |who| Hold {
                 why: format!(
                     "held by {NAME}: the class is in use by {who}. It goes once no claim or volume refers to it: delete them or change them to another class (a pending modification counts until it finishes)."
                 ),
                 if_deleted: Some(format!("{NAME} would hold it while {who} refers to it.")),
-            }]
-        } else if self.undecided() {
-            let who: Vec<String> = self
-                .unreadable
-                .iter()
-                .map(|o| format!("{} ({})", o.object, o.error))
-                .collect();
-            vec![Hold {
-                why: format!(
-                    "{NAME} cannot tell whether the class is free: no readable claim or volume uses it, but {} could not be read.",
-                    who.join(", ")
-                ),
-                if_deleted: None,
-            }]
-        } else {
-            Vec::new()
-        }
+            },
+            |who| {
+                format!(
+                    "{NAME} cannot tell whether the class is free: no readable claim or volume uses it, but {who} could not be read."
+                )
+            },
+        )
     }
 }
 
