@@ -445,10 +445,13 @@ exactly one flag; `--flag=value` keeps each flag in one list item.
 {{- end }}
 {{- $args = append $args (printf "--shutdown-grace-period=%v" $v.shutdownGracePeriod) }}
 {{- $enabled := include "protection-manager.enabledControllers" . | fromJsonArray }}
-{{- if or (has "pv-protection" $enabled) (has "pvc-protection" $enabled) }}
+{{- /* vac-protection reads the storage controllers' resync period too. */}}
+{{- if or (has "pv-protection" $enabled) (has "pvc-protection" $enabled) (has "vac-protection" $enabled) }}
 {{- $args = append $args (printf "--storage-protection-resync-period=%v" $v.storageProtection.resyncPeriod) }}
 {{- end }}
+{{- if has "service-cidr-protection" $enabled }}
 {{- $args = append $args (printf "--service-cidr-resync-period=%v" $v.serviceCIDRProtection.resyncPeriod) }}
+{{- end }}
 {{- if has "service-lb-cleanup" $enabled }}
 {{- $lb := $v.loadBalancer }}
 {{- $args = append $args (printf "--lb-class=%s" $lb.class) }}
@@ -602,6 +605,7 @@ address an IP address. `every_value_the_chart_renders_the_binary_starts_with`
 {{- $checks := list
   (list "storageProtection.resyncPeriod" "storage-protection-resync-period" $v.storageProtection.resyncPeriod "resync")
   (list "loadBalancer.resyncPeriod" "lb-resync-period" $v.loadBalancer.resyncPeriod "resync")
+  (list "serviceCIDRProtection.resyncPeriod" "service-cidr-resync-period" $v.serviceCIDRProtection.resyncPeriod "resync")
   (list "loadBalancer.provider.connectTimeout" "lb-provider-connect-timeout" $v.loadBalancer.provider.connectTimeout "positive")
   (list "loadBalancer.provider.requestTimeout" "lb-provider-request-timeout" $v.loadBalancer.provider.requestTimeout "positive")
   (list "kubeApi.requestTimeout" "request-timeout" $v.kubeApi.requestTimeout "timeout")

@@ -47,11 +47,19 @@ pub struct GateDecl {
 
 /// Alpha off at 0.1, Beta on at 0.2, GA locked on at 0.3: the train of a
 /// gate that phases a finalizer's addition in.
-pub const PHASED_ADD: &[FeatureSpec] = &[
-    FeatureSpec::new(Version::new(0, 1), Stage::Alpha, false, false),
-    FeatureSpec::new(Version::new(0, 2), Stage::Beta, true, false),
-    FeatureSpec::new(Version::new(0, 3), Stage::GA, true, true),
-];
+pub const PHASED_ADD: &[FeatureSpec] = &phased_add_from(Version::new(0, 1));
+
+/// [`PHASED_ADD`]'s train for a controller that comes at `alpha`: Alpha off
+/// there (removal always on), planned Beta on one release later and GA
+/// locked on the release after.
+pub const fn phased_add_from(alpha: Version) -> [FeatureSpec; 3] {
+    let (major, minor) = (alpha.major, alpha.minor);
+    [
+        FeatureSpec::new(alpha, Stage::Alpha, false, false),
+        FeatureSpec::new(Version::new(major, minor + 1), Stage::Beta, true, false),
+        FeatureSpec::new(Version::new(major, minor + 2), Stage::GA, true, true),
+    ]
+}
 
 /// The registry of `gates` (a gate declared twice with the same history,
 /// e.g. by two controllers that read it, is registered once).

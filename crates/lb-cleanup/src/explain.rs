@@ -3,14 +3,33 @@
 //! ([`ingress_of`]), and what its events say about the cleanup (the event
 //! reasons [`crate::sync`] emits).
 
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
+use kube::Api;
 use protection_core::events::EventView;
+use protection_core::explain::{
+    ExplainError, ExplainKind, Explained, Hold, NameRule, age, events, get,
+};
 
 use crate::decide::ingress_of;
 use crate::predicates::needs_cleanup;
 use crate::sync::reasons;
-use crate::{PROJECT_FINALIZER, UPSTREAM_FINALIZER};
+use crate::{CONTROLLER_NAME, PROJECT_FINALIZER, UPSTREAM_FINALIZER};
+
+/// The kind's title (events' involvedObject.kind).
+const TITLE: &str = "Service";
+
+/// The kind service-lb-cleanup explains.
+pub const KIND: ExplainKind = ExplainKind {
+    controller: CONTROLLER_NAME,
+    group: "",
+    title: TITLE,
+    names: &["svc", "service", "services"],
+    namespaced: true,
+    name_rule: NameRule::Dns1035Label,
+    explain: |client, ns, name| explain_live(client, ns.unwrap_or_default(), name).boxed(),
+};
 
 /// What service-lb-cleanup says about one Service.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,6 +61,75 @@ pub fn explain(svc: &Service, events: &[EventView]) -> Explanation {
         ingress,
         cleanup: (ours && deleting).then(|| lb_state(events)),
     }
+}
+
+impl Explanation {
+    /// The "Type:" line.
+    pub fn fact(&self) -> String {
+        format!(
+            "Type:        {} (loadBalancerClass {}){}",
+            self.type_,
+            self.class.as_deref().unwrap_or("none"),
+            if self.ingress.is_empty() {
+                String::new()
+            } else {
+                format!(", ingress {}", self.ingress.join(", "))
+            }
+        )
+    }
+
+    /// Why service-lb-cleanup holds the Service, at `now`: only while it is
+    /// being deleted (a Service not being deleted is not held).
+    pub fn holds(&self, now: Timestamp) -> Vec<Hold> {
+        let Some(st) = &self.cleanup else {
+            return Vec::new();
+        };
+        let name = CONTROLLER_NAME;
+        let why = match &st.failing {
+            Some(f) => {
+                let since = f
+                    .since
+                    .map(|s| {
+                        let shown = s.round(k8s_openapi::jiff::Unit::Second).unwrap_or(s);
+                        format!("since {shown} ({} ago)", age(s, now))
+                    })
+                    .unwrap_or_else(|| "for an unknown time".into());
+                format!(
+                    "held by {name}: deleting the load balancer is failing {since}, {} attempt(s); last error ({}): {}",
+                    f.count, f.reason, f.note
+                )
+            }
+            None if st.deleting_seen => format!(
+                "held by {name}: the load balancer is being deleted; the finalizer goes once the provider confirms it is gone."
+            ),
+            None => format!(
+                "held by {name}: waiting for the controller to delete the load balancer (no attempt reported yet: is a manager running, with this Service's loadBalancerClass?)."
+            ),
+        };
+        vec![Hold {
+            why,
+            if_deleted: None,
+        }]
+    }
+}
+
+/// Explains Service `ns/name`, read live with its events.
+pub async fn explain_live(
+    client: kube::Client,
+    ns: String,
+    name: String,
+) -> Result<Option<Explained>, ExplainError> {
+    let api: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let Some(svc) = get(&api, &name, format!("reading service {ns}/{name}")).await? else {
+        return Ok(None);
+    };
+    let events = events(&client, TITLE, &svc.metadata).await;
+    let e = explain(&svc, &events);
+    Ok(Some(Explained {
+        facts: vec![e.fact()],
+        held: e.holds(Timestamp::now()),
+        meta: svc.metadata,
+    }))
 }
 
 /// What the events say about a Service's load balancer cleanup.
@@ -211,5 +299,36 @@ mod tests {
             None
         );
         assert_eq!(explain(&lb(None, true), &events).cleanup, None);
+    }
+
+    #[test]
+    fn a_failing_cleanup_says_since_when_and_the_last_error() {
+        let svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "demo", "deletionTimestamp": "2027-01-15T08:00:00Z",
+                         "finalizers": [PROJECT_FINALIZER]},
+            "spec": {"type": "LoadBalancer"},
+        }))
+        .unwrap();
+        let events = vec![ev("DeleteLoadBalancerFailed", 0, 30, 2)];
+        let e = explain(&svc, &events);
+        assert_eq!(
+            e.fact(),
+            "Type:        LoadBalancer (loadBalancerClass none)"
+        );
+        let now = ts(95).unwrap();
+        assert_eq!(
+            e.holds(now),
+            vec![Hold {
+                why: format!(
+                    "held by service-lb-cleanup: deleting the load balancer is failing since {} (95s ago), 2 attempt(s); last error (DeleteLoadBalancerFailed): note of DeleteLoadBalancerFailed",
+                    ts(0).unwrap()
+                ),
+                if_deleted: None,
+            }]
+        );
+        assert_eq!(
+            explain(&svc, &[]).holds(now)[0].why,
+            "held by service-lb-cleanup: waiting for the controller to delete the load balancer (no attempt reported yet: is a manager running, with this Service's loadBalancerClass?)."
+        );
     }
 }

@@ -21,6 +21,6 @@ pub mod sync;
 mod wiring;
 
 pub use wiring::{
-    ConfigError, DEFAULT_CLASS, GATES, INFO, INFOS, Options, PROJECT_FINALIZER,
+    CONTROLLER_NAME, ConfigError, DEFAULT_CLASS, GATES, INFO, INFOS, Options, PROJECT_FINALIZER,
     SERVICE_LOAD_BALANCER_FINALIZER, UPSTREAM_FINALIZER, descriptors, finalizer_name,
 };

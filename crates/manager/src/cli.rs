@@ -650,6 +650,7 @@ mod tests {
                     Flag { name: "ping-interval", get: |r| r.ping_interval, min: Duration::from_secs(1), max: GO_MAX.0, zero_ok: false },
                     Flag { name: "storage-protection-resync-period", get: |r| r.storage.resync_period, min: Duration::from_secs(1), max: GO_MAX.0, zero_ok: true },
                     Flag { name: "lb-resync-period", get: |r| r.lb.lb_resync_period, min: Duration::from_secs(1), max: GO_MAX.0, zero_ok: true },
+                    Flag { name: "service-cidr-resync-period", get: |r| r.service_cidr.resync_period, min: Duration::from_secs(1), max: GO_MAX.0, zero_ok: true },
                 ];
                 for f in checks {
                     match run_args(f.name, &value) {

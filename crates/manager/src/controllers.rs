@@ -6,7 +6,7 @@
 //! selection.
 
 use anyhow::{Context, Result};
-use protection_core::explain::ExplainKind;
+use protection_core::explain::{ExplainAny, ExplainKind};
 use protection_core::featuregate::FeatureGates;
 use protection_core::release::{self, GateDecl, GatesError};
 use protection_core::version::Version;
@@ -21,6 +21,8 @@ struct Crate {
     descriptors: fn(&RunArgs) -> Result<Vec<ControllerDescriptor>>,
     /// The kinds the crate's explain hook explains (`explain <kind>/<name>`).
     explain: &'static [ExplainKind],
+    /// Its hook for kinds known only at run time, if any.
+    explain_any: Option<ExplainAny>,
 }
 
 const CRATES: &[Crate] = &[
@@ -30,7 +32,8 @@ const CRATES: &[Crate] = &[
             pv_protection::descriptors(&a.storage, a.finalizer_profile)
                 .context("storage protection settings")
         },
-        explain: &[],
+        explain: pv_protection::explain::KINDS,
+        explain_any: None,
     },
     Crate {
         infos: lb_cleanup::INFOS,
@@ -38,7 +41,8 @@ const CRATES: &[Crate] = &[
             lb_cleanup::descriptors(&a.lb, a.finalizer_profile)
                 .context("load-balancer cleanup settings")
         },
-        explain: &[],
+        explain: &[lb_cleanup::explain::KIND],
+        explain_any: None,
     },
     Crate {
         infos: vac_protection::INFOS,
@@ -46,15 +50,17 @@ const CRATES: &[Crate] = &[
             vac_protection::descriptors(a.storage.resync_period, a.finalizer_profile)
                 .context("VolumeAttributesClass protection settings")
         },
-        explain: &[],
+        explain: &[vac_protection::explain::KIND],
+        explain_any: None,
     },
     Crate {
         infos: service_cidr_protection::INFOS,
         descriptors: |a| {
-            service_cidr_protection::descriptors(a.service_cidr.resync_period, a.finalizer_profile)
+            service_cidr_protection::descriptors(&a.service_cidr, a.finalizer_profile)
                 .context("ServiceCIDR protection settings")
         },
         explain: &[service_cidr_protection::explain::KIND],
+        explain_any: None,
     },
     Crate {
         infos: protection_rules::INFOS,
@@ -71,6 +77,7 @@ const CRATES: &[Crate] = &[
             ))
         },
         explain: &[],
+        explain_any: Some(protection_rules::explain::ANY),
     },
 ];
 
@@ -89,9 +96,9 @@ pub fn explain_kind_named(name: &str) -> Option<&'static ExplainKind> {
     explain_kinds().find(|k| k.names.contains(&name))
 }
 
-/// The hooked kind titled `title`.
-pub fn explain_kind(title: &str) -> Option<&'static ExplainKind> {
-    explain_kinds().find(|k| k.title == title)
+/// The hooks for kinds known only at run time.
+pub fn explain_any() -> impl Iterator<Item = &'static ExplainAny> {
+    CRATES.iter().filter_map(|c| c.explain_any.as_ref())
 }
 
 /// Every gate of every hosted controller.

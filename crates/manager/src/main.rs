@@ -40,7 +40,7 @@ fn main() -> ExitCode {
                 Ok(rt) => rt,
                 Err(e) => return fail(&anyhow::anyhow!("starting the async runtime: {e}")),
             };
-            // Kinds other than pvc, pv and svc: the ProtectionRules' kinds.
+            // Kinds no explain hook names: the ProtectionRules' kinds.
             if explain::parse_target(&args.target).is_err()
                 && let Some((resource, name)) = args.target.split_once('/')
             {

@@ -30,17 +30,17 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use protection_core::FinalizedResource;
 use protection_core::FinalizerProfile;
+use protection_core::explain::ExplainKind;
 use protection_host::release_guard;
 use serde_json::json;
 use tokio::time::Instant;
 
 use crate::cli::StripFinalizersArgs;
-use crate::explain::{Kind, explain_object};
+use crate::explain::explain_object;
 use crate::release_check::client;
 use crate::run::manager_namespace;
 
@@ -113,15 +113,10 @@ fn api(client: &kube::Client, r: &FinalizedResource, ns: Option<&str>) -> Api<Dy
     }
 }
 
-/// `explain`'s kind for a finalized kind, if it can tell that kind's use.
-fn explain_kind(r: &FinalizedResource) -> Option<Kind> {
-    match (r.group, r.kind) {
-        ("", "PersistentVolumeClaim") => Some(Kind::Pvc),
-        ("", "PersistentVolume") => Some(Kind::Pv),
-        ("", "Service") => Some(Kind::Service),
-        ("storage.k8s.io", "VolumeAttributesClass") => Some(Kind::Vac),
-        _ => None,
-    }
+/// The explain hook of a finalized kind, if a hosted controller explains
+/// it (and so can tell that kind's use).
+fn explain_kind(r: &FinalizedResource) -> Option<&'static ExplainKind> {
+    crate::controllers::explain_kinds().find(|k| k.group == r.group && k.title == r.kind)
 }
 
 /// Why `name` (`ns/name` or `name`) of `r`, being deleted, must keep the
@@ -145,13 +140,11 @@ async fn held_because(
     let report = explain_object(client, kind, ns.clone(), n)
         .await
         .with_context(|| format!("telling whether {}/{name} is in use", r.display()))?;
-    let ns = ns.unwrap_or_default();
-    let now = Timestamp::now();
     let why: Vec<String> = report
         .holders
         .iter()
         .filter(|h| h.holds_for(controller))
-        .map(|h| h.describe(&ns, now))
+        .map(|h| h.why())
         .collect();
     Ok((!why.is_empty()).then(|| why.join(" ")))
 }

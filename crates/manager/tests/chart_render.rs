@@ -74,6 +74,7 @@ logging: {format: text, level: "info,kube=warn"}
 leaderElection: {resourceName: pm-leader}
 releaseGuard: {recordName: pm-record, skipCheck: true}
 storageProtection: {resyncPeriod: 10m}
+serviceCIDRProtection: {resyncPeriod: 2m}
 extraArgs: ["--ping-interval=10s"]
 extraEnv: [{name: RUST_BACKTRACE, value: "1"}]
 extraVolumes: [{name: ca, configMap: {name: lb-ca}}]
@@ -231,8 +232,48 @@ fn every_value_maps_onto_its_flag() {
             &["controllers={service-lb-cleanup}"],
             &[
                 ("storage-protection-resync-period", None),
+                ("service-cidr-resync-period", None),
                 ("lb-class", Some("protection-manager.io/load-balancer")),
             ],
+        ),
+        // Each controller's flags go with it: service-cidr-protection's
+        // resync period only while it is on; vac-protection reads the
+        // storage controllers' resync period.
+        (
+            &[
+                "controllers={*,-service-cidr-protection}",
+                "serviceCIDRProtection.resyncPeriod=1m",
+            ],
+            &[
+                ("service-cidr-resync-period", None),
+                ("storage-protection-resync-period", Some("5m")),
+            ],
+        ),
+        (
+            &[
+                "controllers={service-cidr-controller}",
+                "serviceCIDRProtection.resyncPeriod=1m",
+            ],
+            &[
+                ("service-cidr-resync-period", Some("1m")),
+                ("storage-protection-resync-period", None),
+                ("lb-class", None),
+            ],
+        ),
+        (
+            &[
+                "controllers={vac-protection}",
+                "storageProtection.resyncPeriod=2m",
+            ],
+            &[
+                ("storage-protection-resync-period", Some("2m")),
+                ("service-cidr-resync-period", None),
+            ],
+        ),
+        // Before 0.5 there is no service-cidr-protection, so no flag of it.
+        (
+            &["emulatedVersion=0.4"],
+            &[("service-cidr-resync-period", None)],
         ),
         (
             &[
@@ -442,17 +483,36 @@ fn every_rendered_flag_is_a_flag_of_the_binary() {
     let args = r.args();
     // The last arg is extraArgs' (a hidden flag, so not in --help).
     assert_eq!(args.last().map(String::as_str), Some("--ping-interval=10s"));
-    let unknown: Vec<String> = flags(&args[..args.len() - 1])
-        .into_keys()
-        .filter(|f| !known.contains(f))
-        .collect();
+    // The file emulates 0.2: the controllers that came later (and their
+    // flags) exist at the binary's own version.
+    let now = helm.render(&[
+        "-f",
+        full,
+        "--set-string",
+        "emulatedVersion=",
+        "--set",
+        "featureGates.StorageObjectInUseProtection=true",
+    ]);
+    let now_args = now.args();
+    assert_eq!(
+        now_args.last().map(String::as_str),
+        Some("--ping-interval=10s")
+    );
+    let mut rendered = flags(&args[..args.len() - 1]);
+    rendered.extend(flags(&now_args[..now_args.len() - 1]));
+    assert_eq!(
+        rendered
+            .get("service-cidr-resync-period")
+            .map(String::as_str),
+        Some("2m")
+    );
+    let unknown: Vec<&String> = rendered.keys().filter(|f| !known.contains(*f)).collect();
     assert!(
         unknown.is_empty(),
         "the chart renders flags `protection-manager run` does not have: {unknown:?}\nknown: {known:?}"
     );
     // And the other way round: every flag of the binary has a value, but
     // for those a pod gets from the cluster.
-    let rendered = flags(&args[..args.len() - 1]);
     let not_values = ["kubeconfig", "context", "help"];
     let unmapped: Vec<&String> = known
         .iter()
@@ -981,6 +1041,10 @@ fn the_chart_refuses_unsafe_combinations_with_a_clear_message() {
         (
             &["string:storageProtection.resyncPeriod=500ms"],
             "storageProtection.resyncPeriod: invalid value \"500ms\" for --storage-protection-resync-period: \"500ms\" is out of range: must be 0 (off) or at least 1s",
+        ),
+        (
+            &["string:serviceCIDRProtection.resyncPeriod=500ms"],
+            "serviceCIDRProtection.resyncPeriod: invalid value \"500ms\" for --service-cidr-resync-period: \"500ms\" is out of range: must be 0 (off) or at least 1s",
         ),
         (
             &["string:kubeApi.requestTimeout=2562048h"],
@@ -1751,6 +1815,7 @@ fn every_value_the_chart_renders_the_binary_starts_with() {
     let duration_values = [
         "storageProtection.resyncPeriod",
         "loadBalancer.resyncPeriod",
+        "serviceCIDRProtection.resyncPeriod",
         "loadBalancer.provider.connectTimeout",
         "loadBalancer.provider.requestTimeout",
         "kubeApi.requestTimeout",

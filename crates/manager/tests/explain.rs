@@ -260,3 +260,45 @@ async fn explains_a_servicecidr_held_by_a_services_address() {
         "{text}"
     );
 }
+
+/// A Service through service-lb-cleanup's explain hook (no manager: explain
+/// reads live): a LoadBalancer Service being deleted with the cleanup
+/// finalizer waits for the controller, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explains_a_service_waiting_for_its_load_balancer_cleanup() {
+    use k8s_openapi::api::core::v1::Service;
+    let sim = KubeSim::start(SimConfig::default())
+        .await
+        .expect("kube-sim");
+    let client = sim.client().await;
+    let svcs: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "web", "finalizers": ["protection-manager.io/load-balancer-cleanup"]},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+    }))
+    .expect("service");
+    svcs.create(&PostParams::default(), &svc)
+        .await
+        .expect("create service");
+    let text = explain(&sim, &["svc/web"]);
+    assert!(text.starts_with("Service default/web\n"), "{text}");
+    assert!(
+        text.contains("Type:        LoadBalancer (loadBalancerClass none)"),
+        "{text}"
+    );
+    assert!(!text.contains("If deleted"), "{text}");
+    svcs.delete("web", &DeleteParams::default())
+        .await
+        .expect("delete");
+    let text = explain(&sim, &["services/web"]);
+    assert!(
+        text.contains("Why:         held by service-lb-cleanup: waiting for the controller to delete the load balancer"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "protection-manager.io/load-balancer-cleanup (protection-manager service-lb-cleanup)"
+        ),
+        "{text}"
+    );
+}

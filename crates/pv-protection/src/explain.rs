@@ -7,11 +7,51 @@
 //! A pod that cannot be read as the controller reads pods is reported, never
 //! skipped: a claim is only free when every pod of its namespace was read.
 
-use crate::index::{PodUse, live_users};
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, ListParams};
+use protection_core::explain::{
+    ExplainError, ExplainKind, Explained, Hold, NameRule, failed, get, in_use_holds,
+};
+
+use crate::index::{PodUse, Via, live_users};
 use crate::objects::{PvFacts, PvcFacts};
 use crate::pod::PodFacts;
 use crate::pv::{PvInUse, claim_of, in_use};
 use crate::pvc::controller_uid;
+use crate::{pv_controller, pvc_controller};
+
+/// The kind pvc-protection explains.
+pub const PVC_KIND: ExplainKind = ExplainKind {
+    controller: pvc_controller::NAME,
+    group: "",
+    title: "PersistentVolumeClaim",
+    names: &[
+        "pvc",
+        "pvcs",
+        "persistentvolumeclaim",
+        "persistentvolumeclaims",
+    ],
+    namespaced: true,
+    name_rule: NameRule::Dns1123Subdomain,
+    explain: |client, ns, name| explain_claim(client, ns.unwrap_or_default(), name).boxed(),
+};
+
+/// The kind pv-protection explains.
+pub const PV_KIND: ExplainKind = ExplainKind {
+    controller: pv_controller::NAME,
+    group: "",
+    title: "PersistentVolume",
+    names: &["pv", "pvs", "persistentvolume", "persistentvolumes"],
+    namespaced: false,
+    name_rule: NameRule::Dns1123Subdomain,
+    explain: |client, _, name| explain_volume(client, name).boxed(),
+};
+
+/// The kinds this crate explains (the manager's controller table carries
+/// them).
+pub const KINDS: &[ExplainKind] = &[PVC_KIND, PV_KIND];
 
 /// What pv-protection says about a PersistentVolume.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,6 +71,62 @@ pub fn explain_pv(pv: &PvFacts) -> PvExplanation {
         claim: claim_of(pv),
         in_use: in_use(pv),
     }
+}
+
+impl PvExplanation {
+    /// The "Phase:" line.
+    pub fn fact(&self) -> String {
+        format!(
+            "Phase:       {}{}",
+            self.phase
+                .as_deref()
+                .filter(|p| !p.is_empty())
+                .unwrap_or("-"),
+            self.claim
+                .as_ref()
+                .map(|c| format!(" (claim {c})"))
+                .unwrap_or_default()
+        )
+    }
+
+    /// Why pv-protection holds the volume (or would).
+    pub fn holds(&self) -> Vec<Hold> {
+        let Some(why) = &self.in_use else {
+            return Vec::new();
+        };
+        let name = pv_controller::NAME;
+        vec![match &why.claim {
+            Some(c) => Hold {
+                why: format!(
+                    "held by {name}: the volume is Bound to claim {c}. It goes once the volume leaves Bound: delete the claim (the volume then becomes Released)."
+                ),
+                if_deleted: Some(format!("{name} would hold it while it is Bound to {c}.")),
+            },
+            None => Hold {
+                why: format!(
+                    "held by {name}: the volume's phase is Bound. It goes once the volume leaves Bound."
+                ),
+                if_deleted: None,
+            },
+        }]
+    }
+}
+
+/// Explains PersistentVolume `name`, read live.
+pub async fn explain_volume(
+    client: kube::Client,
+    name: String,
+) -> Result<Option<Explained>, ExplainError> {
+    let api: Api<PersistentVolume> = Api::all(client);
+    let Some(pv) = get(&api, &name, format!("reading pv {name}")).await? else {
+        return Ok(None);
+    };
+    let e = explain_pv(&PvFacts::from(&pv));
+    Ok(Some(Explained {
+        facts: vec![e.fact()],
+        held: e.holds(),
+        meta: pv.metadata,
+    }))
 }
 
 /// A pod of the claim's namespace that could not be read as the controller
@@ -76,6 +172,102 @@ impl PvcExplanation {
     pub fn undecided(&self) -> bool {
         self.users.is_empty() && !self.unreadable.is_empty()
     }
+
+    /// Why pvc-protection holds the claim of namespace `ns` (or would): its
+    /// users, else the pods it could not read.
+    pub fn holds(&self, ns: &str) -> Vec<Hold> {
+        let name = pvc_controller::NAME;
+        let users: Vec<String> = self.users.iter().map(|u| describe_use(ns, u)).collect();
+        let unreadable: Vec<String> = self
+            .unreadable
+            .iter()
+            .map(|p| format!("pod {ns}/{} ({})", p.name, p.error))
+            .collect();
+        let pods = if users.len() == 1 {
+            "that pod"
+        } else {
+            "those pods"
+        };
+        in_use_holds(
+            &users,
+            &unreadable,
+            |who| Hold {
+                why: format!(
+                    "held by {name}: the claim is in use by {who}. It goes once no scheduled pod uses it: delete {pods} (a finished pod still counts until it is deleted)."
+                ),
+                if_deleted: Some(format!("{name} would hold it while {who} uses it.")),
+            },
+            |who| {
+                format!(
+                    "{name} cannot tell whether the claim is free: no readable pod uses it, but {who} could not be read. The controller keeps its finalizer while a pod may use the claim."
+                )
+            },
+        )
+    }
+}
+
+/// "pod ns/web-0 (scheduled on node-1)".
+fn describe_use(ns: &str, u: &PodUse) -> String {
+    match u.via {
+        Via::Claim => format!("pod {ns}/{} (scheduled on {})", u.pod, u.node),
+        Via::Ephemeral => format!(
+            "pod {ns}/{} (owns it as a generic ephemeral volume, scheduled on {})",
+            u.pod, u.node
+        ),
+    }
+}
+
+/// Explains PersistentVolumeClaim `ns/name`, read live with every pod of
+/// its namespace (as raw objects: one the controller cannot read is
+/// reported, not dropped, nor fails the whole list).
+pub async fn explain_claim(
+    client: kube::Client,
+    ns: String,
+    name: String,
+) -> Result<Option<Explained>, ExplainError> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+    let Some(pvc) = get(&api, &name, format!("reading pvc {ns}/{name}")).await? else {
+        return Ok(None);
+    };
+    let phase = pvc
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default();
+    let volume = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.clone())
+        .unwrap_or_default();
+    let fact = format!(
+        "Phase:       {}{}",
+        if phase.is_empty() { "-" } else { &phase },
+        if volume.is_empty() {
+            String::new()
+        } else {
+            format!(" (volume {volume})")
+        }
+    );
+    let pods: Api<DynamicObject> =
+        Api::namespaced_with(client, &ns, &ApiResource::erase::<Pod>(&()));
+    let list = pods
+        .list(&ListParams::default())
+        .await
+        .map_err(failed(format!("listing pods in {ns}")))?;
+    let read = list.items.into_iter().map(|p| {
+        serde_json::to_value(&p)
+            .map_err(|e| UnreadablePod {
+                name: p.metadata.name.clone().unwrap_or_default(),
+                error: e.to_string(),
+            })
+            .and_then(read_pod)
+    });
+    let e = explain_pvc(&PvcFacts::from(&pvc), read);
+    Ok(Some(Explained {
+        facts: vec![fact],
+        held: e.holds(&ns),
+        meta: pvc.metadata,
+    }))
 }
 
 /// Explains a claim from a live list of its namespace's pods, each read with
@@ -170,5 +362,64 @@ mod tests {
             })
         );
         assert_eq!(explain_pv(&pv("Released")).in_use, None);
+    }
+
+    /// The words `explain` prints for a claim in use, before and during its
+    /// deletion.
+    #[test]
+    fn a_claim_in_use_names_its_pods_and_what_frees_it() {
+        let e = explain_pvc(
+            &claim(),
+            [pod("web-0", Some("node-1"), "data")].map(read_pod),
+        );
+        assert_eq!(
+            e.holds("shop"),
+            vec![Hold {
+                why: "held by pvc-protection: the claim is in use by pod shop/web-0 (scheduled on node-1). It goes once no scheduled pod uses it: delete that pod (a finished pod still counts until it is deleted).".into(),
+                if_deleted: Some(
+                    "pvc-protection would hold it while pod shop/web-0 (scheduled on node-1) uses it.".into()
+                ),
+            }]
+        );
+        let free = explain_pvc(&claim(), [pod("web-1", None, "data")].map(read_pod));
+        assert!(free.holds("shop").is_empty());
+    }
+
+    /// An unreadable pod keeps the claim (the controller keeps its
+    /// finalizer), and explain names the pod and the error.
+    #[test]
+    fn an_unreadable_pod_is_a_hold_that_names_it() {
+        let bad = json!({
+            "metadata": {"name": "odd", "namespace": "shop"},
+            "spec": {"nodeName": 7}
+        });
+        let holds = explain_pvc(&claim(), [read_pod(bad)]).holds("shop");
+        assert_eq!(holds.len(), 1, "{holds:?}");
+        assert!(
+            holds[0]
+                .why
+                .starts_with("pvc-protection cannot tell whether the claim is free: no readable pod uses it, but pod shop/odd (invalid type"),
+            "{holds:?}"
+        );
+        assert_eq!(holds[0].if_deleted, None);
+    }
+
+    #[test]
+    fn a_bound_volume_says_its_claim() {
+        let pv: PvFacts = serde_json::from_value(json!({
+            "metadata": {"name": "pv-1"},
+            "spec": {"claimRef": {"namespace": "shop", "name": "data"}},
+            "status": {"phase": "Bound"}
+        }))
+        .unwrap();
+        let e = explain_pv(&pv);
+        assert_eq!(e.fact(), "Phase:       Bound (claim shop/data)");
+        assert_eq!(
+            e.holds(),
+            vec![Hold {
+                why: "held by pv-protection: the volume is Bound to claim shop/data. It goes once the volume leaves Bound: delete the claim (the volume then becomes Released).".into(),
+                if_deleted: Some("pv-protection would hold it while it is Bound to shop/data.".into()),
+            }]
+        );
     }
 }

@@ -51,58 +51,33 @@ pub mod pvc_controller;
 #[cfg(test)]
 mod testutil;
 
-use std::time::Duration;
-
 use protection_core::duration::format_duration;
-use protection_core::finalizer::validate_finalizer_name;
 use protection_core::release::{CONTROLLERS_SINCE, GateDecl, PHASED_ADD};
 use protection_core::{
     ControllerDescriptor, ControllerInfo, FinalizedResource, FinalizerNames, FinalizerProfile,
     PolicyRule,
 };
 
+use protection_core::runtime::descriptor;
 pub use protection_core::runtime::{ReconcileError as Error, Settings};
 
+/// Why the descriptors could not be built.
+pub use protection_core::runtime::ConfigError;
 /// Default of `--storage-protection-resync-period`.
-pub const DEFAULT_RESYNC_PERIOD: Duration = Duration::from_secs(300);
+pub use protection_core::runtime::DEFAULT_RESYNC_PERIOD;
 
-fn resync_arg(s: &str) -> Result<Duration, String> {
-    protection_core::duration::RESYNC_PERIOD.parse(s)
-}
-
-/// Flags of the storage protection controllers (flattened into
-/// `protection-manager run`).
-#[derive(Clone, Debug, clap::Args)]
-#[group(id = "storage-protection")]
-pub struct Options {
+protection_core::resync_options! {
+    /// Flags of the storage protection controllers (flattened into
+    /// `protection-manager run`).
+    group = "storage-protection",
     /// How often pv-protection and pvc-protection re-check every object
     /// being deleted with their finalizer (or lacking it), as upstream's
     /// informer resync does. Re-checks read the caches: a kept object costs
     /// no API request. `0` disables it (a pod deleted during a watch gap is
     /// still caught: the pod re-list re-checks its claims); otherwise at
     /// least 1s (client-go's minimum resync period).
-    #[arg(
-        id = "storage_protection_resync_period",
-        long = "storage-protection-resync-period",
-        default_value = "5m",
-        value_parser = resync_arg
-    )]
-    pub resync_period: Duration,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            resync_period: DEFAULT_RESYNC_PERIOD,
-        }
-    }
-}
-
-/// Configuration errors.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{0}")]
-    Invalid(String),
+    id = "storage_protection_resync_period",
+    flag = "storage-protection-resync-period",
 }
 
 /// The finalizer names of a profile: `(pv, pvc)`.
@@ -190,37 +165,20 @@ pub fn descriptors(
     opts: &Options,
     profile: FinalizerProfile,
 ) -> Result<Vec<ControllerDescriptor>, ConfigError> {
-    let (pv_name, pvc_name) = finalizer_names(profile);
-    for n in [&pv_name, &pvc_name] {
-        validate_finalizer_name(n).map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    }
     tracing::debug!(
         resync_period = %format_duration(opts.resync_period),
         "storage protection settings"
     );
-    let pv_settings = Settings {
-        finalizer: pv_name,
-        resync_period: opts.resync_period,
-    };
-    let pvc_settings = Settings {
-        finalizer: pvc_name,
-        resync_period: opts.resync_period,
-    };
     Ok(vec![
-        ControllerDescriptor {
-            info: &PV_INFO,
-            run: Box::new(move |ctx| Box::pin(pv_controller::run(ctx, pv_settings))),
-        },
-        ControllerDescriptor {
-            info: &PVC_INFO,
-            run: Box::new(move |ctx| Box::pin(pvc_controller::run(ctx, pvc_settings))),
-        },
+        descriptor(&PV_INFO, profile, opts.resync_period, pv_controller::run)?,
+        descriptor(&PVC_INFO, profile, opts.resync_period, pvc_controller::run)?,
     ])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn profiles_name_the_finalizers() {

@@ -6,12 +6,33 @@
 
 use std::fmt::Write as _;
 
+use futures::FutureExt;
 use kube::api::{Api, DynamicObject};
+use protection_core::explain::{ExplainAny, Rendered, failed};
 use protection_core::finalizer::{has_finalizer, is_deleting};
 
 use crate::decide::{UserRef, describe};
 use crate::runner::{self, Kind, RuleCtx};
 use crate::spec::{self, Mode};
+
+/// The rules controller's explain hook: any kind a ProtectionRule
+/// protects, known only once the rules are read.
+pub const ANY: ExplainAny = ExplainAny {
+    controller: crate::controller::NAME,
+    kinds: "the kinds ProtectionRules protect",
+    explain: |client, resource, namespace, name| {
+        async move {
+            let e = explain(&client, &resource, namespace.as_deref(), &name)
+                .await
+                .map_err(failed(format!("explaining {resource}/{name}")))?;
+            Ok(e.map(|e| Rendered {
+                found: e.found,
+                text: render(&e),
+            }))
+        }
+        .boxed()
+    },
+};
 
 /// One rule that protects the object's kind.
 #[derive(Clone, Debug, PartialEq, Eq)]

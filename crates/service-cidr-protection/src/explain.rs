@@ -5,7 +5,7 @@ use futures::FutureExt;
 use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
-use protection_core::explain::{ExplainError, ExplainKind, Explained};
+use protection_core::explain::{ExplainError, ExplainKind, Explained, Hold, NameRule, failed, get};
 
 use crate::cidr::{ALLOCATOR, LABEL_MANAGED_BY};
 use crate::controller::{NAME, users};
@@ -14,15 +14,13 @@ use crate::index::{cidrs_of, managed};
 /// The kind service-cidr-protection explains.
 pub const KIND: ExplainKind = ExplainKind {
     controller: NAME,
+    group: "networking.k8s.io",
     title: "ServiceCIDR",
     names: &["servicecidr", "servicecidrs"],
     namespaced: false,
+    name_rule: NameRule::Dns1123Subdomain,
     explain: |client, _, name| explain(client, name).boxed(),
 };
-
-fn failed(what: String) -> impl FnOnce(kube::Error) -> ExplainError {
-    move |source| ExplainError { what, source }
-}
 
 /// `services/ns/name` of an IPAddress's parentRef.
 fn parent(ip: &IPAddress) -> Option<String> {
@@ -41,21 +39,17 @@ pub async fn explain(
     name: String,
 ) -> Result<Option<Explained>, ExplainError> {
     let cidrs: Api<ServiceCIDR> = Api::all(client.clone());
-    let Some(obj) = cidrs
-        .get_opt(&name)
-        .await
-        .map_err(failed(format!("reading servicecidr {name}")))?
-    else {
+    let Some(obj) = get(&cidrs, &name, format!("reading servicecidr {name}")).await? else {
         return Ok(None);
     };
     let all = cidrs
         .list(&ListParams::default())
         .await
-        .map_err(failed("listing servicecidrs".into()))?;
+        .map_err(failed("listing servicecidrs"))?;
     let ips = Api::<IPAddress>::all(client)
         .list(&ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={ALLOCATOR}")))
         .await
-        .map_err(failed("listing ipaddresses".into()))?;
+        .map_err(failed("listing ipaddresses"))?;
     let others: Vec<(String, Vec<String>)> = all
         .items
         .iter()
@@ -100,9 +94,12 @@ pub async fn explain(
                 format!("IPAddress {}{owner}", u.name)
             })
             .collect();
-        held.push(format!(
-            "the range is the only one of {}. It goes once those Services are deleted (or given addresses elsewhere), or another ServiceCIDR contains its CIDRs; then 10 s after the deletion.",
-            who.join(", ")
+        held.push(Hold::said(
+            NAME,
+            &format!(
+                "the range is the only one of {}. It goes once those Services are deleted (or given addresses elsewhere), or another ServiceCIDR contains its CIDRs; then 10 s after the deletion.",
+                who.join(", ")
+            ),
         ));
     }
     Ok(Some(Explained {

@@ -21,14 +21,15 @@ pub mod controller;
 pub mod explain;
 pub mod index;
 
-use protection_core::featuregate::{FeatureSpec, Stage};
-use protection_core::release::GateDecl;
+use protection_core::featuregate::FeatureSpec;
+use protection_core::release::{GateDecl, phased_add_from};
 use protection_core::version::Version;
 use protection_core::{
     ControllerDescriptor, ControllerInfo, FinalizedResource, FinalizerNames, FinalizerProfile,
     PolicyRule,
 };
 
+use protection_core::runtime::descriptor;
 pub use protection_core::runtime::{ReconcileError as Error, Settings};
 
 /// The release that brings service-cidr-protection.
@@ -36,11 +37,7 @@ pub const SERVICE_CIDR_SINCE: Version = Version::new(0, 5);
 
 /// The train of the ServiceCIDR finalizer's addition: Alpha off at 0.5,
 /// planned Beta on at 0.6 and GA locked on at 0.7.
-pub const SERVICE_CIDR_PHASED_ADD: &[FeatureSpec] = &[
-    FeatureSpec::new(Version::new(0, 5), Stage::Alpha, false, false),
-    FeatureSpec::new(Version::new(0, 6), Stage::Beta, true, false),
-    FeatureSpec::new(Version::new(0, 7), Stage::GA, true, true),
-];
+pub const SERVICE_CIDR_PHASED_ADD: &[FeatureSpec] = &phased_add_from(SERVICE_CIDR_SINCE);
 
 /// Gates the ServiceCIDR finalizer's *addition* (removal is never gated).
 pub const MULTI_CIDR_SERVICE_ALLOCATOR: GateDecl = GateDecl {
@@ -94,62 +91,38 @@ pub const INFO: ControllerInfo = ControllerInfo {
 pub const INFOS: &[&ControllerInfo] = &[&INFO];
 
 /// Default of `--service-cidr-resync-period`.
-pub const DEFAULT_RESYNC_PERIOD: std::time::Duration = std::time::Duration::from_secs(300);
+pub use protection_core::runtime::DEFAULT_RESYNC_PERIOD;
 
-fn duration_arg(s: &str) -> Result<std::time::Duration, String> {
-    protection_core::duration::parse_duration(s).map_err(|e| e.to_string())
-}
-
-/// Flags of service-cidr-protection (flattened into `protection-manager
-/// run`).
-#[derive(Clone, Debug, clap::Args)]
-#[group(id = "service-cidr-protection")]
-pub struct Options {
+protection_core::resync_options! {
+    /// Flags of service-cidr-protection (flattened into `protection-manager
+    /// run`).
+    group = "service-cidr-protection",
     /// How often service-cidr-protection re-checks every ServiceCIDR being
     /// deleted with its finalizer (or lacking it, or its Ready condition),
     /// as upstream's informer resync does. Re-checks read the caches. `0`
-    /// disables it.
-    #[arg(
-        id = "service_cidr_resync_period",
-        long = "service-cidr-resync-period",
-        default_value = "5m",
-        value_parser = duration_arg
-    )]
-    pub resync_period: std::time::Duration,
+    /// disables it; otherwise at least 1s (client-go's minimum resync
+    /// period).
+    id = "service_cidr_resync_period",
+    flag = "service-cidr-resync-period",
 }
 
-impl Default for Options {
-    fn default() -> Self {
-        Options {
-            resync_period: DEFAULT_RESYNC_PERIOD,
-        }
-    }
-}
+/// Why the descriptors could not be built.
+pub use protection_core::runtime::ConfigError;
 
-/// Configuration errors.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{0}")]
-    Invalid(String),
-}
-
-/// The controller of this crate; it re-checks ServiceCIDRs every
-/// `resync_period` (zero: never).
+/// The controller of this crate, from its own flags (vac-protection,
+/// which has none, takes the storage controllers' resync period instead).
 pub fn descriptors(
-    resync_period: std::time::Duration,
+    opts: &Options,
     profile: FinalizerProfile,
 ) -> Result<Vec<ControllerDescriptor>, ConfigError> {
-    let settings = Settings::for_profile(&INFO, profile, resync_period)
-        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    Ok(vec![ControllerDescriptor {
-        info: &INFO,
-        run: Box::new(move |ctx| Box::pin(controller::run(ctx, settings))),
-    }])
+    let d = descriptor(&INFO, profile, opts.resync_period, controller::run)?;
+    Ok(vec![d])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use protection_core::featuregate::Stage;
 
     #[test]
     fn profiles_name_the_finalizer() {
@@ -165,7 +138,10 @@ mod tests {
 
     #[test]
     fn the_descriptor_is_new_at_0_5_with_the_upstream_alias() {
-        let d = descriptors(std::time::Duration::ZERO, FinalizerProfile::Project).unwrap();
+        let opts = Options {
+            resync_period: std::time::Duration::ZERO,
+        };
+        let d = descriptors(&opts, FinalizerProfile::Project).unwrap();
         assert_eq!(
             (d[0].name, d[0].aliases, d[0].enabled_by_default, d[0].since),
             (
@@ -212,5 +188,36 @@ mod tests {
                 ("0.7".to_string(), Stage::GA)
             ]
         );
+    }
+
+    /// The flag takes what the other resync periods take: 0 (off) or at
+    /// least client-go's 1s minimum (it took 500ms, which the chart refuses).
+    #[test]
+    fn resync_flag_takes_zero_or_at_least_a_second() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            o: Options,
+        }
+        let period = |arg: &str| {
+            Cli::try_parse_from(["x", arg])
+                .map(|c| c.o.resync_period)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            Cli::try_parse_from(["x"]).unwrap().o.resync_period,
+            DEFAULT_RESYNC_PERIOD
+        );
+        assert_eq!(
+            period("--service-cidr-resync-period=1m30s"),
+            Ok(std::time::Duration::from_secs(90))
+        );
+        assert_eq!(
+            period("--service-cidr-resync-period=0"),
+            Ok(std::time::Duration::ZERO)
+        );
+        let e = period("--service-cidr-resync-period=500ms").unwrap_err();
+        assert!(e.contains("must be 0 (off) or at least 1s"), "{e}");
     }
 }

@@ -6,8 +6,34 @@
 //! An object that cannot be read is reported, never skipped: a class is only
 //! free when every PVC and PV was read.
 
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use protection_core::explain::{
+    ExplainError, ExplainKind, Explained, Hold, NameRule, failed, in_use_holds,
+};
+
+use crate::controller::NAME;
 use crate::index::{VacUse, live_users};
 use crate::objects::{PvRefs, PvcRefs};
+
+/// The kind vac-protection explains.
+pub const KIND: ExplainKind = ExplainKind {
+    controller: NAME,
+    group: "storage.k8s.io",
+    title: "VolumeAttributesClass",
+    names: &[
+        "vac",
+        "vacs",
+        "volumeattributesclass",
+        "volumeattributesclasses",
+    ],
+    namespaced: false,
+    name_rule: NameRule::Dns1123Subdomain,
+    explain: |client, _, name| explain(client, name).boxed(),
+};
 
 /// A PVC or PV that could not be read as the controller reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +60,32 @@ impl VacExplanation {
     /// No known user, but some objects could not be read.
     pub fn undecided(&self) -> bool {
         self.users.is_empty() && !self.unreadable.is_empty()
+    }
+
+    /// Why vac-protection holds the class (or would): its users, else the
+    /// objects it could not read.
+    pub fn holds(&self) -> Vec<Hold> {
+        let users: Vec<String> = self.users.iter().map(VacUse::describe).collect();
+        let unreadable: Vec<String> = self
+            .unreadable
+            .iter()
+            .map(|o| format!("{} ({})", o.object, o.error))
+            .collect();
+        in_use_holds(
+            &users,
+            &unreadable,
+            |who| Hold {
+                why: format!(
+                    "held by {NAME}: the class is in use by {who}. It goes once no claim or volume refers to it: delete them or change them to another class (a pending modification counts until it finishes)."
+                ),
+                if_deleted: Some(format!("{NAME} would hold it while {who} refers to it.")),
+            },
+            |who| {
+                format!(
+                    "{NAME} cannot tell whether the class is free: no readable claim or volume uses it, but {who} could not be read."
+                )
+            },
+        )
     }
 }
 
@@ -81,6 +133,72 @@ pub fn explain_vac(
     }
 }
 
+/// The class `name` and the version it was read at (v1, else v1beta1);
+/// `None` when it does not exist.
+async fn get_vac(
+    client: &kube::Client,
+    name: &str,
+) -> Result<Option<(ObjectMeta, &'static str)>, ExplainError> {
+    for version in ["v1", "v1beta1"] {
+        let gvk = GroupVersionKind::gvk("storage.k8s.io", version, "VolumeAttributesClass");
+        let api: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &ApiResource::from_gvk_with_plural(&gvk, "volumeattributesclasses"),
+        );
+        match api.get_opt(name).await {
+            Ok(Some(o)) => return Ok(Some((o.metadata, version))),
+            Ok(None) => return Ok(None),
+            // This version is not served: try the next one.
+            Err(kube::Error::Api(s)) if s.code == 404 => continue,
+            Err(e) => return Err(failed(format!("reading vac {name}"))(e)),
+        }
+    }
+    Err(ExplainError {
+        what: format!("reading vac {name}"),
+        source: "the cluster serves no VolumeAttributesClass API (storage.k8s.io/v1 or v1beta1)"
+            .into(),
+    })
+}
+
+/// Explains VolumeAttributesClass `name`, read live with every PVC and PV.
+pub async fn explain(
+    client: kube::Client,
+    name: String,
+) -> Result<Option<Explained>, ExplainError> {
+    let Some((meta, version)) = get_vac(&client, &name).await? else {
+        return Ok(None);
+    };
+    let list = |r: ApiResource, what: &'static str| {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &r);
+        async move {
+            api.list(&ListParams::default())
+                .await
+                .map_err(failed(what))
+                .map(|l| {
+                    l.items
+                        .into_iter()
+                        .filter_map(|o| serde_json::to_value(o).ok())
+                        .collect::<Vec<_>>()
+                })
+        }
+    };
+    let pvcs = list(
+        ApiResource::erase::<PersistentVolumeClaim>(&()),
+        "listing persistentvolumeclaims",
+    )
+    .await?;
+    let pvs = list(
+        ApiResource::erase::<PersistentVolume>(&()),
+        "listing persistentvolumes",
+    )
+    .await?;
+    Ok(Some(Explained {
+        meta,
+        facts: vec![format!("API:         storage.k8s.io/{version}")],
+        held: explain_vac(&name, pvcs, pvs).holds(),
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,5 +230,25 @@ mod tests {
         let e = explain_vac("bronze", [bad], []);
         assert!(e.undecided(), "{e:?}");
         assert_eq!(e.unreadable[0].object, "PersistentVolumeClaim shop/odd");
+    }
+
+    #[test]
+    fn a_class_in_use_names_its_users_and_what_frees_it() {
+        let pvcs = [json!({"metadata": {"name": "data", "namespace": "default"},
+                           "spec": {"volumeAttributesClassName": "gold"}})];
+        assert_eq!(
+            explain_vac("gold", pvcs.clone(), []).holds(),
+            vec![Hold {
+                why: "held by vac-protection: the class is in use by PersistentVolumeClaim default/data (spec.volumeAttributesClassName). It goes once no claim or volume refers to it: delete them or change them to another class (a pending modification counts until it finishes).".into(),
+                if_deleted: Some("vac-protection would hold it while PersistentVolumeClaim default/data (spec.volumeAttributesClassName) refers to it.".into()),
+            }]
+        );
+        assert!(explain_vac("silver", pvcs, []).holds().is_empty());
+        let bad = json!({"metadata": {"name": "pv-x"}, "spec": {"volumeAttributesClassName": 7}});
+        let holds = explain_vac("gold", [], [bad]).holds();
+        assert!(
+            holds[0].why.starts_with("vac-protection cannot tell whether the class is free: no readable claim or volume uses it, but PersistentVolume pv-x (invalid type"),
+            "{holds:?}"
+        );
     }
 }

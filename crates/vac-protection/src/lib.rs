@@ -34,8 +34,8 @@ pub mod index;
 pub mod objects;
 pub mod vac;
 
-use protection_core::featuregate::{FeatureSpec, Stage};
-use protection_core::release::GateDecl;
+use protection_core::featuregate::FeatureSpec;
+use protection_core::release::{GateDecl, phased_add_from};
 use protection_core::version::Version;
 use protection_core::{
     ControllerDescriptor, ControllerInfo, FinalizedResource, FinalizerNames, FinalizerProfile,
@@ -48,11 +48,7 @@ pub const VAC_SINCE: Version = Version::new(0, 4);
 /// The train of the VolumeAttributesClass finalizer's addition: Alpha off
 /// at 0.4 (the release that brings the controller, removal always on),
 /// planned Beta on at 0.5 and GA locked on at 0.6.
-pub const VAC_PHASED_ADD: &[FeatureSpec] = &[
-    FeatureSpec::new(Version::new(0, 4), Stage::Alpha, false, false),
-    FeatureSpec::new(Version::new(0, 5), Stage::Beta, true, false),
-    FeatureSpec::new(Version::new(0, 6), Stage::GA, true, true),
-];
+pub const VAC_PHASED_ADD: &[FeatureSpec] = &phased_add_from(VAC_SINCE);
 
 /// Gates the class finalizer's *addition* (removal is never gated). Named
 /// after upstream's gate: kube-controller-manager starts
@@ -103,14 +99,11 @@ pub const INFO: ControllerInfo = ControllerInfo {
 /// The controllers of this crate, as the manager knows them.
 pub const INFOS: &[&ControllerInfo] = &[&INFO];
 
+use protection_core::runtime::descriptor;
 pub use protection_core::runtime::{ReconcileError as Error, Settings};
 
-/// Configuration errors.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("{0}")]
-    Invalid(String),
-}
+/// Why the descriptors could not be built.
+pub use protection_core::runtime::ConfigError;
 
 /// The controller of this crate. It re-checks classes every
 /// `resync_period` (the manager passes the storage protection flag,
@@ -119,12 +112,12 @@ pub fn descriptors(
     resync_period: std::time::Duration,
     profile: FinalizerProfile,
 ) -> Result<Vec<ControllerDescriptor>, ConfigError> {
-    let settings = Settings::for_profile(&INFO, profile, resync_period)
-        .map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    Ok(vec![ControllerDescriptor {
-        info: &INFO,
-        run: Box::new(move |ctx| Box::pin(controller::run(ctx, settings))),
-    }])
+    Ok(vec![descriptor(
+        &INFO,
+        profile,
+        resync_period,
+        controller::run,
+    )?])
 }
 
 #[cfg(test)]

@@ -106,6 +106,89 @@ impl Settings {
     }
 }
 
+/// Why a controller crate's descriptors could not be built from the flags.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The finalizer the profile names is not a valid finalizer name.
+    #[error(transparent)]
+    Finalizer(#[from] crate::FinalizerError),
+}
+
+/// The descriptor of `info`'s controller under `profile`, re-checking every
+/// `resync_period` (zero: never): `run` starts it with its [`Settings`].
+pub fn descriptor<F, Fut>(
+    info: &'static crate::ControllerInfo,
+    profile: crate::FinalizerProfile,
+    resync_period: Duration,
+    run: F,
+) -> Result<crate::ControllerDescriptor, ConfigError>
+where
+    F: FnOnce(ControllerContext, Settings) -> Fut + Send + 'static,
+    Fut: Future<Output = crate::controllers::ControllerResult> + Send + 'static,
+{
+    let settings = Settings::for_profile(info, profile, resync_period)?;
+    Ok(crate::ControllerDescriptor {
+        info,
+        run: Box::new(move |ctx| Box::pin(run(ctx, settings))),
+    })
+}
+
+/// Default of every controller crate's resync period flag.
+pub const DEFAULT_RESYNC_PERIOD: Duration = Duration::from_secs(300);
+
+/// `--…-resync-period`'s parser: [`crate::duration::RESYNC_PERIOD`].
+pub fn resync_period_arg(s: &str) -> Result<Duration, String> {
+    crate::duration::RESYNC_PERIOD.parse(s)
+}
+
+/// Declares a controller crate's flags, `Options`: one resync period flag
+/// (default [`DEFAULT_RESYNC_PERIOD`], parsed by [`resync_period_arg`]),
+/// flattened into `protection-manager run` by the manager's table. The doc
+/// comments given become the struct's and the flag's help; `id` is the
+/// flag's clap id (unique across the manager's flattened flags).
+///
+/// ```ignore
+/// protection_core::resync_options! {
+///     /// Flags of the widget controller.
+///     group = "widget-protection",
+///     /// How often widget-protection re-checks every widget.
+///     id = "widget_resync_period",
+///     flag = "widget-resync-period",
+/// }
+/// ```
+#[macro_export]
+macro_rules! resync_options {
+    (
+        $(#[doc = $doc:literal])*
+        group = $group:literal,
+        $(#[doc = $help:literal])*
+        id = $id:literal,
+        flag = $flag:literal $(,)?
+    ) => {
+        $(#[doc = $doc])*
+        #[derive(Clone, Debug, clap::Args)]
+        #[group(id = $group)]
+        pub struct Options {
+            $(#[doc = $help])*
+            #[arg(
+                id = $id,
+                long = $flag,
+                default_value = "5m",
+                value_parser = $crate::runtime::resync_period_arg
+            )]
+            pub resync_period: ::std::time::Duration,
+        }
+
+        impl Default for Options {
+            fn default() -> Self {
+                Options {
+                    resync_period: $crate::runtime::DEFAULT_RESYNC_PERIOD,
+                }
+            }
+        }
+    };
+}
+
 /// The controller's finalizer, phased by `gate`: added only while the gate
 /// is on at the running (or emulated) release, always removed; each write
 /// one guarded JSON patch, counted in the controller's metrics.
