@@ -671,3 +671,124 @@ async fn retry_after_then_success() {
     );
     env.stop().await;
 }
+
+/// Issue 27, "fights never back off": a writer that keeps re-adding the
+/// cleanup finalizer to a Service that is no longer a load balancer (a
+/// GitOps tool applying a manifest exported with its finalizers, say) got a
+/// removal from us on every re-add, as fast as both could go, for ever. Now
+/// the third removal within 30 s waits 5 s (doubling while it goes on), one
+/// Warning FinalizerFight names the writer's field manager, and the
+/// back-off is counted; the finalizer still goes once the writer stops, and
+/// no load balancer is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_re_adding_the_finalizer_meets_a_back_off_and_one_warning() {
+    let mut env = Env::new().await;
+    env.add_nodes(&["node-a"]).await;
+    env.start(Ctl::default()).await;
+    let uid = env
+        .create(&lb_service("web", Some(CLASS)))
+        .await
+        .metadata
+        .uid
+        .expect("uid");
+    env.wait_service("web", "is ready", |s| {
+        s.is_some_and(|s| finalizers(s).contains(&FINALIZER.into()) && !ingress_ips(s).is_empty())
+    })
+    .await;
+    // No longer a load balancer (as the e2e jig changes the type): the load
+    // balancer goes, then our finalizer (the first removal).
+    let mut s = env.get("web").await.expect("service");
+    if let Some(spec) = s.spec.as_mut() {
+        spec.type_ = Some("ClusterIP".into());
+        if let Some(p) = spec.ports.as_mut().and_then(|p| p.first_mut()) {
+            p.node_port = Some(0);
+        }
+    }
+    env.services()
+        .replace("web", &Default::default(), &s)
+        .await
+        .expect("update the Service to ClusterIP");
+    env.wait_service("web", "lost its finalizer", |s| {
+        s.is_some_and(|s| !finalizers(s).contains(&FINALIZER.into()))
+    })
+    .await;
+    assert!(env.cloud.get(&uid).is_none(), "load balancer deleted");
+
+    let since = env.mark();
+    let gitops = PatchParams {
+        field_manager: Some("gitops-sync".into()),
+        ..PatchParams::default()
+    };
+    let api = env.services();
+    let mut readds = 0;
+    let start = std::time::Instant::now();
+    let mut reported: Option<std::time::Instant> = None;
+    // Re-add whenever it is gone, for 3 s, and on until a second after the
+    // fight is reported (never, before the fix: then until the deadline).
+    loop {
+        let live = api.get("web").await.expect("get");
+        if !finalizers(&live).contains(&FINALIZER.into()) {
+            api.patch(
+                "web",
+                &gitops,
+                &Patch::Merge(json!({"metadata": {"finalizers": [FINALIZER]}})),
+            )
+            .await
+            .expect("the writer re-adds the finalizer");
+            readds += 1;
+        }
+        if reported.is_none() && env.event_count("web", "FinalizerFight").await > 0 {
+            reported = Some(std::time::Instant::now());
+        }
+        let elapsed = start.elapsed();
+        if (elapsed >= Duration::from_secs(3)
+            && reported.is_some_and(|t| t.elapsed() >= Duration::from_secs(1)))
+            || elapsed > DEADLINE
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let removals = env.service_writes(since).len();
+    println!(
+        "{readds} re-adds by the writer in {:?}, {removals} removals by the controller",
+        start.elapsed()
+    );
+    assert_eq!(
+        removals, 1,
+        "one quick removal, then the back-off holds the next (the third in the window)"
+    );
+    assert_eq!(
+        readds, 2,
+        "the writer re-added after the first removal and the second"
+    );
+    let fights: Vec<(String, String, String)> = env
+        .events("web")
+        .await
+        .into_iter()
+        .filter(|(_, r, _)| r == "FinalizerFight")
+        .collect();
+    assert_eq!(fights.len(), 1, "one Warning per fight: {fights:?}");
+    assert_eq!(fights[0].0, "Warning");
+    assert!(
+        fights[0].2.starts_with(&format!(
+            "field manager \"gitops-sync\" (the last other writer) keeps re-adding finalizer {FINALIZER}"
+        )),
+        "{}",
+        fights[0].2
+    );
+    let text = env.metrics.encode().expect("metrics");
+    assert!(
+        text.contains(
+            "protection_manager_finalizer_fight_backoffs_total{controller=\"service-lb-cleanup\"} 1\n"
+        ),
+        "{text}"
+    );
+    // The back-off only delays: once the writer stops, the finalizer goes.
+    env.wait_service("web", "lost its finalizer after the back-off", |s| {
+        s.is_some_and(|s| !finalizers(s).contains(&FINALIZER.into()))
+    })
+    .await;
+    assert!(env.orphans().await.is_empty());
+    env.stop().await;
+}
