@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use cel::{Context, Value};
-use kube_cel::guard::Limits;
+use kube_cel::guard::{Abort, Limits};
 use kube_cel::size::json_size;
 use kube_cel::{EvalError, env, plan, to_cel};
 use proptest::prelude::*;
@@ -108,17 +108,25 @@ struct Run {
 }
 
 fn eval(src: &str, object: &serde_json::Value) -> Option<Run> {
+    eval_within(
+        src,
+        object,
+        Limits {
+            cost: u64::MAX,
+            memory: u64::MAX,
+            time: std::time::Duration::from_secs(60),
+        },
+    )
+}
+
+/// [`eval`] with the meter's `limits`.
+fn eval_within(src: &str, object: &serde_json::Value, limits: Limits) -> Option<Run> {
     let env = Arc::new(env().ok()?);
     let program = env.compile(src).ok()?;
     let plan = plan(program.expression(), &[("object", json_size(object))]);
     let mut ctx = Context::with_env(env);
     ctx.add_variable_from_value("object", to_cel(object));
     let plain = program.execute(&ctx).map_err(|e| e.to_string());
-    let limits = Limits {
-        cost: u64::MAX,
-        memory: u64::MAX,
-        time: std::time::Duration::from_secs(60),
-    };
     let (metered, usage) = kube_cel::run(&plan.expr, &ctx, limits, None);
     Some(Run {
         plain,
@@ -128,9 +136,9 @@ fn eval(src: &str, object: &serde_json::Value) -> Option<Run> {
     })
 }
 
+// No `cases` here: a number fixed in the config would override
+// PROPTEST_CASES, and `make fuzz` would run 256 cases like `make test`.
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
-
     #[test]
     fn the_meter_changes_no_answer_and_the_estimate_bounds_it(src in expr(), object in object()) {
         let Some(Run { plain, metered, estimate, usage }) = eval(&src, &object) else {
@@ -149,5 +157,46 @@ proptest! {
             usage.memory as f64 <= estimate.memory + 1e-6,
             "{src} on {object}: memory {} > estimate {}", usage.memory, estimate.memory
         );
+    }
+
+    /// A budget is kept to the unit: an evaluation whose unmetered cost and
+    /// memory fit the limits gives its answer; one that needs more is
+    /// stopped, naming the limit it passed (and never answers with more
+    /// spent than allowed).
+    #[test]
+    fn a_budget_stops_exactly_the_evaluations_that_exceed_it(
+        src in expr(),
+        object in object(),
+        cost_share in 0.0f64..1.25,
+        memory_share in 0.0f64..1.25,
+    ) {
+        let Some(full) = eval(&src, &object) else {
+            return Ok(());
+        };
+        let limits = Limits {
+            cost: (full.usage.cost * cost_share) as u64,
+            memory: (full.usage.memory as f64 * memory_share) as u64,
+            time: std::time::Duration::from_secs(60),
+        };
+        let Some(bounded) = eval_within(&src, &object, limits) else {
+            return Ok(());
+        };
+        let fits = full.usage.cost <= limits.cost as f64 && full.usage.memory <= limits.memory;
+        match &bounded.metered {
+            Err(EvalError::Aborted(Abort::Cost(l))) => {
+                prop_assert_eq!(*l, limits.cost);
+                prop_assert!(full.usage.cost > limits.cost as f64, "{src}: stopped within its cost {limits:?}, full {:?}", full.usage);
+            }
+            Err(EvalError::Aborted(Abort::Memory(l))) => {
+                prop_assert_eq!(*l, limits.memory);
+                prop_assert!(full.usage.memory > limits.memory, "{src}: stopped within its memory {limits:?}, full {:?}", full.usage);
+            }
+            Err(EvalError::Aborted(a)) => prop_assert!(false, "{src}: {a:?}"),
+            answer => {
+                prop_assert!(fits, "{src} answered {answer:?} beyond {limits:?}: full {:?}", full.usage);
+                prop_assert_eq!(answer, &full.metered, "{}", src);
+                prop_assert!(bounded.usage.cost <= limits.cost as f64 && bounded.usage.memory <= limits.memory);
+            }
+        }
     }
 }
