@@ -96,8 +96,10 @@ pub const INFOS: &[&ControllerInfo] = &[&INFO];
 /// Default of `--service-cidr-resync-period`.
 pub const DEFAULT_RESYNC_PERIOD: std::time::Duration = std::time::Duration::from_secs(300);
 
-fn duration_arg(s: &str) -> Result<std::time::Duration, String> {
-    protection_core::duration::parse_duration(s).map_err(|e| e.to_string())
+/// A resync period: 0 (off) or at least client-go's minimum (issue 27's
+/// interval floors: a 1 ns resync spins a core).
+fn resync_arg(s: &str) -> Result<std::time::Duration, String> {
+    protection_core::duration::RESYNC_PERIOD.parse(s)
 }
 
 /// Flags of service-cidr-protection (flattened into `protection-manager
@@ -113,7 +115,7 @@ pub struct Options {
         id = "service_cidr_resync_period",
         long = "service-cidr-resync-period",
         default_value = "5m",
-        value_parser = duration_arg
+        value_parser = resync_arg
     )]
     pub resync_period: std::time::Duration,
 }
@@ -150,6 +152,32 @@ pub fn descriptors(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 27's interval floors (found by `make fuzz`): the flag took
+    /// `1ns`, a resync that spins a core.
+    #[test]
+    fn the_resync_flag_has_client_gos_floor() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            o: Options,
+        }
+        let period = |v: &str| {
+            Cli::try_parse_from(["x", &format!("--service-cidr-resync-period={v}")])
+                .map(|c| c.o.resync_period)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(period("0"), Ok(std::time::Duration::ZERO));
+        assert_eq!(period("1s"), Ok(std::time::Duration::from_secs(1)));
+        for v in ["1ns", "999ms"] {
+            let e = period(v).unwrap_err();
+            assert!(
+                e.contains("--service-cidr-resync-period") && e.contains("at least 1s"),
+                "{v}: {e}"
+            );
+        }
+    }
 
     #[test]
     fn profiles_name_the_finalizer() {
