@@ -98,41 +98,37 @@ fn expr() -> impl Strategy<Value = String> {
     })
 }
 
-/// An expression's answer without the meter, with it, its estimate and what
-/// the meter charged.
+/// An expression's answer without the meter, with it (under each of
+/// `limits`), its estimate and what the meter charged. One context for all:
+/// a map's iteration order is fixed for one value, not between two.
 struct Run {
     plain: Result<Value, String>,
-    metered: Result<Value, EvalError>,
+    metered: Vec<(Result<Value, EvalError>, kube_cel::Usage)>,
     estimate: kube_cel::Estimate,
-    usage: kube_cel::Usage,
 }
 
-fn eval(src: &str, object: &serde_json::Value) -> Option<Run> {
-    eval_within(
-        src,
-        object,
-        Limits {
-            cost: u64::MAX,
-            memory: u64::MAX,
-            time: std::time::Duration::from_secs(60),
-        },
-    )
-}
+/// No limit but a generous clock.
+const UNLIMITED: Limits = Limits {
+    cost: u64::MAX,
+    memory: u64::MAX,
+    time: std::time::Duration::from_secs(60),
+};
 
-/// [`eval`] with the meter's `limits`.
-fn eval_within(src: &str, object: &serde_json::Value, limits: Limits) -> Option<Run> {
+fn eval(src: &str, object: &serde_json::Value, limits: &[Limits]) -> Option<Run> {
     let env = Arc::new(env().ok()?);
     let program = env.compile(src).ok()?;
     let plan = plan(program.expression(), &[("object", json_size(object))]);
     let mut ctx = Context::with_env(env);
     ctx.add_variable_from_value("object", to_cel(object));
     let plain = program.execute(&ctx).map_err(|e| e.to_string());
-    let (metered, usage) = kube_cel::run(&plan.expr, &ctx, limits, None);
+    let metered = limits
+        .iter()
+        .map(|l| kube_cel::run(&plan.expr, &ctx, *l, None))
+        .collect();
     Some(Run {
         plain,
         metered,
         estimate: plan.estimate,
-        usage,
     })
 }
 
@@ -141,7 +137,10 @@ fn eval_within(src: &str, object: &serde_json::Value, limits: Limits) -> Option<
 proptest! {
     #[test]
     fn the_meter_changes_no_answer_and_the_estimate_bounds_it(src in expr(), object in object()) {
-        let Some(Run { plain, metered, estimate, usage }) = eval(&src, &object) else {
+        let Some(Run { plain, mut metered, estimate }) = eval(&src, &object, &[UNLIMITED]) else {
+            return Ok(());
+        };
+        let Some((metered, usage)) = metered.pop() else {
             return Ok(());
         };
         match (&plain, &metered) {
@@ -170,32 +169,40 @@ proptest! {
         cost_share in 0.0f64..1.25,
         memory_share in 0.0f64..1.25,
     ) {
-        let Some(full) = eval(&src, &object) else {
+        // The limits come from the unlimited run's usage: one run to learn
+        // it, then both again in one context.
+        let Some(mut probe) = eval(&src, &object, &[UNLIMITED]) else {
+            return Ok(());
+        };
+        let Some((_, probe_usage)) = probe.metered.pop() else {
             return Ok(());
         };
         let limits = Limits {
-            cost: (full.usage.cost * cost_share) as u64,
-            memory: (full.usage.memory as f64 * memory_share) as u64,
+            cost: (probe_usage.cost * cost_share) as u64,
+            memory: (probe_usage.memory as f64 * memory_share) as u64,
             time: std::time::Duration::from_secs(60),
         };
-        let Some(bounded) = eval_within(&src, &object, limits) else {
+        let Some(run) = eval(&src, &object, &[UNLIMITED, limits]) else {
             return Ok(());
         };
-        let fits = full.usage.cost <= limits.cost as f64 && full.usage.memory <= limits.memory;
-        match &bounded.metered {
+        let [(full_answer, full_usage), (answer, usage)] = &run.metered[..] else {
+            return Ok(());
+        };
+        let fits = full_usage.cost <= limits.cost as f64 && full_usage.memory <= limits.memory;
+        match answer {
             Err(EvalError::Aborted(Abort::Cost(l))) => {
                 prop_assert_eq!(*l, limits.cost);
-                prop_assert!(full.usage.cost > limits.cost as f64, "{src}: stopped within its cost {limits:?}, full {:?}", full.usage);
+                prop_assert!(full_usage.cost > limits.cost as f64, "{src}: stopped within its cost {limits:?}, full {:?}", full_usage);
             }
             Err(EvalError::Aborted(Abort::Memory(l))) => {
                 prop_assert_eq!(*l, limits.memory);
-                prop_assert!(full.usage.memory > limits.memory, "{src}: stopped within its memory {limits:?}, full {:?}", full.usage);
+                prop_assert!(full_usage.memory > limits.memory, "{src}: stopped within its memory {limits:?}, full {:?}", full_usage);
             }
             Err(EvalError::Aborted(a)) => prop_assert!(false, "{src}: {a:?}"),
             answer => {
-                prop_assert!(fits, "{src} answered {answer:?} beyond {limits:?}: full {:?}", full.usage);
-                prop_assert_eq!(answer, &full.metered, "{}", src);
-                prop_assert!(bounded.usage.cost <= limits.cost as f64 && bounded.usage.memory <= limits.memory);
+                prop_assert!(fits, "{src} answered {answer:?} beyond {limits:?}: full {:?}", full_usage);
+                prop_assert_eq!(answer, full_answer, "{}", src);
+                prop_assert!(usage.cost <= limits.cost as f64 && usage.memory <= limits.memory);
             }
         }
     }

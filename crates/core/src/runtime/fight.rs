@@ -1,8 +1,11 @@
 //! Fights over a finalizer: another writer that keeps removing the
 //! finalizer we add (a script, an operator that "cleans up" finalizers)
 //! would get a re-add from us on every watch event, tens of writes a second
-//! for ever, slowing every other object. A fight is the same object
-//! re-added [`THRESHOLD`] times within [`WINDOW`]; from then on each re-add
+//! for ever, slowing every other object (service-lb-cleanup meets the same
+//! the other way too: a writer that keeps re-adding the finalizer it
+//! removes). A fight is the same object re-written [`THRESHOLD`] times
+//! within [`WINDOW`] (a write its caller reports as not made,
+//! [`Fights::not_written`], does not count); from then on each re-write
 //! waits, per object, [`BASE`] doubled on every further one up to [`MAX`]
 //! (as the service controller's 5 s → 300 s), the controller emits one
 //! Warning event naming the other field manager, and counts each back-off
@@ -305,49 +308,58 @@ mod tests {
             managed_fields: Some(entries),
             ..ObjectMeta::default()
         };
-        // Same second: the finalizers' owner, whether listed first or last
-        // (the server orders equal times by manager name).
-        let t = "2026-11-26T10:00:07Z";
-        for entries in [
-            vec![
-                entry("re-adder", t, finalizers.clone()),
-                entry("zz-labeller", t, annotations.clone()),
-            ],
-            vec![
-                entry("annotator", t, annotations.clone()),
-                entry("re-adder", t, finalizers.clone()),
-            ],
-        ] {
+        let (t, later) = ("2026-11-26T10:00:07Z", "2026-11-26T10:00:08Z");
+        let cases = [
+            // Same second: the finalizers' owner, whether listed first or
+            // last (the server orders equal times by manager name).
+            (
+                vec![
+                    entry("re-adder", t, finalizers.clone()),
+                    entry("zz-labeller", t, annotations.clone()),
+                ],
+                Some("re-adder"),
+            ),
+            (
+                vec![
+                    entry("annotator", t, annotations.clone()),
+                    entry("re-adder", t, finalizers.clone()),
+                ],
+                Some("re-adder"),
+            ),
+            // Ours is never named, even owning the finalizers.
+            (
+                vec![
+                    entry("annotator", t, annotations.clone()),
+                    entry("us", t, finalizers.clone()),
+                ],
+                Some("annotator"),
+            ),
+            // Only among the most recent: a later writer wins over an
+            // earlier owner of the finalizers.
+            (
+                vec![
+                    entry("annotator", later, annotations.clone()),
+                    entry("re-adder", t, finalizers.clone()),
+                ],
+                Some("annotator"),
+            ),
+            // No owner among equals: the later entry, as before.
+            (
+                vec![
+                    entry("a", t, annotations.clone()),
+                    entry("b", t, annotations.clone()),
+                ],
+                Some("b"),
+            ),
+            (vec![], None),
+        ];
+        for (entries, want) in cases {
+            let names: Vec<_> = entries.iter().map(|e| e.manager.clone()).collect();
             assert_eq!(
                 other_writer(&meta(entries), "us").as_deref(),
-                Some("re-adder")
+                want,
+                "{names:?}"
             );
         }
-        // Ours is never named, even owning the finalizers.
-        let entries = vec![
-            entry("annotator", t, annotations.clone()),
-            entry("us", t, finalizers.clone()),
-        ];
-        assert_eq!(
-            other_writer(&meta(entries), "us").as_deref(),
-            Some("annotator")
-        );
-        // Only among the most recent: a later writer wins over an earlier
-        // owner of the finalizers.
-        let entries = vec![
-            entry("annotator", "2026-11-26T10:00:08Z", annotations.clone()),
-            entry("re-adder", t, finalizers),
-        ];
-        assert_eq!(
-            other_writer(&meta(entries), "us").as_deref(),
-            Some("annotator")
-        );
-        // No owner among equals: the later entry, as before.
-        let entries = vec![
-            entry("a", t, annotations.clone()),
-            entry("b", t, annotations),
-        ];
-        assert_eq!(other_writer(&meta(entries), "us").as_deref(), Some("b"));
-        assert_eq!(other_writer(&meta(vec![]), "us"), None);
     }
 }
