@@ -602,6 +602,7 @@ address an IP address. `every_value_the_chart_renders_the_binary_starts_with`
 {{- $checks := list
   (list "storageProtection.resyncPeriod" "storage-protection-resync-period" $v.storageProtection.resyncPeriod "resync")
   (list "loadBalancer.resyncPeriod" "lb-resync-period" $v.loadBalancer.resyncPeriod "resync")
+  (list "serviceCIDRProtection.resyncPeriod" "service-cidr-resync-period" $v.serviceCIDRProtection.resyncPeriod "resync")
   (list "loadBalancer.provider.connectTimeout" "lb-provider-connect-timeout" $v.loadBalancer.provider.connectTimeout "positive")
   (list "loadBalancer.provider.requestTimeout" "lb-provider-request-timeout" $v.loadBalancer.provider.requestTimeout "positive")
   (list "kubeApi.requestTimeout" "request-timeout" $v.kubeApi.requestTimeout "timeout")

@@ -317,20 +317,15 @@ fn ping_interval_arg(s: &str) -> Result<Duration, String> {
 }
 
 /// kubectl's `--request-timeout`: whole seconds, or a duration with a unit.
+/// kubectl reads whole seconds as a Go duration (`<n>s`), so it refuses
+/// what an int64 of nanoseconds cannot hold, with this message (the
+/// chart's check says the same).
 pub fn request_timeout_arg(s: &str) -> Result<Duration, String> {
-    if let Ok(secs) = s.trim().parse::<u64>() {
-        // kubectl reads whole seconds as a Go duration, which refuses what
-        // an int64 of nanoseconds cannot hold.
-        let d = Duration::from_secs(secs);
-        if d > GO_MAX.0 {
-            return Err(format!(
-                "{s:?} is out of range: a timeout is at most {}s (Go's longest duration)",
-                GO_MAX.0.as_secs()
-            ));
-        }
-        return Ok(d);
-    }
-    parse_duration(s).map_err(|_| {
+    let d = match s.trim().parse::<u64>() {
+        Ok(secs) => Some(Duration::from_secs(secs)).filter(|d| *d <= GO_MAX.0),
+        Err(_) => parse_duration(s).ok(),
+    };
+    d.ok_or_else(|| {
         format!(
             "invalid timeout value {s:?}. Timeout must be a single integer in seconds, or an integer followed by a corresponding time unit (e.g. 1s | 2m | 3h)"
         )

@@ -983,6 +983,10 @@ fn the_chart_refuses_unsafe_combinations_with_a_clear_message() {
             "storageProtection.resyncPeriod: invalid value \"500ms\" for --storage-protection-resync-period: \"500ms\" is out of range: must be 0 (off) or at least 1s",
         ),
         (
+            &["string:serviceCIDRProtection.resyncPeriod=1ns"],
+            "serviceCIDRProtection.resyncPeriod: invalid value \"1ns\" for --service-cidr-resync-period: \"1ns\" is out of range: must be 0 (off) or at least 1s",
+        ),
+        (
             &["string:kubeApi.requestTimeout=2562048h"],
             "kubeApi.requestTimeout: invalid value \"2562048h\" for --request-timeout: invalid timeout value \"2562048h\"",
         ),
@@ -1751,6 +1755,7 @@ fn every_value_the_chart_renders_the_binary_starts_with() {
     let duration_values = [
         "storageProtection.resyncPeriod",
         "loadBalancer.resyncPeriod",
+        "serviceCIDRProtection.resyncPeriod",
         "loadBalancer.provider.connectTimeout",
         "loadBalancer.provider.requestTimeout",
         "kubeApi.requestTimeout",
