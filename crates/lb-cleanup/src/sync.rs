@@ -473,7 +473,11 @@ impl Syncer {
         );
         let reference = regarding(svc);
         let uid = plan.lb().uid.as_str();
-        let finalizer_step = finalizer_write(&plan);
+        // A Service being deleted cannot get a finalizer back (the API
+        // server refuses new ones): its removal is no fight, and never waits.
+        let finalizer_step = finalizer_write(&plan).filter(|s| {
+            !(*s == Step::RemoveFinalizer && svc.metadata.deletion_timestamp.is_some())
+        });
         if let Some(step) = finalizer_step {
             self.before_finalizer_write(svc, &reference, step).await?;
         }
@@ -1988,6 +1992,15 @@ pub(crate) mod tests {
             "{}",
             warnings[0].note
         );
+        // Deleted meanwhile: nothing can re-add it now (the API server
+        // refuses new finalizers on a Service being deleted): the removal
+        // goes at once.
+        let out = env
+            .syncer
+            .process_service(&deleting(cip), NodeSet::default())
+            .await
+            .expect("a deleted Service's finalizer is removed at once");
+        assert!(out.finalizer_removed);
     }
 
     /// The other way: a writer that keeps removing the finalizer from a
