@@ -69,8 +69,10 @@ go-check:
 # parsers a user or the API can feed: flags, durations, versions, names,
 # URL redaction, the load-balancer provider's replies, kube-sim's selectors,
 # patches and integer decoding, cloud-sim's request bodies, CEL expressions: the cost meter
-# changes no answer and the static estimate bounds what it charges, in work
-# and memory). A failure prints
+# changes no answer, the static estimate bounds what it charges, in work
+# and memory, and a budget stops exactly the evaluations that exceed it;
+# every duration flag holds only what its consumer holds; a namespace, object
+# or explain target name a flag accepts is one plain path segment). A failure prints
 # the minimal input and proptest keeps it under proptest-regressions/.
 FUZZ_CASES ?= 20000
 

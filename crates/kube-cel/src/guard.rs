@@ -196,10 +196,12 @@ impl Meter {
     }
 
     /// The largest size worth measuring for a cost charge of a tenth per
-    /// unit: past it the charge aborts anyway.
+    /// unit: past it the charge aborts anyway. Rounded up, so that a value
+    /// found larger (charged as this plus one) always passes the limit,
+    /// rather than landing on it.
     fn cost_cap(&self) -> u64 {
         let left = (self.limits.cost as f64 - self.cost).max(0.0);
-        (left * 10.0).min(u64::MAX as f64 / 2.0) as u64
+        (left * 10.0).ceil().min(u64::MAX as f64 / 2.0) as u64
     }
 }
 
@@ -284,8 +286,10 @@ fn range<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionE
     if let Some(n) = v.downcast_ref::<CelInt>() {
         let n = u64::try_from(*n.inner()).unwrap_or(0);
         with_meter(|m| {
-            // `lists.range(n)` is n ints: 2n + 2.
-            if n.saturating_mul(2).saturating_add(2) > m.memory_left() {
+            // `lists.range(n)` is n ints (size 1 each), n - 1 separators and
+            // the brackets: exactly what `@charge` will count for it.
+            let size = n.saturating_add(n.saturating_sub(1)).saturating_add(2);
+            if size > m.memory_left() {
                 return Err(Abort::Memory(m.limits.memory));
             }
             Ok(())

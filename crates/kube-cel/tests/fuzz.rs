@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use cel::{Context, Value};
-use kube_cel::guard::Limits;
+use kube_cel::guard::{Abort, Limits};
 use kube_cel::size::json_size;
 use kube_cel::{EvalError, env, plan, to_cel};
 use proptest::prelude::*;
@@ -98,42 +98,49 @@ fn expr() -> impl Strategy<Value = String> {
     })
 }
 
-/// An expression's answer without the meter, with it, its estimate and what
-/// the meter charged.
+/// An expression's answer without the meter, with it (under each of
+/// `limits`), its estimate and what the meter charged. One context for all:
+/// a map's iteration order is fixed for one value, not between two.
 struct Run {
     plain: Result<Value, String>,
-    metered: Result<Value, EvalError>,
+    metered: Vec<(Result<Value, EvalError>, kube_cel::Usage)>,
     estimate: kube_cel::Estimate,
-    usage: kube_cel::Usage,
 }
 
-fn eval(src: &str, object: &serde_json::Value) -> Option<Run> {
+/// No limit but a generous clock.
+const UNLIMITED: Limits = Limits {
+    cost: u64::MAX,
+    memory: u64::MAX,
+    time: std::time::Duration::from_secs(60),
+};
+
+fn eval(src: &str, object: &serde_json::Value, limits: &[Limits]) -> Option<Run> {
     let env = Arc::new(env().ok()?);
     let program = env.compile(src).ok()?;
     let plan = plan(program.expression(), &[("object", json_size(object))]);
     let mut ctx = Context::with_env(env);
     ctx.add_variable_from_value("object", to_cel(object));
     let plain = program.execute(&ctx).map_err(|e| e.to_string());
-    let limits = Limits {
-        cost: u64::MAX,
-        memory: u64::MAX,
-        time: std::time::Duration::from_secs(60),
-    };
-    let (metered, usage) = kube_cel::run(&plan.expr, &ctx, limits, None);
+    let metered = limits
+        .iter()
+        .map(|l| kube_cel::run(&plan.expr, &ctx, *l, None))
+        .collect();
     Some(Run {
         plain,
         metered,
         estimate: plan.estimate,
-        usage,
     })
 }
 
+// No `cases` here: a number fixed in the config would override
+// PROPTEST_CASES, and `make fuzz` would run 256 cases like `make test`.
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
-
     #[test]
     fn the_meter_changes_no_answer_and_the_estimate_bounds_it(src in expr(), object in object()) {
-        let Some(Run { plain, metered, estimate, usage }) = eval(&src, &object) else {
+        let Some(Run { plain, mut metered, estimate }) = eval(&src, &object, &[UNLIMITED]) else {
+            return Ok(());
+        };
+        let Some((metered, usage)) = metered.pop() else {
             return Ok(());
         };
         match (&plain, &metered) {
@@ -149,5 +156,54 @@ proptest! {
             usage.memory as f64 <= estimate.memory + 1e-6,
             "{src} on {object}: memory {} > estimate {}", usage.memory, estimate.memory
         );
+    }
+
+    /// A budget is kept to the unit: an evaluation whose unmetered cost and
+    /// memory fit the limits gives its answer; one that needs more is
+    /// stopped, naming the limit it passed (and never answers with more
+    /// spent than allowed).
+    #[test]
+    fn a_budget_stops_exactly_the_evaluations_that_exceed_it(
+        src in expr(),
+        object in object(),
+        cost_share in 0.0f64..1.25,
+        memory_share in 0.0f64..1.25,
+    ) {
+        // The limits come from the unlimited run's usage: one run to learn
+        // it, then both again in one context.
+        let Some(mut probe) = eval(&src, &object, &[UNLIMITED]) else {
+            return Ok(());
+        };
+        let Some((_, probe_usage)) = probe.metered.pop() else {
+            return Ok(());
+        };
+        let limits = Limits {
+            cost: (probe_usage.cost * cost_share) as u64,
+            memory: (probe_usage.memory as f64 * memory_share) as u64,
+            time: std::time::Duration::from_secs(60),
+        };
+        let Some(run) = eval(&src, &object, &[UNLIMITED, limits]) else {
+            return Ok(());
+        };
+        let [(full_answer, full_usage), (answer, usage)] = &run.metered[..] else {
+            return Ok(());
+        };
+        let fits = full_usage.cost <= limits.cost as f64 && full_usage.memory <= limits.memory;
+        match answer {
+            Err(EvalError::Aborted(Abort::Cost(l))) => {
+                prop_assert_eq!(*l, limits.cost);
+                prop_assert!(full_usage.cost > limits.cost as f64, "{src}: stopped within its cost {limits:?}, full {:?}", full_usage);
+            }
+            Err(EvalError::Aborted(Abort::Memory(l))) => {
+                prop_assert_eq!(*l, limits.memory);
+                prop_assert!(full_usage.memory > limits.memory, "{src}: stopped within its memory {limits:?}, full {:?}", full_usage);
+            }
+            Err(EvalError::Aborted(a)) => prop_assert!(false, "{src}: {a:?}"),
+            answer => {
+                prop_assert!(fits, "{src} answered {answer:?} beyond {limits:?}: full {:?}", full_usage);
+                prop_assert_eq!(answer, full_answer, "{}", src);
+                prop_assert!(usage.cost <= limits.cost as f64 && usage.memory <= limits.memory);
+            }
+        }
     }
 }

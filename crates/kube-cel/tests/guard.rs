@@ -136,6 +136,58 @@ fn an_expression_that_grows_memory_stops_before_it_has_grown() {
     assert_eq!(e, EvalError::Aborted(Abort::Memory(1000)));
 }
 
+/// Found by `make fuzz` (a budget stops exactly the evaluations that
+/// exceed it): the check before `lists.range(n)` is built counted one unit
+/// more than the list's size, so an evaluation that fit its memory limit
+/// exactly was stopped as over it.
+#[test]
+fn a_range_that_fits_the_memory_left_exactly_is_built() {
+    let p = pod(1);
+    // [0,1,2]: 3 ints, 2 separators, 2 brackets.
+    let exact = Limits {
+        memory: 7,
+        ..UNTIMED
+    };
+    assert_eq!(
+        run("lists.range(3)", &p, exact).unwrap(),
+        to_cel(&json!([0, 1, 2]))
+    );
+    let short = Limits {
+        memory: 6,
+        ..UNTIMED
+    };
+    assert_eq!(
+        run("lists.range(3)", &p, short).unwrap_err(),
+        EvalError::Aborted(Abort::Memory(6))
+    );
+    let empty = Limits {
+        memory: 2,
+        ..UNTIMED
+    };
+    assert_eq!(
+        run("lists.range(0)", &p, empty).unwrap(),
+        to_cel(&json!([]))
+    );
+}
+
+/// Found by `make fuzz`: a value measured only up to the budget left (so
+/// that measuring a huge value costs no more than the budget) was charged
+/// with the budget's remainder rounded down, which could land exactly on
+/// the limit instead of past it: this evaluation needs 3.4 units, and
+/// finished within a limit of 3.
+#[test]
+fn a_value_larger_than_the_budget_left_always_passes_the_limit() {
+    let object = json!({"name": ",,a,a", "items": [null, null]});
+    let limits = Limits { cost: 3, ..UNTIMED };
+    let e = run(
+        "object.items.exists(x, object.name == 1)[0]",
+        &object,
+        limits,
+    )
+    .unwrap_err();
+    assert_eq!(e, EvalError::Aborted(Abort::Cost(3)));
+}
+
 #[test]
 fn an_error_absorbed_by_or_still_aborts() {
     // `expensive || true` is true in CEL even when the left side errs: the

@@ -30,6 +30,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -119,6 +120,18 @@ impl ServiceWriter for KubeWriter {
                 Err(WriteError::Stale(s.message.clone()))
             }
             Err(e) => Err(WriteError::Api(e.to_string())),
+        }
+    }
+
+    async fn live_metadata(&self, namespace: &str, name: &str) -> Option<ObjectMeta> {
+        // Metadata only, in full: managedFields say who else writes.
+        let api: Api<Service> = Api::namespaced(self.client.clone(), namespace);
+        match api.get_metadata_opt(name).await {
+            Ok(m) => m.map(|m| m.metadata),
+            Err(e) => {
+                tracing::debug!(service = %format!("{namespace}/{name}"), error = %e, "reading the Service's managedFields failed");
+                None
+            }
         }
     }
 }
@@ -235,6 +248,9 @@ async fn reconcile(svc: Arc<Service>, st: Arc<State>) -> Result<Action, Reconcil
             Ok(Action::await_change())
         }
         Err(e) => {
+            if e.is_new_fight_backoff() {
+                st.metrics.finalizer_fight_backoff();
+            }
             timer.finish(false);
             Err(e.into())
         }

@@ -11,7 +11,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{ObjectReference, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::Mutex;
+use protection_core::runtime::executor::REASON_FIGHT;
+use protection_core::runtime::fight::{Fights, Verdict, describe_other, other_writer};
 use serde_json::Value;
 
 use crate::decide::{CleanupPlan, EnsurePlan, NodeSet, Op, Plan, Policy, decide};
@@ -117,6 +120,13 @@ pub trait ServiceWriter: Send + Sync {
         name: &str,
         body: &Value,
     ) -> Result<Option<Service>, WriteError>;
+
+    /// The Service's metadata as the server has it now, managedFields
+    /// included (to name the other side of a fight); `None` if it cannot be
+    /// read.
+    async fn live_metadata(&self, _namespace: &str, _name: &str) -> Option<ObjectMeta> {
+        None
+    }
 }
 
 /// What went wrong in a step.
@@ -125,6 +135,23 @@ pub enum Cause {
     Provider(ProviderError),
     Write(WriteError),
     Spec(SpecError),
+    /// Another writer keeps undoing our finalizer write: the write waits.
+    Fight(Fight),
+}
+
+/// A finalizer write held back because another writer keeps undoing it
+/// (`protection_core::runtime::fight`): removing it from a Service that has
+/// a load balancer, or re-adding it after the load balancer was deleted.
+/// Only the write (and the sync it belongs to) waits: nothing is released
+/// that the load balancer still needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fight {
+    /// How long until the write may be made.
+    pub wait: std::time::Duration,
+    /// A new back-off (counted in
+    /// `protection_manager_finalizer_fight_backoffs_total`), rather than
+    /// one still running.
+    pub new_backoff: bool,
 }
 
 impl fmt::Display for Cause {
@@ -133,6 +160,11 @@ impl fmt::Display for Cause {
             Cause::Provider(e) => e.fmt(f),
             Cause::Write(e) => e.fmt(f),
             Cause::Spec(e) => e.fmt(f),
+            Cause::Fight(x) => write!(
+                f,
+                "another writer keeps undoing it; writing it again in {:?}",
+                x.wait
+            ),
         }
     }
 }
@@ -180,8 +212,14 @@ impl SyncError {
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         match &self.cause {
             Cause::Provider(e) => e.retry_after(),
+            Cause::Fight(f) => Some(f.wait),
             _ => None,
         }
+    }
+
+    /// A new fight back-off (to count).
+    pub fn is_new_fight_backoff(&self) -> bool {
+        matches!(self.cause, Cause::Fight(f) if f.new_backoff)
     }
 }
 
@@ -326,6 +364,8 @@ pub struct Syncer {
     failing_since: Mutex<HashMap<String, jiff::Timestamp>>,
     /// Per-UID serialisation of provider calls.
     pub locks: KeyLocks,
+    /// Fights over our finalizer, per Service UID and direction.
+    fights: Fights,
 }
 
 impl fmt::Debug for Syncer {
@@ -353,6 +393,7 @@ impl Syncer {
             last_synced_nodes: Mutex::new(HashMap::new()),
             failing_since: Mutex::new(HashMap::new()),
             locks: KeyLocks::default(),
+            fights: Fights::default(),
         }
     }
 
@@ -431,14 +472,44 @@ impl Syncer {
             },
         );
         let reference = regarding(svc);
-        let _guard = self.locks.lock(&plan.lb().uid).await;
+        let uid = plan.lb().uid.as_str();
+        // A Service being deleted cannot get a finalizer back (the API
+        // server refuses new ones): its removal is no fight, and never waits.
+        let finalizer_step = finalizer_write(&plan).filter(|s| {
+            !(*s == Step::RemoveFinalizer && svc.metadata.deletion_timestamp.is_some())
+        });
+        if let Some(step) = finalizer_step {
+            self.before_finalizer_write(svc, &reference, step).await?;
+        }
+        let _guard = self.locks.lock(uid).await;
         let res = match &plan {
             Plan::Ensure(p) => self.ensure(&key, svc, &reference, p).await,
             Plan::Cleanup(p) => self.cleanup(svc, &reference, p).await,
         };
+        if let Some(step) = finalizer_step {
+            // Only writes made count toward a fight, not retries of a sync
+            // that failed before its write (the add is an ensure's first
+            // step, the removal a cleanup's last).
+            let wrote = match &res {
+                Ok(o) => o.finalizer_added || (o.finalizer_removed && !o.gone),
+                Err(e) => step == Step::AddFinalizer && e.step != Step::AddFinalizer,
+            };
+            if !wrote {
+                self.fights.not_written(&fight_key(step, uid));
+            }
+        }
         match res {
             Ok(outcome) => {
                 self.failing_since.lock().remove(&key);
+                // A write the other way ends a run of writes one way: a
+                // Service switched LoadBalancer → ClusterIP → LoadBalancer
+                // is no fight.
+                if outcome.finalizer_added || outcome.gone {
+                    self.fights.forget(&fight_key(Step::RemoveFinalizer, uid));
+                }
+                if outcome.finalizer_removed || outcome.gone {
+                    self.fights.forget(&fight_key(Step::AddFinalizer, uid));
+                }
                 if outcome.op == Some(Op::Delete) {
                     // Only forget after a successful deletion (upstream).
                     self.forget(&key);
@@ -450,6 +521,70 @@ impl Syncer {
                 Err(e)
             }
         }
+    }
+
+    /// Counts a finalizer write (`step`) about to be made to `svc` and
+    /// holds it back (an error asking for the wait) when another writer
+    /// keeps undoing it; the first back-off of a fight is reported once, as
+    /// a Warning naming the other field manager.
+    async fn before_finalizer_write(
+        &self,
+        svc: &Service,
+        reference: &ObjectReference,
+        step: Step,
+    ) -> Result<(), SyncError> {
+        let uid = svc.metadata.uid.as_deref().unwrap_or_default();
+        let fight = match self.fights.before_write(&fight_key(step, uid)) {
+            Verdict::Write => return Ok(()),
+            Verdict::Waiting { wait } => Fight {
+                wait,
+                new_backoff: false,
+            },
+            Verdict::BackOff { wait, started } => {
+                if started {
+                    self.report_fight(svc, reference, step, wait).await;
+                }
+                Fight {
+                    wait,
+                    new_backoff: true,
+                }
+            }
+        };
+        Err(SyncError {
+            step,
+            cause: Cause::Fight(fight),
+        })
+    }
+
+    /// The one Warning of a fight, naming the other writer (one metadata
+    /// GET: the cache keeps no managedFields).
+    async fn report_fight(
+        &self,
+        svc: &Service,
+        reference: &ObjectReference,
+        step: Step,
+        wait: std::time::Duration,
+    ) {
+        let (ns, name) = names(svc);
+        let other = self
+            .writer
+            .live_metadata(ns, name)
+            .await
+            .and_then(|m| other_writer(&m, crate::controller::FIELD_MANAGER));
+        let who = describe_other(other);
+        let f = &self.policy.finalizer;
+        let note = if step == Step::RemoveFinalizer {
+            format!(
+                "{who} keeps re-adding finalizer {f} after the load balancer was deleted: removing it only after {wait:?}, then backing off further while the re-adds go on"
+            )
+        } else {
+            format!(
+                "{who} keeps removing finalizer {f}: re-adding it only after {wait:?}, then backing off further while the removals go on (if the Service is deleted meanwhile, its load balancer is still deleted)"
+            )
+        };
+        tracing::warn!(service = %key_of(svc), "{note}");
+        self.event(reference, LbEvent::warning(REASON_FIGHT, step, note))
+            .await;
     }
 
     async fn report_failure(&self, key: &str, reference: &ObjectReference, e: &SyncError) {
@@ -788,6 +923,22 @@ impl Syncer {
     }
 }
 
+/// The finalizer write `plan` makes, if any.
+fn finalizer_write(plan: &Plan) -> Option<Step> {
+    match plan {
+        Plan::Ensure(p) if p.add_finalizer.is_some() => Some(Step::AddFinalizer),
+        Plan::Cleanup(p) if p.final_write.as_ref().is_some_and(|w| w.removes_finalizer) => {
+            Some(Step::RemoveFinalizer)
+        }
+        _ => None,
+    }
+}
+
+/// Adds and removals are counted apart: a fight is a run of writes one way.
+fn fight_key(step: Step, uid: &str) -> String {
+    format!("{}/{uid}", step.action())
+}
+
 fn names(svc: &Service) -> (&str, &str) {
     (
         svc.metadata.namespace.as_deref().unwrap_or(""),
@@ -893,6 +1044,8 @@ pub(crate) mod tests {
     pub struct FakeWriter {
         pub patches: Mutex<Vec<Value>>,
         pub answers: Mutex<VecDeque<Result<Option<Service>, WriteError>>>,
+        /// What `live_metadata` answers.
+        pub live: Mutex<Option<ObjectMeta>>,
     }
 
     #[async_trait]
@@ -911,6 +1064,10 @@ pub(crate) mod tests {
             s.metadata.namespace = Some(ns.into());
             s.metadata.name = Some(name.into());
             Ok(Some(s))
+        }
+
+        async fn live_metadata(&self, _: &str, _: &str) -> Option<ObjectMeta> {
+            self.live.lock().clone()
         }
     }
 
@@ -1749,5 +1906,158 @@ pub(crate) mod tests {
         drop(g);
         waiter.await.unwrap();
         assert!(locks.is_empty());
+    }
+
+    /// managedFields of a Service whose finalizers `manager` wrote last.
+    fn written_by(manager: &str) -> ObjectMeta {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+        let entry = |m: &str, fields: Value| ManagedFieldsEntry {
+            manager: Some(m.into()),
+            operation: Some("Update".into()),
+            time: Some(Time(jiff::Timestamp::UNIX_EPOCH)),
+            fields_v1: Some(FieldsV1(fields)),
+            ..ManagedFieldsEntry::default()
+        };
+        ObjectMeta {
+            managed_fields: Some(vec![
+                entry(manager, json!({"f:metadata": {"f:finalizers": {}}})),
+                entry("zz-other", json!({"f:spec": {"f:type": {}}})),
+                entry(
+                    crate::controller::FIELD_MANAGER,
+                    json!({"f:status": {"f:loadBalancer": {}}}),
+                ),
+            ]),
+            ..ObjectMeta::default()
+        }
+    }
+
+    fn fight(r: Result<Outcome, SyncError>) -> Option<Fight> {
+        match r {
+            Err(SyncError {
+                cause: Cause::Fight(f),
+                ..
+            }) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// Issue 27, "fights never back off": a writer that keeps re-adding the
+    /// finalizer to a Service whose load balancer is gone got a removal
+    /// from us on every re-add, for ever. The third removal in the window
+    /// waits (no provider call, no write), one Warning names the writer.
+    #[tokio::test]
+    async fn a_writer_re_adding_the_finalizer_meets_a_back_off_and_one_warning() {
+        let env = env_with(FakeProvider::existing(false), true);
+        *env.writer.live.lock() = Some(written_by("gitops-sync"));
+        let cip = finalized(svc("web", "ClusterIP", "TCP"));
+        for _ in 0..2 {
+            env.syncer
+                .process_service(&cip, NodeSet::default())
+                .await
+                .expect("a removal");
+        }
+        let f = fight(env.syncer.process_service(&cip, NodeSet::default()).await)
+            .expect("the third removal backs off");
+        assert_eq!(
+            f,
+            Fight {
+                wait: protection_core::runtime::fight::BASE,
+                new_backoff: true
+            }
+        );
+        let again = fight(env.syncer.process_service(&cip, NodeSet::default()).await)
+            .expect("still waiting");
+        assert!(!again.new_backoff && again.wait <= f.wait);
+        assert_eq!(env.writer.patches.lock().len(), 2, "two removals written");
+        assert_eq!(
+            env.provider.calls(),
+            ["get", "get"],
+            "no provider call while waiting"
+        );
+        let warnings: Vec<LbEvent> = env
+            .events
+            .0
+            .lock()
+            .iter()
+            .map(|(_, e)| e.clone())
+            .filter(|e| e.warning)
+            .collect();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert_eq!(warnings[0].reason, REASON_FIGHT);
+        assert_eq!(warnings[0].action, "RemoveFinalizer");
+        assert!(
+            warnings[0]
+                .note
+                .starts_with("field manager \"gitops-sync\" (the last other writer) keeps re-adding finalizer service.kubernetes.io/load-balancer-cleanup"),
+            "{}",
+            warnings[0].note
+        );
+        // Deleted meanwhile: nothing can re-add it now (the API server
+        // refuses new finalizers on a Service being deleted): the removal
+        // goes at once.
+        let out = env
+            .syncer
+            .process_service(&deleting(cip), NodeSet::default())
+            .await
+            .expect("a deleted Service's finalizer is removed at once");
+        assert!(out.finalizer_removed);
+    }
+
+    /// The other way: a writer that keeps removing the finalizer from a
+    /// Service with a load balancer. The add waits, and so does the sync it
+    /// belongs to: no load balancer call is made without the finalizer.
+    #[tokio::test]
+    async fn a_writer_removing_the_finalizer_meets_a_back_off() {
+        let env = env_with(FakeProvider::default(), true);
+        let lb = svc("web", "LoadBalancer", "TCP");
+        for _ in 0..2 {
+            let out = env
+                .syncer
+                .process_service(&lb, NodeSet::default())
+                .await
+                .expect("an add");
+            assert!(out.finalizer_added);
+        }
+        let calls = env.provider.calls();
+        let f = fight(env.syncer.process_service(&lb, NodeSet::default()).await)
+            .expect("the third add backs off");
+        assert!(f.new_backoff);
+        assert_eq!(
+            env.provider.calls(),
+            calls,
+            "nothing ensured without the finalizer"
+        );
+        let patches = env.writer.patches.lock().clone();
+        assert_eq!(patches.iter().filter(|p| has_finalizer_patch(p)).count(), 2);
+        let fights: Vec<String> = env
+            .events
+            .0
+            .lock()
+            .iter()
+            .filter(|(_, e)| e.reason == REASON_FIGHT)
+            .map(|(_, e)| e.note.clone())
+            .collect();
+        assert_eq!(fights.len(), 1);
+        assert!(
+            fights[0].starts_with("another writer (whose field manager left no trace"),
+            "{}",
+            fights[0]
+        );
+    }
+
+    /// A Service switched between LoadBalancer and ClusterIP gets an add and
+    /// a removal each time: writes the other way round are no fight.
+    #[tokio::test]
+    async fn switching_the_type_back_and_forth_is_no_fight() {
+        let env = env_with(FakeProvider::default(), true);
+        let lb = svc("web", "LoadBalancer", "TCP");
+        let cip = finalized(svc("web", "ClusterIP", "TCP"));
+        for _ in 0..4 {
+            let add = env.syncer.process_service(&lb, NodeSet::default()).await;
+            assert!(add.expect("add").finalizer_added);
+            let remove = env.syncer.process_service(&cip, NodeSet::default()).await;
+            assert!(remove.expect("remove").finalizer_removed);
+        }
+        assert!(!env.events.reasons().contains(&REASON_FIGHT));
     }
 }

@@ -47,21 +47,9 @@ async fn should_handle_load_balancer_cleanup_finalizer_for_service(bed: Bed) {
     let targets: Vec<&str> = lb.nodes.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(targets, ["node-a", "node-b"]);
 
-    // 4. Change the type to ClusterIP as the e2e jig does (GET, set type and
-    // ports[0].nodePort = 0, PUT); the API server drops the fields that only
-    // a LoadBalancer may have. The load balancer goes, and so do the
-    // finalizer and the ingress.
-    let mut s = env.get("lb-finalizer").await.expect("service");
-    if let Some(spec) = s.spec.as_mut() {
-        spec.type_ = Some("ClusterIP".into());
-        if let Some(p) = spec.ports.as_mut().and_then(|p| p.first_mut()) {
-            p.node_port = Some(0);
-        }
-    }
-    env.services()
-        .replace("lb-finalizer", &Default::default(), &s)
-        .await
-        .expect("update the Service to ClusterIP");
+    // 4. Change the type to ClusterIP as the e2e jig does. The load
+    // balancer goes, and so do the finalizer and the ingress.
+    env.make_cluster_ip("lb-finalizer").await;
     env.wait_service("lb-finalizer", "lost its finalizer and ingress", |s| {
         s.is_some_and(|s| !finalizers(s).contains(&FINALIZER.into()) && ingress_ips(s).is_empty())
     })
@@ -574,16 +562,7 @@ async fn killed_between_lb_deleted_and_finalizer_removed_recovers() {
     let mut env = Env::new().await;
     env.add_nodes(&["node-a"]).await;
     env.start(Ctl::default()).await;
-    let uid = env
-        .create(&lb_service("web", Some(CLASS)))
-        .await
-        .metadata
-        .uid
-        .expect("uid");
-    env.wait_service("web", "is ready", |s| {
-        s.is_some_and(|s| finalizers(s).contains(&FINALIZER.into()) && !ingress_ips(s).is_empty())
-    })
-    .await;
+    let uid = env.create_ready("web").await;
     let rule = env.kube().faults().add(
         FaultRule::error(500)
             .user(USER)
@@ -669,5 +648,178 @@ async fn retry_after_then_success() {
             && n.contains("slow down")),
         "{evs:#?}"
     );
+    env.stop().await;
+}
+
+/// Issue 27, "fights never back off": a writer that keeps re-adding the
+/// cleanup finalizer to a Service that is no longer a load balancer (a
+/// GitOps tool applying a manifest exported with its finalizers, say) got a
+/// removal from us on every re-add, as fast as both could go, for ever. Now
+/// the third removal within 30 s waits 5 s (doubling while it goes on), one
+/// Warning FinalizerFight names the writer's field manager, and the
+/// back-off is counted; the finalizer still goes once the writer stops, and
+/// no load balancer is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_re_adding_the_finalizer_meets_a_back_off_and_one_warning() {
+    let mut env = Env::new().await;
+    env.add_nodes(&["node-a"]).await;
+    env.start(Ctl::default()).await;
+    let uid = env.create_ready("web").await;
+    // No longer a load balancer: the load balancer goes, then our
+    // finalizer (the first removal).
+    env.make_cluster_ip("web").await;
+    env.wait_service("web", "lost its finalizer", |s| {
+        s.is_some_and(|s| !finalizers(s).contains(&FINALIZER.into()))
+    })
+    .await;
+    assert!(env.cloud.get(&uid).is_none(), "load balancer deleted");
+
+    let (readds, removals) = fight_with(
+        &env,
+        "gitops-sync",
+        |s| finalizers(s).contains(&FINALIZER.into()),
+        |_| json!({"metadata": {"finalizers": [FINALIZER]}}),
+    )
+    .await;
+    assert_eq!(
+        removals, 1,
+        "one quick removal, then the back-off holds the next (the third in the window)"
+    );
+    assert_eq!(
+        readds, 2,
+        "the writer re-added after the first removal and the second"
+    );
+    assert_one_fight_warning(&env, "gitops-sync", "re-adding").await;
+    // The back-off only delays: once the writer stops, the finalizer goes.
+    env.wait_service("web", "lost its finalizer after the back-off", |s| {
+        s.is_some_and(|s| !finalizers(s).contains(&FINALIZER.into()))
+    })
+    .await;
+    assert!(env.orphans().await.is_empty());
+    env.stop().await;
+}
+
+/// Another writer (field manager `manager`) fights our finalizer on "web":
+/// whenever `done` is false for the live Service it sends `patch(n)` (the
+/// n-th time), for 3 s, and on until a second after the fight is reported
+/// (never, before the fix: then until the deadline). Returns its patches
+/// and the controller's writes meanwhile.
+async fn fight_with(
+    env: &Env,
+    manager: &str,
+    done: impl Fn(&k8s_openapi::api::core::v1::Service) -> bool,
+    patch: impl Fn(usize) -> serde_json::Value,
+) -> (usize, usize) {
+    let since = env.mark();
+    let params = PatchParams {
+        field_manager: Some(manager.into()),
+        ..PatchParams::default()
+    };
+    let api = env.services();
+    let mut patches = 0;
+    let start = std::time::Instant::now();
+    let mut reported: Option<std::time::Instant> = None;
+    loop {
+        let live = api.get("web").await.expect("get");
+        if !done(&live) {
+            api.patch("web", &params, &Patch::Merge(patch(patches)))
+                .await
+                .expect("the other writer's patch");
+            patches += 1;
+        }
+        if reported.is_none() && env.event_count("web", "FinalizerFight").await > 0 {
+            reported = Some(std::time::Instant::now());
+        }
+        let elapsed = start.elapsed();
+        if (elapsed >= Duration::from_secs(3)
+            && reported.is_some_and(|t| t.elapsed() >= Duration::from_secs(1)))
+            || elapsed > DEADLINE
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ours = env.service_writes(since).len();
+    println!(
+        "{patches} patches by {manager} in {:?}, {ours} writes by the controller",
+        start.elapsed()
+    );
+    (patches, ours)
+}
+
+/// One Warning FinalizerFight about "web", naming `manager` as the writer
+/// that keeps `doing` (removing, re-adding) our finalizer, and one
+/// back-off counted.
+async fn assert_one_fight_warning(env: &Env, manager: &str, doing: &str) {
+    let fights: Vec<(String, String, String)> = env
+        .events("web")
+        .await
+        .into_iter()
+        .filter(|(_, r, _)| r == "FinalizerFight")
+        .collect();
+    assert_eq!(fights.len(), 1, "one Warning per fight: {fights:?}");
+    assert_eq!(fights[0].0, "Warning");
+    let want = format!(
+        "field manager \"{manager}\" (the last other writer) keeps {doing} finalizer {FINALIZER}"
+    );
+    assert!(fights[0].2.starts_with(&want), "{}", fights[0].2);
+    assert_fight_backoffs(env, 1);
+}
+
+fn assert_fight_backoffs(env: &Env, n: u32) {
+    let text = env.metrics.encode().expect("metrics");
+    let series = format!(
+        "protection_manager_finalizer_fight_backoffs_total{{controller=\"service-lb-cleanup\"}} {n}\n"
+    );
+    assert!(text.contains(&series), "{text}");
+}
+
+/// The other way: a script that keeps removing the finalizer from a
+/// Service that has a load balancer (and marks what it cleaned, which
+/// makes a sync) got an add back on every removal. Now the third add within
+/// 30 s waits, one Warning names it; a Service deleted during the wait
+/// still gets its load balancer deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_removing_the_finalizer_meets_a_back_off_and_no_orphan() {
+    let mut env = Env::new().await;
+    env.add_nodes(&["node-a"]).await;
+    env.start(Ctl::default()).await;
+    let uid = env.create_ready("web").await;
+    // managedFields times have whole seconds: let the creator's second
+    // pass, so the janitor's entry is the latest (a pure removal owns no
+    // field; its annotation does).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (removals, adds) = fight_with(
+        &env,
+        "finalizer-janitor",
+        |s| !finalizers(s).contains(&FINALIZER.into()),
+        |n| {
+            json!({"metadata": {
+                "finalizers": null,
+                "annotations": {"janitor.example.com/cleaned": n.to_string()},
+            }})
+        },
+    )
+    .await;
+    assert_eq!(
+        adds, 1,
+        "one quick re-add, then the back-off holds the next (the third add in the window)"
+    );
+    assert_eq!(
+        removals, 2,
+        "the janitor removed the first add and the re-add"
+    );
+    assert_one_fight_warning(&env, "finalizer-janitor", "removing").await;
+    assert!(env.cloud.get(&uid).is_some(), "the load balancer stays");
+    // Deleted while our add waits (nothing holds it): the load balancer is
+    // still deleted.
+    env.delete("web").await;
+    env.wait_service("web", "is gone", |s| s.is_none()).await;
+    wait_for("the load balancer is deleted", || {
+        let gone = env.cloud.get(&uid).is_none();
+        async move { gone }
+    })
+    .await;
+    assert!(env.orphans().await.is_empty());
     env.stop().await;
 }

@@ -317,11 +317,15 @@ fn ping_interval_arg(s: &str) -> Result<Duration, String> {
 }
 
 /// kubectl's `--request-timeout`: whole seconds, or a duration with a unit.
+/// kubectl reads whole seconds as a Go duration (`<n>s`), so it refuses
+/// what an int64 of nanoseconds cannot hold, with this message (the
+/// chart's check says the same).
 pub fn request_timeout_arg(s: &str) -> Result<Duration, String> {
-    if let Ok(secs) = s.trim().parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
-    }
-    parse_duration(s).map_err(|_| {
+    let d = match s.trim().parse::<u64>() {
+        Ok(secs) => Some(Duration::from_secs(secs)).filter(|d| *d <= GO_MAX.0),
+        Err(_) => parse_duration(s).ok(),
+    };
+    d.ok_or_else(|| {
         format!(
             "invalid timeout value {s:?}. Timeout must be a single integer in seconds, or an integer followed by a corresponding time unit (e.g. 1s | 2m | 3h)"
         )
@@ -640,17 +644,32 @@ mod tests {
             zero_ok: bool,
         }
 
+        /// Go's own maximum (any flag parsed as a Go duration).
+        const GO: Duration = GO_MAX.0;
+
         proptest! {
+            /// Every duration flag of `run` (each crate's too) and the
+            /// client's `--request-timeout`.
             #[test]
             fn duration_flags_take_only_what_their_consumers_hold(
-                value in "[0-9]{1,13}(\\.[0-9]{0,3})?(ns|us|ms|s|m|h)|0",
+                value in "[0-9]{1,13}(\\.[0-9]{0,3})?(ns|us|ms|s|m|h)|0|[0-9]{1,20}",
             ) {
+                let lease = protection_host::leader::MAX_LEASE_DURATION;
                 let checks = [
-                    Flag { name: "leader-elect-lease-duration", get: |r| r.leader_elect_lease_duration, min: Duration::from_secs(2), max: protection_host::leader::MAX_LEASE_DURATION, zero_ok: false },
-                    Flag { name: "ping-interval", get: |r| r.ping_interval, min: Duration::from_secs(1), max: GO_MAX.0, zero_ok: false },
-                    Flag { name: "storage-protection-resync-period", get: |r| r.storage.resync_period, min: Duration::from_secs(1), max: GO_MAX.0, zero_ok: true },
-                    Flag { name: "lb-resync-period", get: |r| r.lb.lb_resync_period, min: Duration::from_secs(1), max: GO_MAX.0, zero_ok: true },
-                    Flag { name: "service-cidr-resync-period", get: |r| r.service_cidr.resync_period, min: Duration::from_secs(1), max: GO_MAX.0, zero_ok: true },
+                    Flag { name: "leader-elect-lease-duration", get: |r| r.leader_elect_lease_duration, min: Duration::from_secs(2), max: lease, zero_ok: false },
+                    Flag { name: "leader-elect-renew-deadline", get: |r| r.leader_elect_renew_deadline, min: Duration::from_millis(1), max: lease, zero_ok: false },
+                    Flag { name: "leader-elect-retry-period", get: |r| r.leader_elect_retry_period, min: Duration::from_millis(1), max: lease, zero_ok: false },
+                    Flag { name: "ping-interval", get: |r| r.ping_interval, min: Duration::from_secs(1), max: GO, zero_ok: false },
+                    Flag { name: "shutdown-grace-period", get: |r| r.shutdown_grace_period, min: Duration::ZERO, max: GO, zero_ok: true },
+                    Flag { name: "storage-protection-resync-period", get: |r| r.storage.resync_period, min: Duration::from_secs(1), max: GO, zero_ok: true },
+                    Flag { name: "lb-resync-period", get: |r| r.lb.lb_resync_period, min: Duration::from_secs(1), max: GO, zero_ok: true },
+                    Flag { name: "lb-provider-connect-timeout", get: |r| r.lb.lb_provider_connect_timeout, min: Duration::ZERO, max: GO, zero_ok: true },
+                    Flag { name: "lb-provider-request-timeout", get: |r| r.lb.lb_provider_request_timeout, min: Duration::ZERO, max: GO, zero_ok: true },
+                    Flag { name: "service-cidr-resync-period", get: |r| r.service_cidr.resync_period, min: Duration::from_secs(1), max: GO, zero_ok: true },
+                    // kubectl's: whole seconds or a Go duration; 0 waits for
+                    // ever. kubectl refuses what Go's int64 of nanoseconds
+                    // cannot hold.
+                    Flag { name: "request-timeout", get: |r| r.client.request_timeout, min: Duration::ZERO, max: GO, zero_ok: true },
                 ];
                 for f in checks {
                     match run_args(f.name, &value) {
@@ -662,6 +681,24 @@ mod tests {
                             );
                         }
                         Err(e) => prop_assert!(e.contains(&format!("--{}", f.name)), "{e}"),
+                    }
+                }
+            }
+
+            /// Issue 27, bug 4 (names in CLI input): a namespace or object
+            /// name a flag accepts is one plain path segment (kube-rs puts
+            /// namespaces in paths verbatim): no `/`, `?`, `#`, `%`, and not
+            /// `.` or `..`. The alphabet mixes a name's characters with
+            /// those that would change a URL, so accepted values are common.
+            #[test]
+            fn names_a_flag_accepts_are_plain_path_segments(
+                value in "[a-z0-9.\\-/?#%&=:@ A-Z_]{0,24}|[a-z0-9]{1,3}(\\.\\.|/|\\?watch=true|#x|%2F)?[a-z0-9.]{0,3}",
+            ) {
+                for (what, r) in [("namespace", namespace_arg(&value)), ("object name", object_name_arg(&value))] {
+                    if let Ok(v) = r {
+                        prop_assert_eq!(&v, &value);
+                        prop_assert_eq!(protection_host::names::escape_path_segment(&v), value.clone(), "{} {:?}", what, value);
+                        prop_assert!(v != "." && v != "..", "{} {:?}", what, v);
                     }
                 }
             }

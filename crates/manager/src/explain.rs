@@ -408,7 +408,12 @@ mod tests {
         /// passes its kind's rule goes into the URL as it is: one path
         /// segment, no query, no fragment.
         #[test]
-        fn a_checked_target_name_is_one_plain_path_segment(target in "\\PC{0,40}") {
+        fn a_checked_target_name_is_one_plain_path_segment(
+            // Any text, and targets of every kind whose names mix a name's
+            // characters with those that would change a URL (so that
+            // accepted names are common).
+            target in "\\PC{0,40}|(pvc|pv|svc|vac|persistentvolumeclaim|service)/[a-z0-9.\\-/?#%&=:@ _A-Z]{0,20}",
+        ) {
             if let Ok((kind, name)) = parse_target(&target)
                 && validate_name(&target, &name, name_rule(kind)).is_ok()
             {

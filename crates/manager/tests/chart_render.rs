@@ -1047,6 +1047,10 @@ fn the_chart_refuses_unsafe_combinations_with_a_clear_message() {
             "serviceCIDRProtection.resyncPeriod: invalid value \"500ms\" for --service-cidr-resync-period: \"500ms\" is out of range: must be 0 (off) or at least 1s",
         ),
         (
+            &["string:serviceCIDRProtection.resyncPeriod=1ns"],
+            "serviceCIDRProtection.resyncPeriod: invalid value \"1ns\" for --service-cidr-resync-period: \"1ns\" is out of range: must be 0 (off) or at least 1s",
+        ),
+        (
             &["string:kubeApi.requestTimeout=2562048h"],
             "kubeApi.requestTimeout: invalid value \"2562048h\" for --request-timeout: invalid timeout value \"2562048h\"",
         ),

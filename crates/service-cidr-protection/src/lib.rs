@@ -124,6 +124,32 @@ mod tests {
     use super::*;
     use protection_core::featuregate::Stage;
 
+    /// Issue 27's interval floors (found by `make fuzz`): the flag took
+    /// `1ns`, a resync that spins a core.
+    #[test]
+    fn the_resync_flag_has_client_gos_floor() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            o: Options,
+        }
+        let period = |v: &str| {
+            Cli::try_parse_from(["x", &format!("--service-cidr-resync-period={v}")])
+                .map(|c| c.o.resync_period)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(period("0"), Ok(std::time::Duration::ZERO));
+        assert_eq!(period("1s"), Ok(std::time::Duration::from_secs(1)));
+        for v in ["1ns", "999ms"] {
+            let e = period(v).unwrap_err();
+            assert!(
+                e.contains("--service-cidr-resync-period") && e.contains("at least 1s"),
+                "{v}: {e}"
+            );
+        }
+    }
+
     #[test]
     fn profiles_name_the_finalizer() {
         assert_eq!(

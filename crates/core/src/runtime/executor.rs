@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 
 use std::sync::Arc;
 
-use super::fight::{Fights, Verdict, other_writer};
+use super::fight::{Fights, Verdict, describe_other, other_writer};
 use super::object_key;
 use super::observer::PerObject;
 use crate::events::EventRecorder;
@@ -110,7 +110,7 @@ impl Executor {
         let uid = obj.meta().uid.clone().unwrap_or_default();
         match step {
             Step::AddFinalizer => {
-                match self.fights.before_add(&uid) {
+                match self.fights.before_write(&uid) {
                     Verdict::Write => {}
                     Verdict::Waiting { wait } => return Err(self.fight(obj, &kind, wait)),
                     Verdict::BackOff { wait, started } => {
@@ -205,10 +205,7 @@ impl Executor {
             Ok(Some(live)) => other_writer(&live.metadata, self.finalizer.field_manager()),
             _ => None,
         };
-        let who = other.map_or_else(
-            || "another writer (whose field manager left no trace in managedFields: a pure removal owns no field)".to_string(),
-            |m| format!("field manager {m:?} (the last other writer)"),
-        );
+        let who = describe_other(other);
         let note = format!(
             "{who} keeps removing finalizer {}: re-adding it only after {wait:?}, then backing off further while the removals go on",
             self.finalizer.name()

@@ -1,8 +1,11 @@
 //! Fights over a finalizer: another writer that keeps removing the
 //! finalizer we add (a script, an operator that "cleans up" finalizers)
 //! would get a re-add from us on every watch event, tens of writes a second
-//! for ever, slowing every other object. A fight is the same object
-//! re-added [`THRESHOLD`] times within [`WINDOW`]; from then on each re-add
+//! for ever, slowing every other object (service-lb-cleanup meets the same
+//! the other way too: a writer that keeps re-adding the finalizer it
+//! removes). A fight is the same object re-written [`THRESHOLD`] times
+//! within [`WINDOW`] (a write its caller reports as not made,
+//! [`Fights::not_written`], does not count); from then on each re-write
 //! waits, per object, [`BASE`] doubled on every further one up to [`MAX`]
 //! (as the service controller's 5 s → 300 s), the controller emits one
 //! Warning event naming the other field manager, and counts each back-off
@@ -12,7 +15,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
@@ -58,13 +61,15 @@ pub struct Fights {
 }
 
 impl Fights {
-    /// Called before adding our finalizer to the object `uid`: counts the
-    /// add and says whether to write it now.
-    pub fn before_add(&self, uid: &str) -> Verdict {
-        self.before_add_at(uid, Instant::now())
+    /// Called before writing our finalizer back to the object `key` (its
+    /// uid; an add, or for a controller whose fights are over re-adds, a
+    /// removal, keyed apart): counts the write and says whether to make it
+    /// now.
+    pub fn before_write(&self, key: &str) -> Verdict {
+        self.before_write_at(key, Instant::now())
     }
 
-    fn before_add_at(&self, uid: &str, now: Instant) -> Verdict {
+    fn before_write_at(&self, uid: &str, now: Instant) -> Verdict {
         if uid.is_empty() {
             return Verdict::Write;
         }
@@ -113,6 +118,15 @@ impl Fights {
         Verdict::BackOff { wait, started }
     }
 
+    /// The write [`Self::before_write`] let through for `key` was not made
+    /// (it failed, or another step before it did): it does not count
+    /// toward a fight.
+    pub fn not_written(&self, key: &str) {
+        if let Some(e) = self.entries.lock().get_mut(key) {
+            e.adds = e.adds.saturating_sub(1);
+        }
+    }
+
     /// The object is gone: forget it.
     pub fn forget(&self, uid: &str) {
         self.entries.lock().remove(uid);
@@ -125,11 +139,15 @@ fn calm(e: &Entry, now: Instant) -> bool {
 }
 
 /// The field manager that wrote the object last, other than `ours` (from
-/// `metadata.managedFields`; of equal times, the later entry): the likely
-/// other side of a fight. A writer whose only change was a removal owns no
-/// field and is not listed there.
+/// `metadata.managedFields`): the likely other side of a fight.
+/// managedFields times have whole seconds, so writers within the same
+/// second tie: of the most recent entries, the one that owns
+/// `f:metadata/f:finalizers` is preferred (a writer that re-adds a
+/// finalizer owns it), and only then the later entry. A writer whose only
+/// change was a removal owns no field and is not listed there.
 pub fn other_writer(meta: &ObjectMeta, ours: &str) -> Option<String> {
-    meta.managed_fields
+    let others: Vec<&ManagedFieldsEntry> = meta
+        .managed_fields
         .as_deref()?
         .iter()
         .filter(|m| {
@@ -137,8 +155,34 @@ pub fn other_writer(meta: &ObjectMeta, ours: &str) -> Option<String> {
                 .as_deref()
                 .is_some_and(|n| !n.is_empty() && n != ours)
         })
-        .max_by_key(|m| m.time.as_ref().map(|t| t.0))
+        .collect();
+    let time = |m: &ManagedFieldsEntry| m.time.as_ref().map(|t| t.0);
+    let latest = others.iter().map(|m| time(m)).max()?;
+    others
+        .into_iter()
+        .filter(|m| time(m) == latest)
+        // `max_by_key` keeps the last of equals: the later entry.
+        .max_by_key(|m| owns_finalizers(m))
         .and_then(|m| m.manager.clone())
+}
+
+/// Who the other side of a fight is, for its Warning: `other` is what
+/// [`other_writer`] found.
+pub fn describe_other(other: Option<String>) -> String {
+    other.map_or_else(
+        || "another writer (whose field manager left no trace in managedFields: a pure removal owns no field)".to_string(),
+        |m| format!("field manager {m:?} (the last other writer)"),
+    )
+}
+
+/// Whether a managedFields entry owns `metadata.finalizers` (or one of its
+/// items).
+fn owns_finalizers(m: &ManagedFieldsEntry) -> bool {
+    m.fields_v1
+        .as_ref()
+        .and_then(|f| f.0.get("f:metadata"))
+        .and_then(|md| md.get("f:finalizers"))
+        .is_some()
 }
 
 #[cfg(test)]
@@ -150,10 +194,10 @@ mod tests {
         let f = Fights::default();
         let t0 = Instant::now();
         let s = Duration::from_secs;
-        assert_eq!(f.before_add_at("u", t0), Verdict::Write);
-        assert_eq!(f.before_add_at("u", t0 + s(1)), Verdict::Write);
+        assert_eq!(f.before_write_at("u", t0), Verdict::Write);
+        assert_eq!(f.before_write_at("u", t0 + s(1)), Verdict::Write);
         assert_eq!(
-            f.before_add_at("u", t0 + s(2)),
+            f.before_write_at("u", t0 + s(2)),
             Verdict::BackOff {
                 wait: BASE,
                 started: true
@@ -162,16 +206,16 @@ mod tests {
         // Within the wait: nothing is written, the fight is not reported
         // again.
         assert_eq!(
-            f.before_add_at("u", t0 + s(3)),
+            f.before_write_at("u", t0 + s(3)),
             Verdict::Waiting { wait: s(4) }
         );
         // After it: one write; removed again at once, the next wait doubles.
         let mut now = t0 + s(2) + BASE;
         let mut want = BASE * 2;
         for _ in 0..10 {
-            assert_eq!(f.before_add_at("u", now), Verdict::Write);
+            assert_eq!(f.before_write_at("u", now), Verdict::Write);
             assert_eq!(
-                f.before_add_at("u", now + s(1)),
+                f.before_write_at("u", now + s(1)),
                 Verdict::BackOff {
                     wait: want,
                     started: false
@@ -182,7 +226,32 @@ mod tests {
         }
         assert_eq!(want, MAX);
         // Another object is not affected.
-        assert_eq!(f.before_add_at("v", now), Verdict::Write);
+        assert_eq!(f.before_write_at("v", now), Verdict::Write);
+    }
+
+    #[test]
+    fn writes_that_were_not_made_do_not_count() {
+        let f = Fights::default();
+        let t0 = Instant::now();
+        for i in 0..5 {
+            assert_eq!(
+                f.before_write_at("u", t0 + Duration::from_secs(i)),
+                Verdict::Write
+            );
+            f.not_written("u");
+        }
+        assert_eq!(
+            f.before_write_at("u", t0 + Duration::from_secs(6)),
+            Verdict::Write
+        );
+        assert_eq!(
+            f.before_write_at("u", t0 + Duration::from_secs(7)),
+            Verdict::Write
+        );
+        assert!(matches!(
+            f.before_write_at("u", t0 + Duration::from_secs(8)),
+            Verdict::BackOff { .. }
+        ));
     }
 
     #[test]
@@ -191,7 +260,7 @@ mod tests {
         let t0 = Instant::now();
         for i in 0..10 {
             assert_eq!(
-                f.before_add_at("u", t0 + (WINDOW + Duration::from_secs(1)) * i),
+                f.before_write_at("u", t0 + (WINDOW + Duration::from_secs(1)) * i),
                 Verdict::Write
             );
         }
@@ -203,11 +272,94 @@ mod tests {
         let t0 = Instant::now();
         let s = Duration::from_secs;
         for i in 0..3 {
-            f.before_add_at("u", t0 + s(i));
+            f.before_write_at("u", t0 + s(i));
         }
         let later = t0 + s(2) + BASE + WINDOW + s(1);
-        assert_eq!(f.before_add_at("u", later), Verdict::Write);
-        assert_eq!(f.before_add_at("u", later + WINDOW + s(1)), Verdict::Write);
-        assert_eq!(f.before_add_at("u", later + WINDOW + s(2)), Verdict::Write);
+        assert_eq!(f.before_write_at("u", later), Verdict::Write);
+        assert_eq!(
+            f.before_write_at("u", later + WINDOW + s(1)),
+            Verdict::Write
+        );
+        assert_eq!(
+            f.before_write_at("u", later + WINDOW + s(2)),
+            Verdict::Write
+        );
+    }
+
+    fn entry(manager: &str, time: &str, fields: serde_json::Value) -> ManagedFieldsEntry {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, Time};
+        ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Update".into()),
+            time: Some(Time(time.parse().unwrap())),
+            fields_type: Some("FieldsV1".into()),
+            fields_v1: Some(FieldsV1(fields)),
+            ..ManagedFieldsEntry::default()
+        }
+    }
+
+    #[test]
+    fn of_writers_in_the_same_second_the_one_owning_the_finalizers_is_named() {
+        use serde_json::json;
+        let annotations = json!({"f:metadata": {"f:annotations": {"f:note": {}}}});
+        let finalizers =
+            json!({"f:metadata": {"f:finalizers": {".": {}, "v:\"example.com/f\"": {}}}});
+        let meta = |entries: Vec<ManagedFieldsEntry>| ObjectMeta {
+            managed_fields: Some(entries),
+            ..ObjectMeta::default()
+        };
+        let (t, later) = ("2026-11-26T10:00:07Z", "2026-11-26T10:00:08Z");
+        let cases = [
+            // Same second: the finalizers' owner, whether listed first or
+            // last (the server orders equal times by manager name).
+            (
+                vec![
+                    entry("re-adder", t, finalizers.clone()),
+                    entry("zz-labeller", t, annotations.clone()),
+                ],
+                Some("re-adder"),
+            ),
+            (
+                vec![
+                    entry("annotator", t, annotations.clone()),
+                    entry("re-adder", t, finalizers.clone()),
+                ],
+                Some("re-adder"),
+            ),
+            // Ours is never named, even owning the finalizers.
+            (
+                vec![
+                    entry("annotator", t, annotations.clone()),
+                    entry("us", t, finalizers.clone()),
+                ],
+                Some("annotator"),
+            ),
+            // Only among the most recent: a later writer wins over an
+            // earlier owner of the finalizers.
+            (
+                vec![
+                    entry("annotator", later, annotations.clone()),
+                    entry("re-adder", t, finalizers.clone()),
+                ],
+                Some("annotator"),
+            ),
+            // No owner among equals: the later entry, as before.
+            (
+                vec![
+                    entry("a", t, annotations.clone()),
+                    entry("b", t, annotations.clone()),
+                ],
+                Some("b"),
+            ),
+            (vec![], None),
+        ];
+        for (entries, want) in cases {
+            let names: Vec<_> = entries.iter().map(|e| e.manager.clone()).collect();
+            assert_eq!(
+                other_writer(&meta(entries), "us").as_deref(),
+                want,
+                "{names:?}"
+            );
+        }
     }
 }

@@ -160,6 +160,41 @@ impl Env {
             .expect("create service")
     }
 
+    /// Creates the LoadBalancer Service `name` of our class and waits until
+    /// it has our finalizer and an ingress; its uid.
+    pub async fn create_ready(&self, name: &str) -> String {
+        let uid = self
+            .create(&lb_service(name, Some(CLASS)))
+            .await
+            .metadata
+            .uid
+            .expect("uid");
+        self.wait_service(name, "is ready", |s| {
+            s.is_some_and(|s| {
+                finalizers(s).contains(&FINALIZER.into()) && !ingress_ips(s).is_empty()
+            })
+        })
+        .await;
+        uid
+    }
+
+    /// Changes the Service `name` to ClusterIP as upstream's e2e jig does
+    /// (GET, set the type and ports[0].nodePort = 0, PUT); the API server
+    /// drops the fields only a LoadBalancer may have.
+    pub async fn make_cluster_ip(&self, name: &str) {
+        let mut s = self.get(name).await.expect("service");
+        if let Some(spec) = s.spec.as_mut() {
+            spec.type_ = Some("ClusterIP".into());
+            if let Some(p) = spec.ports.as_mut().and_then(|p| p.first_mut()) {
+                p.node_port = Some(0);
+            }
+        }
+        self.services()
+            .replace(name, &Default::default(), &s)
+            .await
+            .expect("update the Service to ClusterIP");
+    }
+
     pub async fn get(&self, name: &str) -> Option<Service> {
         self.services().get_opt(name).await.expect("get service")
     }
