@@ -140,3 +140,29 @@ pub fn csi_pv_with_vac(run: &str, name: &str, class: &str) -> Value {
     spec["volumeAttributesClassName"] = json!(class);
     v
 }
+
+/// A ServiceCIDR (networking.k8s.io/v1) of one range.
+pub fn service_cidr(run: &str, name: &str, cidr: &str) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "ServiceCIDR",
+        "metadata": {"name": name, "labels": {RUN_LABEL: run}},
+        "spec": {"cidrs": [cidr]}
+    })
+}
+
+/// A TCP `type: ClusterIP` Service asking for the cluster IP `ip` (the API
+/// server allocates it from the ServiceCIDR that contains it, or refuses).
+pub fn cluster_ip_service(run: &str, name: &str, ip: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": {RUN_LABEL: run}},
+        "spec": {
+            "type": "ClusterIP",
+            "clusterIP": ip,
+            "selector": {"app": name},
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
+        }
+    })
+}

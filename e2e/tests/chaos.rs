@@ -88,6 +88,14 @@ async fn short_chaos(seed: u64, profile: Profile) -> Result<()> {
                 c.secret_deletions_checked, c.secrets_held_while_in_use
             )));
         }
+        if h.is_sim()
+            && (c.service_cidr_deletions_checked == 0 || c.service_cidrs_held_while_in_use == 0)
+        {
+            return Err(Error::Check(format!(
+                "the churn exercised no ServiceCIDR protection: {} ServiceCIDR deletions checked, {} held while in use (seed {seed})",
+                c.service_cidr_deletions_checked, c.service_cidrs_held_while_in_use
+            )));
+        }
         report.record_verified(&h);
         Ok(())
     }
