@@ -342,8 +342,8 @@ impl ChaosReport {
             c.secret_deletions_checked, c.secrets_held_while_in_use, c.unprotected_secrets_deleted_in_use
         ));
         h.verified(format!(
-            "no ServiceCIDR disappeared while the only range of an allocated IPAddress: {} ServiceCIDR deletions checked ({} held Terminating while in use; {} released with a Terminating container, as upstream's rule allows; {} deleted in use before any finalizer, the creation window)",
-            c.service_cidr_deletions_checked, c.service_cidrs_held_while_in_use, c.service_cidrs_released_with_terminating_container, c.unprotected_service_cidrs_deleted_in_use
+            "no ServiceCIDR disappeared while the only range of an allocated IPAddress: {} ServiceCIDR deletions checked ({} held Terminating while in use; {} released with their addresses in another range; {} released with a Terminating container, as upstream's rule allows; {} deleted in use before any finalizer, the creation window)",
+            c.service_cidr_deletions_checked, c.service_cidrs_held_while_in_use, c.service_cidrs_released_with_addresses_contained_elsewhere, c.service_cidrs_released_with_terminating_container, c.unprotected_service_cidrs_deleted_in_use
         ));
         h.verified(format!(
             "no orphaned load balancer: {} Service deletions and {} inventory sweeps checked",

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 use cloud_sim::LoadBalancer;
 use jiff::Timestamp;
+use service_cidr_protection::cidr::Prefix;
 
 use crate::observer::{
     Change, IP_ALLOCATOR, IpAddressSummary, Kind, LeaseSummary, Observed, PodSummary, PvSummary,
@@ -59,8 +60,8 @@ pub const SECRET_RULE_FINALIZER_SUFFIX: &str = "/secret-in-use";
 /// The ServiceCIDR finalizers: the project profile's and upstream's (which
 /// kube-controller-manager's service-cidr-controller adds too).
 pub const SERVICE_CIDR_FINALIZERS: [&str; 2] = [
-    "protection-manager.io/service-cidr-protection",
-    "networking.k8s.io/service-cidr-finalizer",
+    service_cidr_protection::INFO.finalizer.project,
+    service_cidr_protection::INFO.finalizer.upstream,
 ];
 
 /// How long after calm a releasable object may keep its finalizers.
@@ -164,6 +165,9 @@ pub struct Counts {
     /// ServiceCIDRs seen Terminating while the only range of an allocated
     /// IPAddress.
     pub service_cidrs_held_while_in_use: u64,
+    /// ServiceCIDR deletions with allocated addresses inside that another
+    /// ServiceCIDR contains (released, as upstream: nothing is orphaned).
+    pub service_cidrs_released_with_addresses_contained_elsewhere: u64,
     /// ServiceCIDRs released because another Terminating ServiceCIDR
     /// contained their addresses, that other one gone first: upstream's rule
     /// counts a Terminating ServiceCIDR as a container, so two that contain
@@ -259,6 +263,10 @@ impl Counts {
             format!(
                 "  ServiceCIDRs held Terminating while in use  {}",
                 self.service_cidrs_held_while_in_use
+            ),
+            format!(
+                "  released, their addresses in another range  {}",
+                self.service_cidrs_released_with_addresses_contained_elsewhere
             ),
             format!(
                 "  released with a Terminating container (upstream rule) {}",
@@ -493,46 +501,15 @@ pub struct Checker {
     service_cidrs_gone: Vec<(u64, Vec<String>)>,
 }
 
-/// Go's `netip.Prefix` of `s` as (masked address, width, prefix length).
-fn parse_prefix(s: &str) -> Option<(u128, u8, u8)> {
-    let (addr, bits) = s.split_once('/')?;
-    let (a, w) = ip_int(addr.parse().ok()?);
-    let bits: u8 = bits.parse().ok().filter(|b| *b <= w)?;
-    Some((a & prefix_mask(bits, w), w, bits))
-}
-
-fn ip_int(a: std::net::IpAddr) -> (u128, u8) {
-    match a {
-        std::net::IpAddr::V4(a) => (u128::from(u32::from(a)), 32),
-        std::net::IpAddr::V6(a) => (u128::from(a), 128),
-    }
-}
-
-fn prefix_mask(bits: u8, width: u8) -> u128 {
-    let all = if width == 128 {
-        u128::MAX
-    } else {
-        (1u128 << width) - 1
-    };
-    if bits == 0 {
-        0
-    } else {
-        all & !((1u128 << (width - bits)) - 1)
-    }
-}
-
-/// upstream `servicecidr.PrefixContainsIP`: `ip` is inside `cidr` and is
-/// neither its network address nor (IPv4) its broadcast address, which no
+/// upstream `servicecidr.PrefixContainsIP` (crates/service-cidr-protection,
+/// table-tested against upstream's): `ip` is inside `cidr` and is neither
+/// its network address nor (IPv4) its broadcast address, which no
 /// ServiceCIDR allocates.
 fn prefix_contains_ip(cidr: &str, ip: &str) -> bool {
-    let (Some((net, w, bits)), Ok(addr)) = (parse_prefix(cidr), ip.parse()) else {
-        return false;
-    };
-    let (a, v) = ip_int(addr);
-    if v != w || a & prefix_mask(bits, w) != net || a == net {
-        return false;
+    match (Prefix::parse(cidr), ip.parse()) {
+        (Some(p), Ok(a)) => p.contains_ip(a),
+        _ => false,
     }
-    !(w == 32 && a == net | (!prefix_mask(bits, w) & prefix_mask(32, 32)))
 }
 
 fn pod_key(p: &PodSummary) -> String {
@@ -800,7 +777,16 @@ impl Checker {
             if checked && ours {
                 self.counts.service_cidr_deletions_checked += 1;
                 let users = self.world.service_cidr_users(&x.name, &x.cidrs);
-                if !users.is_empty() && !self.protected.contains(&x.uid) {
+                if users.is_empty()
+                    && self
+                        .world
+                        .ips
+                        .values()
+                        .any(|ip| x.cidrs.iter().any(|c| prefix_contains_ip(c, &ip.name)))
+                {
+                    self.counts
+                        .service_cidrs_released_with_addresses_contained_elsewhere += 1;
+                } else if !users.is_empty() && !self.protected.contains(&x.uid) {
                     self.counts.unprotected_service_cidrs_deleted_in_use += 1;
                 } else if !users.is_empty() && self.released_with_terminating_container(x) {
                     self.counts
@@ -834,21 +820,28 @@ impl Checker {
             if in_use && self.held_service_cidrs.insert(x.uid.clone()) {
                 self.counts.service_cidrs_held_while_in_use += 1;
             }
-            let p = self
-                .pending
-                .entry((Kind::ServiceCidr, key.clone()))
-                .or_insert_with(|| Pending {
-                    kind: Kind::ServiceCidr,
-                    key: key.clone(),
-                    free_since: None,
-                    finalizers: vec![],
-                    rv: 0,
-                    reported: false,
-                });
-            p.finalizers = x.finalizers.clone();
-            p.rv = x.rv;
+            self.mark_pending(Kind::ServiceCidr, &key, &x.finalizers, x.rv);
         }
         self.refresh_service_cidrs(ev.seen);
+    }
+
+    /// Records that `kind` `key` waits for its deletion to complete, with
+    /// its latest finalizers and resourceVersion (in use until a refresh
+    /// says otherwise).
+    fn mark_pending(&mut self, kind: Kind, key: &str, finalizers: &[String], rv: u64) {
+        let p = self
+            .pending
+            .entry((kind, key.to_string()))
+            .or_insert_with(|| Pending {
+                kind,
+                key: key.to_string(),
+                free_since: None,
+                finalizers: vec![],
+                rv: 0,
+                reported: false,
+            });
+        p.finalizers = finalizers.to_vec();
+        p.rv = rv;
     }
 
     /// Whether every address that ServiceCIDR `x` leaves without a range
@@ -1656,48 +1649,32 @@ mod tests {
         })
     }
 
+    /// Applies `obj` as a change at its own resourceVersion.
+    fn feed(c: &mut Checker, change: Change, obj: Summary) {
+        c.apply(&at(obj.rv(), change, obj), 1);
+    }
+
+    const A: &str = "10.200.0.0/24";
+
     #[test]
     fn a_service_cidr_deleted_while_the_only_range_of_an_allocated_ip_is_a_violation() {
+        use Change::{Added, Deleted, Modified};
         // The only range of 10.200.0.5: held, then DELETED: a violation
         // naming the address and its Service.
         let mut c = Checker::new(cfg());
-        c.apply(
-            &at(
-                2,
-                Change::Added,
-                scidr("a", "10.200.0.0/24", true, false, 2),
-            ),
-            1,
-        );
-        c.apply(
-            &at(3, Change::Added, address("10.200.0.5", IP_ALLOCATOR, 3)),
-            1,
-        );
-        c.apply(
-            &at(
-                4,
-                Change::Modified,
-                scidr("a", "10.200.0.0/24", true, true, 4),
-            ),
-            1,
-        );
+        feed(&mut c, Added, scidr("a", A, true, false, 2));
+        feed(&mut c, Added, address("10.200.0.5", IP_ALLOCATOR, 3));
+        feed(&mut c, Modified, scidr("a", A, true, true, 4));
         assert_eq!(c.counts().service_cidrs_held_while_in_use, 1);
         assert!(c.pending()[0].2, "in use");
-        c.apply(
-            &at(
-                5,
-                Change::Deleted,
-                scidr("a", "10.200.0.0/24", true, true, 5),
-            ),
-            1,
-        );
+        feed(&mut c, Deleted, scidr("a", A, true, true, 5));
         assert_eq!(c.violations().len(), 1, "{:?}", c.violations());
         let v = &c.violations()[0];
         assert_eq!(v.invariant, Invariant::ServiceCidrDeletedWhileInUse);
         assert_eq!(v.rv, Some(5));
+        let text = v.to_string();
         assert!(
-            v.to_string()
-                .contains("IPAddress 10.200.0.5 (of services ns/s"),
+            text.contains("IPAddress 10.200.0.5 (of services ns/s"),
             "{v}"
         );
         assert_eq!(c.counts().service_cidr_deletions_checked, 1);
@@ -1705,66 +1682,35 @@ mod tests {
         // Another ServiceCIDR contains the address (a larger one, or the
         // same range): free, checked, no violation.
         let mut c = Checker::new(cfg());
-        c.apply(
-            &at(
-                2,
-                Change::Added,
-                scidr("a", "10.200.0.0/24", true, false, 2),
-            ),
-            1,
+        feed(&mut c, Added, scidr("a", A, true, false, 2));
+        feed(
+            &mut c,
+            Added,
+            scidr("wide", "10.200.0.0/23", true, false, 3),
         );
-        c.apply(
-            &at(
-                3,
-                Change::Added,
-                scidr("wide", "10.200.0.0/23", true, false, 3),
-            ),
-            1,
-        );
-        c.apply(
-            &at(4, Change::Added, address("10.200.0.5", IP_ALLOCATOR, 4)),
-            1,
-        );
-        c.apply(
-            &at(
-                5,
-                Change::Modified,
-                scidr("a", "10.200.0.0/24", true, true, 5),
-            ),
-            1,
-        );
+        feed(&mut c, Added, address("10.200.0.5", IP_ALLOCATOR, 4));
+        feed(&mut c, Modified, scidr("a", A, true, true, 5));
         assert!(!c.pending()[0].2, "free: contained in wide");
-        c.apply(
-            &at(
-                6,
-                Change::Deleted,
-                scidr("a", "10.200.0.0/24", true, true, 6),
-            ),
-            1,
-        );
+        feed(&mut c, Deleted, scidr("a", A, true, true, 6));
         assert!(c.violations().is_empty(), "{:?}", c.violations());
+        let counts = c.counts();
+        assert_eq!(
+            counts.service_cidrs_released_with_addresses_contained_elsewhere,
+            1
+        );
         // Now wide is its only range: wide is held until the address goes.
-        c.apply(
-            &at(
-                7,
-                Change::Modified,
-                scidr("wide", "10.200.0.0/23", true, true, 7),
-            ),
-            1,
+        feed(
+            &mut c,
+            Modified,
+            scidr("wide", "10.200.0.0/23", true, true, 7),
         );
         assert!(c.pending()[0].2, "in use");
-        c.apply(
-            &at(8, Change::Deleted, address("10.200.0.5", IP_ALLOCATOR, 8)),
-            1,
-        );
+        feed(&mut c, Deleted, address("10.200.0.5", IP_ALLOCATOR, 8));
         assert!(!c.pending()[0].2, "free once the address is gone");
-        c.apply(
-            &at(
-                9,
-                Change::Deleted,
-                scidr("wide", "10.200.0.0/23", true, true, 9),
-            ),
-            1,
+        feed(
+            &mut c,
+            Deleted,
+            scidr("wide", "10.200.0.0/23", true, true, 9),
         );
         assert!(c.violations().is_empty(), "{:?}", c.violations());
         assert_eq!(c.counts().service_cidr_deletions_checked, 2);
@@ -1773,215 +1719,81 @@ mod tests {
         // Addresses the allocator does not manage, and the range's network
         // and broadcast addresses (never allocated from it), do not hold it.
         let mut c = Checker::new(cfg());
-        c.apply(
-            &at(
-                2,
-                Change::Added,
-                scidr("a", "10.200.0.0/24", true, false, 2),
-            ),
-            1,
-        );
-        c.apply(
-            &at(3, Change::Added, address("10.200.0.6", "someone-else", 3)),
-            1,
-        );
-        c.apply(
-            &at(4, Change::Added, address("10.200.0.0", IP_ALLOCATOR, 4)),
-            1,
-        );
-        c.apply(
-            &at(5, Change::Added, address("10.200.0.255", IP_ALLOCATOR, 5)),
-            1,
-        );
-        c.apply(
-            &at(
-                6,
-                Change::Deleted,
-                scidr("a", "10.200.0.0/24", true, true, 6),
-            ),
-            1,
-        );
+        feed(&mut c, Added, scidr("a", A, true, false, 2));
+        feed(&mut c, Added, address("10.200.0.6", "someone-else", 3));
+        feed(&mut c, Added, address("10.200.0.0", IP_ALLOCATOR, 4));
+        feed(&mut c, Added, address("10.200.0.255", IP_ALLOCATOR, 5));
+        feed(&mut c, Deleted, scidr("a", A, true, true, 6));
         assert!(c.violations().is_empty(), "{:?}", c.violations());
 
         // Never carried a finalizer: the creation window, counted.
         let mut c = Checker::new(cfg());
-        c.apply(
-            &at(
-                2,
-                Change::Added,
-                scidr("a", "10.200.0.0/24", false, false, 2),
-            ),
-            1,
-        );
-        c.apply(
-            &at(3, Change::Added, address("10.200.0.5", IP_ALLOCATOR, 3)),
-            1,
-        );
-        c.apply(
-            &at(
-                4,
-                Change::Deleted,
-                scidr("a", "10.200.0.0/24", false, true, 4),
-            ),
-            1,
-        );
+        feed(&mut c, Added, scidr("a", A, false, false, 2));
+        feed(&mut c, Added, address("10.200.0.5", IP_ALLOCATOR, 3));
+        feed(&mut c, Deleted, scidr("a", A, false, true, 4));
         assert!(c.violations().is_empty());
         assert_eq!(c.counts().unprotected_service_cidrs_deleted_in_use, 1);
 
         // Another run's ServiceCIDR is not checked.
         let mut c = Checker::new(cfg());
-        let mut theirs = scidr("theirs", "10.200.0.0/24", true, true, 4);
+        let mut theirs = scidr("theirs", A, true, true, 4);
         if let Summary::ServiceCidr(x) = &mut theirs {
             x.run = "other".into();
         }
-        c.apply(
-            &at(3, Change::Added, address("10.200.0.5", IP_ALLOCATOR, 3)),
-            1,
-        );
-        c.apply(&at(4, Change::Deleted, theirs), 1);
+        feed(&mut c, Added, address("10.200.0.5", IP_ALLOCATOR, 3));
+        feed(&mut c, Deleted, theirs);
         assert!(c.violations().is_empty());
         assert_eq!(c.counts().service_cidr_deletions_checked, 0);
     }
 
     #[test]
     fn two_terminating_service_cidrs_that_contain_each_other_may_both_go_as_upstream_lets_them() {
+        use Change::{Added, Deleted, Modified};
         // Both Terminating, each the other's container: upstream's rule
         // releases both; counted, not a violation.
         let mut c = Checker::new(cfg());
-        c.apply(
-            &at(
-                2,
-                Change::Added,
-                scidr("a", "10.200.0.0/24", true, false, 2),
-            ),
-            1,
-        );
-        c.apply(
-            &at(
-                3,
-                Change::Added,
-                scidr("b", "10.200.0.0/24", true, false, 3),
-            ),
-            1,
-        );
-        c.apply(
-            &at(4, Change::Added, address("10.200.0.5", IP_ALLOCATOR, 4)),
-            1,
-        );
-        c.apply(
-            &at(
-                5,
-                Change::Modified,
-                scidr("a", "10.200.0.0/24", true, true, 5),
-            ),
-            1,
-        );
-        c.apply(
-            &at(
-                6,
-                Change::Modified,
-                scidr("b", "10.200.0.0/24", true, true, 6),
-            ),
-            1,
-        );
-        c.apply(
-            &at(
-                7,
-                Change::Deleted,
-                scidr("a", "10.200.0.0/24", true, true, 7),
-            ),
-            1,
-        );
-        c.apply(
-            &at(
-                8,
-                Change::Deleted,
-                scidr("b", "10.200.0.0/24", true, true, 8),
-            ),
-            1,
-        );
+        feed(&mut c, Added, scidr("a", A, true, false, 2));
+        feed(&mut c, Added, scidr("b", A, true, false, 3));
+        feed(&mut c, Added, address("10.200.0.5", IP_ALLOCATOR, 4));
+        feed(&mut c, Modified, scidr("a", A, true, true, 5));
+        feed(&mut c, Modified, scidr("b", A, true, true, 6));
+        feed(&mut c, Deleted, scidr("a", A, true, true, 7));
+        feed(&mut c, Deleted, scidr("b", A, true, true, 8));
         assert!(c.violations().is_empty(), "{:?}", c.violations());
-        assert_eq!(
-            c.counts().service_cidrs_released_with_terminating_container,
-            1
-        );
+        let counts = c.counts();
+        assert_eq!(counts.service_cidrs_released_with_terminating_container, 1);
         // The container went before b's deletion was even requested: b was
         // the only range from then on, and its release is a violation.
         let mut c = Checker::new(cfg());
-        c.apply(
-            &at(
-                2,
-                Change::Added,
-                scidr("a", "10.200.0.0/24", true, false, 2),
-            ),
-            1,
-        );
-        c.apply(
-            &at(
-                3,
-                Change::Added,
-                scidr("b", "10.200.0.0/24", true, false, 3),
-            ),
-            1,
-        );
-        c.apply(
-            &at(4, Change::Added, address("10.200.0.5", IP_ALLOCATOR, 4)),
-            1,
-        );
-        c.apply(
-            &at(
-                5,
-                Change::Deleted,
-                scidr("a", "10.200.0.0/24", true, true, 5),
-            ),
-            1,
-        );
-        c.apply(
-            &at(
-                6,
-                Change::Modified,
-                scidr("b", "10.200.0.0/24", true, true, 6),
-            ),
-            1,
-        );
+        feed(&mut c, Added, scidr("a", A, true, false, 2));
+        feed(&mut c, Added, scidr("b", A, true, false, 3));
+        feed(&mut c, Added, address("10.200.0.5", IP_ALLOCATOR, 4));
+        feed(&mut c, Deleted, scidr("a", A, true, true, 5));
+        feed(&mut c, Modified, scidr("b", A, true, true, 6));
         assert_eq!(c.counts().service_cidrs_held_while_in_use, 1);
-        c.apply(
-            &at(
-                7,
-                Change::Deleted,
-                scidr("b", "10.200.0.0/24", true, true, 7),
-            ),
-            1,
-        );
+        feed(&mut c, Deleted, scidr("b", A, true, true, 7));
         assert_eq!(c.violations().len(), 1, "{:?}", c.violations());
-        assert_eq!(
-            c.violations()[0].invariant,
-            Invariant::ServiceCidrDeletedWhileInUse
-        );
+        let v = &c.violations()[0];
+        assert_eq!(v.invariant, Invariant::ServiceCidrDeletedWhileInUse);
     }
 
     #[test]
     fn a_held_service_cidr_must_go_within_the_bound_once_free_after_calm() {
         let mut c = Checker::new(cfg());
         let t0 = Instant::now();
-        c.apply(
-            &at(2, Change::Added, address("10.200.0.5", IP_ALLOCATOR, 2)),
-            1,
+        feed(
+            &mut c,
+            Change::Added,
+            address("10.200.0.5", IP_ALLOCATOR, 2),
         );
-        c.apply(
-            &at(
-                3,
-                Change::Modified,
-                scidr("a", "10.200.0.0/24", true, true, 3),
-            ),
-            1,
-        );
+        feed(&mut c, Change::Modified, scidr("a", A, true, true, 3));
         c.set_calm(t0);
         c.check_time(t0 + Duration::from_secs(120), Timestamp::now());
         assert!(c.violations().is_empty(), "in use: never overdue");
-        c.apply(
-            &at(4, Change::Deleted, address("10.200.0.5", IP_ALLOCATOR, 4)),
-            1,
+        feed(
+            &mut c,
+            Change::Deleted,
+            address("10.200.0.5", IP_ALLOCATOR, 4),
         );
         c.check_time(Instant::now() + Duration::from_secs(31), Timestamp::now());
         assert_eq!(c.violations().len(), 1, "{:?}", c.violations());

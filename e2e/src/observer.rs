@@ -569,11 +569,12 @@ impl Summarize for IPAddress {
     }
 }
 
-/// The label naming who manages an IPAddress.
-pub const IP_MANAGED_BY_LABEL: &str = "ipaddress.kubernetes.io/managed-by";
-/// Its value on the addresses the API server's allocator manages (the only
-/// ones service-cidr-protection, as upstream, looks at).
-pub const IP_ALLOCATOR: &str = "ipallocator.k8s.io";
+/// The label naming who manages an IPAddress, and its value on the
+/// addresses the API server's allocator manages (the only ones
+/// service-cidr-protection, as upstream, looks at).
+pub use service_cidr_protection::cidr::{
+    ALLOCATOR as IP_ALLOCATOR, LABEL_MANAGED_BY as IP_MANAGED_BY_LABEL,
+};
 
 /// A VolumeAttributesClass, storage.k8s.io/v1 (metadata only).
 #[derive(Clone, Debug, Default, serde::Deserialize)]
