@@ -299,6 +299,11 @@ pub struct ChaosReport {
     pub kubelet_restarts: u64,
     pub monitor: MonitorReport,
     pub cleanup: Duration,
+    /// The kinds the churn covered beside claims, volumes, pods and
+    /// Services (a cluster that does not serve one skips it, with a note).
+    pub classes: bool,
+    pub secrets: bool,
+    pub service_cidrs: bool,
 }
 
 impl ChaosReport {
@@ -321,6 +326,44 @@ impl ChaosReport {
             )));
         }
         self.record_verified(h);
+        Ok(())
+    }
+
+    /// Each protection the churn covered was exercised: deletions of its
+    /// kind checked, and one at least held while in use.
+    pub fn check_coverage(&self) -> Result<()> {
+        let c = &self.monitor.counts;
+        let seed = self.seed;
+        let kinds = [
+            (
+                self.classes,
+                "VolumeAttributesClass protection",
+                "class",
+                c.vac_deletions_checked,
+                c.vacs_held_while_in_use,
+            ),
+            (
+                self.secrets,
+                "ProtectionRule",
+                "Secret",
+                c.secret_deletions_checked,
+                c.secrets_held_while_in_use,
+            ),
+            (
+                self.service_cidrs,
+                "ServiceCIDR protection",
+                "ServiceCIDR",
+                c.service_cidr_deletions_checked,
+                c.service_cidrs_held_while_in_use,
+            ),
+        ];
+        for (churned, what, kind, checked, held) in kinds {
+            if churned && (checked == 0 || held == 0) {
+                return Err(Error::Check(format!(
+                    "the churn exercised no {what}: {checked} {kind} deletions checked, {held} held while in use (seed {seed})"
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -490,8 +533,9 @@ struct Model {
     secrets: Vec<(String, bool)>,
     /// ServiceCIDRs: (name, CIDR, deleted).
     service_cidrs: Vec<(String, String, bool)>,
-    /// ClusterIP Services with an address in one of them: (name, deleted).
-    cidr_services: Vec<(String, bool)>,
+    /// ClusterIP Services with an address in one of them: (name, deleted,
+    /// the index of the ServiceCIDR asked).
+    cidr_services: Vec<(String, bool, usize)>,
     next: u64,
 }
 
@@ -782,11 +826,22 @@ impl<'a> Churn<'a> {
                     .await
                     .map(|_| ());
                 if self.count("create service in a ServiceCIDR", r)? {
-                    self.model.cidr_services.push((name, false));
+                    self.model.cidr_services.push((name, false, i));
                 }
             }
             65..=84 if !live.is_empty() => {
-                let i = live[self.rng.random_range(0..live.len())];
+                // Mostly a range a live Service asked an address of (held
+                // unless another range contains it), now and then any.
+                let asked: Vec<usize> = services
+                    .iter()
+                    .map(|&s| self.model.cidr_services[s].2)
+                    .filter(|c| live.contains(c))
+                    .collect();
+                let i = if !asked.is_empty() && self.rng.random_bool(0.6) {
+                    asked[self.rng.random_range(0..asked.len())]
+                } else {
+                    live[self.rng.random_range(0..live.len())]
+                };
                 let name = self.model.service_cidrs[i].0.clone();
                 self.delete_counted(self.service_cidrs_api(), &name, "delete ServiceCIDR")
                     .await?;
@@ -1586,6 +1641,9 @@ pub async fn run(
         kubelet_restarts: h.real().map_or(0, |r| r.kubelet_restarts()),
         monitor: report,
         cleanup,
+        classes: cfg.classes,
+        secrets: cfg.secrets,
+        service_cidrs: cfg.service_cidrs,
     })
 }
 
