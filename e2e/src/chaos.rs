@@ -376,18 +376,25 @@ impl ChaosReport {
             c.pvc_deletions_checked, c.pv_deletions_checked, c.pvcs_held_while_in_use, c.pvs_held_while_bound, c.unprotected_pvcs_deleted_in_use, c.unprotected_pvs_deleted_bound,
             if self.create_time_policies.is_empty() { "" } else { ", closed by the create-time policy" }
         ));
-        h.verified(format!(
-            "no VolumeAttributesClass disappeared while a claim or volume named it: {} class deletions checked ({} held Terminating while in use; {} deleted in use before any finalizer, the creation window)",
-            c.vac_deletions_checked, c.vacs_held_while_in_use, c.unprotected_vacs_deleted_in_use
-        ));
-        h.verified(format!(
-            "no Secret under the secrets-used-by-pods ProtectionRule disappeared while a running pod referred to it: {} Secret deletions checked ({} held Terminating while in use; {} deleted in use before any finalizer, the creation window); deleting the rule left no finalizer",
-            c.secret_deletions_checked, c.secrets_held_while_in_use, c.unprotected_secrets_deleted_in_use
-        ));
-        h.verified(format!(
-            "no ServiceCIDR disappeared while the only range of an allocated IPAddress: {} ServiceCIDR deletions checked ({} held Terminating while in use; {} released with their addresses in another range; {} released with a Terminating container, as upstream's rule allows; {} deleted in use before any finalizer, the creation window)",
-            c.service_cidr_deletions_checked, c.service_cidrs_held_while_in_use, c.service_cidrs_released_with_addresses_contained_elsewhere, c.service_cidrs_released_with_terminating_container, c.unprotected_service_cidrs_deleted_in_use
-        ));
+        // Only the kinds the churn covered (the others were noted skipped).
+        if self.classes {
+            h.verified(format!(
+                "no VolumeAttributesClass disappeared while a claim or volume named it: {} class deletions checked ({} held Terminating while in use; {} deleted in use before any finalizer, the creation window)",
+                c.vac_deletions_checked, c.vacs_held_while_in_use, c.unprotected_vacs_deleted_in_use
+            ));
+        }
+        if self.secrets {
+            h.verified(format!(
+                "no Secret under the secrets-used-by-pods ProtectionRule disappeared while a running pod referred to it: {} Secret deletions checked ({} held Terminating while in use; {} deleted in use before any finalizer, the creation window); deleting the rule left no finalizer",
+                c.secret_deletions_checked, c.secrets_held_while_in_use, c.unprotected_secrets_deleted_in_use
+            ));
+        }
+        if self.service_cidrs {
+            h.verified(format!(
+                "no ServiceCIDR disappeared while the only range of an allocated IPAddress: {} ServiceCIDR deletions checked ({} held Terminating while in use; {} released with their addresses in another range; {} released with a Terminating container, as upstream's rule allows; {} deleted in use before any finalizer, the creation window)",
+                c.service_cidr_deletions_checked, c.service_cidrs_held_while_in_use, c.service_cidrs_released_with_addresses_contained_elsewhere, c.service_cidrs_released_with_terminating_container, c.unprotected_service_cidrs_deleted_in_use
+            ));
+        }
         h.verified(format!(
             "no orphaned load balancer: {} Service deletions and {} inventory sweeps checked",
             c.service_deletions_checked, c.cloud_sweeps
