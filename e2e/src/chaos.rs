@@ -1,7 +1,8 @@
 //! Chaos: two manager replicas with leader election, a churn of claims,
-//! volumes, pods, load-balancer Services and VolumeAttributesClasses (named
+//! volumes, pods, load-balancer Services, VolumeAttributesClasses (named
 //! by claims, volumes and pending modifications; vac-protection's Alpha gate
-//! on), kube-sim faults (5xx, 409,
+//! on), Secrets under a ProtectionRule and ServiceCIDRs holding the cluster
+//! IPs of Services (service-cidr-protection's Alpha gate on), kube-sim faults (5xx, 409,
 //! watch cuts, forced 410 on the manager's watches), cloud-sim faults, and
 //! SIGKILL of the leader at random points; the [`invariants`] are checked
 //! continuously and at the end.
@@ -18,6 +19,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::ServiceCIDR;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use rand::rngs::StdRng;
@@ -101,6 +103,10 @@ pub struct ChaosConfig {
     /// Install the chart's `secrets-used-by-pods` ProtectionRule (gate
     /// InUseProtectionRules on) and churn Secrets mounted by pods.
     pub secrets: bool,
+    /// Churn ServiceCIDRs and ClusterIP Services whose addresses they hold,
+    /// with service-cidr-protection's gate (MultiCIDRServiceAllocator) on
+    /// (sim only: the run's ranges and named cluster IPs are cluster-wide).
+    pub service_cidrs: bool,
     /// On a real cluster this process started ([`crate::real`]): a fault of
     /// the cluster itself at a random point in this window after the
     /// previous one (see [`RealFault`]).
@@ -160,6 +166,9 @@ pub const SECRET_RULE_VALUES: [&str; 2] = [
 ];
 /// The example rule's name (charts/protection-manager/templates/protection-rules.yaml).
 pub const SECRET_RULE: &str = "secrets-used-by-pods";
+/// The chart value that turns service-cidr-protection's finalizer addition
+/// on (Alpha, off by default at release 0.5).
+pub const SERVICE_CIDR_GATE_ON: &str = "featureGates.MultiCIDRServiceAllocator=true";
 
 impl ChaosConfig {
     /// The short run of `make test` (about 1.5 minutes in all): a shorter
@@ -180,6 +189,7 @@ impl ChaosConfig {
             cloud_error_rate: 0.1,
             classes: true,
             secrets: true,
+            service_cidrs: true,
             real_fault_after: (Duration::from_secs(5), Duration::from_secs(10)),
         }
     }
@@ -213,6 +223,7 @@ impl ChaosConfig {
             cloud_error_rate: 0.1,
             classes: true,
             secrets: true,
+            service_cidrs: true,
             real_fault_after: (Duration::from_secs(8), Duration::from_secs(25)),
         }
     }
@@ -256,6 +267,7 @@ impl ChaosConfig {
                 .filter(|_| self.secrets)
                 .map(|v| v.to_string()),
         )
+        .chain(self.service_cidrs.then(|| SERVICE_CIDR_GATE_ON.to_string()))
         .collect()
     }
 }
@@ -287,6 +299,11 @@ pub struct ChaosReport {
     pub kubelet_restarts: u64,
     pub monitor: MonitorReport,
     pub cleanup: Duration,
+    /// The kinds the churn covered beside claims, volumes, pods and
+    /// Services (a cluster that does not serve one skips it, with a note).
+    pub classes: bool,
+    pub secrets: bool,
+    pub service_cidrs: bool,
 }
 
 impl ChaosReport {
@@ -312,6 +329,44 @@ impl ChaosReport {
         Ok(())
     }
 
+    /// Each protection the churn covered was exercised: deletions of its
+    /// kind checked, and one at least held while in use.
+    pub fn check_coverage(&self) -> Result<()> {
+        let c = &self.monitor.counts;
+        let seed = self.seed;
+        let kinds = [
+            (
+                self.classes,
+                "VolumeAttributesClass protection",
+                "class",
+                c.vac_deletions_checked,
+                c.vacs_held_while_in_use,
+            ),
+            (
+                self.secrets,
+                "ProtectionRule",
+                "Secret",
+                c.secret_deletions_checked,
+                c.secrets_held_while_in_use,
+            ),
+            (
+                self.service_cidrs,
+                "ServiceCIDR protection",
+                "ServiceCIDR",
+                c.service_cidr_deletions_checked,
+                c.service_cidrs_held_while_in_use,
+            ),
+        ];
+        for (churned, what, kind, checked, held) in kinds {
+            if churned && (checked == 0 || held == 0) {
+                return Err(Error::Check(format!(
+                    "the churn exercised no {what}: {checked} {kind} deletions checked, {held} held while in use (seed {seed})"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Records on `h` what the run verified, with the counts behind each
     /// invariant.
     pub fn record_verified(&self, h: &Harness) {
@@ -321,14 +376,25 @@ impl ChaosReport {
             c.pvc_deletions_checked, c.pv_deletions_checked, c.pvcs_held_while_in_use, c.pvs_held_while_bound, c.unprotected_pvcs_deleted_in_use, c.unprotected_pvs_deleted_bound,
             if self.create_time_policies.is_empty() { "" } else { ", closed by the create-time policy" }
         ));
-        h.verified(format!(
-            "no VolumeAttributesClass disappeared while a claim or volume named it: {} class deletions checked ({} held Terminating while in use; {} deleted in use before any finalizer, the creation window)",
-            c.vac_deletions_checked, c.vacs_held_while_in_use, c.unprotected_vacs_deleted_in_use
-        ));
-        h.verified(format!(
-            "no Secret under the secrets-used-by-pods ProtectionRule disappeared while a running pod referred to it: {} Secret deletions checked ({} held Terminating while in use; {} deleted in use before any finalizer, the creation window); deleting the rule left no finalizer",
-            c.secret_deletions_checked, c.secrets_held_while_in_use, c.unprotected_secrets_deleted_in_use
-        ));
+        // Only the kinds the churn covered (the others were noted skipped).
+        if self.classes {
+            h.verified(format!(
+                "no VolumeAttributesClass disappeared while a claim or volume named it: {} class deletions checked ({} held Terminating while in use; {} deleted in use before any finalizer, the creation window)",
+                c.vac_deletions_checked, c.vacs_held_while_in_use, c.unprotected_vacs_deleted_in_use
+            ));
+        }
+        if self.secrets {
+            h.verified(format!(
+                "no Secret under the secrets-used-by-pods ProtectionRule disappeared while a running pod referred to it: {} Secret deletions checked ({} held Terminating while in use; {} deleted in use before any finalizer, the creation window); deleting the rule left no finalizer",
+                c.secret_deletions_checked, c.secrets_held_while_in_use, c.unprotected_secrets_deleted_in_use
+            ));
+        }
+        if self.service_cidrs {
+            h.verified(format!(
+                "no ServiceCIDR disappeared while the only range of an allocated IPAddress: {} ServiceCIDR deletions checked ({} held Terminating while in use; {} released with their addresses in another range; {} released with a Terminating container, as upstream's rule allows; {} deleted in use before any finalizer, the creation window)",
+                c.service_cidr_deletions_checked, c.service_cidrs_held_while_in_use, c.service_cidrs_released_with_addresses_contained_elsewhere, c.service_cidrs_released_with_terminating_container, c.unprotected_service_cidrs_deleted_in_use
+            ));
+        }
         h.verified(format!(
             "no orphaned load balancer: {} Service deletions and {} inventory sweeps checked",
             c.service_deletions_checked, c.cloud_sweeps
@@ -472,6 +538,11 @@ struct Model {
     classes: Vec<(String, bool)>,
     /// Secrets under the rule: (name, deleted).
     secrets: Vec<(String, bool)>,
+    /// ServiceCIDRs: (name, CIDR, deleted).
+    service_cidrs: Vec<(String, String, bool)>,
+    /// ClusterIP Services with an address in one of them: (name, deleted,
+    /// the index of the ServiceCIDR asked).
+    cidr_services: Vec<(String, bool, usize)>,
     next: u64,
 }
 
@@ -504,6 +575,16 @@ impl Model {
             .filter(|&i| !self.secrets[i].1)
             .collect()
     }
+    fn live_service_cidrs(&self) -> Vec<usize> {
+        (0..self.service_cidrs.len())
+            .filter(|&i| !self.service_cidrs[i].2)
+            .collect()
+    }
+    fn live_cidr_services(&self) -> Vec<usize> {
+        (0..self.cidr_services.len())
+            .filter(|&i| !self.cidr_services[i].1)
+            .collect()
+    }
     fn name(&mut self, prefix: &str) -> String {
         self.next += 1;
         format!("{prefix}-{}", self.next)
@@ -520,6 +601,7 @@ struct Churn<'a> {
     max_live: usize,
     classes: bool,
     secrets: bool,
+    service_cidrs: bool,
     /// Real-cluster faults make the API unavailable at times: count those
     /// failures instead of ending the run.
     tolerate_unavailable: bool,
@@ -693,6 +775,97 @@ impl<'a> Churn<'a> {
         Api::all(self.client.clone())
     }
 
+    fn service_cidrs_api(&self) -> Api<ServiceCIDR> {
+        Api::all(self.client.clone())
+    }
+
+    /// One ServiceCIDR operation: create a range (a /24 of 10.200.0.0/16,
+    /// now and then the /23 that contains two of them, or again the range
+    /// of one deleted before: a new container for the addresses a
+    /// Terminating one holds), create a ClusterIP Service asking for an
+    /// address in a range (live or Terminating: the API server refuses the
+    /// latter), delete a range (with or without addresses in it) or one of
+    /// those Services.
+    async fn service_cidr_step(&mut self) -> Result<()> {
+        let live = self.model.live_service_cidrs();
+        let services = self.model.live_cidr_services();
+        match self.rng.random_range(0..100u32) {
+            0..=24 if live.len() < self.max_live => {
+                let gone: Vec<usize> = (0..self.model.service_cidrs.len())
+                    .filter(|&i| self.model.service_cidrs[i].2)
+                    .collect();
+                let cidr = if !gone.is_empty() && self.rng.random_bool(0.3) {
+                    self.model.service_cidrs[gone[self.rng.random_range(0..gone.len())]]
+                        .1
+                        .clone()
+                } else if self.rng.random_bool(0.25) {
+                    format!("10.200.{}.0/23", 2 * self.rng.random_range(0..8u32))
+                } else {
+                    format!("10.200.{}.0/24", self.rng.random_range(0..16u32))
+                };
+                let name = format!("{}-{}", self.h.run, self.model.name("scidr"));
+                let body = objects::service_cidr(&self.h.run, &name, &cidr);
+                let r = self
+                    .service_cidrs_api()
+                    .create(&PostParams::default(), &obj(body)?)
+                    .await
+                    .map(|_| ());
+                if self.count("create ServiceCIDR", r)? {
+                    self.model.service_cidrs.push((name, cidr, false));
+                }
+            }
+            25..=64 if !self.model.service_cidrs.is_empty() && services.len() < self.max_live => {
+                // Mostly a live range, now and then any (Terminating or gone).
+                let i = if !live.is_empty() && self.rng.random_bool(0.85) {
+                    live[self.rng.random_range(0..live.len())]
+                } else {
+                    self.rng.random_range(0..self.model.service_cidrs.len())
+                };
+                let cidr = self.model.service_cidrs[i].1.clone();
+                let Some(ip) = host_in(&cidr, &mut self.rng) else {
+                    return Ok(());
+                };
+                let name = self.model.name("cidrsvc");
+                let body = objects::cluster_ip_service(&self.h.run, &name, &ip);
+                let r = self
+                    .services()
+                    .create(&PostParams::default(), &obj(body)?)
+                    .await
+                    .map(|_| ());
+                if self.count("create service in a ServiceCIDR", r)? {
+                    self.model.cidr_services.push((name, false, i));
+                }
+            }
+            65..=84 if !live.is_empty() => {
+                // Mostly a range a live Service asked an address of (held
+                // unless another range contains it), now and then any.
+                let asked: Vec<usize> = services
+                    .iter()
+                    .map(|&s| self.model.cidr_services[s].2)
+                    .filter(|c| live.contains(c))
+                    .collect();
+                let i = if !asked.is_empty() && self.rng.random_bool(0.6) {
+                    asked[self.rng.random_range(0..asked.len())]
+                } else {
+                    live[self.rng.random_range(0..live.len())]
+                };
+                let name = self.model.service_cidrs[i].0.clone();
+                self.delete_counted(self.service_cidrs_api(), &name, "delete ServiceCIDR")
+                    .await?;
+                self.model.service_cidrs[i].2 = true;
+            }
+            85..=99 if !services.is_empty() => {
+                let i = services[self.rng.random_range(0..services.len())];
+                let name = self.model.cidr_services[i].0.clone();
+                self.delete_counted(self.services(), &name, "delete service in a ServiceCIDR")
+                    .await?;
+                self.model.cidr_services[i].1 = true;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// One VolumeAttributesClass operation: create or delete a class, a
     /// Pending claim or an Available volume naming a live (or Terminating)
     /// class, or a claim's pending modification set to one or cleared.
@@ -816,6 +989,9 @@ impl<'a> Churn<'a> {
         }
         if self.secrets && self.rng.random_bool(0.25) {
             return self.secret_step().await;
+        }
+        if self.service_cidrs && self.rng.random_bool(0.25) {
+            return self.service_cidr_step().await;
         }
         let m = &self.model;
         let (claims, pods, svcs, pvs) = (
@@ -959,7 +1135,8 @@ impl<'a> Churn<'a> {
     }
 
     /// Deletes everything the churn left: pods first (so the claims are
-    /// free), then Services, claims and volumes.
+    /// free), then Services (so the ServiceCIDRs are free), claims, volumes,
+    /// classes, Secrets and ServiceCIDRs.
     async fn delete_all(&mut self) -> Result<()> {
         for i in self.model.live_pods() {
             let name = self.model.pods[i].name.clone();
@@ -996,6 +1173,22 @@ impl<'a> Churn<'a> {
             self.delete_counted(self.secrets_api(), &name, "cleanup: delete secret")
                 .await?;
             self.model.secrets[i].1 = true;
+        }
+        for i in self.model.live_cidr_services() {
+            let name = self.model.cidr_services[i].0.clone();
+            self.delete_counted(self.services(), &name, "cleanup: delete service")
+                .await?;
+            self.model.cidr_services[i].1 = true;
+        }
+        for i in self.model.live_service_cidrs() {
+            let name = self.model.service_cidrs[i].0.clone();
+            self.delete_counted(
+                self.service_cidrs_api(),
+                &name,
+                "cleanup: delete ServiceCIDR",
+            )
+            .await?;
+            self.model.service_cidrs[i].2 = true;
         }
         if self.tolerate_unavailable {
             self.sweep().await?;
@@ -1044,6 +1237,15 @@ impl<'a> Churn<'a> {
             )
             .await?;
         }
+        if self.service_cidrs {
+            sweep_kind(
+                self,
+                self.service_cidrs_api(),
+                &sel,
+                "cleanup sweep: delete ServiceCIDR",
+            )
+            .await?;
+        }
         Ok(())
     }
 }
@@ -1085,6 +1287,8 @@ fn kube_fault_rules(user: &str, cfg: &ChaosConfig) -> Vec<kube_sim::FaultRule> {
         "nodes",
         "volumeattributesclasses",
         "secrets",
+        "servicecidrs",
+        "ipaddresses",
     ] {
         for (code, verb) in [(500, None), (503, None), (409, Some("patch"))] {
             let fraction = if code == 409 {
@@ -1188,6 +1392,17 @@ pub async fn run(
         h.skip_in_cluster("VolumeAttributesClasses in the churn (the cluster serves no storage.k8s.io/v1 VolumeAttributesClass)");
         cfg.classes = false;
     }
+    // ServiceCIDRs only on kube-sim: their ranges and the cluster IPs the
+    // churn names are cluster-wide (they would meet the cluster's own
+    // allocations), and kube-controller-manager's service-cidr-controller
+    // holds them too there.
+    if cfg.service_cidrs
+        && h.skip_in_cluster(
+            "ServiceCIDRs in the churn (cluster-wide ranges and named cluster IPs)",
+        )
+    {
+        cfg.service_cidrs = false;
+    }
     let cfg = &cfg;
     let values = cfg.values();
     let sets: Vec<&str> = values.iter().map(String::as_str).collect();
@@ -1213,6 +1428,7 @@ pub async fn run(
                 || !create_time_policies.is_empty(),
             classes: cfg.classes,
             secrets: cfg.secrets,
+            service_cidrs: cfg.service_cidrs,
         },
     )
     .await?;
@@ -1240,6 +1456,7 @@ pub async fn run(
         max_live: cfg.max_live,
         classes: cfg.classes,
         secrets: cfg.secrets,
+        service_cidrs: cfg.service_cidrs,
         tolerate_unavailable: h.real().is_some(),
     };
     let fault_start = Instant::now();
@@ -1394,7 +1611,7 @@ pub async fn run(
     let deadline = Instant::now() + CONVERGENCE_BOUND + Duration::from_secs(15);
     loop {
         let pending = monitor.pending();
-        let left = remaining(h, ns, cfg.classes, cfg.secrets).await?;
+        let left = remaining(h, ns, cfg).await?;
         if pending.is_empty() && left == 0 {
             break;
         }
@@ -1431,6 +1648,9 @@ pub async fn run(
         kubelet_restarts: h.real().map_or(0, |r| r.kubelet_restarts()),
         monitor: report,
         cleanup,
+        classes: cfg.classes,
+        secrets: cfg.secrets,
+        service_cidrs: cfg.service_cidrs,
     })
 }
 
@@ -1579,7 +1799,7 @@ async fn standby_ready(rel: &ManagerRelease, leader: &str) -> Result<bool> {
 }
 
 /// Objects of the run still in the namespace (and its PVs).
-async fn remaining(h: &Harness, ns: &str, classes: bool, secrets: bool) -> Result<usize> {
+async fn remaining(h: &Harness, ns: &str, cfg: &ChaosConfig) -> Result<usize> {
     let sel = kube::api::ListParams::default().labels(&format!("{}={}", objects::RUN_LABEL, h.run));
     let c = &h.client;
     let mut n = run_objects(Api::<Pod>::namespaced(c.clone(), ns), &sel)
@@ -1597,7 +1817,7 @@ async fn remaining(h: &Harness, ns: &str, classes: bool, secrets: bool) -> Resul
         + run_objects(Api::<PersistentVolume>::all(c.clone()), &sel)
             .await?
             .len();
-    if classes {
+    if cfg.classes {
         n += run_objects(
             Api::<crate::observer::VolumeAttributesClass>::all(c.clone()),
             &sel,
@@ -1605,8 +1825,13 @@ async fn remaining(h: &Harness, ns: &str, classes: bool, secrets: bool) -> Resul
         .await?
         .len();
     }
-    if secrets {
+    if cfg.secrets {
         n += run_objects(Api::<Secret>::namespaced(c.clone(), ns), &sel)
+            .await?
+            .len();
+    }
+    if cfg.service_cidrs {
+        n += run_objects(Api::<ServiceCIDR>::all(c.clone()), &sel)
             .await?
             .len();
     }
@@ -1628,6 +1853,17 @@ async fn classes_served(h: &Harness) -> Result<bool> {
     }
 }
 
+/// A random address of the IPv4 range `cidr` (a /23 or narrower), neither
+/// its network nor its broadcast address.
+fn host_in(cidr: &str, rng: &mut StdRng) -> Option<String> {
+    let (net, bits) = cidr.split_once('/')?;
+    let net: std::net::Ipv4Addr = net.parse().ok()?;
+    let bits: u32 = bits.parse().ok().filter(|b| (23..=30).contains(b))?;
+    let size = 1u32 << (32 - bits);
+    let offset = rng.random_range(1..size - 1);
+    Some(std::net::Ipv4Addr::from(u32::from(net) + offset).to_string())
+}
+
 fn rand_between(rng: &mut StdRng, (lo, hi): (Duration, Duration)) -> Duration {
     if hi <= lo {
         return lo;
@@ -1639,6 +1875,29 @@ fn rand_between(rng: &mut StdRng, (lo, hi): (Duration, Duration)) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn addresses_asked_of_a_range_are_inside_it_and_allocatable() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..5000 {
+            let ip: std::net::Ipv4Addr = host_in("10.200.4.0/23", &mut rng)
+                .and_then(|s| s.parse().ok())
+                .expect("an address");
+            let o = ip.octets();
+            assert_eq!((o[0], o[1]), (10, 200));
+            assert!(o[2] == 4 || o[2] == 5, "{ip}");
+            assert!(ip != std::net::Ipv4Addr::new(10, 200, 4, 0), "network");
+            assert!(ip != std::net::Ipv4Addr::new(10, 200, 5, 255), "broadcast");
+            seen.insert(o[2]);
+        }
+        assert_eq!(seen.len(), 2, "both halves of the /23");
+        assert_eq!(
+            host_in("10.200.0.0/16", &mut rng),
+            None,
+            "wider than the churn's"
+        );
+    }
 
     #[test]
     fn every_round_of_real_faults_has_each_kind_once() {

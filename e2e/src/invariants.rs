@@ -13,6 +13,11 @@
 //!    `secrets-used-by-pods` ProtectionRule (when watched): at every Secret
 //!    `DELETED` event, no pod that had not finished (phase other than
 //!    Succeeded/Failed) referred to it just before (the rule's `while`).
+//!    And for the run's ServiceCIDRs (when watched): at every ServiceCIDR
+//!    `DELETED` event, no IPAddress managed by the API server's allocator
+//!    had it as its only container just before (upstream's `canDeleteCIDR`,
+//!    crates/service-cidr-protection: another ServiceCIDR, Terminating or
+//!    not, containing the address or the whole range releases it).
 //! 2. **No load balancer is orphaned.** When a Service is gone, cloud-sim
 //!    has no load balancer for its UID: checked after every Service
 //!    `DELETED` event, on every inventory sweep (which also catches a load
@@ -33,10 +38,11 @@ use std::time::{Duration, Instant};
 
 use cloud_sim::LoadBalancer;
 use jiff::Timestamp;
+use service_cidr_protection::cidr::Prefix;
 
 use crate::observer::{
-    Change, Kind, LeaseSummary, Observed, PodSummary, PvSummary, PvcSummary, SecretSummary,
-    ServiceSummary, Summary, VacSummary,
+    Change, IP_ALLOCATOR, IpAddressSummary, Kind, LeaseSummary, Observed, PodSummary, PvSummary,
+    PvcSummary, SecretSummary, ServiceCidrSummary, ServiceSummary, Summary, VacSummary,
 };
 
 /// The Service cleanup finalizer's name ends so in both profiles
@@ -51,6 +57,12 @@ pub const VAC_FINALIZER_SUFFIX: &str = "vac-protection";
 /// The finalizer of the chart's `secrets-used-by-pods` example rule ends so
 /// (`<rules.exampleFinalizerDomain>/secret-in-use`).
 pub const SECRET_RULE_FINALIZER_SUFFIX: &str = "/secret-in-use";
+/// The ServiceCIDR finalizers: the project profile's and upstream's (which
+/// kube-controller-manager's service-cidr-controller adds too).
+pub const SERVICE_CIDR_FINALIZERS: [&str; 2] = [
+    service_cidr_protection::INFO.finalizer.project,
+    service_cidr_protection::INFO.finalizer.upstream,
+];
 
 /// How long after calm a releasable object may keep its finalizers.
 pub const CONVERGENCE_BOUND: Duration = Duration::from_secs(30);
@@ -62,6 +74,7 @@ pub enum Invariant {
     VolumeDeletedWhileBound,
     ClassDeletedWhileInUse,
     SecretDeletedWhileInUse,
+    ServiceCidrDeletedWhileInUse,
     OrphanedLoadBalancer,
     FinalizerNotRemoved,
     LeadershipDidNotMove,
@@ -77,6 +90,9 @@ impl fmt::Display for Invariant {
             }
             Invariant::SecretDeletedWhileInUse => {
                 "a Secret under a ProtectionRule disappeared while a running pod referred to it"
+            }
+            Invariant::ServiceCidrDeletedWhileInUse => {
+                "a ServiceCIDR disappeared while it was the only range of an allocated IPAddress"
             }
             Invariant::OrphanedLoadBalancer => "a load balancer outlived its Service",
             Invariant::FinalizerNotRemoved => {
@@ -143,6 +159,23 @@ pub struct Counts {
     /// Secrets deleted in use that never carried the rule's finalizer (the
     /// creation window: no admission step adds it).
     pub unprotected_secrets_deleted_in_use: u64,
+    /// ServiceCIDR deletions checked (no allocated IPAddress left without a
+    /// range).
+    pub service_cidr_deletions_checked: u64,
+    /// ServiceCIDRs seen Terminating while the only range of an allocated
+    /// IPAddress.
+    pub service_cidrs_held_while_in_use: u64,
+    /// ServiceCIDR deletions with allocated addresses inside that another
+    /// ServiceCIDR contains (released, as upstream: nothing is orphaned).
+    pub service_cidrs_released_with_addresses_contained_elsewhere: u64,
+    /// ServiceCIDRs released because another Terminating ServiceCIDR
+    /// contained their addresses, that other one gone first: upstream's rule
+    /// counts a Terminating ServiceCIDR as a container, so two that contain
+    /// each other may both go (not a violation: the rule as upstream has it).
+    pub service_cidrs_released_with_terminating_container: u64,
+    /// ServiceCIDRs deleted in use that never carried a finalizer (the
+    /// creation window: no admission step adds it).
+    pub unprotected_service_cidrs_deleted_in_use: u64,
     pub service_deletions_checked: u64,
     /// Services deleted while they had a load balancer (ingress).
     pub services_deleted_with_lb: u64,
@@ -222,6 +255,26 @@ impl Counts {
             format!(
                 "  deleted in use before any finalizer (window) {}",
                 self.unprotected_secrets_deleted_in_use
+            ),
+            format!(
+                "ServiceCIDR deletions checked (no IP orphaned) {}",
+                self.service_cidr_deletions_checked
+            ),
+            format!(
+                "  ServiceCIDRs held Terminating while in use  {}",
+                self.service_cidrs_held_while_in_use
+            ),
+            format!(
+                "  released, their addresses in another range  {}",
+                self.service_cidrs_released_with_addresses_contained_elsewhere
+            ),
+            format!(
+                "  released with a Terminating container (upstream rule) {}",
+                self.service_cidrs_released_with_terminating_container
+            ),
+            format!(
+                "  deleted in use before any finalizer (window) {}",
+                self.unprotected_service_cidrs_deleted_in_use
             ),
             format!(
                 "Service deletions checked (no LB left)        {}",
@@ -327,6 +380,10 @@ struct World {
     services: HashMap<String, ServiceSummary>,
     vacs: HashMap<String, VacSummary>,
     secrets: HashMap<String, SecretSummary>,
+    /// Every ServiceCIDR, the cluster's own too (they contain addresses).
+    service_cidrs: HashMap<String, ServiceCidrSummary>,
+    /// The IPAddresses the API server's allocator manages, by address.
+    ips: HashMap<String, IpAddressSummary>,
 }
 
 impl World {
@@ -357,6 +414,30 @@ impl World {
                 format!(
                     "Pod {}/{} (uid {}, rv {}, {})",
                     p.namespace, p.name, p.uid, p.rv, p.phase
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The allocated IPAddresses inside ServiceCIDR `name` (`cidrs`) that no
+    /// other present ServiceCIDR contains (upstream's `canDeleteCIDR`: a
+    /// Terminating one counts), as `IPAddress a (parent, rv)`.
+    fn service_cidr_users(&self, name: &str, cidrs: &[String]) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .ips
+            .values()
+            .filter(|ip| cidrs.iter().any(|c| prefix_contains_ip(c, &ip.name)))
+            .filter(|ip| {
+                !self.service_cidrs.values().any(|o| {
+                    o.name != name && o.cidrs.iter().any(|c| prefix_contains_ip(c, &ip.name))
+                })
+            })
+            .map(|ip| {
+                format!(
+                    "IPAddress {} (of {}, uid {}, rv {})",
+                    ip.name, ip.parent, ip.uid, ip.rv
                 )
             })
             .collect();
@@ -412,6 +493,23 @@ pub struct Checker {
     held_pvs: HashSet<String>,
     held_vacs: HashSet<String>,
     held_secrets: HashSet<String>,
+    held_service_cidrs: HashSet<String>,
+    /// ServiceCIDRs being deleted: the resourceVersion at which each was
+    /// first seen Terminating.
+    service_cidrs_terminating_since: HashMap<String, u64>,
+    /// ServiceCIDRs gone: (resourceVersion of the DELETED event, CIDRs).
+    service_cidrs_gone: Vec<(u64, Vec<String>)>,
+}
+
+/// upstream `servicecidr.PrefixContainsIP` (crates/service-cidr-protection,
+/// table-tested against upstream's): `ip` is inside `cidr` and is neither
+/// its network address nor (IPv4) its broadcast address, which no
+/// ServiceCIDR allocates.
+fn prefix_contains_ip(cidr: &str, ip: &str) -> bool {
+    match (Prefix::parse(cidr), ip.parse()) {
+        (Some(p), Ok(a)) => p.contains_ip(a),
+        _ => false,
+    }
 }
 
 fn pod_key(p: &PodSummary) -> String {
@@ -443,6 +541,9 @@ impl Checker {
             held_pvs: HashSet::new(),
             held_vacs: HashSet::new(),
             held_secrets: HashSet::new(),
+            held_service_cidrs: HashSet::new(),
+            service_cidrs_terminating_since: HashMap::new(),
+            service_cidrs_gone: Vec::new(),
         }
     }
 
@@ -512,6 +613,15 @@ impl Checker {
             Summary::Service(s) => self.apply_service(s, deleted, checked, ev),
             Summary::Vac(v) => self.apply_vac(v, deleted, checked, ev),
             Summary::Secret(x) => self.apply_secret(x, deleted, checked, ev),
+            Summary::ServiceCidr(x) => self.apply_service_cidr(x, deleted, checked, ev),
+            Summary::IpAddress(a) => {
+                if deleted || a.managed_by != IP_ALLOCATOR {
+                    self.world.ips.remove(&a.name);
+                } else {
+                    self.world.ips.insert(a.name.clone(), a.clone());
+                }
+                self.refresh_service_cidrs(ev.seen);
+            }
             Summary::Lease(l) => {
                 if let Some(prev) = self.lease_history.last()
                     && !l.holder.is_empty()
@@ -621,6 +731,141 @@ impl Checker {
             p.rv = x.rv;
             self.refresh_secret(&x.namespace, &x.name, ev.seen);
         }
+    }
+
+    /// Every pending ServiceCIDR's "in use" after a range or an address
+    /// changed.
+    fn refresh_service_cidrs(&mut self, seen: Instant) {
+        let keys: Vec<String> = self
+            .pending
+            .keys()
+            .filter(|(k, _)| *k == Kind::ServiceCidr)
+            .map(|(_, key)| key.clone())
+            .collect();
+        for key in keys {
+            let in_use = self
+                .world
+                .service_cidrs
+                .get(&key)
+                .is_some_and(|c| !self.world.service_cidr_users(&c.name, &c.cidrs).is_empty());
+            if let Some(p) = self.pending.get_mut(&(Kind::ServiceCidr, key)) {
+                if in_use {
+                    p.free_since = None;
+                } else if p.free_since.is_none() {
+                    p.free_since = Some(seen);
+                }
+            }
+        }
+    }
+
+    fn apply_service_cidr(
+        &mut self,
+        x: &ServiceCidrSummary,
+        deleted: bool,
+        checked: bool,
+        ev: &Observed,
+    ) {
+        let key = x.name.clone();
+        let ours = !x.run.is_empty() && x.run == self.cfg.run;
+        if x.finalizers
+            .iter()
+            .any(|f| SERVICE_CIDR_FINALIZERS.contains(&f.as_str()))
+        {
+            self.protected.insert(x.uid.clone());
+        }
+        if deleted {
+            if checked && ours {
+                self.counts.service_cidr_deletions_checked += 1;
+                let users = self.world.service_cidr_users(&x.name, &x.cidrs);
+                if users.is_empty()
+                    && self
+                        .world
+                        .ips
+                        .values()
+                        .any(|ip| x.cidrs.iter().any(|c| prefix_contains_ip(c, &ip.name)))
+                {
+                    self.counts
+                        .service_cidrs_released_with_addresses_contained_elsewhere += 1;
+                } else if !users.is_empty() && !self.protected.contains(&x.uid) {
+                    self.counts.unprotected_service_cidrs_deleted_in_use += 1;
+                } else if !users.is_empty() && self.released_with_terminating_container(x) {
+                    self.counts
+                        .service_cidrs_released_with_terminating_container += 1;
+                } else if !users.is_empty() {
+                    self.violate(
+                        Invariant::ServiceCidrDeletedWhileInUse,
+                        format!("ServiceCIDR {key} (uid {}, {:?})", x.uid, x.cidrs),
+                        Some(ev.rv),
+                        format!(
+                            "DELETED with finalizers {:?} while no other ServiceCIDR contained {}",
+                            x.finalizers,
+                            users.join("; ")
+                        ),
+                    );
+                }
+            }
+            self.world.service_cidrs.remove(&key);
+            self.service_cidrs_terminating_since.remove(&key);
+            self.service_cidrs_gone.push((ev.rv, x.cidrs.clone()));
+            self.converged(Kind::ServiceCidr, &key, ev.seen);
+            self.refresh_service_cidrs(ev.seen);
+            return;
+        }
+        self.world.service_cidrs.insert(key.clone(), x.clone());
+        if x.deleting && ours {
+            self.service_cidrs_terminating_since
+                .entry(key.clone())
+                .or_insert(ev.rv);
+            let in_use = !self.world.service_cidr_users(&x.name, &x.cidrs).is_empty();
+            if in_use && self.held_service_cidrs.insert(x.uid.clone()) {
+                self.counts.service_cidrs_held_while_in_use += 1;
+            }
+            self.mark_pending(Kind::ServiceCidr, &key, &x.finalizers, x.rv);
+        }
+        self.refresh_service_cidrs(ev.seen);
+    }
+
+    /// Records that `kind` `key` waits for its deletion to complete, with
+    /// its latest finalizers and resourceVersion (in use until a refresh
+    /// says otherwise).
+    fn mark_pending(&mut self, kind: Kind, key: &str, finalizers: &[String], rv: u64) {
+        let p = self
+            .pending
+            .entry((kind, key.to_string()))
+            .or_insert_with(|| Pending {
+                kind,
+                key: key.to_string(),
+                free_since: None,
+                finalizers: vec![],
+                rv: 0,
+                reported: false,
+            });
+        p.finalizers = finalizers.to_vec();
+        p.rv = rv;
+    }
+
+    /// Whether every address that ServiceCIDR `x` leaves without a range
+    /// was contained by another ServiceCIDR deleted while `x` was
+    /// Terminating (so Terminating too): upstream's rule counted that one as
+    /// a container when it released `x`.
+    fn released_with_terminating_container(&self, x: &ServiceCidrSummary) -> bool {
+        let Some(since) = self.service_cidrs_terminating_since.get(&x.name) else {
+            return false;
+        };
+        self.world
+            .ips
+            .values()
+            .filter(|ip| x.cidrs.iter().any(|c| prefix_contains_ip(c, &ip.name)))
+            .filter(|ip| {
+                !self.world.service_cidrs.values().any(|o| {
+                    o.name != x.name && o.cidrs.iter().any(|c| prefix_contains_ip(c, &ip.name))
+                })
+            })
+            .all(|ip| {
+                self.service_cidrs_gone.iter().any(|(rv, cidrs)| {
+                    rv > since && cidrs.iter().any(|c| prefix_contains_ip(c, &ip.name))
+                })
+            })
     }
 
     fn refresh_pvc(&mut self, ns: &str, name: &str, seen: Instant) {
@@ -1376,6 +1621,184 @@ mod tests {
         c.apply(&at(4, Change::Deleted, secret("new", false, true, 4)), 1);
         assert!(c.violations().is_empty());
         assert_eq!(c.counts().unprotected_secrets_deleted_in_use, 1);
+    }
+
+    fn scidr(name: &str, cidr: &str, finalizer: bool, deleting: bool, rv: u64) -> Summary {
+        Summary::ServiceCidr(ServiceCidrSummary {
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            rv,
+            finalizers: if finalizer {
+                vec!["protection-manager.io/service-cidr-protection".into()]
+            } else {
+                vec![]
+            },
+            deleting,
+            cidrs: vec![cidr.into()],
+            run: "run".into(),
+        })
+    }
+
+    fn address(ip: &str, managed_by: &str, rv: u64) -> Summary {
+        Summary::IpAddress(IpAddressSummary {
+            name: ip.into(),
+            uid: format!("uid-{ip}"),
+            rv,
+            managed_by: managed_by.into(),
+            parent: "services ns/s".into(),
+        })
+    }
+
+    /// Applies `obj` as a change at its own resourceVersion.
+    fn feed(c: &mut Checker, change: Change, obj: Summary) {
+        c.apply(&at(obj.rv(), change, obj), 1);
+    }
+
+    const A: &str = "10.200.0.0/24";
+
+    #[test]
+    fn a_service_cidr_deleted_while_the_only_range_of_an_allocated_ip_is_a_violation() {
+        use Change::{Added, Deleted, Modified};
+        // The only range of 10.200.0.5: held, then DELETED: a violation
+        // naming the address and its Service.
+        let mut c = Checker::new(cfg());
+        feed(&mut c, Added, scidr("a", A, true, false, 2));
+        feed(&mut c, Added, address("10.200.0.5", IP_ALLOCATOR, 3));
+        feed(&mut c, Modified, scidr("a", A, true, true, 4));
+        assert_eq!(c.counts().service_cidrs_held_while_in_use, 1);
+        assert!(c.pending()[0].2, "in use");
+        feed(&mut c, Deleted, scidr("a", A, true, true, 5));
+        assert_eq!(c.violations().len(), 1, "{:?}", c.violations());
+        let v = &c.violations()[0];
+        assert_eq!(v.invariant, Invariant::ServiceCidrDeletedWhileInUse);
+        assert_eq!(v.rv, Some(5));
+        let text = v.to_string();
+        assert!(
+            text.contains("IPAddress 10.200.0.5 (of services ns/s"),
+            "{v}"
+        );
+        assert_eq!(c.counts().service_cidr_deletions_checked, 1);
+
+        // Another ServiceCIDR contains the address (a larger one, or the
+        // same range): free, checked, no violation.
+        let mut c = Checker::new(cfg());
+        feed(&mut c, Added, scidr("a", A, true, false, 2));
+        feed(
+            &mut c,
+            Added,
+            scidr("wide", "10.200.0.0/23", true, false, 3),
+        );
+        feed(&mut c, Added, address("10.200.0.5", IP_ALLOCATOR, 4));
+        feed(&mut c, Modified, scidr("a", A, true, true, 5));
+        assert!(!c.pending()[0].2, "free: contained in wide");
+        feed(&mut c, Deleted, scidr("a", A, true, true, 6));
+        assert!(c.violations().is_empty(), "{:?}", c.violations());
+        let counts = c.counts();
+        assert_eq!(
+            counts.service_cidrs_released_with_addresses_contained_elsewhere,
+            1
+        );
+        // Now wide is its only range: wide is held until the address goes.
+        feed(
+            &mut c,
+            Modified,
+            scidr("wide", "10.200.0.0/23", true, true, 7),
+        );
+        assert!(c.pending()[0].2, "in use");
+        feed(&mut c, Deleted, address("10.200.0.5", IP_ALLOCATOR, 8));
+        assert!(!c.pending()[0].2, "free once the address is gone");
+        feed(
+            &mut c,
+            Deleted,
+            scidr("wide", "10.200.0.0/23", true, true, 9),
+        );
+        assert!(c.violations().is_empty(), "{:?}", c.violations());
+        assert_eq!(c.counts().service_cidr_deletions_checked, 2);
+        assert!(c.pending().is_empty());
+
+        // Addresses the allocator does not manage, and the range's network
+        // and broadcast addresses (never allocated from it), do not hold it.
+        let mut c = Checker::new(cfg());
+        feed(&mut c, Added, scidr("a", A, true, false, 2));
+        feed(&mut c, Added, address("10.200.0.6", "someone-else", 3));
+        feed(&mut c, Added, address("10.200.0.0", IP_ALLOCATOR, 4));
+        feed(&mut c, Added, address("10.200.0.255", IP_ALLOCATOR, 5));
+        feed(&mut c, Deleted, scidr("a", A, true, true, 6));
+        assert!(c.violations().is_empty(), "{:?}", c.violations());
+
+        // Never carried a finalizer: the creation window, counted.
+        let mut c = Checker::new(cfg());
+        feed(&mut c, Added, scidr("a", A, false, false, 2));
+        feed(&mut c, Added, address("10.200.0.5", IP_ALLOCATOR, 3));
+        feed(&mut c, Deleted, scidr("a", A, false, true, 4));
+        assert!(c.violations().is_empty());
+        assert_eq!(c.counts().unprotected_service_cidrs_deleted_in_use, 1);
+
+        // Another run's ServiceCIDR is not checked.
+        let mut c = Checker::new(cfg());
+        let mut theirs = scidr("theirs", A, true, true, 4);
+        if let Summary::ServiceCidr(x) = &mut theirs {
+            x.run = "other".into();
+        }
+        feed(&mut c, Added, address("10.200.0.5", IP_ALLOCATOR, 3));
+        feed(&mut c, Deleted, theirs);
+        assert!(c.violations().is_empty());
+        assert_eq!(c.counts().service_cidr_deletions_checked, 0);
+    }
+
+    #[test]
+    fn two_terminating_service_cidrs_that_contain_each_other_may_both_go_as_upstream_lets_them() {
+        use Change::{Added, Deleted, Modified};
+        // Both Terminating, each the other's container: upstream's rule
+        // releases both; counted, not a violation.
+        let mut c = Checker::new(cfg());
+        feed(&mut c, Added, scidr("a", A, true, false, 2));
+        feed(&mut c, Added, scidr("b", A, true, false, 3));
+        feed(&mut c, Added, address("10.200.0.5", IP_ALLOCATOR, 4));
+        feed(&mut c, Modified, scidr("a", A, true, true, 5));
+        feed(&mut c, Modified, scidr("b", A, true, true, 6));
+        feed(&mut c, Deleted, scidr("a", A, true, true, 7));
+        feed(&mut c, Deleted, scidr("b", A, true, true, 8));
+        assert!(c.violations().is_empty(), "{:?}", c.violations());
+        let counts = c.counts();
+        assert_eq!(counts.service_cidrs_released_with_terminating_container, 1);
+        // The container went before b's deletion was even requested: b was
+        // the only range from then on, and its release is a violation.
+        let mut c = Checker::new(cfg());
+        feed(&mut c, Added, scidr("a", A, true, false, 2));
+        feed(&mut c, Added, scidr("b", A, true, false, 3));
+        feed(&mut c, Added, address("10.200.0.5", IP_ALLOCATOR, 4));
+        feed(&mut c, Deleted, scidr("a", A, true, true, 5));
+        feed(&mut c, Modified, scidr("b", A, true, true, 6));
+        assert_eq!(c.counts().service_cidrs_held_while_in_use, 1);
+        feed(&mut c, Deleted, scidr("b", A, true, true, 7));
+        assert_eq!(c.violations().len(), 1, "{:?}", c.violations());
+        let v = &c.violations()[0];
+        assert_eq!(v.invariant, Invariant::ServiceCidrDeletedWhileInUse);
+    }
+
+    #[test]
+    fn a_held_service_cidr_must_go_within_the_bound_once_free_after_calm() {
+        let mut c = Checker::new(cfg());
+        let t0 = Instant::now();
+        feed(
+            &mut c,
+            Change::Added,
+            address("10.200.0.5", IP_ALLOCATOR, 2),
+        );
+        feed(&mut c, Change::Modified, scidr("a", A, true, true, 3));
+        c.set_calm(t0);
+        c.check_time(t0 + Duration::from_secs(120), Timestamp::now());
+        assert!(c.violations().is_empty(), "in use: never overdue");
+        feed(
+            &mut c,
+            Change::Deleted,
+            address("10.200.0.5", IP_ALLOCATOR, 4),
+        );
+        c.check_time(Instant::now() + Duration::from_secs(31), Timestamp::now());
+        assert_eq!(c.violations().len(), 1, "{:?}", c.violations());
+        assert_eq!(c.violations()[0].invariant, Invariant::FinalizerNotRemoved);
+        assert_eq!(c.violations()[0].object, "ServiceCIDR a");
     }
 
     fn svc(name: &str, deleting: bool, rv: u64) -> Summary {

@@ -62,6 +62,11 @@ pub struct MonitorSettings {
     /// `secrets-used-by-pods` ProtectionRule is freed while an unfinished
     /// pod refers to it (the rule must be installed).
     pub secrets: bool,
+    /// Watch every ServiceCIDR and the allocator's IPAddresses and check
+    /// that none of the run's ServiceCIDRs is freed while it is the only
+    /// range of an allocated address (the cluster must serve
+    /// networking.k8s.io/v1 ServiceCIDR and IPAddress).
+    pub service_cidrs: bool,
 }
 
 impl MonitorSettings {
@@ -76,6 +81,7 @@ impl MonitorSettings {
             strict: false,
             classes: false,
             secrets: false,
+            service_cidrs: false,
         }
     }
 }
@@ -118,6 +124,7 @@ impl Monitor {
             strict,
             classes,
             secrets,
+            service_cidrs,
         } = settings;
         let cfg = ObserverConfig {
             selector: format!("{RUN_LABEL}={}", h.run),
@@ -125,6 +132,7 @@ impl Monitor {
             watch_timeout: Duration::from_secs(if h.is_sim() { 30 } else { 20 }),
             classes,
             secrets,
+            service_cidrs,
         };
         let (observer, rx, kinds) = Observer::start(h.observer_client.clone(), cfg);
         let checker = Checker::new(CheckerConfig {

@@ -84,17 +84,28 @@ pub fn pod_with_claims(run: &str, name: &str, image: &str, claims: &[&str]) -> V
 
 /// A TCP `type: LoadBalancer` Service of the manager's class.
 pub fn lb_service(run: &str, name: &str, class: &str) -> Value {
-    json!({
+    tcp_service(
+        run,
+        name,
+        json!({"type": "LoadBalancer", "loadBalancerClass": class}),
+    )
+}
+
+/// A TCP Service on port 80 selecting `app: <name>`, with `spec` fields.
+fn tcp_service(run: &str, name: &str, spec: Value) -> Value {
+    let mut svc = json!({
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": name, "labels": {RUN_LABEL: run}},
         "spec": {
-            "type": "LoadBalancer",
-            "loadBalancerClass": class,
             "selector": {"app": name},
             "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
         }
-    })
+    });
+    if let (Some(into), Value::Object(fields)) = (svc["spec"].as_object_mut(), spec) {
+        into.extend(fields);
+    }
+    svc
 }
 
 /// A VolumeAttributesClass (storage.k8s.io/v1) of a made-up CSI driver.
@@ -139,4 +150,20 @@ pub fn csi_pv_with_vac(run: &str, name: &str, class: &str) -> Value {
     spec["csi"] = json!({"driver": "csi.e2e.protection-manager.io", "volumeHandle": name});
     spec["volumeAttributesClassName"] = json!(class);
     v
+}
+
+/// A ServiceCIDR (networking.k8s.io/v1) of one range.
+pub fn service_cidr(run: &str, name: &str, cidr: &str) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "ServiceCIDR",
+        "metadata": {"name": name, "labels": {RUN_LABEL: run}},
+        "spec": {"cidrs": [cidr]}
+    })
+}
+
+/// A TCP `type: ClusterIP` Service asking for the cluster IP `ip` (the API
+/// server allocates it from the ServiceCIDR that contains it, or refuses).
+pub fn cluster_ip_service(run: &str, name: &str, ip: &str) -> Value {
+    tcp_service(run, name, json!({"type": "ClusterIP", "clusterIP": ip}))
 }

@@ -1,7 +1,8 @@
 //! Records what the API server says happened, in its global order.
 //!
 //! One watch per kind (pods, PVCs, PVs, Services, optionally
-//! VolumeAttributesClasses, the leader Lease), each
+//! VolumeAttributesClasses, Secrets, ServiceCIDRs and the allocator's
+//! IPAddresses, the leader Lease), each
 //! starting with a LIST and resuming from its last resourceVersion after a
 //! cut. kube-sim, like etcd, gives every write one resourceVersion from a
 //! single counter, so sorting the events of all the watches by it rebuilds
@@ -22,6 +23,7 @@ use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::{IPAddress, ServiceCIDR};
 use kube::api::{ListParams, WatchEvent, WatchParams};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -38,10 +40,12 @@ pub enum Kind {
     Lease,
     Vac,
     Secret,
+    ServiceCidr,
+    IpAddress,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Pod,
         Kind::Pvc,
         Kind::Pv,
@@ -49,6 +53,8 @@ impl Kind {
         Kind::Lease,
         Kind::Vac,
         Kind::Secret,
+        Kind::ServiceCidr,
+        Kind::IpAddress,
     ];
 }
 
@@ -62,6 +68,8 @@ impl std::fmt::Display for Kind {
             Kind::Lease => "Lease",
             Kind::Vac => "VolumeAttributesClass",
             Kind::Secret => "Secret",
+            Kind::ServiceCidr => "ServiceCIDR",
+            Kind::IpAddress => "IPAddress",
         })
     }
 }
@@ -141,6 +149,34 @@ pub struct SecretSummary {
     pub deleting: bool,
 }
 
+/// What the invariants need of a ServiceCIDR (networking.k8s.io/v1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceCidrSummary {
+    pub name: String,
+    pub uid: String,
+    pub rv: u64,
+    pub finalizers: Vec<String>,
+    pub deleting: bool,
+    /// `spec.cidrs`.
+    pub cidrs: Vec<String>,
+    /// The value of the run label (empty when absent: the cluster's own,
+    /// such as the default `kubernetes` ServiceCIDR).
+    pub run: String,
+}
+
+/// What the invariants need of an IPAddress (networking.k8s.io/v1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpAddressSummary {
+    /// The address (an IPAddress is named by it).
+    pub name: String,
+    pub uid: String,
+    pub rv: u64,
+    /// `ipaddress.kubernetes.io/managed-by`.
+    pub managed_by: String,
+    /// `spec.parentRef` as `resource namespace/name`.
+    pub parent: String,
+}
+
 /// What the invariants need of a Service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceSummary {
@@ -178,6 +214,8 @@ pub enum Summary {
     Lease(LeaseSummary),
     Vac(VacSummary),
     Secret(SecretSummary),
+    ServiceCidr(ServiceCidrSummary),
+    IpAddress(IpAddressSummary),
 }
 
 impl Summary {
@@ -190,6 +228,8 @@ impl Summary {
             Summary::Lease(_) => Kind::Lease,
             Summary::Vac(_) => Kind::Vac,
             Summary::Secret(_) => Kind::Secret,
+            Summary::ServiceCidr(_) => Kind::ServiceCidr,
+            Summary::IpAddress(_) => Kind::IpAddress,
         }
     }
 
@@ -203,6 +243,8 @@ impl Summary {
             Summary::Lease(l) => format!("{}/{}", l.namespace, l.name),
             Summary::Vac(v) => v.name.clone(),
             Summary::Secret(s) => format!("{}/{}", s.namespace, s.name),
+            Summary::ServiceCidr(c) => c.name.clone(),
+            Summary::IpAddress(a) => a.name.clone(),
         }
     }
 
@@ -215,6 +257,8 @@ impl Summary {
             Summary::Lease(l) => l.rv,
             Summary::Vac(v) => v.rv,
             Summary::Secret(s) => s.rv,
+            Summary::ServiceCidr(c) => c.rv,
+            Summary::IpAddress(a) => a.rv,
         }
     }
 }
@@ -473,6 +517,65 @@ impl Summarize for Service {
     }
 }
 
+impl Summarize for ServiceCIDR {
+    const KIND: Kind = Kind::ServiceCidr;
+    fn summarize(&self) -> Summary {
+        Summary::ServiceCidr(ServiceCidrSummary {
+            name: self.name_any(),
+            uid: self.uid().unwrap_or_default(),
+            rv: rv_of(self.metadata.resource_version.as_ref()),
+            finalizers: fins(&self.metadata),
+            deleting: self.metadata.deletion_timestamp.is_some(),
+            cidrs: self
+                .spec
+                .as_ref()
+                .and_then(|s| s.cidrs.clone())
+                .unwrap_or_default(),
+            run: self
+                .labels()
+                .get(crate::objects::RUN_LABEL)
+                .cloned()
+                .unwrap_or_default(),
+        })
+    }
+}
+
+impl Summarize for IPAddress {
+    const KIND: Kind = Kind::IpAddress;
+    fn summarize(&self) -> Summary {
+        Summary::IpAddress(IpAddressSummary {
+            name: self.name_any(),
+            uid: self.uid().unwrap_or_default(),
+            rv: rv_of(self.metadata.resource_version.as_ref()),
+            managed_by: self
+                .labels()
+                .get(IP_MANAGED_BY_LABEL)
+                .cloned()
+                .unwrap_or_default(),
+            parent: self
+                .spec
+                .as_ref()
+                .map(|s| {
+                    let p = &s.parent_ref;
+                    format!(
+                        "{} {}/{}",
+                        p.resource,
+                        p.namespace.clone().unwrap_or_default(),
+                        p.name
+                    )
+                })
+                .unwrap_or_default(),
+        })
+    }
+}
+
+/// The label naming who manages an IPAddress, and its value on the
+/// addresses the API server's allocator manages (the only ones
+/// service-cidr-protection, as upstream, looks at).
+pub use service_cidr_protection::cidr::{
+    ALLOCATOR as IP_ALLOCATOR, LABEL_MANAGED_BY as IP_MANAGED_BY_LABEL,
+};
+
 /// A VolumeAttributesClass, storage.k8s.io/v1 (metadata only).
 #[derive(Clone, Debug, Default, serde::Deserialize)]
 pub struct VolumeAttributesClass {
@@ -694,6 +797,10 @@ pub struct ObserverConfig {
     /// Also watch the run's Secrets (by the selector), for a ProtectionRule
     /// over Secrets used by pods.
     pub secrets: bool,
+    /// Also watch every ServiceCIDR (the cluster's own ones count as
+    /// containers of an address) and every IPAddress the API server's
+    /// allocator manages; only where the cluster serves networking.k8s.io/v1.
+    pub service_cidrs: bool,
 }
 
 /// The running watches; reports arrive on the channel returned by
@@ -763,6 +870,25 @@ impl Observer {
                 Api::<Secret>::all(client.clone()),
                 lp(&cfg.selector),
                 wp(&cfg.selector),
+                tx.clone(),
+                stop.clone(),
+            )));
+        }
+        if cfg.service_cidrs {
+            kinds.push(Kind::ServiceCidr);
+            tasks.push(tokio::spawn(watch_kind(
+                Api::<ServiceCIDR>::all(client.clone()),
+                lp(""),
+                wp(""),
+                tx.clone(),
+                stop.clone(),
+            )));
+            kinds.push(Kind::IpAddress);
+            let managed = format!("{IP_MANAGED_BY_LABEL}={IP_ALLOCATOR}");
+            tasks.push(tokio::spawn(watch_kind(
+                Api::<IPAddress>::all(client.clone()),
+                lp(&managed),
+                wp(&managed),
                 tx.clone(),
                 stop.clone(),
             )));

@@ -68,26 +68,22 @@ async fn short_chaos(seed: u64, profile: Profile) -> Result<()> {
         if report.kills.is_empty() {
             return Err(Error::Check(format!("no leader was killed during the run (seed {seed})")));
         }
-        if h.is_sim() && report.monitor.gaps > 0 {
-            return Err(Error::Check(format!(
+        if report.monitor.gaps > 0 {
+            let lost = format!(
                 "the observer lost {} watch windows (410): deletions in them went unchecked (seed {seed})",
                 report.monitor.gaps
-            )));
+            );
+            // kube-sim expires no watch of the observer's user; a real API
+            // server may (compaction), so there it is said, not failed.
+            if h.is_sim() {
+                return Err(Error::Check(lost));
+            }
+            println!("NOTE (cluster mode): {lost}");
         }
         report.monitor.ok().map_err(|e| Error::Check(format!("seed {seed}: {e}")))?;
-        let c = &report.monitor.counts;
-        if h.is_sim() && (c.vac_deletions_checked == 0 || c.vacs_held_while_in_use == 0) {
-            return Err(Error::Check(format!(
-                "the churn exercised no VolumeAttributesClass protection: {} class deletions checked, {} held while in use (seed {seed})",
-                c.vac_deletions_checked, c.vacs_held_while_in_use
-            )));
-        }
-        if h.is_sim() && (c.secret_deletions_checked == 0 || c.secrets_held_while_in_use == 0) {
-            return Err(Error::Check(format!(
-                "the churn exercised no ProtectionRule: {} Secret deletions checked, {} held while in use (seed {seed})",
-                c.secret_deletions_checked, c.secrets_held_while_in_use
-            )));
-        }
+        // In every mode: each kind the churn covered (a cluster that does
+        // not serve one skips it with a note) was exercised.
+        report.check_coverage()?;
         report.record_verified(&h);
         Ok(())
     }

@@ -13,9 +13,11 @@ use protection_e2e::scenarios::App;
 use protection_e2e::tools::HelmVersion;
 
 /// Runs protection-manager (two replicas, leader election) through a churn
-/// of claims, volumes, pods and load-balancer Services under kube-sim and
-/// cloud-sim faults and leader kills, and checks the invariants: no claim
-/// or volume disappears while in use, no load balancer is orphaned, every
+/// of claims, volumes, pods, load-balancer Services, VolumeAttributesClasses,
+/// Secrets under a ProtectionRule and ServiceCIDRs holding cluster IPs under
+/// kube-sim and cloud-sim faults and leader kills, and checks the
+/// invariants: no claim, volume, class, Secret or ServiceCIDR disappears
+/// while in use, no load balancer is orphaned, every
 /// finalizer goes within 30 s after the faults stop, and leadership moves
 /// within the lease duration. On kube-sim by default; on the cluster named
 /// by E2E_KUBECONFIG (see e2e/README.md).
