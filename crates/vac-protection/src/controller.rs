@@ -196,19 +196,19 @@ impl<V: ApiVersion> Rule for VacRule<V> {
         _: &str,
         _: &RwLock<UsersIndex>,
     ) -> Result<Live, ReconcileError> {
+        // Both lists start after the deletion was seen (the engine calls
+        // this only then), so running them at once keeps the guarantee and
+        // halves the round: at 2,000 claims on a real server the round is
+        // most of a release's latency.
         let lp = ListParams::default();
-        let pvcs = list_all(
-            &Api::<PvcRefs>::all(client.clone()),
-            &lp,
-            "persistentvolumeclaims",
-        )
-        .await?;
-        let pvs = list_all(
-            &Api::<PvRefs>::all(client.clone()),
-            &lp,
-            "persistentvolumes",
-        )
-        .await?;
+        let (claims, volumes) = (
+            Api::<PvcRefs>::all(client.clone()),
+            Api::<PvRefs>::all(client.clone()),
+        );
+        let (pvcs, pvs) = futures::try_join!(
+            list_all(&claims, &lp, "persistentvolumeclaims"),
+            list_all(&volumes, &lp, "persistentvolumes"),
+        )?;
         tracing::debug!(
             controller = NAME,
             pvcs = pvcs.len(),
