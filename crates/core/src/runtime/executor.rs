@@ -123,9 +123,19 @@ impl Executor {
                         return Err(self.fight(obj, &kind, wait));
                     }
                 }
-                if self.finalizer.add_as(api, obj, &kind).await?.wrote() {
-                    state.expectations.wrote(&key, obj.meta(), ());
-                    tracing::info!(%kind, finalizer = self.finalizer.name(), "added finalizer");
+                // Only a write the server took counts toward a fight: a
+                // refused or failed PATCH (an outage, a 403) is a retry,
+                // and a finalizer already there was no write at all.
+                match self.finalizer.add_as(api, obj, &kind).await {
+                    Ok(w) if w.wrote() => {
+                        state.expectations.wrote(&key, obj.meta(), ());
+                        tracing::info!(%kind, finalizer = self.finalizer.name(), "added finalizer");
+                    }
+                    Ok(_) => self.fights.not_written(&uid),
+                    Err(e) => {
+                        self.fights.not_written(&uid);
+                        return Err(e);
+                    }
                 }
             }
             Step::RemoveFinalizer { why, released } => {

@@ -101,3 +101,37 @@ async fn failing_live_list_is_retried_and_never_removes() {
         "removed once, after the successful LIST"
     );
 }
+
+#[tokio::test]
+async fn failed_adds_are_retries_not_a_fight() {
+    verifies(
+        "four refused finalizer PATCHes in a row (403) are retried to success with no \
+         FinalizerFight: a write the server refused is not a write another writer undid",
+    );
+    let h = Harness::new(Setup::default()).await;
+    h.namespace("retry").await;
+    h.sim().faults().add(
+        FaultRule::error(403)
+            .verb("patch")
+            .resource("persistentvolumeclaims")
+            .times(4),
+    );
+    let since = h.seq();
+    let _pvc = h.start(Which::Pvc).await;
+    h.create_pvc("retry", "pvc1", &[]).await;
+    h.wait_pvc_finalizer("retry", "pvc1").await;
+    assert_eq!(h.count("patch", "persistentvolumeclaims", since), 5);
+    let fights: Vec<_> = h
+        .events_for("retry", "pvc1")
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("FinalizerFight"))
+        .collect();
+    assert!(fights.is_empty(), "no fight was reported: {fights:?}");
+    assert_eq!(
+        h.metric(
+            "protection_manager_finalizer_fight_backoffs_total{controller=\"pvc-protection\"}"
+        ),
+        0.0
+    );
+}
