@@ -445,9 +445,11 @@ exactly one flag; `--flag=value` keeps each flag in one list item.
 {{- end }}
 {{- $args = append $args (printf "--shutdown-grace-period=%v" $v.shutdownGracePeriod) }}
 {{- $enabled := include "protection-manager.enabledControllers" . | fromJsonArray }}
-{{- /* vac-protection reads the storage controllers' resync period too. */}}
-{{- if or (has "pv-protection" $enabled) (has "pvc-protection" $enabled) (has "vac-protection" $enabled) }}
+{{- if or (has "pv-protection" $enabled) (has "pvc-protection" $enabled) }}
 {{- $args = append $args (printf "--storage-protection-resync-period=%v" $v.storageProtection.resyncPeriod) }}
+{{- end }}
+{{- if has "vac-protection" $enabled }}
+{{- $args = append $args (printf "--vac-protection-resync-period=%v" $v.vacProtection.resyncPeriod) }}
 {{- end }}
 {{- if has "service-cidr-protection" $enabled }}
 {{- $args = append $args (printf "--service-cidr-resync-period=%v" $v.serviceCIDRProtection.resyncPeriod) }}
@@ -605,6 +607,7 @@ address an IP address. `every_value_the_chart_renders_the_binary_starts_with`
 {{- $checks := list
   (list "storageProtection.resyncPeriod" "storage-protection-resync-period" $v.storageProtection.resyncPeriod "resync")
   (list "loadBalancer.resyncPeriod" "lb-resync-period" $v.loadBalancer.resyncPeriod "resync")
+  (list "vacProtection.resyncPeriod" "vac-protection-resync-period" $v.vacProtection.resyncPeriod "resync")
   (list "serviceCIDRProtection.resyncPeriod" "service-cidr-resync-period" $v.serviceCIDRProtection.resyncPeriod "resync")
   (list "loadBalancer.provider.connectTimeout" "lb-provider-connect-timeout" $v.loadBalancer.provider.connectTimeout "positive")
   (list "loadBalancer.provider.requestTimeout" "lb-provider-request-timeout" $v.loadBalancer.provider.requestTimeout "positive")

@@ -124,7 +124,82 @@ pub struct FinalizedResource {
     pub cleared_by_deleting: bool,
 }
 
+impl PolicyRule {
+    /// `verbs` on `resources` of `api_groups`.
+    pub const fn new(
+        api_groups: &'static [&'static str],
+        resources: &'static [&'static str],
+        verbs: &'static [&'static str],
+    ) -> Self {
+        PolicyRule {
+            api_groups,
+            resources,
+            verbs,
+        }
+    }
+}
+
+impl PolicyRule {
+    /// What a controller needs on the kind it finalizes: read and watch it,
+    /// and `patch` for the guarded finalizer writes.
+    pub const fn finalized(
+        api_groups: &'static [&'static str],
+        resources: &'static [&'static str],
+    ) -> Self {
+        PolicyRule::new(api_groups, resources, &["get", "list", "watch", "patch"])
+    }
+
+    /// What a controller needs on the kinds that use what it protects: list
+    /// and watch them (its index and its live confirmation).
+    pub const fn watched(
+        api_groups: &'static [&'static str],
+        resources: &'static [&'static str],
+    ) -> Self {
+        PolicyRule::new(api_groups, resources, &["list", "watch"])
+    }
+}
+
+impl ControllerInfo {
+    /// A controller on by default with one alias, no RBAC and no finalized
+    /// resources yet (set them with struct update syntax).
+    pub const fn new(
+        name: &'static str,
+        aliases: &'static [&'static str],
+        since: Version,
+        gates: &'static [GateDecl],
+        (project, upstream): (&'static str, &'static str),
+    ) -> Self {
+        ControllerInfo {
+            name,
+            aliases,
+            enabled_by_default: true,
+            since,
+            gates,
+            finalizer: FinalizerNames { project, upstream },
+            rbac: &[],
+            finalizes: &[],
+        }
+    }
+}
+
 impl FinalizedResource {
+    /// Objects of `kind` whose finalizer the controller strips when told to
+    /// (never [`Self::cleared_by_deleting`]).
+    pub const fn stripped(
+        group: &'static str,
+        versions: &'static [&'static str],
+        kind: &'static str,
+        plural: &'static str,
+    ) -> Self {
+        FinalizedResource {
+            group,
+            versions,
+            kind,
+            plural,
+            cleared_by_deleting: false,
+        }
+    }
+
     /// `plural.group` (`plural` in the core group), as kubectl names it.
     pub fn display(&self) -> String {
         if self.group.is_empty() {

@@ -536,6 +536,12 @@ pub struct RunArgs {
 
     #[command(
         flatten,
+        next_help_heading = "VolumeAttributesClass protection (vac-protection)"
+    )]
+    pub vac: vac_protection::Options,
+
+    #[command(
+        flatten,
         next_help_heading = "ServiceCIDR protection (service-cidr-protection)"
     )]
     pub service_cidr: service_cidr_protection::Options,
@@ -665,6 +671,7 @@ mod tests {
                     Flag { name: "lb-resync-period", get: |r| r.lb.lb_resync_period, min: Duration::from_secs(1), max: GO, zero_ok: true },
                     Flag { name: "lb-provider-connect-timeout", get: |r| r.lb.lb_provider_connect_timeout, min: Duration::ZERO, max: GO, zero_ok: true },
                     Flag { name: "lb-provider-request-timeout", get: |r| r.lb.lb_provider_request_timeout, min: Duration::ZERO, max: GO, zero_ok: true },
+                    Flag { name: "vac-protection-resync-period", get: |r| r.vac.resync_period, min: Duration::from_secs(1), max: GO, zero_ok: true },
                     Flag { name: "service-cidr-resync-period", get: |r| r.service_cidr.resync_period, min: Duration::from_secs(1), max: GO, zero_ok: true },
                     // kubectl's: whole seconds or a Go duration; 0 waits for
                     // ever. kubectl refuses what Go's int64 of nanoseconds

@@ -47,7 +47,7 @@ const CRATES: &[Crate] = &[
     Crate {
         infos: vac_protection::INFOS,
         descriptors: |a| {
-            vac_protection::descriptors(a.storage.resync_period, a.finalizer_profile)
+            vac_protection::descriptors(&a.vac, a.finalizer_profile)
                 .context("VolumeAttributesClass protection settings")
         },
         explain: &[vac_protection::explain::KIND],

@@ -74,6 +74,7 @@ logging: {format: text, level: "info,kube=warn"}
 leaderElection: {resourceName: pm-leader}
 releaseGuard: {recordName: pm-record, skipCheck: true}
 storageProtection: {resyncPeriod: 10m}
+vacProtection: {resyncPeriod: 3m}
 serviceCIDRProtection: {resyncPeriod: 2m}
 extraArgs: ["--ping-interval=10s"]
 extraEnv: [{name: RUST_BACKTRACE, value: "1"}]
@@ -167,6 +168,7 @@ fn default_values_render_exactly_these_args() {
                 "--release-record-name=pm-protection-manager-release",
                 "--shutdown-grace-period=15s",
                 "--storage-protection-resync-period=5m",
+                "--vac-protection-resync-period=5m",
                 "--service-cidr-resync-period=5m",
                 "--lb-class=protection-manager.io/load-balancer",
                 "--lb-include-unclassed=false",
@@ -237,8 +239,8 @@ fn every_value_maps_onto_its_flag() {
             ],
         ),
         // Each controller's flags go with it: service-cidr-protection's
-        // resync period only while it is on; vac-protection reads the
-        // storage controllers' resync period.
+        // and vac-protection's resync periods only while each is on (before
+        // 0.5 vac-protection read the storage controllers').
         (
             &[
                 "controllers={*,-service-cidr-protection}",
@@ -264,16 +266,36 @@ fn every_value_maps_onto_its_flag() {
             &[
                 "controllers={vac-protection}",
                 "storageProtection.resyncPeriod=2m",
+                "vacProtection.resyncPeriod=1m",
             ],
             &[
-                ("storage-protection-resync-period", Some("2m")),
+                ("vac-protection-resync-period", Some("1m")),
+                ("storage-protection-resync-period", None),
                 ("service-cidr-resync-period", None),
             ],
         ),
-        // Before 0.5 there is no service-cidr-protection, so no flag of it.
+        (
+            &["controllers={*,-vac-protection}"],
+            &[
+                ("vac-protection-resync-period", None),
+                ("storage-protection-resync-period", Some("5m")),
+            ],
+        ),
+        // Before 0.5 there is no service-cidr-protection, so no flag of it;
+        // before 0.4 no vac-protection.
         (
             &["emulatedVersion=0.4"],
-            &[("service-cidr-resync-period", None)],
+            &[
+                ("service-cidr-resync-period", None),
+                ("vac-protection-resync-period", Some("5m")),
+            ],
+        ),
+        (
+            &["emulatedVersion=0.3"],
+            &[
+                ("vac-protection-resync-period", None),
+                ("storage-protection-resync-period", Some("5m")),
+            ],
         ),
         (
             &[
@@ -505,6 +527,12 @@ fn every_rendered_flag_is_a_flag_of_the_binary() {
             .get("service-cidr-resync-period")
             .map(String::as_str),
         Some("2m")
+    );
+    assert_eq!(
+        rendered
+            .get("vac-protection-resync-period")
+            .map(String::as_str),
+        Some("3m")
     );
     let unknown: Vec<&String> = rendered.keys().filter(|f| !known.contains(*f)).collect();
     assert!(
@@ -1045,6 +1073,10 @@ fn the_chart_refuses_unsafe_combinations_with_a_clear_message() {
         (
             &["string:serviceCIDRProtection.resyncPeriod=500ms"],
             "serviceCIDRProtection.resyncPeriod: invalid value \"500ms\" for --service-cidr-resync-period: \"500ms\" is out of range: must be 0 (off) or at least 1s",
+        ),
+        (
+            &["string:vacProtection.resyncPeriod=999ms"],
+            "vacProtection.resyncPeriod: invalid value \"999ms\" for --vac-protection-resync-period: \"999ms\" is out of range: must be 0 (off) or at least 1s",
         ),
         (
             &["string:serviceCIDRProtection.resyncPeriod=1ns"],
@@ -1820,6 +1852,7 @@ fn every_value_the_chart_renders_the_binary_starts_with() {
         "storageProtection.resyncPeriod",
         "loadBalancer.resyncPeriod",
         "serviceCIDRProtection.resyncPeriod",
+        "vacProtection.resyncPeriod",
         "loadBalancer.provider.connectTimeout",
         "loadBalancer.provider.requestTimeout",
         "kubeApi.requestTimeout",

@@ -21,71 +21,49 @@ pub mod controller;
 pub mod explain;
 pub mod index;
 
-use protection_core::featuregate::FeatureSpec;
-use protection_core::release::{GateDecl, phased_add_from};
-use protection_core::version::Version;
 use protection_core::{
-    ControllerDescriptor, ControllerInfo, FinalizedResource, FinalizerNames, FinalizerProfile,
-    PolicyRule,
+    ControllerDescriptor, ControllerInfo, FinalizedResource, FinalizerProfile, PolicyRule,
 };
 
 use protection_core::runtime::descriptor;
 pub use protection_core::runtime::{ReconcileError as Error, Settings};
 
-/// The release that brings service-cidr-protection.
-pub const SERVICE_CIDR_SINCE: Version = Version::new(0, 5);
-
-/// The train of the ServiceCIDR finalizer's addition: Alpha off at 0.5,
-/// planned Beta on at 0.6 and GA locked on at 0.7.
-pub const SERVICE_CIDR_PHASED_ADD: &[FeatureSpec] = &phased_add_from(SERVICE_CIDR_SINCE);
-
-/// Gates the ServiceCIDR finalizer's *addition* (removal is never gated).
-pub const MULTI_CIDR_SERVICE_ALLOCATOR: GateDecl = GateDecl {
-    name: "MultiCIDRServiceAllocator",
-    history: SERVICE_CIDR_PHASED_ADD,
-};
-
-/// The gates the controller reads.
-pub const GATES: &[GateDecl] = &[MULTI_CIDR_SERVICE_ALLOCATOR];
-
 /// service-cidr-protection as the manager knows it (RBAC as upstream's
 /// `system:controller:service-cidrs-controller`, with `patch` for our
 /// guarded finalizer writes and the status apply).
 pub const INFO: ControllerInfo = ControllerInfo {
-    name: controller::NAME,
-    aliases: &[controller::ALIAS],
-    enabled_by_default: true,
-    since: SERVICE_CIDR_SINCE,
-    gates: GATES,
-    finalizer: FinalizerNames {
-        project: "protection-manager.io/service-cidr-protection",
-        upstream: "networking.k8s.io/service-cidr-finalizer",
-    },
     rbac: &[
-        PolicyRule {
-            api_groups: &["networking.k8s.io"],
-            resources: &["servicecidrs"],
-            verbs: &["get", "list", "watch", "patch"],
-        },
-        PolicyRule {
-            api_groups: &["networking.k8s.io"],
-            resources: &["servicecidrs/status"],
-            verbs: &["patch"],
-        },
-        PolicyRule {
-            api_groups: &["networking.k8s.io"],
-            resources: &["ipaddresses"],
-            verbs: &["list", "watch"],
-        },
+        PolicyRule::finalized(&["networking.k8s.io"], &["servicecidrs"]),
+        PolicyRule::new(&["networking.k8s.io"], &["servicecidrs/status"], &["patch"]),
+        PolicyRule::watched(&["networking.k8s.io"], &["ipaddresses"]),
     ],
-    finalizes: &[FinalizedResource {
-        group: "networking.k8s.io",
-        versions: &["v1"],
-        kind: "ServiceCIDR",
-        plural: "servicecidrs",
-        cleared_by_deleting: false,
-    }],
+    finalizes: &[FinalizedResource::stripped(
+        "networking.k8s.io",
+        &["v1"],
+        "ServiceCIDR",
+        "servicecidrs",
+    )],
+    ..ControllerInfo::new(
+        controller::NAME,
+        &[controller::ALIAS],
+        SERVICE_CIDR_SINCE,
+        GATES,
+        (
+            "protection-manager.io/service-cidr-protection",
+            "networking.k8s.io/service-cidr-finalizer",
+        ),
+    )
 };
+
+protection_core::phased_gate! {
+    /// The release that brings service-cidr-protection.
+    since SERVICE_CIDR_SINCE = (0, 5);
+    /// The train of the ServiceCIDR finalizer's addition: Alpha off at 0.5,
+    /// planned Beta on at 0.6 and GA locked on at 0.7.
+    train SERVICE_CIDR_PHASED_ADD;
+    /// Gates the ServiceCIDR finalizer's *addition* (removal is never gated).
+    gate MULTI_CIDR_SERVICE_ALLOCATOR = "MultiCIDRServiceAllocator";
+}
 
 /// The controllers of this crate, as the manager knows them.
 pub const INFOS: &[&ControllerInfo] = &[&INFO];
@@ -123,6 +101,7 @@ pub fn descriptors(
 mod tests {
     use super::*;
     use protection_core::featuregate::Stage;
+    use protection_core::version::Version;
 
     /// Issue 27's interval floors (found by `make fuzz`): the flag took
     /// `1ns`, a resync that spins a core.

@@ -34,66 +34,48 @@ pub mod index;
 pub mod objects;
 pub mod vac;
 
-use protection_core::featuregate::FeatureSpec;
-use protection_core::release::{GateDecl, phased_add_from};
-use protection_core::version::Version;
 use protection_core::{
-    ControllerDescriptor, ControllerInfo, FinalizedResource, FinalizerNames, FinalizerProfile,
-    PolicyRule,
+    ControllerDescriptor, ControllerInfo, FinalizedResource, FinalizerProfile, PolicyRule,
 };
 
-/// The release at which vac-protection appeared (remove-only by default).
-pub const VAC_SINCE: Version = Version::new(0, 4);
-
-/// The train of the VolumeAttributesClass finalizer's addition: Alpha off
-/// at 0.4 (the release that brings the controller, removal always on),
-/// planned Beta on at 0.5 and GA locked on at 0.6.
-pub const VAC_PHASED_ADD: &[FeatureSpec] = &phased_add_from(VAC_SINCE);
-
-/// Gates the class finalizer's *addition* (removal is never gated). Named
-/// after upstream's gate: kube-controller-manager starts
-/// `volumeattributesclass-protection-controller` only while its
-/// `VolumeAttributesClass` gate is on.
-pub const VOLUME_ATTRIBUTES_CLASS: GateDecl = GateDecl {
-    name: "VolumeAttributesClass",
-    history: VAC_PHASED_ADD,
-};
-
-/// The gates the controller reads.
-pub const GATES: &[GateDecl] = &[VOLUME_ATTRIBUTES_CLASS];
+protection_core::phased_gate! {
+    /// The release at which vac-protection appeared (remove-only by default).
+    since VAC_SINCE = (0, 4);
+    /// The train of the VolumeAttributesClass finalizer's addition: Alpha off
+    /// at 0.4 (the release that brings the controller, removal always on),
+    /// planned Beta on at 0.5 and GA locked on at 0.6.
+    train VAC_PHASED_ADD;
+    /// Gates the class finalizer's *addition* (removal is never gated). Named
+    /// after upstream's gate: kube-controller-manager starts
+    /// `volumeattributesclass-protection-controller` only while its
+    /// `VolumeAttributesClass` gate is on.
+    gate VOLUME_ATTRIBUTES_CLASS = "VolumeAttributesClass";
+}
 
 /// vac-protection as the manager knows it without starting it (RBAC as
 /// upstream's `system:controller:volumeattributesclass-protection-controller`,
 /// with `patch` for our guarded finalizer writes).
 pub const INFO: ControllerInfo = ControllerInfo {
-    name: controller::NAME,
-    aliases: &[controller::ALIAS],
-    enabled_by_default: true,
-    since: VAC_SINCE,
-    gates: GATES,
-    finalizer: FinalizerNames {
-        project: "protection-manager.io/vac-protection",
-        upstream: "kubernetes.io/vac-protection",
-    },
     rbac: &[
-        PolicyRule {
-            api_groups: &["storage.k8s.io"],
-            resources: &["volumeattributesclasses"],
-            verbs: &["get", "list", "watch", "patch"],
-        },
-        PolicyRule {
-            api_groups: &[""],
-            resources: &["persistentvolumeclaims", "persistentvolumes"],
-            verbs: &["list", "watch"],
-        },
+        PolicyRule::finalized(&["storage.k8s.io"], &["volumeattributesclasses"]),
+        PolicyRule::watched(&[""], &["persistentvolumeclaims", "persistentvolumes"]),
     ],
-    finalizes: &[FinalizedResource {
-        group: "storage.k8s.io",
-        versions: &["v1", "v1beta1"],
-        kind: "VolumeAttributesClass",
-        plural: "volumeattributesclasses",
-        cleared_by_deleting: false,
-    }],
+    finalizes: &[FinalizedResource::stripped(
+        "storage.k8s.io",
+        &["v1", "v1beta1"],
+        "VolumeAttributesClass",
+        "volumeattributesclasses",
+    )],
+    ..ControllerInfo::new(
+        controller::NAME,
+        &[controller::ALIAS],
+        VAC_SINCE,
+        GATES,
+        (
+            "protection-manager.io/vac-protection",
+            "kubernetes.io/vac-protection",
+        ),
+    )
 };
 
 /// The controllers of this crate, as the manager knows them.
@@ -105,17 +87,30 @@ pub use protection_core::runtime::{ReconcileError as Error, Settings};
 /// Why the descriptors could not be built.
 pub use protection_core::runtime::ConfigError;
 
-/// The controller of this crate. It re-checks classes every
-/// `resync_period` (the manager passes the storage protection flag,
-/// `--storage-protection-resync-period`, shared with pv/pvc-protection).
+/// Default of `--vac-protection-resync-period`.
+pub use protection_core::runtime::DEFAULT_RESYNC_PERIOD;
+
+protection_core::resync_options! {
+    /// Flags of vac-protection (flattened into `protection-manager run`).
+    group = "vac-protection",
+    /// How often vac-protection re-checks every VolumeAttributesClass being
+    /// deleted with its finalizer (or lacking it), as upstream's informer
+    /// resync does. Re-checks read the caches: a kept class costs no API
+    /// request. `0` disables it; otherwise at least 1s (client-go's minimum
+    /// resync period).
+    id = "vac_protection_resync_period",
+    flag = "vac-protection-resync-period",
+}
+
+/// The controller of this crate, from its own flags.
 pub fn descriptors(
-    resync_period: std::time::Duration,
+    opts: &Options,
     profile: FinalizerProfile,
 ) -> Result<Vec<ControllerDescriptor>, ConfigError> {
     Ok(vec![descriptor(
         &INFO,
         profile,
-        resync_period,
+        opts.resync_period,
         controller::run,
     )?])
 }
@@ -126,6 +121,35 @@ mod tests {
     use protection_core::featuregate::Stage;
     use protection_core::release::gates_at;
     use protection_core::version::Version;
+
+    /// Its own flag (it read pv/pvc-protection's until 0.5), with
+    /// client-go's floor.
+    #[test]
+    fn the_resync_flag_is_its_own() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            o: Options,
+        }
+        let period = |v: &str| {
+            Cli::try_parse_from(["x", &format!("--vac-protection-resync-period={v}")])
+                .map(|c| c.o.resync_period)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(period("0"), Ok(std::time::Duration::ZERO));
+        assert_eq!(period("1m30s"), Ok(std::time::Duration::from_secs(90)));
+        let e = period("999ms").unwrap_err();
+        assert!(e.contains("at least 1s"), "{e}");
+        assert!(
+            Cli::try_parse_from(["x", "--storage-protection-resync-period=1m"]).is_err(),
+            "the storage controllers' flag is not vac-protection's"
+        );
+        assert_eq!(
+            Cli::try_parse_from(["x"]).unwrap().o.resync_period,
+            DEFAULT_RESYNC_PERIOD
+        );
+    }
 
     #[test]
     fn profiles_name_the_finalizer() {
@@ -141,11 +165,7 @@ mod tests {
 
     #[test]
     fn the_descriptor_is_new_at_0_4_with_the_upstream_alias() {
-        let d = descriptors(
-            std::time::Duration::from_secs(300),
-            FinalizerProfile::Project,
-        )
-        .unwrap();
+        let d = descriptors(&Options::default(), FinalizerProfile::Project).unwrap();
         assert_eq!(d.len(), 1);
         assert_eq!(
             (d[0].name, d[0].aliases, d[0].enabled_by_default, d[0].since),

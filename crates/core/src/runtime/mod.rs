@@ -189,6 +189,51 @@ macro_rules! resync_options {
     };
 }
 
+/// Declares a new controller's release and the gate that phases its
+/// finalizer's addition in on [`crate::release::phased_add_from`]'s train
+/// (Alpha off at `since`, planned Beta on one release later, GA locked on
+/// the release after; removal is never gated): the constants `$since`,
+/// `$train`, `$gate` and `GATES` (the gates the controller reads). The doc
+/// comments given become the constants'.
+///
+/// ```ignore
+/// protection_core::phased_gate! {
+///     /// The release that brings widget-protection.
+///     since WIDGET_SINCE = (0, 6);
+///     /// The train of the widget finalizer's addition.
+///     train WIDGET_PHASED_ADD;
+///     /// Gates the widget finalizer's addition.
+///     gate WIDGET_GATE = "WidgetProtection";
+/// }
+/// ```
+#[macro_export]
+macro_rules! phased_gate {
+    (
+        $(#[doc = $since_doc:literal])*
+        since $since:ident = ($major:literal, $minor:literal);
+        $(#[doc = $train_doc:literal])*
+        train $train:ident;
+        $(#[doc = $gate_doc:literal])*
+        gate $gate:ident = $name:literal;
+    ) => {
+        $(#[doc = $since_doc])*
+        pub const $since: $crate::version::Version = $crate::version::Version::new($major, $minor);
+
+        $(#[doc = $train_doc])*
+        pub const $train: &[$crate::featuregate::FeatureSpec] =
+            &$crate::release::phased_add_from($since);
+
+        $(#[doc = $gate_doc])*
+        pub const $gate: $crate::release::GateDecl = $crate::release::GateDecl {
+            name: $name,
+            history: $train,
+        };
+
+        /// The gates the controller reads.
+        pub const GATES: &[$crate::release::GateDecl] = &[$gate];
+    };
+}
+
 /// The controller's finalizer, phased by `gate`: added only while the gate
 /// is on at the running (or emulated) release, always removed; each write
 /// one guarded JSON patch, counted in the controller's metrics.
