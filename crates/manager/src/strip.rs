@@ -13,9 +13,12 @@
 //! knows (pv-protection, pvc-protection, service-lb-cleanup: a rollback
 //! never strands it, and under the upstream profile it is
 //! kube-controller-manager's too), and it never strips an object in use
-//! (a VolumeAttributesClass a PVC or PV refers to; an object whose use it
-//! cannot tell) unless `--strip-from-objects-in-use` says so: such an
-//! object is kept, listed with its users, and the minimum release stays.
+//! (as its controller's explain hook reads it live: a VolumeAttributesClass
+//! a PVC or PV refers to, a ServiceCIDR whose addresses no other range
+//! holds; an object whose use cannot be told) unless
+//! `--strip-from-objects-in-use` says so: such an object is kept, listed
+//! with its users, and the minimum release stays. Whether an object is in
+//! use is asked only when it would be stripped.
 //!
 //! A finalizer that stands for others (`FinalizedResource::
 //! cleared_by_deleting`: the rules controller's `rule-cleanup` on a
@@ -102,7 +105,6 @@ pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
     let mut undeleted = Vec::new();
     let mut in_use = Vec::new();
     for r in info.finalizes {
-        let users = UsersOf::list(&client, r).await?;
         let Some(holders) = release_guard::holders(&client, r, finalizer)
             .await
             .with_context(|| format!("listing {}", r.plural))?
@@ -124,8 +126,9 @@ pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
                 undeleted.push(name);
                 continue;
             }
-            if let Some(why) = users.in_use(r, &name)
-                && !args.strip_from_objects_in_use
+            if !args.strip_from_objects_in_use
+                && let Some(why) =
+                    crate::uninstall::in_use_because(&client, r, info.name, &name).await?
             {
                 in_use.push(format!("{}/{name} ({why})", r.plural));
                 continue;
@@ -226,98 +229,6 @@ pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
         );
     }
     Ok(out)
-}
-
-/// What uses the objects of a finalized resource, for the kinds whose use
-/// this command can tell (from live lists, as the controller's own
-/// confirmation reads them).
-enum UsersOf {
-    /// VolumeAttributesClasses: the PVCs and PVs referring to them.
-    Classes {
-        pvcs: Vec<serde_json::Value>,
-        pvs: Vec<serde_json::Value>,
-    },
-    /// A kind whose use this command cannot tell: every object counts as
-    /// in use.
-    Unknown,
-}
-
-impl UsersOf {
-    async fn list(client: &kube::Client, r: &protection_core::FinalizedResource) -> Result<Self> {
-        if r.cleared_by_deleting {
-            return Ok(UsersOf::Unknown);
-        }
-        if r.kind == "VolumeAttributesClass" {
-            let values = |items: Vec<DynamicObject>| -> Vec<serde_json::Value> {
-                items
-                    .into_iter()
-                    .filter_map(|o| serde_json::to_value(o).ok())
-                    .collect()
-            };
-            let core = |kind: &str, plural: &str| ApiResource {
-                group: String::new(),
-                version: "v1".into(),
-                api_version: "v1".into(),
-                kind: kind.into(),
-                plural: plural.into(),
-            };
-            let pvcs: Api<DynamicObject> = Api::all_with(
-                client.clone(),
-                &core("PersistentVolumeClaim", "persistentvolumeclaims"),
-            );
-            let pvs: Api<DynamicObject> = Api::all_with(
-                client.clone(),
-                &core("PersistentVolume", "persistentvolumes"),
-            );
-            let pvcs = pvcs
-                .list(&Default::default())
-                .await
-                .context("listing persistentvolumeclaims (to tell which classes are in use)")?;
-            let pvs = pvs
-                .list(&Default::default())
-                .await
-                .context("listing persistentvolumes (to tell which classes are in use)")?;
-            return Ok(UsersOf::Classes {
-                pvcs: values(pvcs.items),
-                pvs: values(pvs.items),
-            });
-        }
-        Ok(UsersOf::Unknown)
-    }
-
-    /// Why object `name` of `r` is (or may be) in use; `None` when unused.
-    fn in_use(&self, r: &protection_core::FinalizedResource, name: &str) -> Option<String> {
-        match self {
-            UsersOf::Classes { pvcs, pvs } => {
-                let e = vac_protection::explain::explain_vac(name, pvcs.clone(), pvs.clone());
-                if e.in_use() {
-                    Some(format!(
-                        "used by {}",
-                        e.users
-                            .iter()
-                            .map(vac_protection::index::VacUse::describe)
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ))
-                } else if e.undecided() {
-                    Some(format!(
-                        "maybe in use: could not read {}",
-                        e.unreadable
-                            .iter()
-                            .map(|u| u.object.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ))
-                } else {
-                    None
-                }
-            }
-            UsersOf::Unknown => Some(format!(
-                "whether {} are in use cannot be told by this command",
-                r.plural
-            )),
-        }
-    }
 }
 
 /// Where `info`'s controller writes its finalizer on `r`'s objects, read

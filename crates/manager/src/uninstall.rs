@@ -40,7 +40,6 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::cli::StripFinalizersArgs;
-use crate::explain::explain_object;
 use crate::release_check::client;
 use crate::run::manager_namespace;
 
@@ -127,6 +126,32 @@ async fn held_because(
     controller: &str,
     name: &str,
 ) -> Result<Option<String>> {
+    holds(client, r, controller, name, true).await
+}
+
+/// Why `controller` would hold `name` (`ns/name` or `name`) of `r`, not
+/// being deleted, if it were: its use, as the crate's explain hook reads it
+/// live (`strip-finalizers --controller` keeps such an object's finalizer);
+/// `None` when nothing uses it.
+pub(crate) async fn in_use_because(
+    client: &kube::Client,
+    r: &FinalizedResource,
+    controller: &str,
+    name: &str,
+) -> Result<Option<String>> {
+    holds(client, r, controller, name, false).await
+}
+
+/// The holds of `controller` on `name` of `r` from its kind's explain hook,
+/// said as for an object being deleted ("held by ...") or not yet ("...
+/// would hold it ..."); a kind without a hook counts as held.
+async fn holds(
+    client: &kube::Client,
+    r: &FinalizedResource,
+    controller: &str,
+    name: &str,
+    deleting: bool,
+) -> Result<Option<String>> {
     let Some(kind) = explain_kind(r) else {
         return Ok(Some(format!(
             "whether {} are in use cannot be told by this command",
@@ -137,14 +162,20 @@ async fn held_because(
         Some((ns, n)) => (Some(ns.to_string()), n.to_string()),
         None => (None, name.to_string()),
     };
-    let report = explain_object(client, kind, ns.clone(), n)
+    // The hook alone (no events, no lease): its holds are its
+    // controller's, read live.
+    let explained = (kind.explain)(client.clone(), ns, n)
         .await
         .with_context(|| format!("telling whether {}/{name} is in use", r.display()))?;
-    let why: Vec<String> = report
-        .holders
-        .iter()
-        .filter(|h| h.holds_for(controller))
-        .map(|h| h.why())
+    let why: Vec<String> = explained
+        .filter(|_| kind.controller == controller)
+        .map(|e| e.held)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|hold| match hold.if_deleted {
+            Some(line) if !deleting => line,
+            _ => hold.why,
+        })
         .collect();
     Ok((!why.is_empty()).then(|| why.join(" ")))
 }

@@ -160,7 +160,7 @@ async fn strip_finalizers_refuses_what_every_release_knows_and_keeps_objects_in_
     assert!(
         stdout.contains("kept protection-manager.io/vac-protection on objects in use")
             && stdout.contains(
-                "volumeattributesclasses/gold (used by PersistentVolumeClaim default/fast (spec.volumeAttributesClassName))"
+                "volumeattributesclasses/gold (vac-protection would hold it while PersistentVolumeClaim default/fast (spec.volumeAttributesClassName) refers to it.)"
             ),
         "{stdout}"
     );
