@@ -51,6 +51,8 @@ const USER: &str = "protection-manager";
 const NS: &str = "bench";
 const CALIBRATION_NS: &str = "calibrate";
 const CLASS: &str = "protection-manager.io/load-balancer";
+/// The class of the calibration Services (no manager's).
+const CALIBRATION_CLASS: &str = "example.com/calibration";
 const FINALIZER: &str = "protection-manager.io/load-balancer-cleanup";
 /// `--concurrency` of the manager, and of the calibration client.
 const CONCURRENCY: usize = 4;
@@ -429,11 +431,16 @@ async fn run() -> Result<()> {
     concurrently(n, 16, |i| {
         let api = calib.clone();
         async move {
-            api.create(
-                &PostParams::default(),
-                &service(&name(i), CALIBRATION_NS, false)?,
-            )
-            .await?;
+            // LoadBalancer Services of another class, which the manager
+            // leaves alone: only those may carry an ingress status (the
+            // API server refuses it on a ClusterIP Service). No node
+            // ports, as the fresh phase's (the range would not hold them).
+            let mut svc = service(&name(i), CALIBRATION_NS, true)?;
+            if let Some(s) = svc.spec.as_mut() {
+                s.load_balancer_class = Some(CALIBRATION_CLASS.into());
+                s.allocate_load_balancer_node_ports = Some(false);
+            }
+            api.create(&PostParams::default(), &svc).await?;
             Ok(())
         }
     })
