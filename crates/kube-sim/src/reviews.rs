@@ -148,12 +148,25 @@ pub(crate) async fn handle(
     } else {
         manager
     };
+    let protobuf = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            crate::negotiate::media_type(ct) == "application/vnd.kubernetes.protobuf"
+        });
     let body = http_body_util::Limited::new(req.into_body(), MAX_BODY)
         .collect()
         .await
         .map_err(|e| ApiError::new(413, "RequestEntityTooLarge", e.to_string()))?
         .to_bytes();
-    let mut obj: Value = serde_json::from_slice(&body).map_err(|e| {
+    // Go clients (kubectl auth can-i, whoami) send protobuf.
+    let decoded = if protobuf {
+        crate::protobuf::decode_body(&body).map_err(|e| e.to_string())
+    } else {
+        serde_json::from_slice(&body).map_err(|e| e.to_string())
+    };
+    let mut obj: Value = decoded.map_err(|e| {
         ApiError::new(
             400,
             "BadRequest",
