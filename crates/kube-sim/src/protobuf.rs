@@ -367,7 +367,8 @@ fn resource_attributes() -> Schema {
         (7, "name", T::Str, false),
     ]
 }
-/// SubjectAccessReviewSpec without `extra` (kube-sim's RBAC does not read it).
+/// SubjectAccessReviewSpec without `extra` (kube-sim's RBAC does not read
+/// it); a SelfSubjectAccessReviewSpec is its fields 1 and 2.
 fn subject_access_review_spec() -> Schema {
     &[
         (1, "resourceAttributes", T::Msg(resource_attributes), false),
@@ -386,23 +387,6 @@ fn subject_access_review() -> Schema {
     &[
         (1, "metadata", T::Msg(object_meta), false),
         (2, "spec", T::Msg(subject_access_review_spec), false),
-    ]
-}
-fn self_subject_access_review_spec() -> Schema {
-    &[
-        (1, "resourceAttributes", T::Msg(resource_attributes), false),
-        (
-            2,
-            "nonResourceAttributes",
-            T::Msg(non_resource_attributes),
-            false,
-        ),
-    ]
-}
-fn self_subject_access_review() -> Schema {
-    &[
-        (1, "metadata", T::Msg(object_meta), false),
-        (2, "spec", T::Msg(self_subject_access_review_spec), false),
     ]
 }
 fn self_subject_rules_review_spec() -> Schema {
@@ -462,10 +446,10 @@ pub fn decode_body(body: &[u8]) -> Result<Value, ProtoError> {
         // delegated authn/authz.
         ("authentication.k8s.io/v1", "TokenReview") => token_review(),
         ("authentication.k8s.io/v1", "SelfSubjectReview") => self_subject_review(),
-        ("authorization.k8s.io/v1", "SubjectAccessReview" | "LocalSubjectAccessReview") => {
-            subject_access_review()
-        }
-        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => self_subject_access_review(),
+        (
+            "authorization.k8s.io/v1",
+            "SubjectAccessReview" | "LocalSubjectAccessReview" | "SelfSubjectAccessReview",
+        ) => subject_access_review(),
         ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => self_subject_rules_review(),
         _ => return Err(ProtoError::UnsupportedKind(format!("{api_version}/{kind}"))),
     };
