@@ -13,7 +13,7 @@
 //! `system:node:<name>` in `system:nodes` (as a kubelet's certificate); the
 //! user `admin` of kube-sim's own kubeconfig in `system:masters`.
 //!
-//! Authorization is RBAC over upstream's bootstrap bindings to groups
+//! Authorization is RBAC over upstream's bootstrap ClusterRoleBindings
 //! ([`crate::bootstrap_rbac`]) and the stored ClusterRoles, Roles and their
 //! bindings (pkg/registry/rbac/validation: `VisitRulesFor`, `appliesTo`,
 //! `RuleAllows`), plus `system:masters`, which may do everything. kube-sim itself does not enforce
@@ -592,12 +592,7 @@ fn visit_rules(
 ) -> Vec<String> {
     let mut errors = Vec::new();
     for b in crate::bootstrap_rbac::BINDINGS.iter() {
-        let subjects: Vec<Value> = b
-            .groups
-            .iter()
-            .map(|g| json!({"kind": "Group", "name": g}))
-            .collect();
-        let Some(subject) = applies_to(&json!(subjects), user, groups, "") else {
+        let Some(subject) = applies_to(&b.subjects, user, groups, "") else {
             continue;
         };
         let source = format!(

@@ -406,6 +406,27 @@ async fn subject_access_review_applies_the_bootstrap_policy() {
                     .expect("review");
                 t.record(label, json!(r));
             }
+            // The components' own bindings (each allowed by one only).
+            for (label, user, groups, verb, group, resource) in [
+                ("the scheduler binds pods", "system:kube-scheduler", &authenticated[..], "create", "", "pods/binding"),
+                ("the volume scheduler", "system:kube-scheduler", &authenticated[..], "update", "", "persistentvolumes"),
+                ("the controller manager", "system:kube-controller-manager", &authenticated[..], "create", "", "serviceaccounts/token"),
+                ("kube-proxy", "system:kube-proxy", &authenticated[..], "list", "networking.k8s.io", "servicecidrs"),
+                (
+                    "kube-dns",
+                    "system:serviceaccount:kube-system:kube-dns",
+                    &["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"][..],
+                    "watch",
+                    "",
+                    "endpoints",
+                ),
+                ("not the scheduler in another group", "system:kube-scheduler", &authenticated[..], "list", "apps", "deployments"),
+            ] {
+                let r = review(&admin, &resource_review(user, groups, verb, group, resource))
+                    .await
+                    .expect("review");
+                t.record(label, json!(r));
+            }
             let r = review(
                 &admin,
                 &resource_review("scraper", &["system:monitoring"], "get", "", "nodes"),

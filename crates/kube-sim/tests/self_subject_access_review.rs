@@ -304,6 +304,38 @@ async fn self_subject_rules_review_lists_the_requesters_rules() {
     .await;
 }
 
+/// The bootstrap bindings of the components' users (kube-proxy, the
+/// controller manager, the scheduler, kube-dns' service account): the rules
+/// each has, as the real server lists them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_subject_rules_review_lists_the_components_bootstrap_rules() {
+    conform(
+        "self_subject_rules_review_lists_the_components_bootstrap_rules",
+        SimConfig::default(),
+        async |t| {
+            let review = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview",
+                "spec": {"namespace": "default"}});
+            for user in [
+                "system:kube-proxy",
+                "system:kube-controller-manager",
+                "system:kube-scheduler",
+                "system:serviceaccount:kube-system:kube-dns",
+            ] {
+                let client = t.client_as(user).await;
+                let r = post(
+                    &client,
+                    "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+                    &review,
+                )
+                .await;
+                assert_eq!(r.code, 201, "{user}: {:?}", r.body);
+                t.record(user, sorted_rules(r.body["status"].clone()));
+            }
+        },
+    )
+    .await;
+}
+
 /// SelfSubjectReview (authentication.k8s.io/v1): the requester's user
 /// info, in a new object (the request's metadata is not kept).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
