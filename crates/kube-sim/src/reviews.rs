@@ -704,8 +704,8 @@ pub(crate) fn self_subject_rules(
     namespace: &str,
 ) -> Value {
     let mut errors = Vec::new();
-    let node =
-        user.strip_prefix("system:node:").is_some() && groups.iter().any(|g| g == "system:nodes");
+    // nodeidentifier.NodeIdentity.
+    let node = user.starts_with("system:node:") && groups.iter().any(|g| g == "system:nodes");
     if node {
         errors.push("node authorizer does not support user rule resolution".to_string());
     }
