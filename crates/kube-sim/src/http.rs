@@ -294,11 +294,12 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
         latency_ms: 0.0,
     };
     let review = crate::reviews::Review::of_path(&path);
-    if let Some(r) = review {
+    if let Some(r) = &review {
         rec.verb = k8s_verb(&method, false, false).to_string();
         rec.api_group = r.group().to_string();
         rec.api_version = "v1".to_string();
         rec.resource = r.resource().to_string();
+        rec.namespace = r.namespace().to_string();
     }
     let target = match &routed {
         Ok(Some(t)) => {

@@ -13,6 +13,7 @@
 
 pub mod admin;
 pub mod admission;
+mod bootstrap_rbac;
 pub mod cluster;
 pub mod controllers;
 pub mod cost;

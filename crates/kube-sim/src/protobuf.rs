@@ -1,7 +1,8 @@
 //! Decoding of `application/vnd.kubernetes.protobuf` request bodies for the
 //! kinds Go clients send with their typed clientsets (helm's release Secrets,
 //! `kubectl create configmap|secret|namespace|serviceaccount`, typed
-//! DeleteOptions, `kubectl create role|clusterrole|rolebinding|clusterrolebinding`).
+//! DeleteOptions, `kubectl create role|clusterrole|rolebinding|clusterrolebinding`,
+//! the review kinds of `kubectl auth can-i|whoami` and delegated authn/authz).
 //! Unknown field numbers are skipped. The envelope is `k8s\0` + runtime.Unknown
 //! (k8s.io/apimachinery/pkg/runtime/generated.proto); field numbers are those
 //! of k8s.io/api/core/v1/generated.proto and
@@ -350,6 +351,66 @@ fn decode(b: &[u8], schema: Schema) -> Result<Value, ProtoError> {
     Ok(Value::Object(out))
 }
 
+fn non_resource_attributes() -> Schema {
+    &[(1, "path", T::Str, false), (2, "verb", T::Str, false)]
+}
+/// ResourceAttributes without the field and label selectors (kube-sim does
+/// not authorize by selector).
+fn resource_attributes() -> Schema {
+    &[
+        (1, "namespace", T::Str, false),
+        (2, "verb", T::Str, false),
+        (3, "group", T::Str, false),
+        (4, "version", T::Str, false),
+        (5, "resource", T::Str, false),
+        (6, "subresource", T::Str, false),
+        (7, "name", T::Str, false),
+    ]
+}
+/// SubjectAccessReviewSpec without `extra` (kube-sim's RBAC does not read
+/// it); a SelfSubjectAccessReviewSpec is its fields 1 and 2.
+fn subject_access_review_spec() -> Schema {
+    &[
+        (1, "resourceAttributes", T::Msg(resource_attributes), false),
+        (
+            2,
+            "nonResourceAttributes",
+            T::Msg(non_resource_attributes),
+            false,
+        ),
+        (3, "user", T::Str, false),
+        (4, "groups", T::Str, true),
+        (6, "uid", T::Str, false),
+    ]
+}
+fn subject_access_review() -> Schema {
+    &[
+        (1, "metadata", T::Msg(object_meta), false),
+        (2, "spec", T::Msg(subject_access_review_spec), false),
+    ]
+}
+fn self_subject_rules_review_spec() -> Schema {
+    &[(1, "namespace", T::Str, false)]
+}
+fn self_subject_rules_review() -> Schema {
+    &[
+        (1, "metadata", T::Msg(object_meta), false),
+        (2, "spec", T::Msg(self_subject_rules_review_spec), false),
+    ]
+}
+fn token_review_spec() -> Schema {
+    &[(1, "token", T::Str, false), (2, "audiences", T::Str, true)]
+}
+fn token_review() -> Schema {
+    &[
+        (1, "metadata", T::Msg(object_meta), false),
+        (2, "spec", T::Msg(token_review_spec), false),
+    ]
+}
+fn self_subject_review() -> Schema {
+    &[(1, "metadata", T::Msg(object_meta), false)]
+}
+
 /// Decodes a `k8s\0`-enveloped protobuf body into the JSON object the same
 /// request would carry as JSON.
 pub fn decode_body(body: &[u8]) -> Result<Value, ProtoError> {
@@ -381,6 +442,15 @@ pub fn decode_body(body: &[u8]) -> Result<Value, ProtoError> {
         (_, "DeleteOptions") => delete_options(),
         ("rbac.authorization.k8s.io/v1", "Role" | "ClusterRole") => role(),
         ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => role_binding(),
+        // The reviews of kubectl auth can-i / whoami and of client-go's
+        // delegated authn/authz.
+        ("authentication.k8s.io/v1", "TokenReview") => token_review(),
+        ("authentication.k8s.io/v1", "SelfSubjectReview") => self_subject_review(),
+        (
+            "authorization.k8s.io/v1",
+            "SubjectAccessReview" | "LocalSubjectAccessReview" | "SelfSubjectAccessReview",
+        ) => subject_access_review(),
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => self_subject_rules_review(),
         _ => return Err(ProtoError::UnsupportedKind(format!("{api_version}/{kind}"))),
     };
     let mut v = decode(raw, schema)?;
@@ -425,6 +495,45 @@ mod tests {
             json!({"kind": "Secret", "apiVersion": "v1",
                    "metadata": {"name": "sh.helm.release.v1.demo.v1", "labels": {"owner": "helm"}},
                    "data": {"release": "AQI="}, "type": "helm.sh/release.v1"})
+        );
+    }
+
+    #[test]
+    fn decodes_kubectl_auth_can_i_reviews() {
+        // kubectl auth can-i list pods -n shop: an empty group is not sent.
+        let attrs = [field(1, b"shop"), field(2, b"list"), field(5, b"pods")].concat();
+        let spec = field(1, &attrs);
+        let tm = [
+            field(1, b"authorization.k8s.io/v1"),
+            field(2, b"SelfSubjectAccessReview"),
+        ]
+        .concat();
+        let body = [
+            b"k8s\x00".to_vec(),
+            field(1, &tm),
+            field(2, &[field(1, &[]), field(2, &spec)].concat()),
+        ]
+        .concat();
+        assert_eq!(
+            decode_body(&body).unwrap(),
+            json!({"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
+                   "metadata": {}, "spec": {"resourceAttributes": {"namespace": "shop", "verb": "list", "resource": "pods"}}})
+        );
+        // kubectl auth can-i --list -n shop.
+        let tm = [
+            field(1, b"authorization.k8s.io/v1"),
+            field(2, b"SelfSubjectRulesReview"),
+        ]
+        .concat();
+        let body = [
+            b"k8s\x00".to_vec(),
+            field(1, &tm),
+            field(2, &field(2, &field(1, b"shop"))),
+        ]
+        .concat();
+        assert_eq!(
+            decode_body(&body).unwrap()["spec"],
+            json!({"namespace": "shop"})
         );
     }
 

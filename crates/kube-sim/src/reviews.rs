@@ -1,17 +1,22 @@
-//! `TokenReview` (authentication.k8s.io/v1) and `SubjectAccessReview`
-//! (authorization.k8s.io/v1): the create-only review resources a component
-//! uses to delegate authentication and authorization to the API server
-//! (kube-controller-manager's and controller-runtime's secure metrics).
+//! The create-only review resources: `TokenReview` and `SubjectAccessReview`,
+//! which a component uses to delegate authentication and authorization to
+//! the API server (kube-controller-manager's and controller-runtime's secure
+//! metrics); `LocalSubjectAccessReview` (a SubjectAccessReview in a
+//! namespace); and the requester's own: `SelfSubjectReview` (who am I),
+//! `SelfSubjectAccessReview` ([`crate::self_review`]) and
+//! `SelfSubjectRulesReview` (what may I do in a namespace).
 //!
 //! Authentication is kube-sim's own: the bearer token is the user name
 //! (printable ASCII without spaces; anything else is not a kube-sim token).
 //! Every user is in `system:authenticated`; `system:serviceaccount:<ns>:<sa>`
-//! also in `system:serviceaccounts` and `system:serviceaccounts:<ns>`; the
+//! also in `system:serviceaccounts` and `system:serviceaccounts:<ns>`;
+//! `system:node:<name>` in `system:nodes` (as a kubelet's certificate); the
 //! user `admin` of kube-sim's own kubeconfig in `system:masters`.
 //!
-//! Authorization is RBAC over the stored ClusterRoles, Roles and their
-//! bindings (pkg/registry/rbac/validation: `appliesTo`, `RuleAllows`), plus
-//! `system:masters`, which may do everything. kube-sim itself does not enforce
+//! Authorization is RBAC over upstream's bootstrap ClusterRoleBindings
+//! ([`crate::bootstrap_rbac`]) and the stored ClusterRoles, Roles and their
+//! bindings (pkg/registry/rbac/validation: `VisitRulesFor`, `appliesTo`,
+//! `RuleAllows`), plus `system:masters`, which may do everything. kube-sim itself does not enforce
 //! RBAC on requests; a SubjectAccessReview answers what a real server would.
 
 use std::sync::Arc;
@@ -32,46 +37,77 @@ const MAX_BODY: usize = 1 << 20;
 const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
 
 /// The review resources kube-sim serves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Review {
     Token,
+    SelfSubject,
     SubjectAccess,
     SelfSubjectAccess,
+    SelfSubjectRules,
+    /// In the namespace of its path.
+    LocalSubjectAccess(String),
 }
 
 impl Review {
-    /// The review a path addresses (`/apis/<group>/v1/<resource>`).
+    /// The review a path addresses (`/apis/<group>/v1/<resource>`, or
+    /// `/apis/authorization.k8s.io/v1/namespaces/<ns>/localsubjectaccessreviews`).
     pub(crate) fn of_path(path: &str) -> Option<Review> {
-        match path.trim_end_matches('/') {
+        let path = path.trim_end_matches('/');
+        if let Some(ns) = path
+            .strip_prefix("/apis/authorization.k8s.io/v1/namespaces/")
+            .and_then(|r| r.strip_suffix("/localsubjectaccessreviews"))
+            .filter(|ns| !ns.is_empty() && !ns.contains('/'))
+        {
+            return Some(Review::LocalSubjectAccess(ns.to_string()));
+        }
+        match path {
             "/apis/authentication.k8s.io/v1/tokenreviews" => Some(Review::Token),
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews" => Some(Review::SelfSubject),
             "/apis/authorization.k8s.io/v1/subjectaccessreviews" => Some(Review::SubjectAccess),
             "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" => {
                 Some(Review::SelfSubjectAccess)
+            }
+            "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews" => {
+                Some(Review::SelfSubjectRules)
             }
             _ => None,
         }
     }
 
-    pub(crate) fn group(self) -> &'static str {
+    pub(crate) fn group(&self) -> &'static str {
         match self {
-            Review::Token => "authentication.k8s.io",
-            Review::SubjectAccess | Review::SelfSubjectAccess => "authorization.k8s.io",
+            Review::Token | Review::SelfSubject => "authentication.k8s.io",
+            _ => "authorization.k8s.io",
         }
     }
 
-    pub(crate) fn resource(self) -> &'static str {
+    pub(crate) fn resource(&self) -> &'static str {
         match self {
             Review::Token => "tokenreviews",
+            Review::SelfSubject => "selfsubjectreviews",
             Review::SubjectAccess => "subjectaccessreviews",
             Review::SelfSubjectAccess => "selfsubjectaccessreviews",
+            Review::SelfSubjectRules => "selfsubjectrulesreviews",
+            Review::LocalSubjectAccess(_) => "localsubjectaccessreviews",
         }
     }
 
-    fn kind(self) -> &'static str {
+    /// The namespace of a namespaced review's path.
+    pub(crate) fn namespace(&self) -> &str {
+        match self {
+            Review::LocalSubjectAccess(ns) => ns,
+            _ => "",
+        }
+    }
+
+    fn kind(&self) -> &'static str {
         match self {
             Review::Token => "TokenReview",
+            Review::SelfSubject => "SelfSubjectReview",
             Review::SubjectAccess => "SubjectAccessReview",
             Review::SelfSubjectAccess => "SelfSubjectAccessReview",
+            Review::SelfSubjectRules => "SelfSubjectRulesReview",
+            Review::LocalSubjectAccess(_) => "LocalSubjectAccessReview",
         }
     }
 }
@@ -112,12 +148,25 @@ pub(crate) async fn handle(
     } else {
         manager
     };
+    let protobuf = req
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            crate::negotiate::media_type(ct) == "application/vnd.kubernetes.protobuf"
+        });
     let body = http_body_util::Limited::new(req.into_body(), MAX_BODY)
         .collect()
         .await
         .map_err(|e| ApiError::new(413, "RequestEntityTooLarge", e.to_string()))?
         .to_bytes();
-    let mut obj: Value = serde_json::from_slice(&body).map_err(|e| {
+    // Go clients (kubectl auth can-i, whoami) send protobuf.
+    let decoded = if protobuf {
+        crate::protobuf::decode_body(&body).map_err(|e| e.to_string())
+    } else {
+        serde_json::from_slice(&body).map_err(|e| e.to_string())
+    };
+    let mut obj: Value = decoded.map_err(|e| {
         ApiError::new(
             400,
             "BadRequest",
@@ -136,18 +185,57 @@ pub(crate) async fn handle(
             ),
         ));
     }
-    let status = match review {
-        Review::Token => token_review(&obj)?,
-        Review::SubjectAccess => subject_access_review(state, &obj)?,
-        Review::SelfSubjectAccess => {
-            crate::self_review::self_subject_access_review(state, &requester, &obj)?
-        }
-    };
-    let meta = obj
+    let mut meta = obj
         .get("metadata")
         .cloned()
         .filter(Value::is_object)
         .unwrap_or_else(|| json!({}));
+    if let Review::LocalSubjectAccess(ns) = &review {
+        // The create handler's EnsureObjectNamespaceMatchesRequestNamespace.
+        match meta.get("namespace").and_then(Value::as_str) {
+            Some(n) if !n.is_empty() && n != ns => {
+                return Err(ApiError::new(
+                    400,
+                    "BadRequest",
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+            _ => meta["namespace"] = json!(ns),
+        }
+    }
+    let (user, groups) = &requester;
+    let status = match &review {
+        Review::Token => token_review(&obj)?,
+        Review::SubjectAccess => subject_access_review(state, &obj)?,
+        Review::LocalSubjectAccess(ns) => local_subject_access_review(state, ns, &obj)?,
+        Review::SelfSubjectAccess => {
+            crate::self_review::self_subject_access_review(state, &requester, &obj)?
+        }
+        // Both registries answer a new object, not the request's: a
+        // SelfSubjectRulesReview with empty metadata and spec, a
+        // SelfSubjectReview with only its creation time.
+        Review::SelfSubjectRules => {
+            let namespace = obj
+                .pointer("/spec/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if namespace.is_empty() {
+                return Err(ApiError::new(400, "BadRequest", "no namespace on request"));
+            }
+            let status = self_subject_rules(state, user, groups, namespace);
+            return Ok(created(json!({
+                "kind": review.kind(), "apiVersion": want_version,
+                "metadata": {}, "spec": {}, "status": status,
+            })));
+        }
+        Review::SelfSubject => {
+            return Ok(created(json!({
+                "kind": review.kind(), "apiVersion": want_version,
+                "metadata": {"creationTimestamp": crate::object::now_string()},
+                "status": {"userInfo": {"username": user, "groups": groups}},
+            })));
+        }
+    };
     if let Some(m) = obj.as_object_mut() {
         m.insert("apiVersion".into(), json!(want_version));
         m.insert("kind".into(), json!(review.kind()));
@@ -167,13 +255,18 @@ pub(crate) async fn handle(
     if let Some(m) = obj.as_object_mut() {
         m.insert("status".into(), status);
     }
+    Ok(created(obj))
+}
+
+/// A 201 with `obj`.
+fn created(obj: Value) -> Response<RespBody> {
     let mut r = Response::new(RespBody::Full(Some(Bytes::from(obj.to_string()))));
     *r.status_mut() = http::StatusCode::CREATED;
     r.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),
     );
-    Ok(r)
+    r
 }
 
 /// The user a kube-sim token names, with its groups; `None` if it is not a
@@ -185,6 +278,13 @@ pub(crate) fn authenticate(token: &str) -> Option<(String, Vec<String>)> {
     let mut groups = Vec::new();
     if token == "admin" {
         groups.push("system:masters".to_string());
+    }
+    // A kubelet's client certificate: `O=system:nodes`.
+    if token
+        .strip_prefix("system:node:")
+        .is_some_and(|n| !n.is_empty())
+    {
+        groups.push("system:nodes".to_string());
     }
     if let Some(rest) = token.strip_prefix("system:serviceaccount:")
         && let Some((ns, sa)) = rest.split_once(':')
@@ -267,36 +367,47 @@ fn strings(v: &Value, k: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
-pub(crate) fn subject_access_review(state: &Arc<State>, obj: &Value) -> Result<Value, ApiError> {
-    let spec = obj.get("spec").cloned().unwrap_or_else(|| json!({}));
-    let user = s(&spec, "user");
-    let groups = strings(&spec, "groups");
+/// `ValidateSubjectAccessReviewSpec` / `ValidateSelfSubjectAccessReviewSpec`
+/// (pkg/apis/authorization/validation): exactly one of the attributes, and
+/// (not for a self review) a user or a group. A value is printed as the
+/// internal Go struct marshals (its field names, no JSON tags).
+pub(crate) fn validate_spec(spec: &Value, self_review: bool) -> Vec<FieldError> {
     let ra = spec.get("resourceAttributes").filter(|v| v.is_object());
     let nra = spec.get("nonResourceAttributes").filter(|v| v.is_object());
-    // pkg/apis/authorization/validation: ValidateSubjectAccessReviewSpec.
     let mut errs = Vec::new();
-    if ra.is_some() == nra.is_some() {
-        errs.push(FieldError::invalid(
+    match (ra, nra) {
+        (Some(_), Some(nra)) => errs.push(FieldError::invalid(
+            "spec.nonResourceAttributes",
+            go_non_resource(nra),
+            "cannot be specified in combination with resourceAttributes",
+        )),
+        (None, None) => errs.push(FieldError::invalid(
             "spec.resourceAttributes",
-            spec.get("resourceAttributes")
-                .cloned()
-                .unwrap_or(Value::Null),
+            Value::Null,
             "exactly one of nonResourceAttributes or resourceAttributes must be specified",
-        ));
+        )),
+        _ => {}
     }
-    if user.is_empty() && groups.is_empty() {
+    if !self_review && s(spec, "user").is_empty() && strings(spec, "groups").is_empty() {
         errs.push(FieldError::invalid(
             "spec.user",
             json!(""),
             "at least one of user or group must be specified",
         ));
     }
-    if !errs.is_empty() {
-        // The registry's NewInvalid names the group only:
-        // `.authorization.k8s.io "" is invalid: ...`.
-        return Err(ApiError::invalid("authorization.k8s.io", "", "", &errs));
-    }
-    let attrs = match (ra, nra) {
+    errs
+}
+
+/// The internal `NonResourceAttributes` as encoding/json writes it.
+fn go_non_resource(nra: &Value) -> Value {
+    json!({"Path": s(nra, "path"), "Verb": s(nra, "verb")})
+}
+
+/// The attributes a review's spec asks about.
+fn attributes(spec: &Value) -> Attributes {
+    let ra = spec.get("resourceAttributes").filter(|v| v.is_object());
+    let nra = spec.get("nonResourceAttributes").filter(|v| v.is_object());
+    match (ra, nra) {
         (Some(ra), _) => Attributes {
             verb: s(ra, "verb"),
             resource: Some(ResourceAttrs {
@@ -314,14 +425,61 @@ pub(crate) fn subject_access_review(state: &Arc<State>, obj: &Value) -> Result<V
             path: s(nra, "path"),
         },
         (None, None) => Attributes::default(),
-    };
+    }
+}
+
+/// The decision for `spec`'s user and groups: the privileged group
+/// `system:masters` may do everything (no reason), then RBAC.
+fn decide(state: &Arc<State>, spec: &Value) -> Value {
+    let groups = strings(spec, "groups");
     if groups.iter().any(|g| g == "system:masters") {
-        return Ok(json!({"allowed": true}));
+        return json!({"allowed": true});
     }
-    match rbac_allows(state, &user, &groups, &attrs) {
-        Some(reason) => Ok(json!({"allowed": true, "reason": reason})),
-        None => Ok(json!({"allowed": false})),
+    rbac_decision(state, &s(spec, "user"), &groups, &attributes(spec))
+}
+
+pub(crate) fn subject_access_review(state: &Arc<State>, obj: &Value) -> Result<Value, ApiError> {
+    let spec = obj.get("spec").cloned().unwrap_or_else(|| json!({}));
+    let errs = validate_spec(&spec, false);
+    if !errs.is_empty() {
+        // The registry's NewInvalid names the group only:
+        // `.authorization.k8s.io "" is invalid: ...`.
+        return Err(ApiError::invalid("authorization.k8s.io", "", "", &errs));
     }
+    Ok(decide(state, &spec))
+}
+
+/// A LocalSubjectAccessReview in `ns` (pkg/registry/authorization/
+/// localsubjectaccessreview): a SubjectAccessReview whose resource
+/// attributes name the namespace of its path (`ValidateLocalSubjectAccessReview`;
+/// the create handler has set `metadata.namespace` to it).
+fn local_subject_access_review(
+    state: &Arc<State>,
+    ns: &str,
+    obj: &Value,
+) -> Result<Value, ApiError> {
+    let spec = obj.get("spec").cloned().unwrap_or_else(|| json!({}));
+    let mut errs = validate_spec(&spec, false);
+    if let Some(ra) = spec.get("resourceAttributes").filter(|v| v.is_object())
+        && s(ra, "namespace") != ns
+    {
+        errs.push(FieldError::invalid(
+            "spec.resourceAttributes.namespace",
+            json!(s(ra, "namespace")),
+            "must match metadata.namespace",
+        ));
+    }
+    if let Some(nra) = spec.get("nonResourceAttributes").filter(|v| v.is_object()) {
+        errs.push(FieldError::invalid(
+            "spec.nonResourceAttributes",
+            go_non_resource(nra),
+            "disallowed on this kind of request",
+        ));
+    }
+    if !errs.is_empty() {
+        return Err(ApiError::invalid("authorization.k8s.io", "", "", &errs));
+    }
+    Ok(decide(state, &spec))
 }
 
 fn rid(group: &str, resource: &str) -> Option<resources::ResId> {
@@ -329,7 +487,7 @@ fn rid(group: &str, resource: &str) -> Option<resources::ResId> {
 }
 
 /// Whether a binding's subjects include the user (rbac/validation
-/// `appliesTo`).
+/// `appliesTo`): how the reason names the subject that matched.
 fn applies_to(subjects: &Value, user: &str, groups: &[String], binding_ns: &str) -> Option<String> {
     for subj in subjects.as_array()? {
         let kind = s(subj, "kind");
@@ -342,7 +500,7 @@ fn applies_to(subjects: &Value, user: &str, groups: &[String], binding_ns: &str)
                     n if n.is_empty() => binding_ns.to_string(),
                     n => n,
                 };
-                if user == format!("system:serviceaccount:{ns}:{name}") {
+                if !ns.is_empty() && user == format!("system:serviceaccount:{ns}:{name}") {
                     // describeSubject (rbac/validation/rule.go) writes a
                     // ServiceAccount as "name/namespace", the reverse of the
                     // usual order; the reason text is a real server's.
@@ -390,43 +548,72 @@ fn rule_allows(rule: &Value, attrs: &Attributes) -> bool {
     }
 }
 
-/// The rules of a role reference (`ClusterRole` or a `Role` in `ns`).
-fn role_rules(state: &Arc<State>, role_ref: &Value, ns: &str) -> Vec<Value> {
+/// The rules of a role reference (`ClusterRole` or a `Role` in `ns`), or
+/// the error upstream's `GetRoleReferenceRules` reports (the listers'
+/// NotFound). A ClusterRole of the bootstrap policy that is not stored is
+/// upstream's ([`crate::bootstrap_rbac`]).
+fn role_rules(state: &Arc<State>, role_ref: &Value, ns: &str) -> Result<Vec<Value>, String> {
     let kind = s(role_ref, "kind");
     let name = s(role_ref, "name");
-    let (rid, ns) = match kind.as_str() {
-        "ClusterRole" => (rid("rbac.authorization.k8s.io", "clusterroles"), ""),
-        "Role" => (rid("rbac.authorization.k8s.io", "roles"), ns),
-        _ => (None, ""),
+    let (resource, singular, ns) = match kind.as_str() {
+        "ClusterRole" => ("clusterroles", "clusterrole", ""),
+        "Role" => ("roles", "role", ns),
+        other => return Err(format!("unsupported role reference kind: {other:?}")),
     };
-    let Some(rid) = rid else {
-        return Vec::new();
-    };
-    state
-        .store
-        .get(rid, ns, &name)
-        .ok()
-        .and_then(|o| o.value.get("rules").and_then(Value::as_array).cloned())
-        .unwrap_or_default()
+    let stored = rid("rbac.authorization.k8s.io", resource)
+        .and_then(|rid| state.store.get(rid, ns, &name).ok());
+    match stored {
+        Some(o) => Ok(o
+            .value
+            .get("rules")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()),
+        None => match crate::bootstrap_rbac::cluster_role_rules(&name) {
+            Some(rules) if kind == "ClusterRole" => Ok(rules.to_vec()),
+            _ => Err(format!(
+                "{singular}.rbac.authorization.k8s.io {name:?} not found"
+            )),
+        },
+    }
 }
 
-/// The reason an RBAC binding allows the request, if one does.
-fn rbac_allows(
+/// `VisitRulesFor` of rbac/validation: every rule RBAC gives the user,
+/// with its source (`ClusterRoleBinding "b" of ClusterRole "r" to Group
+/// "g"`), through the ClusterRoleBindings (the bootstrap policy's first,
+/// [`crate::bootstrap_rbac`]) and then the RoleBindings of `namespace`,
+/// until `visit` answers false. Answers the errors met (roles not found).
+fn visit_rules(
     state: &Arc<State>,
     user: &str,
     groups: &[String],
-    attrs: &Attributes,
-) -> Option<String> {
+    namespace: &str,
+    mut visit: impl FnMut(&str, &Value) -> bool,
+) -> Vec<String> {
+    let mut errors = Vec::new();
+    for b in crate::bootstrap_rbac::BINDINGS.iter() {
+        let Some(subject) = applies_to(&b.subjects, user, groups, "") else {
+            continue;
+        };
+        let source = format!(
+            "ClusterRoleBinding {:?} of ClusterRole {:?} to {subject}",
+            b.name, b.name
+        );
+        for rule in &b.rules {
+            if !visit(&source, rule) {
+                return errors;
+            }
+        }
+    }
     let mut bindings: Vec<(&str, Arc<crate::store::Stored>)> = Vec::new();
     if let Some(crb) = rid("rbac.authorization.k8s.io", "clusterrolebindings") {
         let (items, _) = state.store.snapshot(crb, None);
         bindings.extend(items.into_iter().map(|b| ("ClusterRoleBinding", b)));
     }
-    if let Some(r) = &attrs.resource
-        && !r.namespace.is_empty()
+    if !namespace.is_empty()
         && let Some(rb) = rid("rbac.authorization.k8s.io", "rolebindings")
     {
-        let (items, _) = state.store.snapshot(rb, Some(&r.namespace));
+        let (items, _) = state.store.snapshot(rb, Some(namespace));
         bindings.extend(items.into_iter().map(|b| ("RoleBinding", b)));
     }
     for (kind, b) in bindings {
@@ -436,26 +623,120 @@ fn rbac_allows(
             continue;
         };
         let role_ref = &b["roleRef"];
-        if role_rules(state, role_ref, binding_ns)
-            .iter()
-            .any(|rule| rule_allows(rule, attrs))
-        {
-            // clusterRoleBindingDescriber / roleBindingDescriber: a
-            // RoleBinding is named "name/namespace".
-            let name = b["metadata"]["name"].as_str().unwrap_or("");
-            let name = if binding_ns.is_empty() {
-                name.to_string()
-            } else {
-                format!("{name}/{binding_ns}")
-            };
-            return Some(format!(
-                "RBAC: allowed by {kind} {name:?} of {} {:?} to {subject}",
-                s(role_ref, "kind"),
-                s(role_ref, "name")
-            ));
+        let rules = match role_rules(state, role_ref, binding_ns) {
+            Ok(rules) => rules,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
+        // clusterRoleBindingDescriber / roleBindingDescriber: a
+        // RoleBinding is named "name/namespace".
+        let name = b["metadata"]["name"].as_str().unwrap_or("");
+        let name = if binding_ns.is_empty() {
+            name.to_string()
+        } else {
+            format!("{name}/{binding_ns}")
+        };
+        let source = format!(
+            "{kind} {name:?} of {} {:?} to {subject}",
+            s(role_ref, "kind"),
+            s(role_ref, "name")
+        );
+        for rule in &rules {
+            if !visit(&source, rule) {
+                return errors;
+            }
         }
     }
-    None
+    errors
+}
+
+/// `utilerrors.NewAggregate(errs).Error()`: each distinct message once, in
+/// brackets when there are several.
+fn aggregate(errs: &[String]) -> String {
+    let mut seen: Vec<&str> = Vec::new();
+    for e in errs {
+        if !seen.contains(&e.as_str()) {
+            seen.push(e);
+        }
+    }
+    match seen.as_slice() {
+        [one] => one.to_string(),
+        many => format!("[{}]", many.join(", ")),
+    }
+}
+
+/// The RBAC authorizer's decision: allowed with the rule's source, or not
+/// allowed with the errors met (`RBAC: <errors>`, or no reason).
+fn rbac_decision(state: &Arc<State>, user: &str, groups: &[String], attrs: &Attributes) -> Value {
+    let namespace = attrs
+        .resource
+        .as_ref()
+        .map(|r| r.namespace.as_str())
+        .unwrap_or("");
+    let mut reason = None;
+    let errors = visit_rules(state, user, groups, namespace, |source, rule| {
+        if rule_allows(rule, attrs) {
+            reason = Some(format!("RBAC: allowed by {source}"));
+            return false;
+        }
+        true
+    });
+    match reason {
+        Some(reason) => json!({"allowed": true, "reason": reason}),
+        None if errors.is_empty() => json!({"allowed": false}),
+        None => json!({"allowed": false, "reason": format!("RBAC: {}", aggregate(&errors))}),
+    }
+}
+
+/// The status of a SelfSubjectRulesReview (pkg/registry/authorization/
+/// selfsubjectrulesreview): the union of the Node and RBAC rule resolvers.
+/// The Node authorizer cannot enumerate a node's rules: for a node
+/// identity (`system:node:<name>` in `system:nodes`) the answer is
+/// incomplete, with its error. RBAC lists every rule with resources as a
+/// resource rule and every rule with non-resource URLs as a non-resource
+/// rule; a role it cannot find is an evaluation error, not incompleteness.
+pub(crate) fn self_subject_rules(
+    state: &Arc<State>,
+    user: &str,
+    groups: &[String],
+    namespace: &str,
+) -> Value {
+    let mut errors = Vec::new();
+    // nodeidentifier.NodeIdentity.
+    let node = user.starts_with("system:node:") && groups.iter().any(|g| g == "system:nodes");
+    if node {
+        errors.push("node authorizer does not support user rule resolution".to_string());
+    }
+    let (mut resource_rules, mut non_resource_rules) = (Vec::new(), Vec::new());
+    errors.extend(visit_rules(state, user, groups, namespace, |_, rule| {
+        if !strings(rule, "resources").is_empty() {
+            let mut r = json!({"verbs": strings(rule, "verbs")});
+            for k in ["apiGroups", "resources", "resourceNames"] {
+                let v = strings(rule, k);
+                if !v.is_empty() {
+                    r[k] = json!(v);
+                }
+            }
+            resource_rules.push(r);
+        }
+        let urls = strings(rule, "nonResourceURLs");
+        if !urls.is_empty() {
+            non_resource_rules
+                .push(json!({"verbs": strings(rule, "verbs"), "nonResourceURLs": urls}));
+        }
+        true
+    }));
+    let mut status = json!({
+        "resourceRules": resource_rules,
+        "nonResourceRules": non_resource_rules,
+        "incomplete": node,
+    });
+    if !errors.is_empty() {
+        status["evaluationError"] = json!(aggregate(&errors));
+    }
+    status
 }
 
 #[cfg(test)]
@@ -479,6 +760,13 @@ mod tests {
             authenticate("admin").map(|(_, g)| g),
             Some(vec![
                 "system:masters".to_string(),
+                "system:authenticated".to_string()
+            ])
+        );
+        assert_eq!(
+            authenticate("system:node:n1").map(|(_, g)| g),
+            Some(vec![
+                "system:nodes".to_string(),
                 "system:authenticated".to_string()
             ])
         );

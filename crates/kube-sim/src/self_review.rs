@@ -2,7 +2,9 @@
 //! answered for the user the request authenticates as
 //! (pkg/registry/authorization/selfsubjectaccessreview), with the same RBAC
 //! evaluation as a SubjectAccessReview ([`crate::reviews`]); and the
-//! discovery entries of the create-only review resources kube-sim serves.
+//! discovery entries of the create-only review resources kube-sim serves
+//! (TokenReview, SelfSubjectReview, SubjectAccessReview,
+//! LocalSubjectAccessReview, SelfSubjectAccessReview, SelfSubjectRulesReview).
 
 use std::sync::Arc;
 
@@ -10,7 +12,7 @@ use http::Request;
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, FieldError};
+use crate::error::ApiError;
 use crate::http::State;
 use crate::resources::{NameRule, ResourceDef};
 
@@ -19,6 +21,7 @@ const fn review(
     resource: &'static str,
     singular: &'static str,
     kind: &'static str,
+    namespaced: bool,
 ) -> ResourceDef {
     ResourceDef {
         group,
@@ -26,7 +29,7 @@ const fn review(
         resource,
         kind,
         singular,
-        namespaced: false,
+        namespaced,
         short_names: &[],
         categories: &[],
         has_status: false,
@@ -38,27 +41,52 @@ const fn review(
     }
 }
 
-/// The review resources, as discovery lists them (upstream: cluster-scoped,
-/// verbs `["create"]`, a singular name, no storageVersionHash as nothing is
-/// stored). Their paths are served by [`crate::reviews::handle`].
+/// The review resources, as discovery lists them (upstream: verbs
+/// `["create"]`, a singular name, no storageVersionHash as nothing is
+/// stored; all cluster-scoped but LocalSubjectAccessReview; in name order).
+/// Their paths are served by [`crate::reviews::handle`].
 pub static REVIEW_RESOURCES: &[ResourceDef] = &[
+    review(
+        "authentication.k8s.io",
+        "selfsubjectreviews",
+        "selfsubjectreview",
+        "SelfSubjectReview",
+        false,
+    ),
     review(
         "authentication.k8s.io",
         "tokenreviews",
         "tokenreview",
         "TokenReview",
+        false,
+    ),
+    review(
+        "authorization.k8s.io",
+        "localsubjectaccessreviews",
+        "localsubjectaccessreview",
+        "LocalSubjectAccessReview",
+        true,
     ),
     review(
         "authorization.k8s.io",
         "selfsubjectaccessreviews",
         "selfsubjectaccessreview",
         "SelfSubjectAccessReview",
+        false,
+    ),
+    review(
+        "authorization.k8s.io",
+        "selfsubjectrulesreviews",
+        "selfsubjectrulesreview",
+        "SelfSubjectRulesReview",
+        false,
     ),
     review(
         "authorization.k8s.io",
         "subjectaccessreviews",
         "subjectaccessreview",
         "SubjectAccessReview",
+        false,
     ),
 ];
 
@@ -88,19 +116,11 @@ pub(crate) fn self_subject_access_review(
     let ra = spec.get("resourceAttributes").filter(|v| v.is_object());
     let nra = spec.get("nonResourceAttributes").filter(|v| v.is_object());
     // pkg/apis/authorization/validation: ValidateSelfSubjectAccessReviewSpec.
-    if ra.is_some() == nra.is_some() {
+    let errs = crate::reviews::validate_spec(&spec, true);
+    if !errs.is_empty() {
         // NewInvalid(authorizationapi.Kind(selfSAR.Kind)): the decoded
         // object's kind is empty, so the group alone is named.
-        return Err(ApiError::invalid(
-            "authorization.k8s.io",
-            "",
-            "",
-            &[FieldError::invalid(
-                "spec.resourceAttributes",
-                ra.cloned().unwrap_or(Value::Null),
-                "exactly one of nonResourceAttributes or resourceAttributes must be specified",
-            )],
-        ));
+        return Err(ApiError::invalid("authorization.k8s.io", "", "", &errs));
     }
     let (user, groups) = requester;
     let mut sar = json!({"user": user, "groups": groups});

@@ -308,3 +308,261 @@ async fn subject_access_review_evaluates_rbac() {
     })
     .await;
 }
+
+/// A SubjectAccessReview for `user` in `groups` on a non-resource path.
+fn path_review(user: &str, groups: &[&str], verb: &str, path: &str) -> SubjectAccessReview {
+    let mut sar = metrics_review(user, groups);
+    sar.spec.non_resource_attributes = Some(NonResourceAttributes {
+        path: Some(path.into()),
+        verb: Some(verb.into()),
+    });
+    sar
+}
+
+/// A SubjectAccessReview for `user` in `groups` on a cluster-wide resource.
+fn resource_review(
+    user: &str,
+    groups: &[&str],
+    verb: &str,
+    group: &str,
+    resource: &str,
+) -> SubjectAccessReview {
+    SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.into()),
+            groups: Some(groups.iter().map(|g| g.to_string()).collect()),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// Upstream's bootstrap RBAC policy, as a real 1.36 server answers it
+/// (judged by it, `common::conform`): every authenticated user may read the
+/// health and version endpoints and discovery and create its own reviews,
+/// anonymous users the health and version endpoints, service accounts the
+/// OIDC discovery documents, `system:monitoring` the metrics; a binding of a
+/// bootstrap ClusterRole works; a binding of a missing role is the reason
+/// of a denial.
+#[tokio::test]
+async fn subject_access_review_applies_the_bootstrap_policy() {
+    conform(
+        "subject_access_review_applies_the_bootstrap_policy",
+        SimConfig::default(),
+        async |t| {
+            let admin = t.client.clone();
+            let authenticated = ["system:authenticated"];
+            // Granted by both system:discovery and system:public-info-viewer:
+            // the real authorizer visits the ClusterRoleBindings in its
+            // informer's (map) order, so the reason names either.
+            for path in ["/healthz", "/livez", "/readyz", "/version"] {
+                let (allowed, reason) = review(&admin, &path_review("alice", &authenticated, "get", path))
+                    .await
+                    .expect("review");
+                assert!(allowed, "{path}");
+                let either = ["system:discovery", "system:public-info-viewer"].map(|b| {
+                    format!("RBAC: allowed by ClusterRoleBinding \"{b}\" of ClusterRole \"{b}\" to Group \"system:authenticated\"")
+                });
+                assert!(either.contains(&reason), "{path}: {reason}");
+                t.record(path, json!(allowed));
+            }
+            let cases: [(&str, &str, &[&str], &str, &str); 9] = [
+                ("discovery", "alice", &authenticated, "get", "/apis/apps/v1"),
+                ("the core group", "alice", &authenticated, "get", "/api/v1"),
+                ("openapi", "alice", &authenticated, "get", "/openapi/v3"),
+                ("not another verb", "alice", &authenticated, "post", "/healthz"),
+                ("not the metrics", "alice", &authenticated, "get", "/metrics"),
+                ("anonymous health", "system:anonymous", &["system:unauthenticated"], "get", "/healthz"),
+                ("no anonymous discovery", "system:anonymous", &["system:unauthenticated"], "get", "/apis"),
+                (
+                    "service-account issuer discovery",
+                    "system:serviceaccount:monitoring:prometheus",
+                    &["system:serviceaccounts", "system:serviceaccounts:monitoring"],
+                    "get",
+                    "/openid/v1/jwks",
+                ),
+                ("monitoring", "scraper", &["system:monitoring"], "get", "/metrics/slis"),
+            ];
+            for (label, user, groups, verb, path) in cases {
+                let r = review(&admin, &path_review(user, groups, verb, path))
+                    .await
+                    .expect("review");
+                t.record(label, json!(r));
+            }
+            for (label, group, resource) in [
+                ("self access reviews", "authorization.k8s.io", "selfsubjectaccessreviews"),
+                ("self rules reviews", "authorization.k8s.io", "selfsubjectrulesreviews"),
+                ("self reviews", "authentication.k8s.io", "selfsubjectreviews"),
+                ("not subject access reviews", "authorization.k8s.io", "subjectaccessreviews"),
+            ] {
+                let r = review(&admin, &resource_review("alice", &authenticated, "create", group, resource))
+                    .await
+                    .expect("review");
+                t.record(label, json!(r));
+            }
+            // The components' own bindings (each allowed by one only).
+            for (label, user, groups, verb, group, resource) in [
+                ("the scheduler binds pods", "system:kube-scheduler", &authenticated[..], "create", "", "pods/binding"),
+                ("the volume scheduler", "system:kube-scheduler", &authenticated[..], "update", "", "persistentvolumes"),
+                ("the controller manager", "system:kube-controller-manager", &authenticated[..], "create", "", "serviceaccounts/token"),
+                ("kube-proxy", "system:kube-proxy", &authenticated[..], "list", "networking.k8s.io", "servicecidrs"),
+                (
+                    "kube-dns",
+                    "system:serviceaccount:kube-system:kube-dns",
+                    &["system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"][..],
+                    "watch",
+                    "",
+                    "endpoints",
+                ),
+                ("not the scheduler in another group", "system:kube-scheduler", &authenticated[..], "list", "apps", "deployments"),
+            ] {
+                let r = review(&admin, &resource_review(user, groups, verb, group, resource))
+                    .await
+                    .expect("review");
+                t.record(label, json!(r));
+            }
+            let r = review(
+                &admin,
+                &resource_review("scraper", &["system:monitoring"], "get", "", "nodes"),
+            )
+            .await
+            .expect("review");
+            assert!(!r.0, "nodes, not nodes/metrics: {r:?}");
+            t.record("monitoring: not the nodes", json!(r));
+
+            // Stored bindings: one of a bootstrap ClusterRole (to a user
+            // in no group, whom no bootstrap binding names), one of a
+            // ClusterRole that does not exist.
+            let (viewer, broken, missing) = (t.unique("info"), t.unique("broken"), t.unique("missing"));
+            for (name, role, user) in [
+                (&viewer, "system:public-info-viewer", "carol"),
+                (&broken, missing.as_str(), "dave"),
+            ] {
+                let binding: ClusterRoleBinding = serde_json::from_value(json!({
+                    "metadata": {"name": name},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                    "subjects": [{"kind": "User", "name": user}]
+                }))
+                .expect("binding");
+                Api::<ClusterRoleBinding>::all(admin.clone())
+                    .create(&PostParams::default(), &binding)
+                    .await
+                    .expect("create binding");
+            }
+            let carol = common::eventually("carol's binding is in effect", async || {
+                let r = review(&admin, &path_review("carol", &[], "get", "/version"))
+                    .await
+                    .expect("review");
+                r.0.then_some(r)
+            })
+            .await;
+            t.record("a binding of a bootstrap role", json!(carol));
+            let dave = common::eventually("dave's binding is seen", async || {
+                let r = review(&admin, &path_review("dave", &[], "get", "/version"))
+                    .await
+                    .expect("review");
+                (!r.1.is_empty()).then_some(r)
+            })
+            .await;
+            assert!(!dave.0, "{dave:?}");
+            t.record("a binding of a missing role", json!(dave));
+            for name in [&viewer, &broken] {
+                let _ = common::differential::delete(
+                    &admin,
+                    &format!("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{name}"),
+                )
+                .await;
+            }
+        },
+    )
+    .await;
+}
+
+/// LocalSubjectAccessReview (pkg/registry/authorization/
+/// localsubjectaccessreview): a SubjectAccessReview posted to a namespace,
+/// whose resource attributes must name that namespace. The answers (the
+/// whole object), the 422s and the 400 are judged by the real server.
+#[tokio::test]
+async fn local_subject_access_review_is_namespaced() {
+    use common::differential::post;
+    conform(
+        "local_subject_access_review_is_namespaced",
+        SimConfig::default(),
+        async |t| {
+            let admin = t.client.clone();
+            let ns = t.namespace("lsar").await;
+            let role: Role = serde_json::from_value(json!({
+                "metadata": {"name": "reader", "namespace": ns},
+                "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]
+            }))
+            .expect("role");
+            Api::<Role>::namespaced(admin.clone(), &ns)
+                .create(&PostParams::default(), &role)
+                .await
+                .expect("create role");
+            let rb: RoleBinding = serde_json::from_value(json!({
+                "metadata": {"name": "reader", "namespace": ns},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+                "subjects": [{"kind": "User", "name": "alice"}]
+            }))
+            .expect("rb");
+            Api::<RoleBinding>::namespaced(admin.clone(), &ns)
+                .create(&PostParams::default(), &rb)
+                .await
+                .expect("create rolebinding");
+            let path = format!("/apis/authorization.k8s.io/v1/namespaces/{ns}/localsubjectaccessreviews");
+            let lsar = |spec: serde_json::Value| {
+                json!({"apiVersion": "authorization.k8s.io/v1", "kind": "LocalSubjectAccessReview", "spec": spec})
+            };
+            let get_configmaps = |namespace: &str| {
+                json!({"user": "alice", "resourceAttributes": {"namespace": namespace, "verb": "get", "resource": "configmaps"}})
+            };
+            let allowed = common::eventually("the role binding is in effect", async || {
+                let r = post(&admin, &path, &lsar(get_configmaps(&ns))).await;
+                (r.body.pointer("/status/allowed") == Some(&json!(true))).then_some(r)
+            })
+            .await;
+            assert_eq!(allowed.code, 201, "{:?}", allowed.body);
+            assert_eq!(allowed.body["metadata"]["namespace"], json!(ns));
+            t.record("allowed", allowed.record());
+            let mut list = get_configmaps(&ns);
+            list["resourceAttributes"]["verb"] = json!("list");
+            let denied = post(&admin, &path, &lsar(list)).await;
+            assert_eq!(denied.body.pointer("/status/allowed"), Some(&json!(false)));
+            t.record("another verb", denied.record());
+
+            let metrics = json!({"path": "/metrics", "verb": "get"});
+            let refused = [
+                ("another namespace", lsar(get_configmaps("other"))),
+                ("no namespace", lsar(get_configmaps(""))),
+                ("non-resource attributes", lsar(json!({"user": "alice", "nonResourceAttributes": metrics}))),
+                (
+                    "both attributes",
+                    lsar(json!({"user": "alice", "nonResourceAttributes": metrics,
+                        "resourceAttributes": get_configmaps(&ns)["resourceAttributes"]})),
+                ),
+                ("neither attribute", lsar(json!({"user": "alice"}))),
+                ("nobody", lsar(json!({"resourceAttributes": get_configmaps(&ns)["resourceAttributes"]}))),
+            ];
+            for (label, body) in refused {
+                let r = post(&admin, &path, &body).await;
+                assert_eq!(r.code, 422, "{label}: {:?}", r.body);
+                t.record(label, r.record());
+            }
+            // The object's namespace is not the path's: the create handler's 400.
+            let mut elsewhere = lsar(get_configmaps(&ns));
+            elsewhere["metadata"] = json!({"namespace": "other"});
+            let r = post(&admin, &path, &elsewhere).await;
+            assert_eq!(r.code, 400, "{:?}", r.body);
+            t.record("the object in another namespace", r.record());
+            t.cleanup_namespace(&ns).await;
+        },
+    )
+    .await;
+}

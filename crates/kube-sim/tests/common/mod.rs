@@ -80,7 +80,7 @@ impl Target {
     /// A client authenticated as `user`: kube-sim's token, or on the real
     /// control plane a client certificate with the groups its authenticator
     /// would give (a ServiceAccount's `system:serviceaccounts` and
-    /// `system:serviceaccounts:<namespace>`).
+    /// `system:serviceaccounts:<namespace>`, a node's `system:nodes`).
     pub async fn client_as(&self, user: &str) -> Client {
         if let Some(sim) = &self.sim {
             return sim.client_as(user).await;
@@ -94,6 +94,7 @@ impl Target {
             .map(|(ns, _)| format!("system:serviceaccounts:{ns}"));
         let groups: Vec<&str> = match &sa_ns {
             Some(ns) => vec!["system:serviceaccounts", ns.as_str()],
+            None if user.starts_with("system:node:") => vec!["system:nodes"],
             None => vec![],
         };
         cp.client_for(user, &groups)

@@ -2,8 +2,9 @@
 """Regenerates ../k8s-v1.36-networking.json: ServiceCIDR and IPAddress of
 networking.k8s.io/v1 (GA in Kubernetes 1.33, MultiCIDRServiceAllocator), and
 the review kinds of authentication.k8s.io/v1 and authorization.k8s.io/v1
-(TokenReview, SubjectAccessReview, SelfSubjectAccessReview, whose answers
-carry managedFields), which the trimmed v1.33 schema of
+(TokenReview, SelfSubjectReview, SubjectAccessReview,
+LocalSubjectAccessReview, SelfSubjectAccessReview, SelfSubjectRulesReview;
+the answers of the first, third, fourth and fifth carry managedFields), which the trimmed v1.33 schema of
 ../k8s-v1.33-definitions.json does not have.
 
 Source: upstream's own OpenAPI v2 document of Kubernetes v1.36.3
@@ -27,8 +28,11 @@ ROOTS = [
     for k in ("ServiceCIDR", "ServiceCIDRList", "IPAddress", "IPAddressList")
 ] + [
     "io.k8s.api.authentication.v1.TokenReview",
+    "io.k8s.api.authentication.v1.SelfSubjectReview",
     "io.k8s.api.authorization.v1.SubjectAccessReview",
+    "io.k8s.api.authorization.v1.LocalSubjectAccessReview",
     "io.k8s.api.authorization.v1.SelfSubjectAccessReview",
+    "io.k8s.api.authorization.v1.SelfSubjectRulesReview",
 ]
 PREFIXES = (
     "io.k8s.api.networking.v1.",
