@@ -545,15 +545,42 @@ impl<R: Rule> Engine<R> {
             .try_filter(move |o: &R::Object| {
                 std::future::ready(on_trigger.rule.wanted(on_trigger.finalizer(), o))
             });
+        // The queue keeps a reference per waiting object (all of them while
+        // the first list is worked through): references without the
+        // resourceVersion and uid `for_stream` would copy into each (a
+        // reference's equality ignores both).
+        let (name, dt) = (self.name, self.dt.clone());
+        let triggers = triggers.filter_map(move |o| {
+            std::future::ready(match o {
+                Ok(o) => {
+                    let meta = o.meta();
+                    let r =
+                        ObjectRef::new_with(meta.name.as_deref().unwrap_or_default(), dt.clone());
+                    Some(match meta.namespace.as_deref() {
+                        Some(ns) => r.within(ns),
+                        None => r,
+                    })
+                }
+                Err(e) => {
+                    tracing::warn!(controller = name, error = %e, "watch error (retrying)");
+                    None
+                }
+            })
+        });
         let ready = ready_when_synced(self.name, ctx.ready.clone(), ctx.shutdown.clone(), caches);
-        let controller = Controller::for_stream_with(triggers, self.store.clone(), self.dt.clone())
-            .reconcile_on(trigger_rx)
-            .reconcile_on(resync_stream_as(
-                self.store.clone(),
-                self.settings.resync_period,
-                move |o: &R::Object| on_resync.rule.wanted(on_resync.finalizer(), o),
-                self.dt.clone(),
-            ));
+        let controller = Controller::for_stream_with(
+            futures::stream::pending::<Result<R::Object, watcher::Error>>(),
+            self.store.clone(),
+            self.dt.clone(),
+        )
+        .reconcile_on(triggers)
+        .reconcile_on(trigger_rx)
+        .reconcile_on(resync_stream_as(
+            self.store.clone(),
+            self.settings.resync_period,
+            move |o: &R::Object| on_resync.rule.wanted(on_resync.finalizer(), o),
+            self.dt.clone(),
+        ));
         super::drive(
             ctx,
             controller,
