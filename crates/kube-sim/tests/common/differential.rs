@@ -257,6 +257,17 @@ pub fn normalize(v: &mut Value) {
                 match k.as_str() {
                     "uid" | "resourceVersion" if x.is_string() => *x = json!("<masked>"),
                     k if TIME_KEYS.contains(&k) && x.is_string() => *x = json!("<time>"),
+                    // Entries are sorted by their second first
+                    // (apimachinery's encodeManagedFields, as kube-sim's
+                    // `encode_entries`): two runs of one scenario that
+                    // straddle a second differently order the same entries
+                    // differently. Compared as a set, in a canonical order.
+                    "managedFields" if x.is_array() => {
+                        normalize(x);
+                        if let Value::Array(a) = x {
+                            a.sort_by_cached_key(|e| e.to_string());
+                        }
+                    }
                     "message" | "reason" => {
                         if let Value::String(s) = x {
                             *s = normalize_message(s);
