@@ -87,8 +87,7 @@ protection_core::resync_options! {
 /// Why the descriptors could not be built.
 pub use protection_core::runtime::ConfigError;
 
-/// The controller of this crate, from its own flags (vac-protection,
-/// which has none, takes the storage controllers' resync period instead).
+/// The controller of this crate, from its own flags.
 pub fn descriptors(
     opts: &Options,
     profile: FinalizerProfile,
