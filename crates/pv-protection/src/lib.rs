@@ -178,7 +178,6 @@ pub fn descriptors(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn profiles_name_the_finalizers() {
@@ -224,26 +223,5 @@ mod tests {
                 ),
             ]
         );
-    }
-
-    #[test]
-    fn resync_flag_parses_go_durations() {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            o: Options,
-        }
-        let c = Cli::try_parse_from(["x"]).unwrap();
-        assert_eq!(c.o.resync_period, DEFAULT_RESYNC_PERIOD);
-        let c = Cli::try_parse_from(["x", "--storage-protection-resync-period=1m30s"]).unwrap();
-        assert_eq!(c.o.resync_period, Duration::from_secs(90));
-        let c = Cli::try_parse_from(["x", "--storage-protection-resync-period=0"]).unwrap();
-        assert_eq!(c.o.resync_period, Duration::ZERO);
-        let e = Cli::try_parse_from(["x", "--storage-protection-resync-period=5"])
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(e.contains("invalid duration \"5\""), "{e}");
     }
 }

@@ -139,6 +139,7 @@ mod tests {
         use inuse::Plan::*;
         let p = vec![pod("a")];
         // (finalizer, deleting, mode, add_enabled, cached, live) -> plan
+        #[rustfmt::skip]
         let rows: Vec<Row> = vec![
             (false, false, Enforce, true, vec![], None, AddFinalizer),
             (false, false, Enforce, false, vec![], None, Nothing),
@@ -148,46 +149,14 @@ mod tests {
             (true, true, Enforce, true, p.clone(), None, Keep(p.clone())),
             (true, true, Enforce, false, p.clone(), None, Keep(p.clone())),
             (true, true, Enforce, true, vec![], None, ConfirmLive),
-            (
-                true,
-                true,
-                Enforce,
-                true,
-                vec![],
-                Some(vec![]),
-                RemoveFinalizer,
-            ),
-            (
-                true,
-                true,
-                Enforce,
-                false,
-                vec![],
-                Some(vec![]),
-                RemoveFinalizer,
-            ),
-            (
-                true,
-                true,
-                Enforce,
-                true,
-                vec![],
-                Some(p.clone()),
-                Keep(p.clone()),
-            ),
+            (true, true, Enforce, true, vec![], Some(vec![]), RemoveFinalizer),
+            (true, true, Enforce, false, vec![], Some(vec![]), RemoveFinalizer),
+            (true, true, Enforce, true, vec![], Some(p.clone()), Keep(p.clone())),
             (false, true, Enforce, true, p.clone(), None, Nothing),
             (false, false, Audit, true, vec![], None, Nothing),
             (true, false, Audit, true, p.clone(), None, RemoveFinalizer),
             (true, true, Audit, true, p.clone(), None, RemoveFinalizer),
-            (
-                false,
-                true,
-                Audit,
-                true,
-                p.clone(),
-                None,
-                WouldHold(p.clone()),
-            ),
+            (false, true, Audit, true, p.clone(), None, WouldHold(p.clone())),
             (false, true, Audit, true, vec![], None, Nothing),
         ];
         for (i, (f, d, mode, add, cached, live, want)) in rows.into_iter().enumerate() {

@@ -6,7 +6,7 @@
 //! * A ServiceCIDR (networking.k8s.io/v1) is held while an IPAddress the API
 //!   server's allocator manages would be left without a range
 //!   ([`cidr::blocking_ips`]), and carries `Ready=True` otherwise.
-//! * Finalizer names follow the [`FinalizerProfile`]:
+//! * Finalizer names follow the [`FinalizerProfile`](protection_core::FinalizerProfile):
 //!   `protection-manager.io/service-cidr-protection` by default, upstream's
 //!   `networking.k8s.io/service-cidr-finalizer` with the `upstream` profile
 //!   (for clusters that run kube-controller-manager with
@@ -21,11 +21,8 @@ pub mod controller;
 pub mod explain;
 pub mod index;
 
-use protection_core::{
-    ControllerDescriptor, ControllerInfo, FinalizedResource, FinalizerProfile, PolicyRule,
-};
+use protection_core::{ControllerInfo, FinalizedResource, PolicyRule};
 
-use protection_core::runtime::descriptor;
 pub use protection_core::runtime::{ReconcileError as Error, Settings};
 
 /// service-cidr-protection as the manager knows it (RBAC as upstream's
@@ -65,12 +62,6 @@ protection_core::phased_gate! {
     gate MULTI_CIDR_SERVICE_ALLOCATOR = "MultiCIDRServiceAllocator";
 }
 
-/// The controllers of this crate, as the manager knows them.
-pub const INFOS: &[&ControllerInfo] = &[&INFO];
-
-/// Default of `--service-cidr-resync-period`.
-pub use protection_core::runtime::DEFAULT_RESYNC_PERIOD;
-
 protection_core::resync_options! {
     /// Flags of service-cidr-protection (flattened into `protection-manager
     /// run`).
@@ -82,51 +73,15 @@ protection_core::resync_options! {
     /// period).
     id = "service_cidr_resync_period",
     flag = "service-cidr-resync-period",
-}
-
-/// Why the descriptors could not be built.
-pub use protection_core::runtime::ConfigError;
-
-/// The controller of this crate, from its own flags.
-pub fn descriptors(
-    opts: &Options,
-    profile: FinalizerProfile,
-) -> Result<Vec<ControllerDescriptor>, ConfigError> {
-    let d = descriptor(&INFO, profile, opts.resync_period, controller::run)?;
-    Ok(vec![d])
+    controller = INFO => controller::run,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use protection_core::FinalizerProfile;
     use protection_core::featuregate::Stage;
     use protection_core::version::Version;
-
-    /// Issue 27's interval floors (found by `make fuzz`): the flag took
-    /// `1ns`, a resync that spins a core.
-    #[test]
-    fn the_resync_flag_has_client_gos_floor() {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            o: Options,
-        }
-        let period = |v: &str| {
-            Cli::try_parse_from(["x", &format!("--service-cidr-resync-period={v}")])
-                .map(|c| c.o.resync_period)
-                .map_err(|e| e.to_string())
-        };
-        assert_eq!(period("0"), Ok(std::time::Duration::ZERO));
-        assert_eq!(period("1s"), Ok(std::time::Duration::from_secs(1)));
-        for v in ["1ns", "999ms"] {
-            let e = period(v).unwrap_err();
-            assert!(
-                e.contains("--service-cidr-resync-period") && e.contains("at least 1s"),
-                "{v}: {e}"
-            );
-        }
-    }
 
     #[test]
     fn profiles_name_the_finalizer() {
@@ -192,36 +147,5 @@ mod tests {
                 ("0.7".to_string(), Stage::GA)
             ]
         );
-    }
-
-    /// The flag takes what the other resync periods take: 0 (off) or at
-    /// least client-go's 1s minimum (it took 500ms, which the chart refuses).
-    #[test]
-    fn resync_flag_takes_zero_or_at_least_a_second() {
-        use clap::Parser;
-        #[derive(Parser)]
-        struct Cli {
-            #[command(flatten)]
-            o: Options,
-        }
-        let period = |arg: &str| {
-            Cli::try_parse_from(["x", arg])
-                .map(|c| c.o.resync_period)
-                .map_err(|e| e.to_string())
-        };
-        assert_eq!(
-            Cli::try_parse_from(["x"]).unwrap().o.resync_period,
-            DEFAULT_RESYNC_PERIOD
-        );
-        assert_eq!(
-            period("--service-cidr-resync-period=1m30s"),
-            Ok(std::time::Duration::from_secs(90))
-        );
-        assert_eq!(
-            period("--service-cidr-resync-period=0"),
-            Ok(std::time::Duration::ZERO)
-        );
-        let e = period("--service-cidr-resync-period=500ms").unwrap_err();
-        assert!(e.contains("must be 0 (off) or at least 1s"), "{e}");
     }
 }

@@ -14,7 +14,7 @@
 //!   the gate says. One request per transition.
 //! * Before removing the finalizer the controller confirms with a live LIST of
 //!   PVCs and PVs, as pvc-protection does with pods ([`controller`]).
-//! * Finalizer names follow the [`FinalizerProfile`]:
+//! * Finalizer names follow the [`FinalizerProfile`](protection_core::FinalizerProfile):
 //!   `protection-manager.io/vac-protection` by default, upstream's
 //!   `kubernetes.io/vac-protection` with the `upstream` profile (for clusters
 //!   that run kube-controller-manager with
@@ -34,9 +34,7 @@ pub mod index;
 pub mod objects;
 pub mod vac;
 
-use protection_core::{
-    ControllerDescriptor, ControllerInfo, FinalizedResource, FinalizerProfile, PolicyRule,
-};
+use protection_core::{ControllerInfo, FinalizedResource, PolicyRule};
 
 protection_core::phased_gate! {
     /// The release at which vac-protection appeared (remove-only by default).
@@ -78,17 +76,7 @@ pub const INFO: ControllerInfo = ControllerInfo {
     )
 };
 
-/// The controllers of this crate, as the manager knows them.
-pub const INFOS: &[&ControllerInfo] = &[&INFO];
-
-use protection_core::runtime::descriptor;
 pub use protection_core::runtime::{ReconcileError as Error, Settings};
-
-/// Why the descriptors could not be built.
-pub use protection_core::runtime::ConfigError;
-
-/// Default of `--vac-protection-resync-period`.
-pub use protection_core::runtime::DEFAULT_RESYNC_PERIOD;
 
 protection_core::resync_options! {
     /// Flags of vac-protection (flattened into `protection-manager run`).
@@ -100,30 +88,19 @@ protection_core::resync_options! {
     /// resync period).
     id = "vac_protection_resync_period",
     flag = "vac-protection-resync-period",
-}
-
-/// The controller of this crate, from its own flags.
-pub fn descriptors(
-    opts: &Options,
-    profile: FinalizerProfile,
-) -> Result<Vec<ControllerDescriptor>, ConfigError> {
-    Ok(vec![descriptor(
-        &INFO,
-        profile,
-        opts.resync_period,
-        controller::run,
-    )?])
+    controller = INFO => controller::run,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use protection_core::FinalizerProfile;
     use protection_core::featuregate::Stage;
     use protection_core::release::gates_at;
     use protection_core::version::Version;
 
-    /// Its own flag (it read pv/pvc-protection's until 0.5), with
-    /// client-go's floor.
+    /// Its own flag: it read pv/pvc-protection's until 0.5 (the flag's
+    /// forms are checked where `resync_options!` declares it).
     #[test]
     fn the_resync_flag_is_its_own() {
         use clap::Parser;
@@ -132,23 +109,8 @@ mod tests {
             #[command(flatten)]
             o: Options,
         }
-        let period = |v: &str| {
-            Cli::try_parse_from(["x", &format!("--vac-protection-resync-period={v}")])
-                .map(|c| c.o.resync_period)
-                .map_err(|e| e.to_string())
-        };
-        assert_eq!(period("0"), Ok(std::time::Duration::ZERO));
-        assert_eq!(period("1m30s"), Ok(std::time::Duration::from_secs(90)));
-        let e = period("999ms").unwrap_err();
-        assert!(e.contains("at least 1s"), "{e}");
-        assert!(
-            Cli::try_parse_from(["x", "--storage-protection-resync-period=1m"]).is_err(),
-            "the storage controllers' flag is not vac-protection's"
-        );
-        assert_eq!(
-            Cli::try_parse_from(["x"]).unwrap().o.resync_period,
-            DEFAULT_RESYNC_PERIOD
-        );
+        let e = Cli::try_parse_from(["x", "--storage-protection-resync-period=1m"]);
+        assert!(e.is_err(), "the storage controllers' flag is not vac's");
     }
 
     #[test]

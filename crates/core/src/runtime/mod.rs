@@ -155,9 +155,56 @@ pub fn resync_period_arg(s: &str) -> Result<Duration, String> {
 ///     id = "widget_resync_period",
 ///     flag = "widget-resync-period",
 /// }
+///
+/// A crate with one controller adds `controller = INFO => controller::run,`
+/// and gets the rest of what the manager's table reads too: `INFOS`,
+/// `descriptors(&Options, FinalizerProfile)` (the controller's
+/// [`descriptor`] with the flag's period), `ConfigError` and
+/// `DEFAULT_RESYNC_PERIOD`.
 /// ```
 #[macro_export]
 macro_rules! resync_options {
+    (
+        $(#[doc = $doc:literal])*
+        group = $group:literal,
+        $(#[doc = $help:literal])*
+        id = $id:literal,
+        flag = $flag:literal,
+        controller = $info:path => $run:path $(,)?
+    ) => {
+        $crate::resync_options! {
+            $(#[doc = $doc])*
+            group = $group,
+            $(#[doc = $help])*
+            id = $id,
+            flag = $flag,
+        }
+
+        /// The controllers of this crate, as the manager knows them.
+        pub const INFOS: &[&$crate::ControllerInfo] = &[&$info];
+
+        /// Why the descriptors could not be built.
+        pub use $crate::runtime::ConfigError;
+
+        /// Default of the resync period flag.
+        pub use $crate::runtime::DEFAULT_RESYNC_PERIOD;
+
+        /// The controller of this crate, from its own flags.
+        pub fn descriptors(
+            opts: &Options,
+            profile: $crate::FinalizerProfile,
+        ) -> ::std::result::Result<
+            ::std::vec::Vec<$crate::ControllerDescriptor>,
+            $crate::runtime::ConfigError,
+        > {
+            ::std::result::Result::Ok(::std::vec![$crate::runtime::descriptor(
+                &$info,
+                profile,
+                opts.resync_period,
+                $run,
+            )?])
+        }
+    };
     (
         $(#[doc = $doc:literal])*
         group = $group:literal,
@@ -185,6 +232,40 @@ macro_rules! resync_options {
                     resync_period: $crate::runtime::DEFAULT_RESYNC_PERIOD,
                 }
             }
+        }
+
+        /// The flag's default, its forms and client-go's floor (issue 27:
+        /// `1ns` was taken, a resync that spins a core).
+        #[cfg(test)]
+        #[test]
+        fn the_resync_flag_takes_zero_or_at_least_a_second() {
+            use clap::Parser;
+            #[derive(Parser)]
+            struct Cli {
+                #[command(flatten)]
+                o: Options,
+            }
+            let period = |v: &str| {
+                Cli::try_parse_from(["x", &format!("--{}={v}", $flag)])
+                    .map(|c| c.o.resync_period)
+                    .map_err(|e| e.to_string())
+            };
+            assert_eq!(
+                Cli::try_parse_from(["x"]).unwrap().o.resync_period,
+                $crate::runtime::DEFAULT_RESYNC_PERIOD
+            );
+            assert_eq!(period("0"), Ok(::std::time::Duration::ZERO));
+            assert_eq!(period("1s"), Ok(::std::time::Duration::from_secs(1)));
+            assert_eq!(period("1m30s"), Ok(::std::time::Duration::from_secs(90)));
+            for v in ["1ns", "999ms"] {
+                let e = period(v).unwrap_err();
+                assert!(
+                    e.contains(concat!("--", $flag)) && e.contains("at least 1s"),
+                    "{v}: {e}"
+                );
+            }
+            let e = period("5").unwrap_err();
+            assert!(e.contains("invalid duration \"5\""), "{e}");
         }
     };
 }
