@@ -9,14 +9,14 @@
 //! confirmed (a namespace, or the cluster). The engine does the rest, once:
 //!
 //! ```text
-//! protected watch ─reflector─▶ store ─▶ Controller ─▶ reconcile
-//!                                          ▲             │ decide(cache)
-//! user watches ─▶ index ─objects to ───────┘             │ add / keep / nothing
-//!   (apply, delete, reset)  re-check                     ▼ Unknown: no user cached
-//!                                               per-scope batch: ONE live LIST
-//!                                               round started after every
-//!                                               member's cache check, then
-//!                                               decide(cache, live) per member
+//! protected watch ─reflector─▶ store ─▶ queue ─▶ reconcile
+//!                                        ▲           │ decide(cache)
+//! user watches ─▶ index ─objects to ─────┘           │ add / keep / nothing
+//!   (apply, delete, reset)  re-check                 ▼ Unknown: no user cached
+//!                                           per-scope batch: ONE live LIST
+//!                                           round started after every
+//!                                           member's cache check, then
+//!                                           decide(cache, live) per member
 //! ```
 //!
 //! * [`decide`]: the one pure decision. A deletion candidate is
@@ -31,6 +31,8 @@
 //! * The executor ([`crate::runtime::Executor`]): the guarded finalizer
 //!   patch, `FinalizerHeld` once per change of reason, `FinalizerReleased`
 //!   for a deletion that was reported held.
+//! * The work queue ([`crate::runtime::queue`]): kube's `Controller`
+//!   semantics with a key per waiting object instead of three `ObjectRef`s.
 //! * Metrics: the host's per-controller families plus
 //!   `protection_manager_live_lists_total`, `_live_list_batch_size` and
 //!   `_indexed_users`, labelled by controller.
@@ -45,11 +47,11 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::api::Api;
-use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{Controller, WatchStreamExt, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use parking_lot::{Mutex, RwLock};
 use serde::de::DeserializeOwned;
+use std::time::Duration;
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -57,6 +59,7 @@ use tokio_util::task::TaskTracker;
 use super::batch::{Batcher, Pushed};
 use super::executor::{Executor, Step};
 use super::observer::{Observer, PerObject};
+use super::queue;
 use super::{
     ReconcileError, Settings, main_watch, object_key, ready_when_synced, resync_stream_as,
 };
@@ -340,8 +343,8 @@ pub struct Engine<R: Rule> {
     permits: Semaphore,
     concurrency: usize,
     state: Arc<PerObject>,
-    trigger: mpsc::UnboundedSender<ObjectRef<R::Object>>,
-    trigger_rx: Mutex<Option<mpsc::UnboundedReceiver<ObjectRef<R::Object>>>>,
+    trigger: mpsc::UnboundedSender<queue::Key>,
+    trigger_rx: Mutex<Option<mpsc::UnboundedReceiver<queue::Key>>>,
     settings: Settings,
     shutdown: CancellationToken,
     tasks: TaskTracker,
@@ -506,7 +509,7 @@ impl<R: Rule> Engine<R> {
         for k in keys {
             let r = object_ref_as::<R::Object>(&k, self.dt.clone());
             if self.store.get(&r).is_some() {
-                let _ = self.trigger.unbounded_send(r);
+                let _ = self.trigger.unbounded_send(k.into());
             }
         }
     }
@@ -545,51 +548,63 @@ impl<R: Rule> Engine<R> {
             .try_filter(move |o: &R::Object| {
                 std::future::ready(on_trigger.rule.wanted(on_trigger.finalizer(), o))
             });
-        // The queue keeps a reference per waiting object (all of them while
-        // the first list is worked through): references without the
-        // resourceVersion and uid `for_stream` would copy into each (a
-        // reference's equality ignores both).
-        let (name, dt) = (self.name, self.dt.clone());
+        // The queue keeps a key per waiting object (all of them while the
+        // first list is worked through): `namespace/name`, one string.
+        let name = self.name;
         let triggers = triggers.filter_map(move |o| {
             std::future::ready(match o {
-                Ok(o) => {
-                    let meta = o.meta();
-                    let r =
-                        ObjectRef::new_with(meta.name.as_deref().unwrap_or_default(), dt.clone());
-                    Some(match meta.namespace.as_deref() {
-                        Some(ns) => r.within(ns),
-                        None => r,
-                    })
-                }
+                Ok(o) => Some(queue::Key::from(object_key(&o))),
                 Err(e) => {
                     tracing::warn!(controller = name, error = %e, "watch error (retrying)");
                     None
                 }
             })
         });
-        let ready = ready_when_synced(self.name, ctx.ready.clone(), ctx.shutdown.clone(), caches);
-        let controller = Controller::for_stream_with(
-            futures::stream::pending::<Result<R::Object, watcher::Error>>(),
-            self.store.clone(),
-            self.dt.clone(),
-        )
-        .reconcile_on(triggers)
-        .reconcile_on(trigger_rx)
-        .reconcile_on(resync_stream_as(
+        let resync = resync_stream_as(
             self.store.clone(),
             self.settings.resync_period,
             move |o: &R::Object| on_resync.rule.wanted(on_resync.finalizer(), o),
             self.dt.clone(),
-        ));
-        super::drive(
-            ctx,
-            controller,
-            reconcile::<R>,
-            error_policy::<R>,
-            self.clone(),
+        )
+        .map(|r| {
+            queue::Key::from(match &r.namespace {
+                Some(ns) => format!("{ns}/{}", r.name),
+                None => r.name,
+            })
+        });
+        let ready = ready_when_synced(self.name, ctx.ready.clone(), ctx.shutdown.clone(), caches);
+        let engine = self.clone();
+        let work = move |key: queue::Key| {
+            let engine = engine.clone();
+            async move {
+                let Some(obj) = engine.store.get(&object_ref_as(&key, engine.dt.clone())) else {
+                    tracing::debug!(controller = engine.name, object = %key, "object gone before its reconcile");
+                    return None;
+                };
+                match reconcile::<R>(obj.clone(), engine.clone()).await {
+                    Ok(requeue) => requeue,
+                    Err(e) => Some(error_policy::<R>(&obj, &e, &engine)),
+                }
+            }
+        };
+        let triggers = futures::stream::select(
+            futures::stream::select(triggers.boxed(), trigger_rx),
+            resync,
+        );
+        let store = self.store.clone();
+        let listed = async move {
+            // Only an engine dropped before its watch ran leaves it unready.
+            let _ = store.wait_until_ready().await;
+        };
+        queue::run(
+            self.concurrency,
+            ctx.shutdown.clone(),
+            listed,
+            triggers,
+            work,
         )
         .await;
-        // The Controller stopped (shutdown): let in-flight rounds finish.
+        // The queue stopped (shutdown): let in-flight rounds finish.
         self.shutdown.cancel();
         ready.abort();
         self.tasks.close();
@@ -768,8 +783,7 @@ impl<R: Rule> Engine<R> {
             retry_in = ?delay,
             "confirming the object is unused failed; retrying"
         );
-        let tx = self.trigger.clone();
-        let r = object_ref_as::<R::Object>(key, self.dt.clone());
+        let (tx, r) = (self.trigger.clone(), queue::Key::from(key));
         let stop = self.shutdown.clone();
         self.tasks.spawn(async move {
             tokio::select! {
@@ -794,7 +808,7 @@ fn finish(timer: Option<ReconcileTimer>, ok: bool) {
 async fn reconcile<R: Rule>(
     obj: Arc<R::Object>,
     engine: Arc<Engine<R>>,
-) -> Result<Action, ReconcileError> {
+) -> Result<Option<Duration>, ReconcileError> {
     let timer = engine.metrics.reconcile_started();
     // Only an object being deleted is decided from the users index; adding
     // the finalizer never reads it. So a back-fill starts as soon as the
@@ -805,7 +819,7 @@ async fn reconcile<R: Rule>(
         tokio::select! {
             _ = engine.shutdown.cancelled() => {
                 timer.finish(true);
-                return Ok(Action::await_change());
+                return Ok(None);
             }
             _ = engine.wait_users_synced() => {}
         }
@@ -816,7 +830,7 @@ async fn reconcile<R: Rule>(
     if engine.state.expectations.is_stale(&key, obj.meta()) {
         tracing::debug!("cache has not caught up with our last write yet; waiting for it");
         timer.finish(true);
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     let f = engine.executor.finalizer();
     let cached = engine.cached_users(&obj);
@@ -829,13 +843,13 @@ async fn reconcile<R: Rule>(
         // Not yet: decided again (and confirmed) once the wait is over.
         tracing::debug!(?wait, "unused, but not to be released yet");
         timer.finish(true);
-        return Ok(Action::requeue(wait));
+        return Ok(Some(wait));
     }
     if plan == Plan::ConfirmLive {
         // No user in the cache: the scope's confirmer decides, from a live
         // round started after its own cache check; this worker is free.
         engine.submit_live(engine.rule.scope(&obj), key, timer);
-        return Ok(Action::await_change());
+        return Ok(None);
     }
     drop(_enter);
     let res = engine.execute(&obj, plan).await;
@@ -844,23 +858,19 @@ async fn reconcile<R: Rule>(
         Err(e) => engine.rule.failed(e),
     }
     timer.finish(res.is_ok());
-    res.map(|()| Action::await_change())
+    res.map(|()| None)
 }
 
-fn error_policy<R: Rule>(
-    obj: Arc<R::Object>,
-    err: &ReconcileError,
-    engine: Arc<Engine<R>>,
-) -> Action {
+fn error_policy<R: Rule>(obj: &R::Object, err: &ReconcileError, engine: &Engine<R>) -> Duration {
     // A fight's back-off waits as asked, not as a failure.
     let after = match err {
         ReconcileError::Finalizer(e) => e.retry_in(),
         _ => None,
     };
-    super::retry_after_failure(
+    super::retry_delay(
         engine.name,
         &engine.state.backoff,
-        &object_key(&*obj),
+        &object_key(obj),
         err,
         after,
     )

@@ -11,11 +11,13 @@
 //!   [`fight`]'s back-off when another writer keeps removing it;
 //! * [`inuse`]: the in-use engine every "keep the finalizer while something
 //!   uses the object" controller is a rule on, with its users index
-//!   ([`users`]) and per-scope live confirmation batches ([`batch`]);
+//!   ([`users`]), per-scope live confirmation batches ([`batch`]) and its
+//!   work queue ([`queue`]);
 //! * the skeleton: [`main_watch`] (watch → reflector → observer),
 //!   [`resync_stream`], [`ready_when_synced`], [`drive`] (kube-runtime's
-//!   Controller with our concurrency, shutdown and error logging) and
-//!   [`retry_after_failure`] (the error policy).
+//!   Controller with our concurrency, shutdown and error logging, for
+//!   service-lb-cleanup) and [`retry_after_failure`] / [`retry_delay`] (the
+//!   error policy).
 
 pub mod backoff;
 pub mod batch;
@@ -24,6 +26,7 @@ pub mod expectations;
 pub mod fight;
 pub mod inuse;
 pub mod observer;
+pub mod queue;
 pub mod users;
 
 use std::fmt::{Debug, Display};
@@ -561,9 +564,20 @@ pub fn retry_after_failure(
     err: &dyn Display,
     after: Option<Duration>,
 ) -> Action {
+    Action::requeue(retry_delay(controller, backoff, key, err, after))
+}
+
+/// [`retry_after_failure`]'s delay, for a queue that takes durations.
+pub fn retry_delay(
+    controller: &str,
+    backoff: &Backoff,
+    key: &str,
+    err: &dyn Display,
+    after: Option<Duration>,
+) -> Duration {
     let delay = after.unwrap_or_else(|| backoff.next(key));
     tracing::warn!(controller, object = %key, error = %err, retry_in = ?delay, "reconcile failed; retrying");
-    Action::requeue(delay)
+    delay
 }
 
 /// Runs `controller` (built with its triggers) until the host's shutdown:
