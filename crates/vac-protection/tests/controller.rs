@@ -19,6 +19,7 @@ use kube::api::{
 };
 use kube::{Client, ResourceExt};
 use kube_sim::SimConfig;
+use kube_sim::{FaultAction, FaultRule};
 use protection_core::release::gates_at;
 use protection_core::{ControllerResult, FinalizerProfile, Metrics, ReadySignal, Version};
 use serde_json::json;
@@ -372,6 +373,48 @@ async fn classes_confirmed_in_one_batch_keep_the_used_ones_and_release_the_other
         names.len() - used.len(),
         used.len()
     );
+    ctl.stop().await;
+}
+
+/// A claim written while the live round is in flight (after the claims'
+/// LIST answered, before the volumes' LIST does) holds the class: the
+/// decision reads the cache again once the round is in, so a user the watch
+/// brought meanwhile is not missed. Found by the real-cluster chaos (seed
+/// 1795710912: a class deleted while a claim named it).
+#[tokio::test]
+async fn a_claim_written_while_the_live_round_is_in_flight_holds_the_class() {
+    let env = Env::new(SimConfig::default()).await;
+    env.create_class("late").await;
+    let ctl = env
+        .start(Version::new(0, 4), "VolumeAttributesClass=true")
+        .await;
+    env.wait_finalizer("late").await;
+    let faults = env.server.sim().faults();
+    let slow_volumes = faults.add(
+        FaultRule::new(FaultAction::Latency { millis: 3000 })
+            .verb("list")
+            .resource("persistentvolumes")
+            .user(USER)
+            .times(1),
+    );
+    env.delete_class("late").await;
+    test_support::until(DEADLINE, "the round's volumes LIST is held", async || {
+        faults
+            .rules()
+            .iter()
+            .any(|r| r.id == slow_volumes && r.injected == 1)
+    })
+    .await;
+    // The claims' LIST went out beside it and has answered by now.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    env.create_pvc("late-claim", Some("late")).await;
+    let held = env.wait_held("late").await;
+    assert!(
+        held.contains("PersistentVolumeClaim default/late-claim"),
+        "{held}"
+    );
+    let f = env.finalizers("late").await.expect("the class stays");
+    assert!(f.contains(&env.finalizer), "{f:?}");
     ctl.stop().await;
 }
 

@@ -713,7 +713,7 @@ impl<R: Rule> Engine<R> {
             }
             let cached = self.cached_users(&obj);
             match self.rule.decide(f, &obj, &cached, None) {
-                Plan::ConfirmLive => waiting.push((key, obj, cached, timer)),
+                Plan::ConfirmLive => waiting.push((key, obj, timer)),
                 plan => {
                     let res = self.execute(&obj, plan).await;
                     self.settle(&key, res, timer);
@@ -732,7 +732,7 @@ impl<R: Rule> Engine<R> {
         );
         let live = tokio::select! {
             _ = self.shutdown.cancelled() => {
-                for (_, _, _, timer) in waiting {
+                for (_, _, timer) in waiting {
                     finish(timer, true);
                 }
                 return;
@@ -743,7 +743,7 @@ impl<R: Rule> Engine<R> {
             Ok(live) => live,
             Err(e) => {
                 self.rule.failed(&e);
-                for (key, _, _, timer) in waiting {
+                for (key, _, timer) in waiting {
                     self.retry_later(&key, &e);
                     finish(timer, false);
                 }
@@ -751,8 +751,14 @@ impl<R: Rule> Engine<R> {
             }
         };
         let live = &live;
-        let writes = futures::stream::iter(waiting.into_iter().map(|(key, obj, cached, timer)| async move {
+        let writes = futures::stream::iter(waiting.into_iter().map(|(key, obj, timer)| async move {
             let users = self.rule.live_users(live, &obj);
+            // The cache again, now: a user the watches brought while the
+            // round was in flight (written after a page's snapshot) holds
+            // the object as well as one in the round (found by the
+            // real-cluster chaos: a claim written between the claims' and
+            // the volumes' LIST of vac-protection's round).
+            let cached = self.cached_users(&obj);
             let plan = self.rule.decide(f, &obj, &cached, Some(&users));
             tracing::debug!(controller = self.name, object = %key, ?plan, "decided with a live round");
             let res = self.execute(&obj, plan).await;
