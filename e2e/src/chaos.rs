@@ -1400,11 +1400,12 @@ pub async fn run(
     // names: in cluster mode only where no range of the cluster's (its
     // service range, the default `kubernetes` ServiceCIDR) or of another
     // run meets the churn's block.
-    if cfg.service_cidrs && !h.is_sim() {
-        if let Some(why) = service_cidrs_unfit(h).await? {
-            println!("NOTE (cluster mode): skipped ServiceCIDRs in the churn: {why}");
-            cfg.service_cidrs = false;
-        }
+    if cfg.service_cidrs
+        && !h.is_sim()
+        && let Some(why) = service_cidrs_unfit(h).await?
+    {
+        println!("NOTE (cluster mode): skipped ServiceCIDRs in the churn: {why}");
+        cfg.service_cidrs = false;
     }
     let cfg = &cfg;
     let values = cfg.values();
