@@ -330,7 +330,7 @@ mod tests {
     };
 
     fn shared() -> Shared {
-        Shared {
+        let mut s = Shared {
             checker: Checker::new(CheckerConfig {
                 lease_duration: Duration::from_secs(15),
                 retry_period: Duration::from_secs(2),
@@ -340,7 +340,24 @@ mod tests {
             }),
             timeline: Timeline::new(&[Kind::ServiceCidr, Kind::IpAddress]),
             sweep_errors: 0,
+        };
+        for kind in [Kind::ServiceCidr, Kind::IpAddress] {
+            s.timeline.push(Report::Synced { kind, rv: 1 });
         }
+        s
+    }
+
+    /// Range `a` deleted (still held) at `rv`, seen at `t0`, which is calm;
+    /// both watches are at `rv`.
+    fn deleted_at_calm(s: &mut Shared, rv: u64, t0: Instant) {
+        s.timeline
+            .push(event(rv, Change::Modified, range(rv, true), t0));
+        s.timeline.push(Report::Progress {
+            kind: Kind::IpAddress,
+            rv,
+        });
+        s.checker.set_calm(t0);
+        s.advance(t0, jiff::Timestamp::now());
     }
 
     fn range(rv: u64, deleting: bool) -> Summary {
@@ -373,14 +390,6 @@ mod tests {
     fn an_object_whose_deleted_event_waits_for_an_idle_watch_is_not_overdue() {
         let mut s = shared();
         let t0 = Instant::now();
-        s.timeline.push(Report::Synced {
-            kind: Kind::ServiceCidr,
-            rv: 1,
-        });
-        s.timeline.push(Report::Synced {
-            kind: Kind::IpAddress,
-            rv: 1,
-        });
         // The range's address is freed, then the range is deleted: free
         // and pending from t0, after calm.
         let address = Summary::IpAddress(IpAddressSummary {
@@ -393,14 +402,7 @@ mod tests {
         s.timeline
             .push(event(2, Change::Added, address.clone(), t0));
         s.timeline.push(event(3, Change::Deleted, address, t0));
-        s.timeline
-            .push(event(4, Change::Modified, range(4, true), t0));
-        s.timeline.push(Report::Progress {
-            kind: Kind::IpAddress,
-            rv: 4,
-        });
-        s.checker.set_calm(t0);
-        s.advance(t0, jiff::Timestamp::now());
+        deleted_at_calm(&mut s, 4, t0);
         assert_eq!(
             s.checker.pending().len(),
             1,
@@ -439,17 +441,7 @@ mod tests {
     fn an_object_left_with_its_finalizer_is_still_overdue_once_the_view_is_complete() {
         let mut s = shared();
         let t0 = Instant::now();
-        for kind in [Kind::ServiceCidr, Kind::IpAddress] {
-            s.timeline.push(Report::Synced { kind, rv: 1 });
-        }
-        s.timeline
-            .push(event(2, Change::Modified, range(2, true), t0));
-        s.timeline.push(Report::Progress {
-            kind: Kind::IpAddress,
-            rv: 2,
-        });
-        s.checker.set_calm(t0);
-        s.advance(t0, jiff::Timestamp::now());
+        deleted_at_calm(&mut s, 2, t0);
         // Nothing waits in the buffer: the bound counts to now.
         s.advance(t0 + Duration::from_secs(31), jiff::Timestamp::now());
         assert_eq!(
