@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make e2e-real: every scenario of the e2e suite, in cluster mode
 # (E2E_KUBECONFIG), against a real Kubernetes control plane on this machine:
-# kube-apiserver, etcd, kube-controller-manager (its default controllers) and
+# kube-apiserver, etcd, kube-controller-manager (its default controllers but
+# its service-cidr-controller, see e2e/src/real.rs KCM_CONTROLLERS) and
 # kube-scheduler v1.36.3 (hack/real-k8s), two nodes run by the process
 # kubelet (`kube-sim kubelet`, which runs the image protection-manager as the
 # locally built binary), kube-sim's hostPath provisioner for the default

@@ -104,8 +104,9 @@ pub struct ChaosConfig {
     /// InUseProtectionRules on) and churn Secrets mounted by pods.
     pub secrets: bool,
     /// Churn ServiceCIDRs and ClusterIP Services whose addresses they hold,
-    /// with service-cidr-protection's gate (MultiCIDRServiceAllocator) on
-    /// (sim only: the run's ranges and named cluster IPs are cluster-wide).
+    /// with service-cidr-protection's gate (MultiCIDRServiceAllocator) on;
+    /// the ranges and addresses are of [`CHURN_SERVICE_CIDR_BLOCK`] (in
+    /// cluster mode, only where no other ServiceCIDR meets it).
     pub service_cidrs: bool,
     /// On a real cluster this process started ([`crate::real`]): a fault of
     /// the cluster itself at a random point in this window after the
@@ -169,6 +170,11 @@ pub const SECRET_RULE: &str = "secrets-used-by-pods";
 /// The chart value that turns service-cidr-protection's finalizer addition
 /// on (Alpha, off by default at release 0.5).
 pub const SERVICE_CIDR_GATE_ON: &str = "featureGates.MultiCIDRServiceAllocator=true";
+/// Every range the churn creates and every cluster IP it names is inside
+/// this block, outside the service ranges of the clusters it runs on
+/// (kube-sim's, and the real control plane's `--service-cluster-ip-range`
+/// 10.96.0.0/16 of crates/control-plane).
+pub const CHURN_SERVICE_CIDR_BLOCK: &str = "10.200.0.0/16";
 
 impl ChaosConfig {
     /// The short run of `make test` (about 1.5 minutes in all): a shorter
@@ -779,8 +785,8 @@ impl<'a> Churn<'a> {
         Api::all(self.client.clone())
     }
 
-    /// One ServiceCIDR operation: create a range (a /24 of 10.200.0.0/16,
-    /// now and then the /23 that contains two of them, or again the range
+    /// One ServiceCIDR operation: create a range ([`new_range`]: a /24 of
+    /// the churn's block, now and then a /23, or again the range
     /// of one deleted before: a new container for the addresses a
     /// Terminating one holds), create a ClusterIP Service asking for an
     /// address in a range (live or Terminating: the API server refuses the
@@ -798,10 +804,8 @@ impl<'a> Churn<'a> {
                     self.model.service_cidrs[gone[self.rng.random_range(0..gone.len())]]
                         .1
                         .clone()
-                } else if self.rng.random_bool(0.25) {
-                    format!("10.200.{}.0/23", 2 * self.rng.random_range(0..8u32))
                 } else {
-                    format!("10.200.{}.0/24", self.rng.random_range(0..16u32))
+                    new_range(&mut self.rng)
                 };
                 let name = format!("{}-{}", self.h.run, self.model.name("scidr"));
                 let body = objects::service_cidr(&self.h.run, &name, &cidr);
@@ -1392,15 +1396,15 @@ pub async fn run(
         h.skip_in_cluster("VolumeAttributesClasses in the churn (the cluster serves no storage.k8s.io/v1 VolumeAttributesClass)");
         cfg.classes = false;
     }
-    // ServiceCIDRs only on kube-sim: their ranges and the cluster IPs the
-    // churn names are cluster-wide (they would meet the cluster's own
-    // allocations), and kube-controller-manager's service-cidr-controller
-    // holds them too there.
+    // ServiceCIDRs are cluster-wide, and so are the cluster IPs the churn
+    // names: in cluster mode only where no range of the cluster's (its
+    // service range, the default `kubernetes` ServiceCIDR) or of another
+    // run meets the churn's block.
     if cfg.service_cidrs
-        && h.skip_in_cluster(
-            "ServiceCIDRs in the churn (cluster-wide ranges and named cluster IPs)",
-        )
+        && !h.is_sim()
+        && let Some(why) = service_cidrs_unfit(h).await?
     {
+        println!("NOTE (cluster mode): skipped ServiceCIDRs in the churn: {why}");
         cfg.service_cidrs = false;
     }
     let cfg = &cfg;
@@ -1838,6 +1842,67 @@ async fn remaining(h: &Harness, ns: &str, cfg: &ChaosConfig) -> Result<usize> {
     Ok(n)
 }
 
+/// Why the churn's ServiceCIDRs cannot run on this cluster, if they cannot:
+/// it serves no networking.k8s.io/v1 ServiceCIDR, or a ServiceCIDR of
+/// its own or of another run meets [`CHURN_SERVICE_CIDR_BLOCK`] (the
+/// churn's deletions would be released, or held, for addresses it does not
+/// know of). Prints a note where another controller holds ServiceCIDRs
+/// beside the manager (kube-controller-manager's service-cidr-controller:
+/// then what the invariant checks is only partly the manager's).
+async fn service_cidrs_unfit(h: &Harness) -> Result<Option<String>> {
+    use service_cidr_protection::cidr::Prefix;
+    let list = match Api::<ServiceCIDR>::all(h.client.clone())
+        .list(&kube::api::ListParams::default())
+        .await
+    {
+        Ok(l) => l,
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            return Ok(Some(
+                "the cluster serves no networking.k8s.io/v1 ServiceCIDR".into(),
+            ));
+        }
+        Err(e) => {
+            return Err(Error::Kube {
+                context: "listing ServiceCIDRs".into(),
+                source: Box::new(e),
+            });
+        }
+    };
+    let block = Prefix::parse(CHURN_SERVICE_CIDR_BLOCK)
+        .ok_or_else(|| Error::Config(format!("{CHURN_SERVICE_CIDR_BLOCK} is no CIDR")))?;
+    let upstream = service_cidr_protection::INFO.finalizer.upstream;
+    let mut meeting = Vec::new();
+    for o in &list.items {
+        let name = o.metadata.name.clone().unwrap_or_default();
+        let cidrs = o
+            .spec
+            .as_ref()
+            .and_then(|s| s.cidrs.clone())
+            .unwrap_or_default();
+        if cidrs
+            .iter()
+            .any(|c| Prefix::parse(c).is_some_and(|p| p.overlaps(&block)))
+        {
+            meeting.push(format!("{name} {cidrs:?}"));
+        }
+        if o.metadata
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| f.iter().any(|f| f == upstream))
+        {
+            println!(
+                "NOTE (cluster mode): ServiceCIDR {name} carries {upstream}: kube-controller-manager's service-cidr-controller runs here and holds the churn's ServiceCIDRs beside the manager, so the ServiceCIDR checks are only partly the manager's"
+            );
+        }
+    }
+    Ok((!meeting.is_empty()).then(|| {
+        format!(
+            "ServiceCIDRs not of this run meet the churn's block {CHURN_SERVICE_CIDR_BLOCK}: {}",
+            meeting.join(", ")
+        )
+    }))
+}
+
 /// Whether the cluster serves storage.k8s.io/v1 VolumeAttributesClass.
 async fn classes_served(h: &Harness) -> Result<bool> {
     match Api::<crate::observer::VolumeAttributesClass>::all(h.client.clone())
@@ -1850,6 +1915,17 @@ async fn classes_served(h: &Harness) -> Result<bool> {
             context: "listing VolumeAttributesClasses".into(),
             source: Box::new(e),
         }),
+    }
+}
+
+/// A range for the churn: a /24 of the first 16 of
+/// [`CHURN_SERVICE_CIDR_BLOCK`], now and then the /23 that contains two of
+/// them.
+fn new_range(rng: &mut StdRng) -> String {
+    if rng.random_bool(0.25) {
+        format!("10.200.{}.0/23", 2 * rng.random_range(0..8u32))
+    } else {
+        format!("10.200.{}.0/24", rng.random_range(0..16u32))
     }
 }
 
@@ -1897,6 +1973,35 @@ mod tests {
             None,
             "wider than the churn's"
         );
+    }
+
+    #[test]
+    fn the_churns_ranges_and_addresses_stay_in_its_block_away_from_the_clusters_own() {
+        use service_cidr_protection::cidr::Prefix;
+        let block = Prefix::parse(CHURN_SERVICE_CIDR_BLOCK).expect("the block");
+        // The real control plane's service range (crates/control-plane).
+        let own = Prefix::parse(&control_plane::Config::default().service_cluster_ip_range)
+            .expect("the control plane's range");
+        assert!(
+            !block.overlaps(&own),
+            "{CHURN_SERVICE_CIDR_BLOCK} meets the cluster's range"
+        );
+        let mut rng = StdRng::seed_from_u64(11);
+        let mut widths = std::collections::BTreeSet::new();
+        for _ in 0..2000 {
+            let range = new_range(&mut rng);
+            let p = Prefix::parse(&range).expect("a CIDR");
+            assert!(
+                p.bits() >= 16 && p.overlaps(&block),
+                "{range} is outside the block"
+            );
+            widths.insert(p.bits());
+            let ip: std::net::IpAddr = host_in(&range, &mut rng)
+                .and_then(|s| s.parse().ok())
+                .expect("an address");
+            assert!(p.contains_ip(ip) && !own.contains_ip(ip), "{ip} of {range}");
+        }
+        assert_eq!(widths.into_iter().collect::<Vec<_>>(), [23, 24]);
     }
 
     #[test]

@@ -675,6 +675,19 @@ impl Harness {
             {
                 tracing::debug!(error = %e, "deleting the run's VolumeAttributesClasses");
             }
+            // The run's ServiceCIDRs (a failed chaos run's): asked to go,
+            // then freed of the finalizer no manager removes now (its
+            // managers are gone with their namespaces). Left Terminating, a
+            // range would keep containing addresses for every later run.
+            let cidrs: Api<k8s_openapi::api::networking::v1::ServiceCIDR> =
+                Api::all(self.client.clone());
+            if let Err(e) = cidrs
+                .delete_collection(&DeleteParams::background(), &lp)
+                .await
+            {
+                tracing::debug!(error = %e, "deleting the run's ServiceCIDRs");
+            }
+            strip(cidrs, &lp).await;
         }
         match std::sync::Arc::try_unwrap(self.cloud) {
             Ok(c) => c.shutdown().await,

@@ -26,7 +26,8 @@
 //! 3. **Finalizers converge.** Once faults have stopped ("calm"), every
 //!    object whose deletion was requested and which is no longer in use is
 //!    gone within [`CONVERGENCE_BOUND`], measured from the later of calm and
-//!    the moment it stopped being in use.
+//!    the moment it stopped being in use, to the instant up to which the
+//!    merged watches are complete (`Timeline::complete_until`).
 //! 4. **Leadership moves within the lease duration.** After the leader is
 //!    killed, the next holder's `acquireTime` is at most the lease duration
 //!    plus a tolerance after the dead leader's last `renewTime` (see

@@ -30,6 +30,22 @@ struct Shared {
     sweep_errors: u64,
 }
 
+impl Shared {
+    /// Applies the events every watch has moved past, then the time-based
+    /// checks as of the instant the checker's view is complete
+    /// ([`Timeline::complete_until`]), not `now`: an object whose `DELETED`
+    /// event waits in the buffer for an idle watch's BOOKMARK is gone, not
+    /// overdue.
+    fn advance(&mut self, now: Instant, now_wall: jiff::Timestamp) {
+        let sync_rv = self.timeline.sync_rv();
+        for ev in &self.timeline.ready() {
+            self.checker.apply(ev, sync_rv);
+        }
+        let until = self.timeline.complete_until(now);
+        self.checker.check_time(until, now_wall);
+    }
+}
+
 /// The invariants, checked while a scenario runs.
 pub struct Monitor {
     shared: Arc<Mutex<Shared>>,
@@ -289,12 +305,7 @@ async fn run(
         }
         let wants_sweep = {
             let mut s = shared.lock();
-            let sync_rv = s.timeline.sync_rv();
-            let ready = s.timeline.ready();
-            for ev in &ready {
-                s.checker.apply(ev, sync_rv);
-            }
-            s.checker.check_time(Instant::now(), jiff::Timestamp::now());
+            s.advance(Instant::now(), jiff::Timestamp::now());
             s.checker.wants_sweep() || last_sweep.elapsed() >= SWEEP_EVERY
         };
         if wants_sweep {
@@ -307,5 +318,141 @@ async fn run(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::invariants::Invariant;
+    use crate::observer::{
+        Change, IP_ALLOCATOR, IpAddressSummary, Observed, ServiceCidrSummary, Summary,
+    };
+
+    fn shared() -> Shared {
+        let mut s = Shared {
+            checker: Checker::new(CheckerConfig {
+                lease_duration: Duration::from_secs(15),
+                retry_period: Duration::from_secs(2),
+                namespaces: ["ns".to_string()].into_iter().collect(),
+                run: "run".into(),
+                strict: false,
+            }),
+            timeline: Timeline::new(&[Kind::ServiceCidr, Kind::IpAddress]),
+            sweep_errors: 0,
+        };
+        for kind in [Kind::ServiceCidr, Kind::IpAddress] {
+            s.timeline.push(Report::Synced { kind, rv: 1 });
+        }
+        s
+    }
+
+    /// Range `a` deleted (still held) at `rv`, seen at `t0`, which is calm;
+    /// both watches are at `rv`.
+    fn deleted_at_calm(s: &mut Shared, rv: u64, t0: Instant) {
+        s.timeline
+            .push(event(rv, Change::Modified, range(rv, true), t0));
+        s.timeline.push(Report::Progress {
+            kind: Kind::IpAddress,
+            rv,
+        });
+        s.checker.set_calm(t0);
+        s.advance(t0, jiff::Timestamp::now());
+    }
+
+    fn range(rv: u64, deleting: bool) -> Summary {
+        Summary::ServiceCidr(ServiceCidrSummary {
+            name: "a".into(),
+            uid: "uid-a".into(),
+            rv,
+            finalizers: vec!["protection-manager.io/service-cidr-protection".into()],
+            deleting,
+            cidrs: vec!["10.200.0.0/24".into()],
+            run: "run".into(),
+        })
+    }
+
+    fn event(rv: u64, change: Change, obj: Summary, seen: Instant) -> Report {
+        Report::Event(Box::new(Observed {
+            rv,
+            change,
+            obj,
+            seen,
+            seen_wall: jiff::Timestamp::now(),
+        }))
+    }
+
+    /// The real-cluster chaos run of seed 20261126: a ServiceCIDR deleted
+    /// at the end of the cleanup, released by the manager after upstream's
+    /// 10 s grace, was reported overdue 30 s after calm because its
+    /// `DELETED` event waited for the BOOKMARK of the idle IPAddress watch.
+    #[test]
+    fn an_object_whose_deleted_event_waits_for_an_idle_watch_is_not_overdue() {
+        let mut s = shared();
+        let t0 = Instant::now();
+        // The range's address is freed, then the range is deleted: free
+        // and pending from t0, after calm.
+        let address = Summary::IpAddress(IpAddressSummary {
+            name: "10.200.0.5".into(),
+            uid: "uid-ip".into(),
+            rv: 2,
+            managed_by: IP_ALLOCATOR.into(),
+            parent: "services ns/s".into(),
+        });
+        s.timeline
+            .push(event(2, Change::Added, address.clone(), t0));
+        s.timeline.push(event(3, Change::Deleted, address, t0));
+        deleted_at_calm(&mut s, 4, t0);
+        assert_eq!(
+            s.checker.pending().len(),
+            1,
+            "the range waits for its release"
+        );
+        // Released 10 s later; the IPAddress watch stays idle, so the
+        // DELETED event waits in the buffer past the bound.
+        s.timeline.push(event(
+            5,
+            Change::Deleted,
+            range(5, true),
+            t0 + Duration::from_secs(10),
+        ));
+        s.advance(t0 + Duration::from_secs(31), jiff::Timestamp::now());
+        assert!(
+            s.checker.violations().is_empty(),
+            "{:?}",
+            s.checker.violations()
+        );
+        // The BOOKMARK comes: the range was gone within the bound.
+        s.timeline.push(Report::Progress {
+            kind: Kind::IpAddress,
+            rv: 6,
+        });
+        s.advance(t0 + Duration::from_secs(32), jiff::Timestamp::now());
+        assert!(
+            s.checker.violations().is_empty(),
+            "{:?}",
+            s.checker.violations()
+        );
+        assert!(s.checker.pending().is_empty());
+        assert_eq!(s.checker.counts().converged_after_calm, 1);
+    }
+
+    #[test]
+    fn an_object_left_with_its_finalizer_is_still_overdue_once_the_view_is_complete() {
+        let mut s = shared();
+        let t0 = Instant::now();
+        deleted_at_calm(&mut s, 2, t0);
+        // Nothing waits in the buffer: the bound counts to now.
+        s.advance(t0 + Duration::from_secs(31), jiff::Timestamp::now());
+        assert_eq!(
+            s.checker.violations().len(),
+            1,
+            "{:?}",
+            s.checker.violations()
+        );
+        assert_eq!(
+            s.checker.violations()[0].invariant,
+            Invariant::FinalizerNotRemoved
+        );
     }
 }

@@ -772,6 +772,21 @@ impl Timeline {
         out
     }
 
+    /// The instant up to which everything the watches delivered has been
+    /// released: the arrival of the oldest event still waiting for a
+    /// slower watch, or `now` when none waits. A time-based check (a
+    /// finalizer overdue) counts only up to it: the event that settles it
+    /// may sit in the buffer while an idle watch has not reported progress
+    /// (a real API server reports it with the BOOKMARK shortly before each
+    /// watch's timeout, up to [`ObserverConfig::watch_timeout`] later).
+    pub fn complete_until(&self, now: Instant) -> Instant {
+        self.pending
+            .values()
+            .map(|e| e.seen)
+            .min()
+            .map_or(now, |oldest| oldest.min(now))
+    }
+
     /// How many events wait for a slower watch.
     pub fn buffered(&self) -> usize {
         self.pending.len()

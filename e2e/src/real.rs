@@ -1,7 +1,8 @@
 //! A real cluster on this machine, without a container engine: the real
 //! control plane of [`control_plane`] (etcd, kube-apiserver with the Node
 //! authorizer and NodeRestriction, kube-controller-manager with its default
-//! controllers, kube-scheduler), two nodes run by the process kubelet
+//! controllers but its service-cidr-controller: see [`KCM_CONTROLLERS`],
+//! kube-scheduler), two nodes run by the process kubelet
 //! (`kube-sim kubelet`, one process per node, restarted after a crash as
 //! systemd restarts a kubelet), kube-sim's hostPath provisioner for the
 //! default StorageClass `standard`, and cloud-sim. The manager image
@@ -35,6 +36,23 @@ pub const IMAGE_REPOSITORY: &str = "protection-manager";
 /// How long a crashed kubelet stays down before it is started again
 /// (systemd's `RestartSec` in kubeadm's unit file is 10 s; shorter here).
 pub const KUBELET_RESTART_DELAY: Duration = Duration::from_secs(1);
+
+/// kube-controller-manager's `--controllers`: its defaults but its own
+/// `service-cidr-controller`, so that the ServiceCIDRs of the chaos churn
+/// are held by the manager's service-cidr-protection alone. The runs keep
+/// the project finalizer profile (the other kinds' checks stay on the
+/// manager's own names, where the upstream profile would share
+/// `kubernetes.io/pvc-protection` and `kubernetes.io/pv-protection` with
+/// KCM's controllers); with KCM's controller on, its
+/// `networking.k8s.io/service-cidr-finalizer` would hold every ServiceCIDR
+/// beside ours and the invariant "no ServiceCIDR disappears while the only
+/// range of an allocated IPAddress" would be only partly ours. Nothing
+/// else needs KCM's: kube-apiserver sets the default `kubernetes`
+/// ServiceCIDR Ready itself, and its allocator takes a ServiceCIDR without
+/// a Ready condition as ready (upstream `ipallocator.isReady`, for clusters
+/// without KCM). What KCM's controller does against ours is compared in
+/// crates/service-cidr-protection/tests/differential.rs.
+pub const KCM_CONTROLLERS: [&str; 2] = ["*", "-service-cidr-controller"];
 
 fn real(msg: impl Into<String>) -> Error {
     Error::Real(msg.into())
@@ -95,7 +113,7 @@ impl RealCluster {
         let cloud_sim = crate::binaries::locate("cloud-sim", "CLOUD_SIM_BIN", "cloud-sim")?;
         let manager = crate::binaries::manager_binary()?;
         let mut config = control_plane::Config::default()
-            .with_kcm(["*"])
+            .with_kcm(KCM_CONTROLLERS)
             .with_scheduler()
             .named(name);
         // `kubectl logs` reaches the process kubelet at the Node's

@@ -1,7 +1,9 @@
 //! The e2e scenarios on the real control plane (`make test`'s subset of
 //! `make e2e-real`): kube-apiserver, etcd, kube-controller-manager with its
-//! default controllers and kube-scheduler v1.36.3, two nodes of the process
-//! kubelet running the manager image as the workspace's binary, cloud-sim
+//! default controllers (but its service-cidr-controller: the chaos run's
+//! ServiceCIDRs are the manager's alone) and kube-scheduler v1.36.3, two
+//! nodes of the process kubelet running the manager image as the
+//! workspace's binary, cloud-sim
 //! (see `protection_e2e::real`). One cluster for the whole test binary; the
 //! tests take it one at a time.
 //!

@@ -90,18 +90,16 @@ fn services_arg() -> Result<usize> {
     }
 }
 
-fn service(name: &str, ns: &str, lb: bool) -> Result<Service> {
-    let mut spec = json!({
-        "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
-        "selector": {"app": name},
-    });
-    if lb {
-        spec["type"] = json!("LoadBalancer");
-        spec["loadBalancerClass"] = json!(CLASS);
-    }
+/// A LoadBalancer Service of our class.
+fn service(name: &str, ns: &str) -> Result<Service> {
     Ok(serde_json::from_value(json!({
         "metadata": {"name": name, "namespace": ns},
-        "spec": spec,
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": CLASS,
+            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}],
+            "selector": {"app": name},
+        },
     }))?)
 }
 
@@ -234,7 +232,7 @@ async fn provider_rate(cloud: &str, n: usize, c: usize) -> Result<f64> {
             }],
         })
         .collect();
-    let mut svc = service("probe", CALIBRATION_NS, true)?;
+    let mut svc = service("probe", CALIBRATION_NS)?;
     svc.metadata.uid = Some("00000000-0000-4000-8000-000000000000".into());
     let spec = LbSpec::from_service(&svc)?;
     let lb = |i: usize| {
@@ -377,7 +375,7 @@ async fn run() -> Result<()> {
     concurrently(n, 16, |i| {
         let api = services.clone();
         async move {
-            api.create(&PostParams::default(), &service(&name(i), NS, true)?)
+            api.create(&PostParams::default(), &service(&name(i), NS)?)
                 .await?;
             Ok(())
         }
@@ -435,7 +433,7 @@ async fn run() -> Result<()> {
             // leaves alone: only those may carry an ingress status (the
             // API server refuses it on a ClusterIP Service). No node
             // ports, as the fresh phase's (the range would not hold them).
-            let mut svc = service(&name(i), CALIBRATION_NS, true)?;
+            let mut svc = service(&name(i), CALIBRATION_NS)?;
             if let Some(s) = svc.spec.as_mut() {
                 s.load_balancer_class = Some(CALIBRATION_CLASS.into());
                 s.allocate_load_balancer_node_ports = Some(false);
@@ -622,7 +620,7 @@ async fn run() -> Result<()> {
             // No node ports: phase 1's 2,000 Services hold most of the
             // 2,768 in the range, and 4,000 would not fit on a real server
             // either (its allocator answers "range is full").
-            let mut svc = service(&name(i), FRESH_NS, true)?;
+            let mut svc = service(&name(i), FRESH_NS)?;
             if let Some(s) = svc.spec.as_mut() {
                 s.allocate_load_balancer_node_ports = Some(false);
             }
