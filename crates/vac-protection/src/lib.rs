@@ -94,10 +94,6 @@ protection_core::resync_options! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use protection_core::FinalizerProfile;
-    use protection_core::featuregate::Stage;
-    use protection_core::release::gates_at;
-    use protection_core::version::Version;
 
     /// Its own flag: it read pv/pvc-protection's until 0.5 (the flag's
     /// forms are checked where `resync_options!` declares it).
@@ -111,59 +107,5 @@ mod tests {
         }
         let e = Cli::try_parse_from(["x", "--storage-protection-resync-period=1m"]);
         assert!(e.is_err(), "the storage controllers' flag is not vac's");
-    }
-
-    #[test]
-    fn profiles_name_the_finalizer() {
-        assert_eq!(
-            INFO.finalizer.get(FinalizerProfile::Project),
-            "protection-manager.io/vac-protection"
-        );
-        assert_eq!(
-            INFO.finalizer.get(FinalizerProfile::Upstream),
-            "kubernetes.io/vac-protection"
-        );
-    }
-
-    #[test]
-    fn the_descriptor_is_new_at_0_4_with_the_upstream_alias() {
-        let d = descriptors(&Options::default(), FinalizerProfile::Project).unwrap();
-        assert_eq!(d.len(), 1);
-        assert_eq!(
-            (d[0].name, d[0].aliases, d[0].enabled_by_default, d[0].since),
-            (
-                "vac-protection",
-                &["volumeattributesclass-protection-controller"][..],
-                true,
-                Version::new(0, 4)
-            )
-        );
-    }
-
-    #[test]
-    fn the_gate_is_alpha_off_at_0_4_with_beta_and_ga_planned() {
-        let g = gates_at(Version::new(0, 4), GATES).unwrap();
-        let row = g
-            .table()
-            .into_iter()
-            .find(|r| r.name == "VolumeAttributesClass")
-            .unwrap();
-        assert_eq!(
-            (row.stage, row.default, row.locked),
-            (Stage::Alpha, false, false)
-        );
-        let planned: Vec<_> = VOLUME_ATTRIBUTES_CLASS
-            .history
-            .iter()
-            .map(|s| (s.version.to_string(), s.stage))
-            .collect();
-        assert_eq!(
-            planned,
-            vec![
-                ("0.4".to_string(), Stage::Alpha),
-                ("0.5".to_string(), Stage::Beta),
-                ("0.6".to_string(), Stage::GA)
-            ]
-        );
     }
 }

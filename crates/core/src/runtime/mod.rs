@@ -207,6 +207,22 @@ macro_rules! resync_options {
                 $run,
             )?])
         }
+
+        /// The controller is described in both profiles (each finalizer
+        /// name is one the API server takes), under its own name.
+        #[cfg(test)]
+        #[test]
+        fn the_controller_is_described_in_both_profiles() {
+            for profile in [
+                $crate::FinalizerProfile::Project,
+                $crate::FinalizerProfile::Upstream,
+            ] {
+                let d = descriptors(&Options::default(), profile)
+                    .unwrap_or_else(|e| panic!("{profile:?}: {e}"));
+                let names: ::std::vec::Vec<&str> = d.iter().map(|d| d.name).collect();
+                assert_eq!(names, [$info.name], "{profile:?}");
+            }
+        }
     };
     (
         $(#[doc = $doc:literal])*
@@ -315,6 +331,33 @@ macro_rules! phased_gate {
 
         /// The gates the controller reads.
         pub const GATES: &[$crate::release::GateDecl] = &[$gate];
+
+        /// The train the release notes promise: absent before the
+        /// controller's release, Alpha off at it, Beta on one release
+        /// later, GA locked on the release after.
+        #[cfg(test)]
+        #[test]
+        fn the_gate_is_alpha_off_at_its_release_then_beta_on_then_ga_locked() {
+            use $crate::featuregate::{FeatureGates, Stage};
+            use $crate::version::Version;
+            let at = |minor: u32| {
+                let registry = $crate::release::registry(GATES).expect("the gate registers");
+                FeatureGates::new(registry, Version::new($major, minor))
+            };
+            let row = |minor: u32| {
+                at(minor)
+                    .table()
+                    .into_iter()
+                    .find(|r| r.name == $name)
+                    .map(|r| (r.stage, r.default, r.locked))
+            };
+            assert_eq!(row($minor), Some((Stage::Alpha, false, false)));
+            assert_eq!(row($minor + 1), Some((Stage::Beta, true, false)));
+            assert_eq!(row($minor + 2), Some((Stage::GA, true, true)));
+            if let Some(before) = ($minor as u32).checked_sub(1) {
+                assert!(!at(before).enabled($name), "on before its release");
+            }
+        }
     };
 }
 
