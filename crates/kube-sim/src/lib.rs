@@ -221,6 +221,8 @@ fn seed_objects(store: &Store, service_range: &str, kubernetes_ip: &str) -> Resu
             "spec": {"clusterIP": kubernetes_ip, "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]}
         }),
     )?;
+    // The rbac/bootstrap-roles post-start hook.
+    bootstrap_rbac::seed(store)?;
     Ok(())
 }
 

@@ -13,10 +13,10 @@
 //! `system:node:<name>` in `system:nodes` (as a kubelet's certificate); the
 //! user `admin` of kube-sim's own kubeconfig in `system:masters`.
 //!
-//! Authorization is RBAC over upstream's bootstrap ClusterRoleBindings
-//! ([`crate::bootstrap_rbac`]) and the stored ClusterRoles, Roles and their
-//! bindings (pkg/registry/rbac/validation: `VisitRulesFor`, `appliesTo`,
-//! `RuleAllows`), plus `system:masters`, which may do everything. kube-sim itself does not enforce
+//! Authorization is RBAC over the stored ClusterRoles, Roles and their
+//! bindings, upstream's bootstrap policy among them
+//! ([`crate::bootstrap_rbac`]; pkg/registry/rbac/validation:
+//! `VisitRulesFor`, `appliesTo`, `RuleAllows`), plus `system:masters`, which may do everything. kube-sim itself does not enforce
 //! RBAC on requests; a SubjectAccessReview answers what a real server would.
 
 use std::sync::Arc;
@@ -550,8 +550,7 @@ fn rule_allows(rule: &Value, attrs: &Attributes) -> bool {
 
 /// The rules of a role reference (`ClusterRole` or a `Role` in `ns`), or
 /// the error upstream's `GetRoleReferenceRules` reports (the listers'
-/// NotFound). A ClusterRole of the bootstrap policy that is not stored is
-/// upstream's ([`crate::bootstrap_rbac`]).
+/// NotFound).
 fn role_rules(state: &Arc<State>, role_ref: &Value, ns: &str) -> Result<Vec<Value>, String> {
     let kind = s(role_ref, "kind");
     let name = s(role_ref, "name");
@@ -569,19 +568,16 @@ fn role_rules(state: &Arc<State>, role_ref: &Value, ns: &str) -> Result<Vec<Valu
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default()),
-        None => match crate::bootstrap_rbac::cluster_role_rules(&name) {
-            Some(rules) if kind == "ClusterRole" => Ok(rules.to_vec()),
-            _ => Err(format!(
-                "{singular}.rbac.authorization.k8s.io {name:?} not found"
-            )),
-        },
+        None => Err(format!(
+            "{singular}.rbac.authorization.k8s.io {name:?} not found"
+        )),
     }
 }
 
 /// `VisitRulesFor` of rbac/validation: every rule RBAC gives the user,
 /// with its source (`ClusterRoleBinding "b" of ClusterRole "r" to Group
-/// "g"`), through the ClusterRoleBindings (the bootstrap policy's first,
-/// [`crate::bootstrap_rbac`]) and then the RoleBindings of `namespace`,
+/// "g"`), through the stored ClusterRoleBindings (the bootstrap policy's
+/// among them, [`crate::bootstrap_rbac`]) and then the RoleBindings of `namespace`,
 /// until `visit` answers false. Answers the errors met (roles not found).
 fn visit_rules(
     state: &Arc<State>,
@@ -591,20 +587,6 @@ fn visit_rules(
     mut visit: impl FnMut(&str, &Value) -> bool,
 ) -> Vec<String> {
     let mut errors = Vec::new();
-    for b in crate::bootstrap_rbac::BINDINGS.iter() {
-        let Some(subject) = applies_to(&b.subjects, user, groups, "") else {
-            continue;
-        };
-        let source = format!(
-            "ClusterRoleBinding {:?} of ClusterRole {:?} to {subject}",
-            b.name, b.name
-        );
-        for rule in &b.rules {
-            if !visit(&source, rule) {
-                return errors;
-            }
-        }
-    }
     let mut bindings: Vec<(&str, Arc<crate::store::Stored>)> = Vec::new();
     if let Some(crb) = rid("rbac.authorization.k8s.io", "clusterrolebindings") {
         let (items, _) = state.store.snapshot(crb, None);
