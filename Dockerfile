@@ -25,8 +25,8 @@ COPY Cargo.toml Cargo.lock ./
 COPY crates ./crates
 RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     --mount=type=cache,target=/src/target,sharing=locked \
-    cargo build --release --locked -p protection-manager --bin protection-manager \
- && install -D -m 0755 target/release/protection-manager /out/protection-manager
+    cargo build --profile dist --locked -p protection-manager --bin protection-manager \
+ && install -D -m 0755 target/dist/protection-manager /out/protection-manager
 
 FROM ${RUNTIME_IMAGE}
 ARG VERSION=0.4.0

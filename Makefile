@@ -122,6 +122,9 @@ bench-sim:
 # manager's CPU seconds (release build), each issue-11 goal beside its figure;
 # then a 2,000 + 2,000 + 2,000 run for the small-cluster memory goal.
 .PHONY: bench bench-cost-model bench-pv bench-lb bench-vac bench-rules
+# The manager the benchmarks run: the shipped build (`--profile dist`, see
+# Cargo.toml), unless PROTECTION_MANAGER_BIN names another.
+BENCH_MANAGER = PROTECTION_MANAGER_BIN=$${PROTECTION_MANAGER_BIN:-$${CARGO_TARGET_DIR:-$(CURDIR)/target}/dist/protection-manager}
 bench: bench-cost-model bench-pv bench-lb bench-vac bench-rules
 
 # The cost model's own figures beside the real API server's it was
@@ -138,23 +141,23 @@ bench-vac:
 # and 20,000 pods: back-fill, release after the last pod goes, RSS, requests,
 # the manager's CPU seconds (release manager binary against kube-sim).
 bench-rules:
-	$(CARGO) build --release -p protection-manager --bin protection-manager
-	$(CARGO) run --release -p protection-rules --example bench_rules -- $(BENCH_ARGS)
+	$(CARGO) build --profile dist -p protection-manager --bin protection-manager
+	$(BENCH_MANAGER) $(CARGO) run --release -p protection-rules --example bench_rules -- $(BENCH_ARGS)
 
 bench-pv:
-	$(CARGO) build --release -p protection-manager --bin protection-manager
-	$(CARGO) run --release -p pv-protection --example bench_pv -- $(BENCH_ARGS)
-	$(CARGO) run --release -p pv-protection --example bench_pv -- --cost-model real-1.36 $(BENCH_ARGS)
+	$(CARGO) build --profile dist -p protection-manager --bin protection-manager
+	$(BENCH_MANAGER) $(CARGO) run --release -p pv-protection --example bench_pv -- $(BENCH_ARGS)
+	$(BENCH_MANAGER) $(CARGO) run --release -p pv-protection --example bench_pv -- --cost-model real-1.36 $(BENCH_ARGS)
 	@echo "== the peak-RSS goal at 2,000 PVs + 2,000 PVCs + 2,000 pods =="
-	$(CARGO) run --release -p pv-protection --example bench_pv -- --scale 0.2 --pods 2000
+	$(BENCH_MANAGER) $(CARGO) run --release -p pv-protection --example bench_pv -- --scale 0.2 --pods 2000
 
 # service-lb-cleanup at scale: 2,000 LoadBalancer Services provisioned at
 # release 0.1, back-filled at 0.2 by the release manager binary against
 # kube-sim and cloud-sim, then deleted at 200/s (release build; prints figures).
 bench-lb:
-	$(CARGO) build --release -p protection-manager --bin protection-manager
-	$(CARGO) run --release -p lb-cleanup --example bench_lb -- $(BENCH_ARGS)
-	$(CARGO) run --release -p lb-cleanup --example bench_lb -- --cost-model real-1.36 $(BENCH_ARGS)
+	$(CARGO) build --profile dist -p protection-manager --bin protection-manager
+	$(BENCH_MANAGER) $(CARGO) run --release -p lb-cleanup --example bench_lb -- $(BENCH_ARGS)
+	$(BENCH_MANAGER) $(CARGO) run --release -p lb-cleanup --example bench_lb -- --cost-model real-1.36 $(BENCH_ARGS)
 
 # --- Ours beside upstream on the real control plane (never in `make test`) -----
 # `make bench-real`: on one real kube-apiserver v1.36.3 per benchmark (release
@@ -176,10 +179,10 @@ BENCH_REAL_VAC_ARGS ?=
 .PHONY: bench-real
 bench-real: real-k8s
 	./hack/real-k8s/build.sh service-controller
-	$(CARGO) build --release -p protection-manager --bin protection-manager
-	$(CARGO) run --release -p pv-protection --example bench_real_pv -- $(BENCH_REAL_PV_ARGS)
-	$(CARGO) run --release -p lb-cleanup --example bench_real_lb -- $(BENCH_REAL_LB_ARGS)
-	$(CARGO) run --release -p vac-protection --example bench_real_vac -- $(BENCH_REAL_VAC_ARGS)
+	$(CARGO) build --profile dist -p protection-manager --bin protection-manager
+	$(BENCH_MANAGER) $(CARGO) run --release -p pv-protection --example bench_real_pv -- $(BENCH_REAL_PV_ARGS)
+	$(BENCH_MANAGER) $(CARGO) run --release -p lb-cleanup --example bench_real_lb -- $(BENCH_REAL_LB_ARGS)
+	$(BENCH_MANAGER) $(CARGO) run --release -p vac-protection --example bench_real_vac -- $(BENCH_REAL_VAC_ARGS)
 
 # --- End-to-end suite (e2e/, see e2e/README.md) --------------------------------
 # `make e2e`: the lifecycle, upgrade/downgrade and short chaos scenarios, each

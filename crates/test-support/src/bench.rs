@@ -22,7 +22,7 @@ pub fn manager_bin(make_target: &str) -> Result<PathBuf, String> {
     let p = dir.join("protection-manager");
     if !p.exists() {
         return Err(format!(
-            "{} not found: build it with `cargo build --release -p protection-manager` (make {make_target} does) or set PROTECTION_MANAGER_BIN",
+            "{} not found: build it with `cargo build --release -p protection-manager`, or run `make {make_target}` (which measures the shipped `--profile dist` build), or set PROTECTION_MANAGER_BIN",
             p.display()
         ));
     }
