@@ -80,7 +80,22 @@ async fn short_chaos(seed: u64, profile: Profile) -> Result<()> {
             }
             println!("NOTE (cluster mode): {lost}");
         }
-        report.monitor.ok().map_err(|e| Error::Check(format!("seed {seed}: {e}")))?;
+        if let Err(e) = report.monitor.ok() {
+            // The managers' logs say why an object was held or not
+            // released; kept outside the run's directory (finish removes
+            // it), the path printed.
+            match rel.logs(&h, true).await {
+                Ok(logs) => {
+                    let p = std::env::temp_dir().join(format!("{}-manager-logs.txt", h.run));
+                    match std::fs::write(&p, logs) {
+                        Ok(()) => println!("manager logs: {}", p.display()),
+                        Err(w) => println!("manager logs not kept ({}): {w}", p.display()),
+                    }
+                }
+                Err(l) => println!("manager logs not read: {l}"),
+            }
+            return Err(Error::Check(format!("seed {seed}: {e}")));
+        }
         // In every mode: each kind the churn covered (a cluster that does
         // not serve one skips it with a note) was exercised.
         report.check_coverage()?;
