@@ -62,6 +62,7 @@ use super::observer::{Observer, PerObject};
 use super::queue;
 use super::{
     ReconcileError, Settings, main_watch, object_key, ready_when_synced, resync_stream_as,
+    settled_keys,
 };
 use crate::controllers::{ControllerContext, ControllerResult};
 use crate::finalizer::{PhasedFinalizer, has_finalizer, is_deleting};
@@ -538,22 +539,20 @@ impl<R: Rule> Engine<R> {
         let mut caches = vec![observer.listed()];
         caches.extend(self.users_synced.lock().iter().cloned());
         let (on_event, on_trigger, on_resync) = (self.clone(), self.clone(), self.clone());
-        let triggers = main_watch(api, writer, observer, self.state.clone())
-            .inspect_ok(move |ev| {
-                if let watcher::Event::Delete(o) = ev {
-                    on_event.gone(o);
-                }
-            })
-            .applied_objects()
-            .try_filter(move |o: &R::Object| {
-                std::future::ready(on_trigger.rule.wanted(on_trigger.finalizer(), o))
-            });
+        let events = main_watch(api, writer, observer, self.state.clone()).inspect_ok(move |ev| {
+            if let watcher::Event::Delete(o) = ev {
+                on_event.gone(o);
+            }
+        });
         // The queue keeps a key per waiting object (all of them while the
         // first list is worked through): `namespace/name`, one string.
         let name = self.name;
-        let triggers = triggers.filter_map(move |o| {
-            std::future::ready(match o {
-                Ok(o) => Some(queue::Key::from(object_key(&o))),
+        let triggers = settled_keys(events, move |o: &R::Object| {
+            on_trigger.rule.wanted(on_trigger.finalizer(), o)
+        })
+        .filter_map(move |k| {
+            std::future::ready(match k {
+                Ok(k) => Some(queue::Key::from(k)),
                 Err(e) => {
                     tracing::warn!(controller = name, error = %e, "watch error (retrying)");
                     None
@@ -576,16 +575,26 @@ impl<R: Rule> Engine<R> {
         let engine = self.clone();
         let work = move |key: queue::Key| {
             let engine = engine.clone();
-            async move {
-                let Some(obj) = engine.store.get(&object_ref_as(&key, engine.dt.clone())) else {
-                    tracing::debug!(controller = engine.name, object = %key, "object gone before its reconcile");
-                    return None;
-                };
-                match reconcile::<R>(obj.clone(), engine.clone()).await {
-                    Ok(requeue) => requeue,
-                    Err(e) => Some(error_policy::<R>(&obj, &e, &engine)),
-                }
-            }
+            // What kube's Controller put on every line a reconcile logs.
+            let span = tracing::info_span!(
+                "reconciling object",
+                controller = engine.name,
+                object = %key
+            );
+            tracing::Instrument::instrument(
+                async move {
+                    let Some(obj) = engine.store.get(&object_ref_as(&key, engine.dt.clone()))
+                    else {
+                        tracing::debug!(controller = engine.name, object = %key, "object gone before its reconcile");
+                        return None;
+                    };
+                    match reconcile::<R>(obj.clone(), engine.clone()).await {
+                        Ok(requeue) => requeue,
+                        Err(e) => Some(error_policy::<R>(&obj, &e, &engine)),
+                    }
+                },
+                span,
+            )
         };
         let triggers = futures::stream::select(
             futures::stream::select(triggers.boxed(), trigger_rx),

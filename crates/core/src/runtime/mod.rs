@@ -524,6 +524,57 @@ where
         .inspect_ok(move |ev| observer.lock().observe(ev, &state))
 }
 
+/// The keys to reconcile from a [`main_watch`] stream, each yielded once
+/// the store holds what it names. An `Apply`'s key comes at once (the
+/// reflector wrote the object before passing the event on); a re-list's
+/// keys come at its `InitDone`, in list order: until then kube's store
+/// still holds the state before the re-list (the reflector swaps its
+/// buffer in at `InitDone`), so a reconcile would read an object created
+/// during the watch gap as gone, one deleted in it as alive, and nothing
+/// would trigger either again (kube-runtime's `applied_objects` yields them
+/// at once; its Controller's 1 ms scheduler tick happened to hide that).
+/// Only objects `wanted` selects are keyed; watch errors pass through.
+pub fn settled_keys<K>(
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    wanted: impl Fn(&K) -> bool + Send + 'static,
+) -> impl Stream<Item = Result<String, watcher::Error>> + Send + 'static
+where
+    K: Resource + Send + 'static,
+{
+    // The re-list in progress: the keys it has listed so far.
+    let mut relist: Option<Vec<String>> = None;
+    events.flat_map(move |ev| {
+        let out: Vec<Result<String, watcher::Error>> = match ev {
+            Err(e) => vec![Err(e)],
+            Ok(watcher::Event::Apply(o)) => {
+                if wanted(&o) {
+                    vec![Ok(object_key(&o))]
+                } else {
+                    vec![]
+                }
+            }
+            Ok(watcher::Event::Delete(_)) => vec![],
+            Ok(watcher::Event::Init) => {
+                relist = Some(Vec::new());
+                vec![]
+            }
+            Ok(watcher::Event::InitApply(o)) => {
+                if wanted(&o) {
+                    relist.get_or_insert_default().push(object_key(&o));
+                }
+                vec![]
+            }
+            Ok(watcher::Event::InitDone) => relist
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .map(Ok)
+                .collect(),
+        };
+        stream::iter(out)
+    })
+}
+
 /// Every `period`, a reconcile request for every cached object `wanted`
 /// selects: upstream's informer resync (which replays an update for every
 /// object; the handlers then enqueue those they want). Empty when `period`
@@ -656,4 +707,76 @@ pub async fn drive<K, Fut, Ctx>(
             }
         })
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PersistentVolume;
+    use kube::api::ObjectMeta;
+
+    fn pv(name: &str, rv: &str, deleting: bool) -> PersistentVolume {
+        PersistentVolume {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                resource_version: Some(rv.into()),
+                deletion_timestamp: deleting.then(|| {
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default())
+                }),
+                ..ObjectMeta::default()
+            },
+            ..PersistentVolume::default()
+        }
+    }
+
+    /// What the store held for each key when [`settled_keys`] yielded it.
+    async fn seen_at_yield(
+        events: Vec<watcher::Event<PersistentVolume>>,
+    ) -> Vec<(String, Option<String>)> {
+        let (store, writer) = reflector::store::<PersistentVolume>();
+        let events = stream::iter(events.into_iter().map(Ok)).reflect(writer);
+        settled_keys(events, |p: &PersistentVolume| {
+            p.metadata.deletion_timestamp.is_some()
+        })
+        .map(|k| {
+            let k = k.expect("no watch error");
+            let rv = store
+                .get(&ObjectRef::new(&k))
+                .and_then(|p| p.metadata.resource_version.clone());
+            (k, rv)
+        })
+        .collect()
+        .await
+    }
+
+    /// A re-list after a watch gap: `old` was deleted in the gap, `new` was
+    /// created (and deleted) in it. Their keys come once the store holds the
+    /// re-listed objects, never while it still holds the state before.
+    #[tokio::test]
+    async fn a_relists_keys_come_once_the_store_holds_the_relisted_objects() {
+        use watcher::Event::{Apply, Init, InitApply, InitDone};
+        let seen = seen_at_yield(vec![
+            Init,
+            InitApply(pv("old", "1", false)),
+            InitDone,
+            Apply(pv("kept", "2", true)),
+            // The watch expired (410): the watcher lists again.
+            Init,
+            InitApply(pv("old", "5", true)),
+            InitApply(pv("quiet", "3", false)),
+            InitApply(pv("new", "6", true)),
+            InitDone,
+            Apply(pv("new", "7", true)),
+        ])
+        .await;
+        assert_eq!(
+            seen,
+            [
+                ("kept".to_string(), Some("2".to_string())),
+                ("old".to_string(), Some("5".to_string())),
+                ("new".to_string(), Some("6".to_string())),
+                ("new".to_string(), Some("7".to_string())),
+            ]
+        );
+    }
 }
