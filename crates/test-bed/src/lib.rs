@@ -132,6 +132,23 @@ enum Inner {
     Real(Box<ControlPlane>),
 }
 
+/// helm and kubectl send no credentials over kube-sim's plain HTTP (they
+/// are `system:anonymous`), where on the real bed they use the admin's
+/// certificate: on an authorizing kube-sim, the group
+/// `system:unauthenticated` is bound to `cluster-admin` so that they act
+/// as the admin there too. Every kube-rs client sends its user's token.
+async fn admin_for_go_tools(sim: &KubeSim) -> anyhow::Result<()> {
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "test-bed:helm-and-kubectl"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:unauthenticated"}],
+    }))?;
+    Api::<ClusterRoleBinding>::all(sim.try_client_as("admin").await?)
+        .create(&PostParams::default(), &binding)
+        .await?;
+    Ok(())
+}
+
 /// How long [`Server`] waits for the real server to take up an RBAC grant
 /// or create a namespace's `default` ServiceAccount.
 const SETTLE: Duration = Duration::from_secs(60);
@@ -153,7 +170,11 @@ impl Server {
                 };
                 // As the real server: Node,RBAC, unless the test says otherwise.
                 cfg.authorization.get_or_insert(Authorization::NodeRbac);
-                Inner::Sim(KubeSim::start(cfg).await?)
+                let sim = KubeSim::start(cfg).await?;
+                if sim.authorization() == Authorization::NodeRbac {
+                    admin_for_go_tools(&sim).await?;
+                }
+                Inner::Sim(sim)
             }
             Bed::Real => {
                 let name = if options.name.is_empty() {
