@@ -38,6 +38,50 @@ use crate::tools::{Helm, HelmVersion, Kubectl};
 const REQUEST_ACCOUNTING: &str =
     "request accounting (the manager's writes to the user's objects counted)";
 
+/// With kube-sim authorizing as Node,RBAC (`KUBE_SIM_AUTHORIZATION=Node,RBAC`),
+/// grants what the harness's own tools use, as a cluster's administrator
+/// would: helm and kubectl send no credentials over kube-sim's plain HTTP
+/// (they are `system:anonymous`), so the group `system:unauthenticated` is
+/// bound to `cluster-admin`; the observer may read everything. The manager
+/// gets only what the chart grants its ServiceAccount.
+async fn grant_tools(admin: &Client) -> Result<()> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let role: ClusterRole = serde_json::from_value(json!({
+        "metadata": {"name": "e2e:observer"},
+        "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]}],
+    }))
+    .map_err(|e| Error::Sim(format!("the observer's ClusterRole: {e}")))?;
+    Api::<ClusterRole>::all(admin.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .ctx(|| "creating the ClusterRole e2e:observer".into())?;
+    let bindings = [
+        (
+            "e2e:observer",
+            "e2e:observer",
+            json!({"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": OBSERVER_USER}),
+        ),
+        (
+            "e2e:helm-and-kubectl",
+            "cluster-admin",
+            json!({"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:unauthenticated"}),
+        ),
+    ];
+    for (name, role, subject) in bindings {
+        let b: ClusterRoleBinding = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [subject],
+        }))
+        .map_err(|e| Error::Sim(format!("the ClusterRoleBinding {name}: {e}")))?;
+        Api::<ClusterRoleBinding>::all(admin.clone())
+            .create(&PostParams::default(), &b)
+            .await
+            .ctx(|| format!("creating the ClusterRoleBinding {name}"))?;
+    }
+    Ok(())
+}
+
 /// The nodes kube-sim registers in sim mode.
 pub const SIM_NODES: [&str; 2] = ["node-1", "node-2"];
 /// cloud-sim's bearer token in sim mode (mounted from a Secret by the chart).
@@ -206,6 +250,9 @@ impl Harness {
             .try_client_as(OBSERVER_USER)
             .await
             .map_err(|e| Error::Sim(e.to_string()))?;
+        if sim.authorization() == kube_sim::Authorization::NodeRbac {
+            grant_tools(&client).await?;
+        }
         let kubeconfig = sim.kubeconfig_path().to_path_buf();
         let cloud = std::sync::Arc::new(Cloud::start_local(SIM_CLOUD_TOKEN).await?);
         let h = Harness {

@@ -19,7 +19,8 @@
 //! and that test binary checks it against the real server on every run.
 //!
 //! Nothing else knows the policy: the authorizer ([`crate::reviews`])
-//! decides from the stored objects, so deleting the ClusterRoleBinding
+//! decides from the stored objects (but for the Node authorizer's static
+//! rules, compiled into the real server: [`node_rules`]), so deleting the ClusterRoleBinding
 //! `system:basic-user` revokes what it granted, as on a real server (whose
 //! hook recreates it only at the next start).
 
@@ -35,6 +36,21 @@ const POLICY_JSON: &str = include_str!("k8s-v1.36-bootstrap-rbac.json");
 
 /// The manager the real hook's writes are recorded under.
 const MANAGER: &str = "kube-apiserver";
+
+/// The rules of the ClusterRole `system:node` of the policy (none if the
+/// file does not parse: [`seed`] reports that at start).
+pub(crate) fn node_rules() -> Vec<Value> {
+    let Ok(doc) = serde_json::from_str::<Value>(POLICY_JSON) else {
+        return Vec::new();
+    };
+    doc["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == "system:node")
+        .and_then(|o| o["rules"].as_array().cloned())
+        .unwrap_or_default()
+}
 
 /// Stores every object of the bootstrap policy, in the file's order
 /// (ClusterRoles, ClusterRoleBindings, Roles, RoleBindings), as the
@@ -67,5 +83,43 @@ pub(crate) fn seed(store: &Store) -> Result<(), ApiError> {
         let ns = item["metadata"]["namespace"].as_str().unwrap_or("");
         store.create(rid, ns, item.clone(), &opts)?;
     }
+    Ok(())
+}
+
+/// The RBAC a hostPath provisioner's installation brings (kube-sim's
+/// [`crate::cluster::provisioner`], as kind's local-path-provisioner
+/// manifest binds its ServiceAccount): the ClusterRole and
+/// ClusterRoleBinding `kube-sim:hostpath-provisioner`, stored when the
+/// provisioner runs so that it may do its work under
+/// [`crate::Authorization::NodeRbac`].
+pub(crate) fn seed_provisioner(store: &Store) -> Result<(), ApiError> {
+    const NAME: &str = "kube-sim:hostpath-provisioner";
+    let rbac = |r: &str| {
+        resources::find("rbac.authorization.k8s.io", "v1", r)
+            .ok_or_else(|| ApiError::internal(format!("kube-sim does not serve {r}")))
+    };
+    let opts = WriteOptions::manager("kube-sim");
+    let role = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": NAME},
+        "rules": [
+            {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["get", "list", "watch", "create", "delete"]},
+            {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get", "list", "watch", "create"]},
+            {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+        ],
+    });
+    store.create(rbac("clusterroles")?, "", role, &opts)?;
+    let (ns, sa) = crate::cluster::provisioner::PROVISIONER_USER
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|r| r.split_once(':'))
+        .unwrap_or(("kube-system", "kube-sim-hostpath-provisioner"));
+    let binding = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": NAME},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": NAME},
+        "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
+    });
+    store.create(rbac("clusterrolebindings")?, "", binding, &opts)?;
     Ok(())
 }

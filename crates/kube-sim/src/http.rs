@@ -62,6 +62,8 @@ pub(crate) struct State {
     pub runtimes: Arc<crate::cluster::PodRuntimes>,
     /// Group versions not served (`SimConfig::disabled_group_versions`).
     pub disabled_group_versions: Vec<String>,
+    /// How requests are authorized (`SimConfig::authorization`).
+    pub authorization: crate::authz::Authorization,
 }
 
 const JSON: &str = "application/json";
@@ -219,7 +221,8 @@ fn user_of(req: &Request<Incoming>) -> String {
 /// The user a request acts as, for admission policies: the token's user,
 /// or the one it impersonates (`Impersonate-User`, with the
 /// `Impersonate-Group`s and `system:authenticated`, as upstream's
-/// impersonation filter; kube-sim authorizes nothing, so anyone may).
+/// impersonation filter; who may impersonate is authorized beforehand,
+/// [`crate::authz`], when authorization is on).
 /// kubectl and helm send no bearer token over kube-sim's plain HTTP, but
 /// they do send a kubeconfig's `as:`/`as-groups:` as these headers.
 fn acting_user(req: &Request<Incoming>) -> crate::admission::UserInfo {
@@ -315,6 +318,9 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
         }
         _ => None,
     };
+    // The authorization filter runs before any handler (and before a
+    // resource is looked up: a refused user learns nothing of it).
+    let denied = crate::authz::authorize_request(&state, &req).err();
     state.faults.wait_unpaused().await;
     let decision = state.faults.decide(&Target {
         verb: &rec.verb,
@@ -330,7 +336,9 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
     if let Some(c) = &state.cost {
         c.charge(&rec.verb, &rec.resource).await;
     }
-    let resp = if let Some((code, retry, message)) = &decision.error {
+    let resp = if let Some(e) = &denied {
+        error_response(e)
+    } else if let Some((code, retry, message)) = &decision.error {
         error_response(&injected_error(*code, *retry, message.as_deref(), &rec))
     } else if let Some(r) = review {
         crate::reviews::handle(&state, req, r)

@@ -13,6 +13,7 @@
 
 pub mod admin;
 pub mod admission;
+pub mod authz;
 mod bootstrap_rbac;
 pub mod cluster;
 pub mod controllers;
@@ -52,6 +53,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+pub use crate::authz::Authorization;
 pub use crate::cluster::{
     ClusterConfig, ImageMapping, KubeletConfig, PodProcess, PodRuntimes, Signal, SignalError,
 };
@@ -87,6 +89,8 @@ pub enum SimError {
         "invalid service cluster IP range {0:?}: must be an IPv4 CIDR in canonical form with at least 4 addresses, e.g. 10.96.0.0/12"
     )]
     ServiceRange(String),
+    #[error("invalid KUBE_SIM_AUTHORIZATION={0:?}: expected Node,RBAC or AlwaysAllow")]
+    Authorization(String),
 }
 
 /// How to run the simulator.
@@ -131,6 +135,10 @@ pub struct SimConfig {
     /// default `kubernetes` ServiceCIDR; its first address is the
     /// `default/kubernetes` Service's cluster IP.
     pub service_cluster_ip_range: String,
+    /// How requests are authorized ([`Authorization`]): `None` takes the
+    /// mode from the environment variable `KUBE_SIM_AUTHORIZATION`
+    /// (`Node,RBAC`; unset: [`Authorization::AlwaysAllow`]).
+    pub authorization: Option<Authorization>,
 }
 
 impl Default for SimConfig {
@@ -149,6 +157,7 @@ impl Default for SimConfig {
             cost_model: None,
             disabled_group_versions: Vec::new(),
             service_cluster_ip_range: DEFAULT_SERVICE_CLUSTER_IP_RANGE.to_string(),
+            authorization: None,
         }
     }
 }
@@ -205,7 +214,12 @@ fn first_service_ip(range: &str) -> Option<String> {
     Some(std::net::Ipv4Addr::from(net + 1).to_string())
 }
 
-fn seed_objects(store: &Store, service_range: &str, kubernetes_ip: &str) -> Result<(), ApiError> {
+fn seed_objects(
+    store: &Store,
+    service_range: &str,
+    kubernetes_ip: &str,
+    provisioner: bool,
+) -> Result<(), ApiError> {
     let ns = resources::find("", "v1", "namespaces").unwrap_or(0);
     for n in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         store.seed(ns, json!({"metadata": {"name": n}}))?;
@@ -223,6 +237,9 @@ fn seed_objects(store: &Store, service_range: &str, kubernetes_ip: &str) -> Resu
     )?;
     // The rbac/bootstrap-roles post-start hook.
     bootstrap_rbac::seed(store)?;
+    if provisioner {
+        bootstrap_rbac::seed_provisioner(store)?;
+    }
     Ok(())
 }
 
@@ -240,10 +257,19 @@ impl KubeSim {
         cfg.cluster
             .validate()
             .map_err(|e| SimError::Cluster(e.to_string()))?;
+        let authorization = match cfg.authorization {
+            Some(a) => a,
+            None => Authorization::from_env().map_err(SimError::Authorization)?,
+        };
         let kubernetes_ip = first_service_ip(&cfg.service_cluster_ip_range)
             .ok_or_else(|| SimError::ServiceRange(cfg.service_cluster_ip_range.clone()))?;
-        seed_objects(&store, &cfg.service_cluster_ip_range, &kubernetes_ip)
-            .map_err(SimError::Seed)?;
+        seed_objects(
+            &store,
+            &cfg.service_cluster_ip_range,
+            &kubernetes_ip,
+            cfg.cluster.provisioner,
+        )
+        .map_err(SimError::Seed)?;
         let addr = SocketAddr::new(cfg.bind, cfg.port);
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -261,6 +287,7 @@ impl KubeSim {
             shutdown: CancellationToken::new(),
             runtimes: Arc::new(PodRuntimes::default()),
             disabled_group_versions: cfg.disabled_group_versions.clone(),
+            authorization,
         });
         let dir = std::env::temp_dir().join(format!(
             "kube-sim-{}-{}-{}",
@@ -320,6 +347,12 @@ impl KubeSim {
             dir,
             server: Some(server),
         })
+    }
+
+    /// How this simulator authorizes requests (its config's mode, or the
+    /// environment's).
+    pub fn authorization(&self) -> Authorization {
+        self.state.authorization
     }
 
     /// `http://127.0.0.1:PORT`.

@@ -75,6 +75,11 @@ struct Args {
     /// ServiceCIDR, as kube-apiserver's flag of the same name.
     #[arg(long, value_name = "CIDR", default_value = kube_sim::DEFAULT_SERVICE_CLUSTER_IP_RANGE)]
     service_cluster_ip_range: String,
+    /// How requests are authorized, as kube-apiserver's flag: `Node,RBAC`
+    /// or `AlwaysAllow` (default: `KUBE_SIM_AUTHORIZATION`, else
+    /// `AlwaysAllow`).
+    #[arg(long, value_name = "MODE")]
+    authorization_mode: Option<String>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -157,8 +162,18 @@ async fn serve() -> anyhow::Result<()> {
         .map(kube_sim::cost::CostSpec::load)
         .transpose()
         .map_err(anyhow::Error::msg)?;
+    let authorization = args
+        .authorization_mode
+        .as_deref()
+        .map(|m| {
+            kube_sim::Authorization::parse(m).ok_or_else(|| {
+                anyhow::anyhow!("--authorization-mode {m:?}: expected Node,RBAC or AlwaysAllow")
+            })
+        })
+        .transpose()?;
     let cfg = kube_sim::SimConfig {
         cost_model,
+        authorization,
         port: args.port,
         bind: args.bind,
         history_window: args.history_window,

@@ -16,8 +16,10 @@
 //! Authorization is RBAC over the stored ClusterRoles, Roles and their
 //! bindings, upstream's bootstrap policy among them
 //! ([`crate::bootstrap_rbac`]; pkg/registry/rbac/validation:
-//! `VisitRulesFor`, `appliesTo`, `RuleAllows`), plus `system:masters`, which may do everything. kube-sim itself does not enforce
-//! RBAC on requests; a SubjectAccessReview answers what a real server would.
+//! `VisitRulesFor`, `appliesTo`, `RuleAllows`), after `system:masters`,
+//! which may do everything, and the Node authorizer's static rules for a
+//! node ([`authorize`]). The same decision authorizes kube-sim's requests
+//! when [`crate::Authorization::NodeRbac`] is on ([`crate::authz`]).
 
 use std::sync::Arc;
 
@@ -332,23 +334,23 @@ fn token_review(obj: &Value) -> Result<Value, ApiError> {
     }
 }
 
-/// What a SubjectAccessReview asks about.
-#[derive(Debug, Default)]
-struct Attributes {
-    verb: String,
+/// What a SubjectAccessReview asks about, or what a request does.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Attributes {
+    pub(crate) verb: String,
     /// Resource requests.
-    resource: Option<ResourceAttrs>,
+    pub(crate) resource: Option<ResourceAttrs>,
     /// Non-resource requests.
-    path: String,
+    pub(crate) path: String,
 }
 
-#[derive(Debug, Default)]
-struct ResourceAttrs {
-    namespace: String,
-    group: String,
-    resource: String,
-    subresource: String,
-    name: String,
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ResourceAttrs {
+    pub(crate) namespace: String,
+    pub(crate) group: String,
+    pub(crate) resource: String,
+    pub(crate) subresource: String,
+    pub(crate) name: String,
 }
 
 fn s(v: &Value, k: &str) -> String {
@@ -428,14 +430,67 @@ fn attributes(spec: &Value) -> Attributes {
     }
 }
 
-/// The decision for `spec`'s user and groups: the privileged group
-/// `system:masters` may do everything (no reason), then RBAC.
-fn decide(state: &Arc<State>, spec: &Value) -> Value {
-    let groups = strings(spec, "groups");
-    if groups.iter().any(|g| g == "system:masters") {
-        return json!({"allowed": true});
+/// An authorizer's answer: allowed or not, with its reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Decision {
+    pub(crate) allowed: bool,
+    pub(crate) reason: Option<String>,
+}
+
+/// The decision of `--authorization-mode=Node,RBAC` for `user` in `groups`
+/// (the union authorizer): the privileged group `system:masters` may do
+/// everything (no reason), then the Node authorizer ([`node_allows`]), then
+/// RBAC over the stored objects.
+pub(crate) fn authorize(
+    state: &Arc<State>,
+    user: &str,
+    groups: &[String],
+    attrs: &Attributes,
+) -> Decision {
+    if groups.iter().any(|g| g == "system:masters") || node_allows(user, groups, attrs) {
+        return Decision {
+            allowed: true,
+            reason: None,
+        };
     }
-    rbac_decision(state, &s(spec, "user"), &groups, &attributes(spec))
+    rbac_decision(state, user, groups, attrs)
+}
+
+/// The rules of the bootstrap ClusterRole `system:node`, which the Node
+/// authorizer applies to a node's requests (`bootstrappolicy.NodeRules()`,
+/// compiled in: editing the stored role changes RBAC, not these).
+fn node_rules() -> &'static [Value] {
+    static RULES: std::sync::LazyLock<Vec<Value>> =
+        std::sync::LazyLock::new(crate::bootstrap_rbac::node_rules);
+    &RULES
+}
+
+/// The Node authorizer (plugin/pkg/auth/authorizer/node): a node identity
+/// (`system:node:<name>` in `system:nodes`) may do what the static node
+/// rules allow. Upstream narrows secrets, configmaps, volumes, claims,
+/// leases and the node's own objects further by its graph of what runs on
+/// which node; kube-sim keeps no such graph, so a node gets the rules
+/// whole.
+fn node_allows(user: &str, groups: &[String], attrs: &Attributes) -> bool {
+    let node = user
+        .strip_prefix("system:node:")
+        .is_some_and(|n| !n.is_empty())
+        && groups.iter().any(|g| g == "system:nodes");
+    node && node_rules().iter().any(|r| rule_allows(r, attrs))
+}
+
+/// The decision for `spec`'s user and groups, as a review's status.
+fn decide(state: &Arc<State>, spec: &Value) -> Value {
+    let d = authorize(
+        state,
+        &s(spec, "user"),
+        &strings(spec, "groups"),
+        &attributes(spec),
+    );
+    match d.reason {
+        Some(reason) => json!({"allowed": d.allowed, "reason": reason}),
+        None => json!({"allowed": d.allowed}),
+    }
 }
 
 pub(crate) fn subject_access_review(state: &Arc<State>, obj: &Value) -> Result<Value, ApiError> {
@@ -651,7 +706,12 @@ fn aggregate(errs: &[String]) -> String {
 
 /// The RBAC authorizer's decision: allowed with the rule's source, or not
 /// allowed with the errors met (`RBAC: <errors>`, or no reason).
-fn rbac_decision(state: &Arc<State>, user: &str, groups: &[String], attrs: &Attributes) -> Value {
+fn rbac_decision(
+    state: &Arc<State>,
+    user: &str,
+    groups: &[String],
+    attrs: &Attributes,
+) -> Decision {
     let namespace = attrs
         .resource
         .as_ref()
@@ -666,9 +726,18 @@ fn rbac_decision(state: &Arc<State>, user: &str, groups: &[String], attrs: &Attr
         true
     });
     match reason {
-        Some(reason) => json!({"allowed": true, "reason": reason}),
-        None if errors.is_empty() => json!({"allowed": false}),
-        None => json!({"allowed": false, "reason": format!("RBAC: {}", aggregate(&errors))}),
+        Some(reason) => Decision {
+            allowed: true,
+            reason: Some(reason),
+        },
+        None if errors.is_empty() => Decision {
+            allowed: false,
+            reason: None,
+        },
+        None => Decision {
+            allowed: false,
+            reason: Some(format!("RBAC: {}", aggregate(&errors))),
+        },
     }
 }
 

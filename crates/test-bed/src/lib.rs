@@ -7,10 +7,12 @@
 //! user sees holds on the server users run, not only on our emulator.
 //!
 //! What differs between the two, and how a test sees it through this crate:
-//! - **Identity and RBAC.** kube-sim allows every user everything; the real
-//!   server runs Node+RBAC. [`Server::controller_client`] grants a
-//!   controller's user exactly the rules its descriptor declares (plus
-//!   Events, as the chart does), so a missing rule fails the real-server run.
+//! - **Identity and RBAC.** Both beds authorize as `Node,RBAC` (kube-sim
+//!   with `Authorization::NodeRbac`, unless [`Options::sim`] sets another
+//!   mode). [`Server::controller_client`]
+//!   grants a controller's user exactly the rules its descriptor declares
+//!   (plus Events, as the chart does) on both beds, so a missing rule fails
+//!   the run.
 //! - **Pods.** No kubelet runs beside the real server: a pod is "scheduled,
 //!   not finished" when `spec.nodeName` is set and its phase is neither
 //!   Succeeded nor Failed, and deleting a scheduled pod leaves it Terminating
@@ -36,7 +38,7 @@ pub use control_plane;
 pub use kube_sim;
 
 use control_plane::{Config, ControlPlane};
-use kube_sim::{KubeSim, RequestFilter, SimConfig};
+use kube_sim::{Authorization, KubeSim, RequestFilter, SimConfig};
 
 /// Which server a test runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,7 +74,8 @@ pub struct Options {
     /// `StorageObjectInUseProtection` admission plugins on). A test that
     /// needs KCM runs on the real server only.
     pub kcm: Option<Vec<String>>,
-    /// kube-sim settings beyond the two above (its defaults otherwise).
+    /// kube-sim settings beyond the two above (its defaults otherwise, but
+    /// for `authorization`: `Authorization::NodeRbac` unless set here).
     pub sim: Option<SimConfig>,
     /// A label for the control plane's logs and directory.
     pub name: String,
@@ -129,6 +132,23 @@ enum Inner {
     Real(Box<ControlPlane>),
 }
 
+/// helm and kubectl send no credentials over kube-sim's plain HTTP (they
+/// are `system:anonymous`), where on the real bed they use the admin's
+/// certificate: on an authorizing kube-sim, the group
+/// `system:unauthenticated` is bound to `cluster-admin` so that they act
+/// as the admin there too. Every kube-rs client sends its user's token.
+async fn admin_for_go_tools(sim: &KubeSim) -> anyhow::Result<()> {
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "test-bed:helm-and-kubectl"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "system:unauthenticated"}],
+    }))?;
+    Api::<ClusterRoleBinding>::all(sim.try_client_as("admin").await?)
+        .create(&PostParams::default(), &binding)
+        .await?;
+    Ok(())
+}
+
 /// How long [`Server`] waits for the real server to take up an RBAC grant
 /// or create a namespace's `default` ServiceAccount.
 const SETTLE: Duration = Duration::from_secs(60);
@@ -143,12 +163,18 @@ impl Server {
                         "test-bed: kube-controller-manager runs beside the real server only"
                     );
                 }
-                let cfg = SimConfig {
+                let mut cfg = SimConfig {
                     storage_protection_admission: options.storage_protection_admission,
                     pod_graceful_deletion: options.pod_graceful_deletion,
                     ..options.sim.clone().unwrap_or_default()
                 };
-                Inner::Sim(KubeSim::start(cfg).await?)
+                // As the real server: Node,RBAC, unless the test says otherwise.
+                cfg.authorization.get_or_insert(Authorization::NodeRbac);
+                let sim = KubeSim::start(cfg).await?;
+                if sim.authorization() == Authorization::NodeRbac {
+                    admin_for_go_tools(&sim).await?;
+                }
+                Inner::Sim(sim)
             }
             Bed::Real => {
                 let name = if options.name.is_empty() {
@@ -227,8 +253,7 @@ impl Server {
     }
 
     /// A client authenticated as `user`, granted nothing by this call
-    /// (kube-sim allows every user everything; on the real server RBAC
-    /// decides).
+    /// (RBAC decides, on both beds).
     pub async fn client_as(&self, user: &str) -> anyhow::Result<kube::Client> {
         Ok(match &self.inner {
             Inner::Sim(s) => s.try_client_as(user).await?,
@@ -236,33 +261,28 @@ impl Server {
         })
     }
 
-    /// A client authenticated as a controller's `user`. On the real server
-    /// the user is granted `rules` cluster-wide and Events (create, patch),
-    /// what the chart's ClusterRole gives a controller, and nothing else;
-    /// kube-sim allows every user everything.
+    /// A client authenticated as a controller's `user`, granted `rules`
+    /// cluster-wide and Events (create, patch), what the chart's ClusterRole
+    /// gives a controller, and nothing else (on both beds).
     pub async fn controller_client(
         &self,
         user: &str,
         rules: &[PolicyRule],
     ) -> anyhow::Result<kube::Client> {
-        if self.is_real() {
-            let mut rules: Vec<Value> = rules
-                .iter()
-                .map(|r| json!({"apiGroups": r.api_groups, "resources": r.resources, "verbs": r.verbs}))
-                .collect();
-            rules.push(json!({"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}));
-            self.grant(user, &Value::Array(rules)).await?;
-        }
+        let mut rules: Vec<Value> = rules
+            .iter()
+            .map(|r| json!({"apiGroups": r.api_groups, "resources": r.resources, "verbs": r.verbs}))
+            .collect();
+        rules.push(json!({"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}));
+        self.grant(user, &Value::Array(rules)).await?;
         self.client_as(user).await
     }
 
     /// Grants `user` the RBAC `rules` (a JSON array of PolicyRules)
-    /// cluster-wide, beside what it was granted before, and waits until the real server's authorizer allows the
-    /// first of them. A no-op on kube-sim.
+    /// cluster-wide, beside what it was granted before (a ClusterRole and
+    /// its ClusterRoleBinding, created through the API on both beds), and
+    /// waits until the server's authorizer allows the first of them.
     pub async fn grant(&self, user: &str, rules: &Value) -> anyhow::Result<()> {
-        let Inner::Real(_) = &self.inner else {
-            return Ok(());
-        };
         let admin = self.client().await?;
         let n = self
             .grants
@@ -290,7 +310,7 @@ impl Server {
     /// Waits until the real server's authorizer allows `user` to `verb`
     /// `resource` (`plural` or `plural/subresource`) of `group` cluster-wide:
     /// RBAC takes a new binding up from its informers shortly after the
-    /// write. A no-op on kube-sim.
+    /// write (kube-sim at once).
     pub async fn wait_allowed(
         &self,
         user: &str,
@@ -298,9 +318,6 @@ impl Server {
         resource: &str,
         verb: &str,
     ) -> anyhow::Result<()> {
-        let Inner::Real(_) = &self.inner else {
-            return Ok(());
-        };
         let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
         let review: SubjectAccessReview = serde_json::from_value(json!({
             "spec": {"user": user, "resourceAttributes": {

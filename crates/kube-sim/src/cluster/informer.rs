@@ -93,6 +93,9 @@ pub struct ControllerManager {
     pub pvcs: Store<PersistentVolumeClaim>,
     pub storageclasses: Store<StorageClass>,
     pub changes: Changes,
+    /// The controller manager's own identity, which its listers read as
+    /// (a controller's own client writes as its ServiceAccount).
+    pub lister: Client,
 }
 
 impl ControllerManager {
@@ -149,6 +152,7 @@ impl ControllerManager {
             pvcs,
             storageclasses: scs,
             changes,
+            lister: client.clone(),
         };
         let deadline = tokio::time::sleep(Duration::from_secs(60));
         tokio::pin!(deadline);

@@ -31,10 +31,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{
     Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimStatus,
 };
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, Resource};
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::events::{EventType, Recorder};
@@ -351,9 +350,17 @@ impl Binder {
                 let ns = pvc.metadata.namespace.clone().unwrap_or_default();
                 let name = pvc.metadata.name.clone().unwrap_or_default();
                 let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &ns);
-                let p = json!({"metadata": {"annotations": {STORAGE_PROVISIONER: sc.provisioner, BETA_STORAGE_PROVISIONER: sc.provisioner}}});
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&p))
-                    .await?;
+                // An update, as upstream's binder writes claims (its role
+                // may update claims, not patch them).
+                let mut claim = PersistentVolumeClaim::clone(pvc);
+                let annotations = claim
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(Default::default);
+                for key in [STORAGE_PROVISIONER, BETA_STORAGE_PROVISIONER] {
+                    annotations.insert(key.to_string(), sc.provisioner.clone());
+                }
+                api.replace(&name, &PostParams::default(), &claim).await?;
                 self.tell(pvc, EventType::Normal, "ExternalProvisioning", &format!("Waiting for a volume to be created either by the external provisioner '{}' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered.", sc.provisioner));
                 return Ok(());
             }
@@ -431,7 +438,16 @@ impl Binder {
             return Ok(None);
         }
         let node: Option<Node> = match (&selected, wffc) {
-            (Some(n), true) => Api::<Node>::all(self.client.clone()).get_opt(n).await?,
+            // Upstream reads the node from the shared informer: a list
+            // as the controller manager's identity (which may list and
+            // watch everything), not a get as the binder's ServiceAccount,
+            // which may not read nodes.
+            (Some(n), true) => Api::<Node>::all(kcm.lister.clone())
+                .list(&ListParams::default().fields(&format!("metadata.name={n}")))
+                .await?
+                .items
+                .into_iter()
+                .next(),
             _ => None,
         };
         let mut best: Option<(f64, Arc<PersistentVolume>)> = None;

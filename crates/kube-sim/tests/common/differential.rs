@@ -101,11 +101,27 @@ pub async fn call(
     content_type: &str,
     body: &str,
 ) -> Reply {
-    let req = http::Request::builder()
+    call_with(client, method, path, content_type, body, &[]).await
+}
+
+/// [`call`] with extra request headers (e.g. `Impersonate-User`).
+pub async fn call_with(
+    client: &Client,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> Reply {
+    let mut req = http::Request::builder()
         .method(method)
         .uri(path)
         .header(http::header::CONTENT_TYPE, content_type)
-        .header(http::header::ACCEPT, "application/json")
+        .header(http::header::ACCEPT, "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req
         .body(Body::from(body.as_bytes().to_vec()))
         .unwrap_or_else(|e| panic!("building {method} {path}: {e}"));
     let resp = client

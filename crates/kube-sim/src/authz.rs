@@ -1,0 +1,520 @@
+//! Authorization of every request, as kube-apiserver's
+//! `--authorization-mode=Node,RBAC` authorizes it (opt-in:
+//! [`Authorization::NodeRbac`]).
+//!
+//! The request's attributes are read from its path, method and query as
+//! upstream's `RequestInfoFactory` reads them (k8s.io/apiserver
+//! endpoints/request/requestinfo.go), before kube-sim looks the resource up:
+//! a user who may not list `foos` is told so whether `foos` exists or not.
+//! Impersonation (`Impersonate-User`, `Impersonate-Group`) is authorized
+//! first, as 1.36's constrained impersonation does (the
+//! `impersonate-on:<mode>:<verb>` and `impersonate:<mode>` verbs, then the
+//! legacy `impersonate` on `users`, `serviceaccounts` and `groups`:
+//! endpoints/filters/impersonation), and the request is then authorized
+//! for the impersonated user.
+//!
+//! The decision is the review APIs' ([`crate::reviews::authorize`]):
+//! `system:masters`, then the Node authorizer, then RBAC over the stored
+//! objects. A refusal is upstream's 403 (`responsewriters.Forbidden`).
+
+use http::Method;
+use std::sync::Arc;
+
+use crate::error::{ApiError, GroupResource};
+use crate::http::State;
+use crate::reviews::{Attributes, ResourceAttrs};
+
+/// How kube-sim authorizes requests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Authorization {
+    /// Every request is allowed, whoever sends it (kube-sim's historical
+    /// behaviour; a kube-apiserver with `--authorization-mode=AlwaysAllow`).
+    #[default]
+    AlwaysAllow,
+    /// As `--authorization-mode=Node,RBAC` (what the real control plane of
+    /// the test bed runs): `system:masters` may do everything; a node
+    /// (`system:node:<name>` in `system:nodes`) what the Node authorizer's
+    /// static rules allow (the rules of the bootstrap ClusterRole
+    /// `system:node`; kube-sim has no graph of which pods, secrets and
+    /// volumes belong to which node, so a node may read all of them); every
+    /// user what RBAC allows. Anything else is 403 Forbidden.
+    NodeRbac,
+}
+
+impl Authorization {
+    /// The environment variable that sets the authorization of a kube-sim
+    /// whose [`crate::SimConfig::authorization`] is `None`: `Node,RBAC` or
+    /// `AlwaysAllow` (unset: `AlwaysAllow`). It lets a whole test suite run
+    /// with authorization on.
+    pub const ENV: &'static str = "KUBE_SIM_AUTHORIZATION";
+
+    /// The mode `--authorization-mode` names (`Node,RBAC`, `AlwaysAllow`).
+    pub fn parse(s: &str) -> Option<Authorization> {
+        match s.trim() {
+            "Node,RBAC" | "RBAC,Node" => Some(Authorization::NodeRbac),
+            "AlwaysAllow" => Some(Authorization::AlwaysAllow),
+            _ => None,
+        }
+    }
+
+    /// The mode of the environment ([`Authorization::ENV`]); `Err` with the
+    /// value when it names no mode.
+    pub fn from_env() -> Result<Authorization, String> {
+        match std::env::var(Self::ENV) {
+            Err(_) => Ok(Authorization::AlwaysAllow),
+            Ok(v) if v.is_empty() => Ok(Authorization::AlwaysAllow),
+            Ok(v) => Authorization::parse(&v).ok_or(v),
+        }
+    }
+}
+
+/// A user and its groups.
+pub(crate) type Identity = (String, Vec<String>);
+
+/// Go's `strconv.ParseBool`.
+fn parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// `content.IsPathSegmentName`: a name that can be a path segment.
+fn path_segment_name(name: &str) -> bool {
+    name != "." && name != ".." && !name.contains('/') && !name.contains('%')
+}
+
+/// The name an exact `metadata.name` field selector requires
+/// (`fields.Selector.RequiresExactMatch("metadata.name")`).
+fn selected_name(selector: &str) -> Option<&str> {
+    selector.split(',').find_map(|term| {
+        let (k, v) = term
+            .split_once("==")
+            .or_else(|| term.split_once('='))
+            .filter(|(k, _)| !k.ends_with('!'))?;
+        (k.trim() == "metadata.name").then_some(v)
+    })
+}
+
+/// The attributes of a request (`RequestInfoFactory.NewRequestInfo`): a
+/// resource request under `/api/v1/...` or `/apis/<group>/<version>/...`,
+/// anything shorter or elsewhere a non-resource request whose verb is the
+/// method in lower case.
+pub(crate) fn request_attributes(method: &Method, path: &str, query: Option<&str>) -> Attributes {
+    let non_resource = Attributes {
+        verb: method.as_str().to_ascii_lowercase(),
+        resource: None,
+        path: path.to_string(),
+    };
+    let trimmed = path.trim_matches('/');
+    let parts: Vec<&str> = if trimmed.is_empty() {
+        Vec::new()
+    } else {
+        trimmed.split('/').collect()
+    };
+    let (group, rest) = match parts.as_slice() {
+        ["api", rest @ ..] if rest.len() >= 2 => ("", rest),
+        ["apis", g, rest @ ..] if rest.len() >= 2 => (*g, rest),
+        _ => return non_resource,
+    };
+    let mut rest = &rest[1..];
+    let mut verb = match *method {
+        Method::POST => "create",
+        Method::GET | Method::HEAD => "get",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        _ => "",
+    };
+    if matches!(rest.first(), Some(&("watch" | "proxy"))) {
+        verb = if rest[0] == "watch" { "watch" } else { "proxy" };
+        rest = &rest[1..];
+    }
+    let mut namespace = "";
+    if rest.first() == Some(&"namespaces")
+        && let Some(ns) = rest.get(1)
+    {
+        namespace = *ns;
+        if rest.len() > 2 && !matches!(rest[2], "status" | "finalize") {
+            rest = &rest[2..];
+        }
+    }
+    let mut r = ResourceAttrs {
+        namespace: namespace.to_string(),
+        group: group.to_string(),
+        resource: rest.first().map(|s| s.to_string()).unwrap_or_default(),
+        subresource: String::new(),
+        name: rest.get(1).map(|s| s.to_string()).unwrap_or_default(),
+    };
+    if rest.len() >= 3 && verb != "proxy" {
+        r.subresource = rest[2].to_string();
+    }
+    let mut verb = verb.to_string();
+    if r.name.is_empty() && verb == "get" {
+        let q: Vec<(String, String)> = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+        let first = |k: &str| q.iter().find(|(qk, _)| qk == k).map(|(_, v)| v.as_str());
+        // A `watch` that does not parse fails the whole decoding: the
+        // selector is then ignored and any value but false/0 watches.
+        let (watch, decoded) = match first("watch") {
+            None => (false, true),
+            Some(v) => match parse_bool(v) {
+                Some(b) => (b, true),
+                None => (
+                    !matches!(v.to_ascii_lowercase().as_str(), "false" | "0"),
+                    false,
+                ),
+            },
+        };
+        verb = (if watch { "watch" } else { "list" }).to_string();
+        if decoded
+            && let Some(name) = first("fieldSelector").and_then(selected_name)
+            && path_segment_name(name)
+        {
+            r.name = name.to_string();
+        }
+    }
+    if r.name.is_empty() && verb == "delete" {
+        verb = "deletecollection".to_string();
+    }
+    Attributes {
+        verb,
+        resource: Some(r),
+        path: path.to_string(),
+    }
+}
+
+/// `responsewriters.ForbiddenStatusError`: the 403 for `user` denied
+/// `attrs`, with the authorizer's reason.
+pub(crate) fn forbidden(user: &str, attrs: &Attributes, reason: Option<&str>) -> ApiError {
+    let msg = match &attrs.resource {
+        None => format!("User {user:?} cannot {} path {:?}", attrs.verb, attrs.path),
+        Some(r) => {
+            let resource = if r.subresource.is_empty() {
+                r.resource.clone()
+            } else {
+                format!("{}/{}", r.resource, r.subresource)
+            };
+            let scope = if r.namespace.is_empty() {
+                "at the cluster scope".to_string()
+            } else {
+                format!("in the namespace {:?}", r.namespace)
+            };
+            format!(
+                "User {user:?} cannot {} resource {resource:?} in API group {:?} {scope}",
+                attrs.verb, r.group
+            )
+        }
+    };
+    let msg = msg
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    let err = match reason.filter(|r| !r.is_empty()) {
+        Some(reason) => format!("{msg}: {reason}"),
+        None => msg,
+    };
+    // apierrors.NewForbidden(gr, name, err).
+    let (group, resource, name) = match &attrs.resource {
+        Some(r) => (r.group.as_str(), r.resource.as_str(), r.name.as_str()),
+        None => ("", "", ""),
+    };
+    let gr = GroupResource::new(group, resource);
+    let message = if group.is_empty() && resource.is_empty() {
+        format!("forbidden: {err}")
+    } else if name.is_empty() {
+        format!("{gr} is forbidden: {err}")
+    } else {
+        format!("{gr} {name:?} is forbidden: {err}")
+    };
+    let mut details = serde_json::Map::new();
+    for (k, v) in [("name", name), ("group", group), ("kind", resource)] {
+        if !v.is_empty() {
+            details.insert(k.to_string(), serde_json::json!(v));
+        }
+    }
+    ApiError::new(403, "Forbidden", message).with_details(serde_json::Value::Object(details))
+}
+
+/// The header values of `name`, in order.
+fn header_values<'a>(headers: &'a http::HeaderMap, name: &str) -> Vec<&'a str> {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect()
+}
+
+/// The user a request acts as once its impersonation headers are
+/// authorized (endpoints/filters/impersonation, with 1.36's constrained
+/// impersonation): `requester` itself without them. Else the modes are
+/// tried in upstream's order, each only for the users it applies to:
+/// `arbitrary-node` (a `system:node:<name>`, no groups), `serviceaccount`
+/// (a `system:serviceaccount:<ns>:<name>`, no groups), `user-info` (any
+/// other user), each needing `impersonate-on:<mode>:<verb>` on the request
+/// and then `impersonate:<mode>` on the user (`nodes`, `serviceaccounts` or
+/// `users`) and its groups; then the legacy `impersonate` verb. The first
+/// mode that allows gives the user: its groups (a node's `system:nodes`, a
+/// service account's own when none is given) and `system:authenticated`
+/// (`system:unauthenticated` for `system:anonymous`). `Err`: the 403 of the
+/// first mode that refused, or upstream's 400 for groups without a user.
+pub(crate) fn acting_identity(
+    state: &Arc<State>,
+    headers: &http::HeaderMap,
+    requester: &Identity,
+    request: &Attributes,
+) -> Result<Identity, ApiError> {
+    let user = header_values(headers, "impersonate-user")
+        .into_iter()
+        .next()
+        .filter(|u| !u.is_empty());
+    let wanted_groups: Vec<String> = header_values(headers, "impersonate-group")
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let Some(user) = user else {
+        if !wanted_groups.is_empty() {
+            // processImpersonationHeaders: the wanted user.DefaultInfo, %#v.
+            let groups: Vec<String> = wanted_groups.iter().map(|g| format!("{g:?}")).collect();
+            return Err(ApiError::bad_request(format!(
+                "requested &user.DefaultInfo{{Name:\"\", UID:\"\", Groups:[]string{{{}}}, Extra:map[string][]string(nil)}} without impersonating a user name",
+                groups.join(", ")
+            )));
+        }
+        return Ok(requester.clone());
+    };
+    let node = user.strip_prefix("system:node:").filter(|n| !n.is_empty());
+    let sa = user
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|r| r.split_once(':'))
+        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains(':'));
+    let only_user = wanted_groups.is_empty();
+    let modes = [
+        ("arbitrary-node", only_user && node.is_some()),
+        ("serviceaccount", only_user && sa.is_some()),
+        ("user-info", node.is_none() && sa.is_none()),
+    ];
+    let mut first_err = None;
+    for (mode, applies) in modes {
+        if !applies {
+            continue;
+        }
+        let mut on = request.clone();
+        on.verb = format!("impersonate-on:{mode}:{}", request.verb);
+        let d = crate::reviews::authorize(state, &requester.0, &requester.1, &on);
+        if !d.allowed {
+            first_err.get_or_insert_with(|| forbidden(&requester.0, &on, d.reason.as_deref()));
+            continue;
+        }
+        let verb = format!("impersonate:{mode}");
+        match impersonate(
+            state,
+            requester,
+            &verb,
+            true,
+            user,
+            node,
+            sa,
+            &wanted_groups,
+        ) {
+            Ok(identity) => return Ok(identity),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    impersonate(
+        state,
+        requester,
+        "impersonate",
+        false,
+        user,
+        node,
+        sa,
+        &wanted_groups,
+    )
+    .map_err(|e| first_err.unwrap_or(e))
+}
+
+/// One impersonation mode's checks (`impersonationModeState.check`):
+/// `verb` on the user (as `nodes` in a constrained mode, `serviceaccounts`,
+/// or `users`) and on each group; the identity it gives.
+#[allow(clippy::too_many_arguments)]
+fn impersonate(
+    state: &Arc<State>,
+    requester: &Identity,
+    verb: &str,
+    constrained: bool,
+    user: &str,
+    node: Option<&str>,
+    sa: Option<(&str, &str)>,
+    wanted_groups: &[String],
+) -> Result<Identity, ApiError> {
+    let mut groups: Vec<String> = wanted_groups.to_vec();
+    let (resource, namespace, name) = match (node, sa) {
+        (Some(n), _) if constrained => {
+            groups = vec!["system:nodes".to_string()];
+            ("nodes", String::new(), n.to_string())
+        }
+        (_, Some((ns, sa_name))) => {
+            if wanted_groups.is_empty() {
+                groups = vec![
+                    "system:serviceaccounts".to_string(),
+                    format!("system:serviceaccounts:{ns}"),
+                ];
+            }
+            ("serviceaccounts", ns.to_string(), sa_name.to_string())
+        }
+        _ => ("users", String::new(), user.to_string()),
+    };
+    let mut checks = vec![(resource, namespace, name)];
+    checks.extend(
+        wanted_groups
+            .iter()
+            .map(|g| ("groups", String::new(), g.clone())),
+    );
+    for (resource, namespace, name) in checks {
+        let attrs = Attributes {
+            verb: verb.to_string(),
+            resource: Some(ResourceAttrs {
+                namespace,
+                group: String::new(),
+                resource: resource.to_string(),
+                subresource: String::new(),
+                name,
+            }),
+            path: String::new(),
+        };
+        let d = crate::reviews::authorize(state, &requester.0, &requester.1, &attrs);
+        if !d.allowed {
+            return Err(forbidden(&requester.0, &attrs, d.reason.as_deref()));
+        }
+    }
+    if user == "system:anonymous" {
+        if !groups.iter().any(|g| g == "system:unauthenticated") {
+            groups.push("system:unauthenticated".to_string());
+        }
+    } else if !groups.iter().any(|g| g == "system:unauthenticated")
+        && !groups.iter().any(|g| g == "system:authenticated")
+    {
+        groups.push("system:authenticated".to_string());
+    }
+    Ok((user.to_string(), groups))
+}
+
+/// Authorizes one request (`Ok` when it may proceed): its impersonation,
+/// then its attributes for the user it acts as.
+pub(crate) fn authorize_request(
+    state: &Arc<State>,
+    req: &http::Request<hyper::body::Incoming>,
+) -> Result<(), ApiError> {
+    if state.authorization == Authorization::AlwaysAllow {
+        return Ok(());
+    }
+    let requester = crate::self_review::requester(req);
+    let attrs = request_attributes(req.method(), req.uri().path(), req.uri().query());
+    let (user, groups) = acting_identity(state, req.headers(), &requester, &attrs)?;
+    let d = crate::reviews::authorize(state, &user, &groups, &attrs);
+    if d.allowed {
+        Ok(())
+    } else {
+        Err(forbidden(&user, &attrs, d.reason.as_deref()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(method: Method, path: &str, query: Option<&str>) -> (String, Option<ResourceAttrs>) {
+        let a = request_attributes(&method, path, query);
+        (a.verb, a.resource)
+    }
+
+    #[test]
+    fn request_attributes_are_read_as_upstream_reads_them() {
+        let (verb, r) = attrs(Method::GET, "/api/v1/namespaces/shop/pods", None);
+        let r = r.expect("a resource request");
+        assert_eq!((verb.as_str(), r.namespace.as_str()), ("list", "shop"));
+        assert_eq!((r.resource.as_str(), r.name.as_str()), ("pods", ""));
+
+        let (verb, r) = attrs(
+            Method::GET,
+            "/api/v1/pods",
+            Some("watch=1&fieldSelector=metadata.name%3Dweb"),
+        );
+        let r = r.expect("a resource request");
+        assert_eq!((verb.as_str(), r.name.as_str()), ("watch", "web"));
+
+        let (verb, r) = attrs(
+            Method::PATCH,
+            "/apis/apps/v1/namespaces/shop/deployments/web/status",
+            None,
+        );
+        let r = r.expect("a resource request");
+        assert_eq!(verb, "patch");
+        assert_eq!(
+            (r.group.as_str(), r.subresource.as_str(), r.name.as_str()),
+            ("apps", "status", "web")
+        );
+
+        // A namespace is named by its own path, and is its own namespace.
+        let (verb, r) = attrs(Method::DELETE, "/api/v1/namespaces/shop", None);
+        let r = r.expect("a resource request");
+        assert_eq!(verb, "delete");
+        assert_eq!(
+            (r.resource.as_str(), r.name.as_str(), r.namespace.as_str()),
+            ("namespaces", "shop", "shop")
+        );
+        let (_, r) = attrs(Method::PUT, "/api/v1/namespaces/shop/finalize", None);
+        let r = r.expect("a resource request");
+        assert_eq!(
+            (r.name.as_str(), r.subresource.as_str()),
+            ("shop", "finalize")
+        );
+
+        let (verb, r) = attrs(Method::DELETE, "/api/v1/namespaces/shop/secrets", None);
+        assert_eq!(verb, "deletecollection");
+        assert!(r.is_some());
+        let (verb, r) = attrs(Method::GET, "/api/v1/watch/namespaces/shop/pods/web", None);
+        assert_eq!(
+            (verb.as_str(), r.map(|r| r.name)),
+            ("watch", Some("web".to_string()))
+        );
+
+        // Discovery is not a resource request: fewer than three parts
+        // after `/api` or `/apis/<group>`.
+        for p in [
+            "/api",
+            "/apis",
+            "/api/v1",
+            "/apis/apps",
+            "/apis/apps/v1",
+            "/version",
+            "/healthz",
+        ] {
+            let (verb, r) = attrs(Method::GET, p, None);
+            assert_eq!(verb, "get", "{p}");
+            assert!(r.is_none(), "{p} is not a resource request");
+        }
+    }
+
+    #[test]
+    fn forbidden_names_what_was_refused() {
+        let a = request_attributes(&Method::GET, "/api/v1/namespaces/shop/secrets/db", None);
+        let e = forbidden("alice", &a, None);
+        assert_eq!(e.code, 403);
+        assert_eq!(
+            e.message,
+            "secrets \"db\" is forbidden: User \"alice\" cannot get resource \"secrets\" in API group \"\" in the namespace \"shop\""
+        );
+        let a = request_attributes(&Method::GET, "/metrics", None);
+        let e = forbidden("system:anonymous", &a, Some("RBAC: role missing"));
+        assert_eq!(
+            e.message,
+            "forbidden: User \"system:anonymous\" cannot get path \"/metrics\": RBAC: role missing"
+        );
+    }
+}
