@@ -1620,9 +1620,16 @@ pub async fn run(
             break;
         }
         if Instant::now() > deadline {
+            // What holds a ServiceCIDR left behind: the addresses in it.
+            let holders = if cfg.service_cidrs {
+                service_cidr_holders(h).await
+            } else {
+                Vec::new()
+            };
             tracing::warn!(
                 ?pending,
                 left,
+                ?holders,
                 "chaos: objects left after the cleanup deadline"
             );
             break;
@@ -1840,6 +1847,86 @@ async fn remaining(h: &Harness, ns: &str, cfg: &ChaosConfig) -> Result<usize> {
             .len();
     }
     Ok(n)
+}
+
+/// For every ServiceCIDR of the run still there: its name, whether it is
+/// Terminating, and each IPAddress inside one of its ranges with the
+/// Service it names and that Service's state (`gone`, `Terminating` or
+/// `live`). Best effort: a failed read says so.
+async fn service_cidr_holders(h: &Harness) -> Vec<String> {
+    use k8s_openapi::api::networking::v1::IPAddress;
+    use service_cidr_protection::cidr::Prefix;
+    let sel = kube::api::ListParams::default().labels(&format!("{}={}", objects::RUN_LABEL, h.run));
+    let (cidrs, ips) = match (
+        Api::<ServiceCIDR>::all(h.client.clone()).list(&sel).await,
+        Api::<IPAddress>::all(h.client.clone())
+            .list(&kube::api::ListParams::default())
+            .await,
+    ) {
+        (Ok(c), Ok(i)) => (c.items, i.items),
+        (Err(e), _) | (_, Err(e)) => return vec![format!("not read: {e}")],
+    };
+    let mut out = Vec::new();
+    for c in cidrs {
+        let ranges: Vec<Prefix> = c
+            .spec
+            .as_ref()
+            .and_then(|s| s.cidrs.clone())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|r| Prefix::parse(r))
+            .collect();
+        let mut users = Vec::new();
+        for ip in &ips {
+            let Ok(addr) = ip.metadata.name.as_deref().unwrap_or_default().parse() else {
+                continue;
+            };
+            if !ranges.iter().any(|r| r.contains_ip(addr)) {
+                continue;
+            }
+            let parent = ip.spec.as_ref().map(|s| &s.parent_ref);
+            let state = match parent {
+                Some(p) if p.resource == "services" => {
+                    match Api::<Service>::namespaced(
+                        h.client.clone(),
+                        p.namespace.as_deref().unwrap_or_default(),
+                    )
+                    .get_opt(&p.name)
+                    .await
+                    {
+                        Ok(None) => "gone".to_string(),
+                        Ok(Some(s)) if s.metadata.deletion_timestamp.is_some() => {
+                            format!("Terminating {:?}", s.metadata.finalizers)
+                        }
+                        Ok(Some(_)) => "live".to_string(),
+                        Err(e) => format!("not read: {e}"),
+                    }
+                }
+                _ => "no Service parent".to_string(),
+            };
+            users.push(format!(
+                "{} (parent {:?}/{:?}: {state}; managed-by {:?})",
+                ip.metadata.name.as_deref().unwrap_or_default(),
+                parent.and_then(|p| p.namespace.clone()),
+                parent.map(|p| p.name.clone()),
+                ip.metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("ipaddress.kubernetes.io/managed-by").cloned()),
+            ));
+        }
+        out.push(format!(
+            "{}{}: [{}]",
+            c.metadata.name.as_deref().unwrap_or_default(),
+            if c.metadata.deletion_timestamp.is_some() {
+                " (Terminating)"
+            } else {
+                ""
+            },
+            users.join(", ")
+        ));
+    }
+    out
 }
 
 /// Why the churn's ServiceCIDRs cannot run on this cluster, if they cannot:
