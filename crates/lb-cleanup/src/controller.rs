@@ -32,14 +32,12 @@ use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, ObjectReference, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use parking_lot::Mutex;
 use protection_core::events::EventRecorder;
 use protection_core::runtime::{
-    self, Backoff, Observer, PerObject, main_watch, ready_when_synced, resync_stream,
-    retry_after_failure,
+    Backoff, Observer, PerObject, main_watch, queue, ready_when_synced, resync_stream, retry_delay,
 };
 use protection_core::{ControllerContext, ControllerError, ControllerMetrics, ControllerResult};
 use serde_json::Value;
@@ -213,7 +211,8 @@ pub enum ReconcileError {
     NodesGone,
 }
 
-async fn reconcile(svc: Arc<Service>, st: Arc<State>) -> Result<Action, ReconcileError> {
+/// One sync of `svc`; `Ok` waits for the next change (nothing requeued).
+async fn reconcile(svc: Arc<Service>, st: Arc<State>) -> Result<(), ReconcileError> {
     let timer = st.metrics.reconcile_started();
     if !synced(st.nodes_synced.clone()).await {
         timer.finish(false);
@@ -245,7 +244,7 @@ async fn reconcile(svc: Arc<Service>, st: Arc<State>) -> Result<Action, Reconcil
                 _ => st.memory.expectations.forget(&key),
             }
             timer.finish(true);
-            Ok(Action::await_change())
+            Ok(())
         }
         Err(e) => {
             if e.is_new_fight_backoff() {
@@ -261,25 +260,34 @@ async fn reconcile(svc: Arc<Service>, st: Arc<State>) -> Result<Action, Reconcil
 ///
 /// Our own flag, not `Store::wait_until_ready`: kube-runtime's store
 /// readiness (`DelayedInit`) keeps one waker, so a second concurrent waiter
-/// (the Controller waits on the Service store) would never be woken.
+/// (the work queue waits on the Service store) would never be woken.
 async fn synced(mut rx: watch::Receiver<bool>) -> bool {
     rx.wait_for(|v| *v).await.is_ok()
 }
 
-fn error_policy(svc: Arc<Service>, err: &ReconcileError, st: Arc<State>) -> Action {
+/// When a failed sync of `svc` runs again.
+fn error_policy(svc: &Service, err: &ReconcileError, st: &State) -> Duration {
     // Upstream: a RetryError is re-added after exactly its delay, without
     // counting as a rate-limited failure.
     let after = match err {
         ReconcileError::Sync(e) => e.retry_after(),
         ReconcileError::NodesGone => None,
     };
-    retry_after_failure(
+    retry_delay(
         crate::wiring::CONTROLLER_NAME,
         &st.memory.backoff,
-        &key_of(&svc),
+        &key_of(svc),
         err,
         after,
     )
+}
+
+/// A Service's key in the work queue: `namespace/name`.
+fn queue_key(r: &ObjectRef<Service>) -> queue::Key {
+    match &r.namespace {
+        Some(ns) => format!("{ns}/{}", r.name).into(),
+        None => r.name.as_str().into(),
+    }
 }
 
 fn service_ref(key_ns: &str, name: &str) -> ObjectRef<Service> {
@@ -296,19 +304,34 @@ struct ServiceFilter {
     /// Last seen version of every Service that wants a load balancer (the
     /// "old" object of upstream's update handler; absent = did not want one).
     last: HashMap<ObjectRef<Service>, Arc<Service>>,
-    /// During a re-list: objects to release at `InitDone`, and keys seen.
-    init_triggers: Vec<Service>,
-    init_seen: HashSet<ObjectRef<Service>>,
+    /// During a re-list: the Services to sync at `InitDone`, and those whose
+    /// `last` entry is then the store's copy. Keys, not
+    /// objects: until `InitDone` the listed objects sit only in the
+    /// reflector's buffer, and a copy of each here (as this filter kept
+    /// before) was a third of the back-fill's peak heap at 2,000 Services.
+    init_triggers: Vec<ObjectRef<Service>>,
+    init_wanted: Vec<ObjectRef<Service>>,
     syncer: Arc<Syncer>,
     deletions: mpsc::UnboundedSender<(String, String)>,
 }
 
 impl ServiceFilter {
+    /// Whether `svc` is to be synced (upstream's handlers, against the last
+    /// version seen), and whether it wants a load balancer (then `last` is
+    /// to hold it).
+    fn judge(&self, r: &ObjectRef<Service>, svc: &Service) -> (bool, bool) {
+        let old = self.last.get(r);
+        (
+            should_sync(old.map(|a| &**a), svc, &self.classes, &self.finalizer),
+            wants_load_balancer(svc, &self.classes),
+        )
+    }
+
+    /// An applied version: the reflector has stored it already.
     fn decide(&mut self, svc: &Service) -> bool {
         let r = ObjectRef::from_obj(svc);
-        let old = self.last.get(&r).cloned();
-        let sync = should_sync(old.as_deref(), svc, &self.classes, &self.finalizer);
-        if wants_load_balancer(svc, &self.classes) {
+        let (sync, wants) = self.judge(&r, svc);
+        if wants {
             // Point at the store's copy when it has this version (no second
             // copy of the object).
             let arc = self
@@ -328,11 +351,11 @@ impl ServiceFilter {
     }
 
     /// One watch event in, the Services to sync out.
-    fn handle(&mut self, ev: watcher::Event<Service>) -> Vec<Service> {
+    fn handle(&mut self, ev: watcher::Event<Service>) -> Vec<ObjectRef<Service>> {
         match ev {
             watcher::Event::Apply(svc) => {
                 if self.decide(&svc) {
-                    vec![svc]
+                    vec![ObjectRef::from_obj(&svc)]
                 } else {
                     vec![]
                 }
@@ -346,25 +369,32 @@ impl ServiceFilter {
             }
             watcher::Event::Init => {
                 self.init_triggers.clear();
-                self.init_seen.clear();
+                self.init_wanted.clear();
                 vec![]
             }
             watcher::Event::InitApply(svc) => {
-                self.init_seen.insert(ObjectRef::from_obj(&svc));
-                if self.decide(&svc) {
-                    self.init_triggers.push(svc);
+                let r = ObjectRef::from_obj(&svc);
+                // `last` keeps the version before the re-list until
+                // InitDone: no other event comes in between, and each key
+                // is listed once.
+                let (sync, wants) = self.judge(&r, &svc);
+                if sync {
+                    self.init_triggers.push(r.clone());
+                }
+                if wants {
+                    self.init_wanted.push(r);
                 }
                 vec![]
             }
             watcher::Event::InitDone => {
-                // The store now holds the re-listed objects.
-                let seen = std::mem::take(&mut self.init_seen);
-                self.last.retain(|r, _| seen.contains(r));
-                for (r, arc) in self.last.iter_mut() {
-                    if let Some(s) = self.reader.get(r)
-                        && s.metadata.resource_version == arc.metadata.resource_version
-                    {
-                        *arc = s;
+                // The store now holds the re-listed objects: `last` points
+                // at them, and forgets what was not listed or wants no load
+                // balancer any more.
+                let wanted = std::mem::take(&mut self.init_wanted);
+                self.last.clear();
+                for r in wanted {
+                    if let Some(s) = self.reader.get(&r) {
+                        self.last.insert(r, s);
                     }
                 }
                 // Deletions missed during a watch gap (kube-runtime does not
@@ -602,13 +632,14 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
     let targets = Arc::new(Targets::new(node_reader));
     let observer = Observer::new(&settings.finalizer, ctx.metrics.clone());
     let svcs_synced = observer.listed();
+    let svcs_listed = svcs_synced.clone();
     let mut filter = ServiceFilter {
         classes: settings.classes.clone(),
         finalizer: settings.finalizer.clone(),
         reader: svc_reader.clone(),
         last: HashMap::new(),
         init_triggers: Vec::new(),
-        init_seen: HashSet::new(),
+        init_wanted: Vec::new(),
         syncer: syncer.clone(),
         deletions: del_tx,
     };
@@ -619,11 +650,13 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         memory.clone(),
     )
     .flat_map(move |ev| {
-        let out: Vec<Result<Service, watcher::Error>> = match ev {
-            Ok(ev) => filter.handle(ev).into_iter().map(Ok).collect(),
-            Err(e) => vec![Err(e)],
-        };
-        stream::iter(out)
+        stream::iter(match ev {
+            Ok(ev) => filter.handle(ev).iter().map(queue_key).collect(),
+            Err(e) => {
+                tracing::warn!(controller = name, error = %e, "watch error (retrying)");
+                vec![]
+            }
+        })
     });
 
     let deletions = tokio::spawn(run_deletions(syncer.clone(), del_rx, stop.clone()));
@@ -653,9 +686,15 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         settings.resync_period.unwrap_or(Duration::ZERO),
         move |s| needs_cleanup(s, &finalizer),
     );
-    let controller = Controller::for_stream(triggers, svc_reader)
-        .reconcile_on(retry_rx)
-        .reconcile_on(resync);
+    // The Services to sync come as keys (the filter holds no objects) to
+    // the engine's work queue (one `namespace/name` string per waiting
+    // Service; kube's Controller kept three `ObjectRef`s each, a third of the
+    // back-fill's peak heap at 2,000 Services); each is read from the store
+    // when it runs.
+    let triggers = stream::select(
+        stream::select(triggers.boxed(), retry_rx.map(|r| queue_key(&r))),
+        resync.map(|r| queue_key(&r)),
+    );
     let state = Arc::new(State {
         syncer,
         targets,
@@ -663,8 +702,35 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
         metrics: ctx.metrics.clone(),
         memory,
     });
-    runtime::drive(&ctx, controller, reconcile, error_policy, state).await;
-    // The Controller only returns on shutdown.
+    let work = move |key: queue::Key| {
+        let (store, st) = (svc_reader.clone(), state.clone());
+        let span = tracing::info_span!("reconciling object", controller = name, object = %key);
+        tracing::Instrument::instrument(
+            async move {
+                let Some(svc) = store.get(&protection_core::runtime::inuse::object_ref(&key))
+                else {
+                    tracing::debug!(controller = name, object = %key, "object gone before its reconcile");
+                    return None;
+                };
+                match reconcile(svc.clone(), st.clone()).await {
+                    Ok(()) => None,
+                    Err(e) => Some(error_policy(&svc, &e, &st)),
+                }
+            },
+            span,
+        )
+    };
+    queue::run(
+        usize::from(ctx.concurrency),
+        ctx.shutdown.clone(),
+        async move {
+            synced(svcs_listed).await;
+        },
+        triggers,
+        work,
+    )
+    .await;
+    // The queue only returns on shutdown (in-flight syncs finished).
     stop.cancel();
     ready.abort();
     for t in [node_watch, node_sync, deletions] {
@@ -759,37 +825,23 @@ mod tests {
                 message: "x".into(),
             })
         };
-        let delays: Vec<Action> = (0..4)
-            .map(|_| error_policy(web.clone(), &transient(), st.clone()))
+        let secs = |d: Duration| d.as_secs();
+        let delays: Vec<u64> = (0..4)
+            .map(|_| secs(error_policy(&web, &transient(), &st)))
             .collect();
-        assert_eq!(
-            delays,
-            [5, 10, 20, 40].map(|s| Action::requeue(Duration::from_secs(s)))
-        );
+        assert_eq!(delays, [5, 10, 20, 40]);
         // Retry-After: exactly that delay, and the failure count is kept.
         let ra = provider_err(ProviderError::RetryAfter {
             after: Duration::from_secs(7),
             message: "busy".into(),
         });
-        assert_eq!(
-            error_policy(web.clone(), &ra, st.clone()),
-            Action::requeue(Duration::from_secs(7))
-        );
-        assert_eq!(
-            error_policy(web.clone(), &transient(), st.clone()),
-            Action::requeue(Duration::from_secs(80))
-        );
+        assert_eq!(secs(error_policy(&web, &ra, &st)), 7);
+        assert_eq!(secs(error_policy(&web, &transient(), &st)), 80);
         // Per Service.
-        assert_eq!(
-            error_policy(db, &transient(), st.clone()),
-            Action::requeue(Duration::from_secs(5))
-        );
+        assert_eq!(secs(error_policy(&db, &transient(), &st)), 5);
         // A success forgets.
         st.memory.backoff.forget("default/web");
-        assert_eq!(
-            error_policy(web, &transient(), st),
-            Action::requeue(Duration::from_secs(5))
-        );
+        assert_eq!(secs(error_policy(&web, &transient(), &st)), 5);
     }
 
     #[test]
@@ -854,7 +906,7 @@ mod tests {
                     reader,
                     last: HashMap::new(),
                     init_triggers: Vec::new(),
-                    init_seen: HashSet::new(),
+                    init_wanted: Vec::new(),
                     syncer: syncer.clone(),
                     deletions: tx,
                 },
@@ -867,11 +919,7 @@ mod tests {
         /// The names of the Services the event triggers.
         fn feed(&mut self, ev: watcher::Event<Service>) -> Vec<String> {
             self.store.apply_watcher_event(&ev);
-            self.filter
-                .handle(ev)
-                .into_iter()
-                .map(|s| s.metadata.name.unwrap_or_default())
-                .collect()
+            self.filter.handle(ev).into_iter().map(|r| r.name).collect()
         }
 
         fn vanished(&mut self) -> Vec<(String, String)> {

@@ -12,12 +12,10 @@
 //! * [`inuse`]: the in-use engine every "keep the finalizer while something
 //!   uses the object" controller is a rule on, with its users index
 //!   ([`users`]), per-scope live confirmation batches ([`batch`]) and its
-//!   work queue ([`queue`]);
+//!   work queue ([`queue`], which service-lb-cleanup runs on too);
 //! * the skeleton: [`main_watch`] (watch → reflector → observer),
-//!   [`resync_stream`], [`ready_when_synced`], [`drive`] (kube-runtime's
-//!   Controller with our concurrency, shutdown and error logging, for
-//!   service-lb-cleanup) and [`retry_after_failure`] / [`retry_delay`] (the
-//!   error policy).
+//!   [`settled_keys`], [`resync_stream`], [`ready_when_synced`] and
+//!   [`retry_delay`] (the error policy).
 
 pub mod backoff;
 pub mod batch;
@@ -34,12 +32,8 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::TryFuture;
 use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
 use kube::api::Api;
-use kube::runtime::controller::{
-    Action, Config as ControllerConfig, Controller, Error as CtrlError,
-};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
@@ -648,20 +642,9 @@ pub fn ready_when_synced(
     })
 }
 
-/// The error policy: logs the failure and requeues `key` after its next
-/// backoff delay (or exactly `after`, when the error asks for a delay, as a
-/// provider's Retry-After; that does not count as a failure).
-pub fn retry_after_failure(
-    controller: &str,
-    backoff: &Backoff,
-    key: &str,
-    err: &dyn Display,
-    after: Option<Duration>,
-) -> Action {
-    Action::requeue(retry_delay(controller, backoff, key, err, after))
-}
-
-/// [`retry_after_failure`]'s delay, for a queue that takes durations.
+/// The delay before a failed reconcile of `key` runs again: `after` when
+/// the failure asked for one (a Retry-After, a fight's back-off), else the
+/// key's next exponential back-off; the failure logged with it.
 pub fn retry_delay(
     controller: &str,
     backoff: &Backoff,
@@ -672,41 +655,6 @@ pub fn retry_delay(
     let delay = after.unwrap_or_else(|| backoff.next(key));
     tracing::warn!(controller, object = %key, error = %err, retry_in = ?delay, "reconcile failed; retrying");
     delay
-}
-
-/// Runs `controller` (built with its triggers) until the host's shutdown:
-/// at most `--concurrency` reconciles at once, never two for one object,
-/// in-flight reconciles finished on shutdown; stream errors logged
-/// (reconcile errors were logged by the error policy).
-pub async fn drive<K, Fut, Ctx>(
-    host: &ControllerContext,
-    controller: Controller<K>,
-    reconcile: impl FnMut(Arc<K>, Arc<Ctx>) -> Fut,
-    error_policy: impl Fn(Arc<K>, &Fut::Error, Arc<Ctx>) -> Action,
-    ctx: Arc<Ctx>,
-) where
-    K: Clone + Resource + DeserializeOwned + Debug + Send + Sync + 'static,
-    K::DynamicType: Eq + Hash + Clone + Debug + Unpin,
-    Fut: TryFuture<Ok = Action> + Send + 'static,
-    Fut::Error: std::error::Error + Send + 'static,
-    Ctx: Send + Sync + 'static,
-{
-    let name = host.name;
-    controller
-        .with_config(ControllerConfig::default().concurrency(host.concurrency))
-        .graceful_shutdown_on(host.shutdown.clone().cancelled_owned())
-        .run(reconcile, error_policy, ctx)
-        .for_each(|res| async move {
-            match res {
-                Ok(_) => {}
-                Err(CtrlError::ObjectNotFound(r)) => {
-                    tracing::debug!(controller = name, object = %r, "object gone before its reconcile")
-                }
-                Err(CtrlError::ReconcilerFailed(..)) => {}
-                Err(e) => tracing::warn!(controller = name, error = %e, "controller stream error"),
-            }
-        })
-        .await;
 }
 
 #[cfg(test)]
