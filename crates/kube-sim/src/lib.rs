@@ -31,6 +31,7 @@ pub mod object;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;
+pub mod repairip;
 pub mod requests;
 pub mod resources;
 pub mod reviews;
@@ -139,6 +140,11 @@ pub struct SimConfig {
     /// mode from the environment variable `KUBE_SIM_AUTHORIZATION`
     /// (`Node,RBAC`; unset: [`Authorization::AlwaysAllow`]).
     pub authorization: Option<Authorization>,
+    /// The resync period of the API server's ClusterIP repair loop
+    /// ([`repairip`]): how long an IPAddress left without its Service may
+    /// wait before the loop looks at it again (`repairLoopInterval`, 3 min,
+    /// by default). Its 60 s and 5 s grace periods stay upstream's.
+    pub ip_repair_interval: Duration,
 }
 
 impl Default for SimConfig {
@@ -158,6 +164,7 @@ impl Default for SimConfig {
             disabled_group_versions: Vec::new(),
             service_cluster_ip_range: DEFAULT_SERVICE_CLUSTER_IP_RANGE.to_string(),
             authorization: None,
+            ip_repair_interval: repairip::DEFAULT_INTERVAL,
         }
     }
 }
@@ -308,6 +315,11 @@ impl KubeSim {
         let server = tokio::spawn(serve(listener, state.clone()));
         tokio::spawn(crate::controllers::run(
             state.store.clone(),
+            state.shutdown.clone(),
+        ));
+        tokio::spawn(crate::repairip::run(
+            state.store.clone(),
+            cfg.ip_repair_interval,
             state.shutdown.clone(),
         ));
         tokio::spawn(crate::controllers::run_default_service_cidr(

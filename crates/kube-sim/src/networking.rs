@@ -690,6 +690,22 @@ pub fn allocate_service(
     Ok(done)
 }
 
+/// `servicecidr.ContainsIP`: whether some ServiceCIDR (ready or not, being
+/// deleted or not) contains `ip` (`PrefixContainsIP`: not its network
+/// address, nor, for IPv4, its broadcast address).
+pub fn in_some_service_cidr(store: &Store, ip: GoIp) -> bool {
+    if ip.to4().is_some() {
+        return ranges(store).iter().any(|r| r.contains_ip(ip));
+    }
+    let (cidrs, _) = store.snapshot(servicecidrs_rid(), None);
+    cidrs.iter().flat_map(|sc| cidrs_of(&sc.value)).any(|text| {
+        netaddr::parse_cidr_sloppy(&text).is_some_and(|c| {
+            let net = u128::from_be_bytes(c.ip.0) & netaddr::mask128(c.bits);
+            !c.is_ipv4() && c.contains(ip) && u128::from_be_bytes(ip.0) != net
+        })
+    })
+}
+
 /// `MetaAllocator.Release` of each IP: the IPAddress named by the IP is
 /// deleted, whoever it names as parent, when some ServiceCIDR (ready or not)
 /// contains it; errors are ignored, as upstream's release does.
