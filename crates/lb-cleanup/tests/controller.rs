@@ -232,7 +232,8 @@ async fn class_selection(bed: Bed) {
             finalizers(&s).is_empty() && ingress_ips(&s).is_empty(),
             "{name}"
         );
-        assert!(env.events(name).await.is_empty(), "{name}: no events");
+        let events = env.events(name).await;
+        assert!(events.is_empty(), "{name}: the manager reported {events:?}");
     }
 
     env.start(Ctl {

@@ -87,6 +87,16 @@ pub fn lb_service(name: &str, class: Option<&str>) -> Service {
 
 pub use test_support::objects::node;
 
+/// Whether the manager wrote `e`. On the real server others report about
+/// Services too: kube-apiserver's ClusterIP repair loop writes
+/// `ClusterIPNotAllocated` when its IPAddress informer is behind its Service
+/// informer.
+fn by_us(e: &k8s_openapi::api::events::v1::Event) -> bool {
+    e.reporting_controller
+        .as_deref()
+        .is_some_and(|c| c.starts_with("protection-manager/"))
+}
+
 pub fn finalizers(s: &Service) -> Vec<String> {
     s.metadata.finalizers.clone().unwrap_or_default()
 }
@@ -302,7 +312,9 @@ impl Env {
             .expect("list events")
             .items
             .into_iter()
-            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name) && by_us(e)
+            })
             .map(|e| {
                 (
                     e.event_time.as_ref().map(|t| t.0),
@@ -316,7 +328,7 @@ impl Env {
         out.into_iter().map(|(_, t, r, n)| (t, r, n)).collect()
     }
 
-    /// How many times `reason` was reported about `name` (events.k8s.io
+    /// How many times the manager reported `reason` about `name` (events.k8s.io
     /// series fold repeats into one Event with `series.count`).
     pub async fn event_count(&self, name: &str, reason: &str) -> i32 {
         let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(self.admin.clone(), NS);
@@ -328,6 +340,7 @@ impl Env {
             .filter(|e| {
                 e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
                     && e.reason.as_deref() == Some(reason)
+                    && by_us(e)
             })
             .map(|e| e.series.map_or(1, |s| s.count))
             .sum()
