@@ -37,7 +37,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use parking_lot::Mutex;
 use protection_core::events::EventRecorder;
 use protection_core::runtime::{
-    Backoff, Observer, PerObject, main_watch, queue, ready_when_synced, resync_stream, retry_delay,
+    Backoff, Observer, PerObject, main_watch, object_key, queue, ready_when_synced, resync_stream,
+    retry_delay,
 };
 use protection_core::{ControllerContext, ControllerError, ControllerMetrics, ControllerResult};
 use serde_json::Value;
@@ -48,9 +49,7 @@ use crate::decide::{NodeSet, Policy};
 use crate::metrics::{Instrumented, ProviderMetrics};
 use crate::predicates::{ClassSelector, needs_cleanup, should_sync, wants_load_balancer};
 use crate::provider::{LoadBalancerProvider, lb_nodes, should_sync_updated_node};
-use crate::sync::{
-    EventSink, LbEvent, NodeSync, ServiceWriter, SyncError, Syncer, WriteError, key_of,
-};
+use crate::sync::{EventSink, LbEvent, NodeSync, ServiceWriter, SyncError, Syncer, WriteError};
 
 /// The field manager of our `services/status` patches.
 pub const FIELD_MANAGER: &str = "protection-manager";
@@ -218,7 +217,7 @@ async fn reconcile(svc: Arc<Service>, st: Arc<State>) -> Result<(), ReconcileErr
         timer.finish(false);
         return Err(ReconcileError::NodesGone);
     }
-    let key = key_of(&svc);
+    let key = object_key(svc.as_ref());
     let seen = svc.clone();
     let svc = st.freshest(&key, svc);
     let res = st.syncer.process_service(&svc, st.targets.get()).await;
@@ -276,20 +275,13 @@ fn error_policy(svc: &Service, err: &ReconcileError, st: &State) -> Duration {
     retry_delay(
         crate::wiring::CONTROLLER_NAME,
         &st.memory.backoff,
-        &key_of(svc),
+        &object_key(svc),
         err,
         after,
     )
 }
 
 /// A Service's key in the work queue: `namespace/name`.
-fn queue_key(r: &ObjectRef<Service>) -> queue::Key {
-    match &r.namespace {
-        Some(ns) => format!("{ns}/{}", r.name).into(),
-        None => r.name.as_str().into(),
-    }
-}
-
 fn service_ref(key_ns: &str, name: &str) -> ObjectRef<Service> {
     ObjectRef::new(name).within(key_ns)
 }
@@ -363,7 +355,7 @@ impl ServiceFilter {
             watcher::Event::Delete(svc) => {
                 self.last.remove(&ObjectRef::from_obj(&svc));
                 if let Some(uid) = svc.metadata.uid.clone() {
-                    self.vanished(key_of(&svc), uid);
+                    self.vanished(object_key(&svc), uid);
                 }
                 vec![]
             }
@@ -651,7 +643,7 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
     )
     .flat_map(move |ev| {
         stream::iter(match ev {
-            Ok(ev) => filter.handle(ev).iter().map(queue_key).collect(),
+            Ok(ev) => filter.handle(ev).iter().map(queue::key_of).collect(),
             Err(e) => {
                 tracing::warn!(controller = name, error = %e, "watch error (retrying)");
                 vec![]
@@ -692,8 +684,8 @@ pub async fn run(ctx: ControllerContext, settings: Settings) -> ControllerResult
     // back-fill's peak heap at 2,000 Services); each is read from the store
     // when it runs.
     let triggers = stream::select(
-        stream::select(triggers.boxed(), retry_rx.map(|r| queue_key(&r))),
-        resync.map(|r| queue_key(&r)),
+        stream::select(triggers.boxed(), retry_rx.map(|r| queue::key_of(&r))),
+        resync.map(|r| queue::key_of(&r)),
     );
     let state = Arc::new(State {
         syncer,

@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use parking_lot::Mutex;
 use protection_core::runtime::executor::REASON_FIGHT;
 use protection_core::runtime::fight::{Fights, Verdict, describe_other, other_writer};
+use protection_core::runtime::object_key;
 use serde_json::Value;
 
 use crate::decide::{CleanupPlan, EnsurePlan, NodeSet, Op, Plan, Policy, decide};
@@ -263,15 +264,6 @@ pub fn regarding(svc: &Service) -> ObjectReference {
     }
 }
 
-/// `namespace/name`.
-pub fn key_of(svc: &Service) -> String {
-    format!(
-        "{}/{}",
-        svc.metadata.namespace.as_deref().unwrap_or(""),
-        svc.metadata.name.as_deref().unwrap_or("")
-    )
-}
-
 /// Upstream `maxNodeNamesToLog`.
 const MAX_NODE_NAMES_TO_LOG: usize = 50;
 
@@ -440,7 +432,7 @@ impl Syncer {
         svc: &Service,
         nodes: impl Into<NodeSet>,
     ) -> Result<Outcome, SyncError> {
-        let key = key_of(svc);
+        let key = object_key(svc);
         let plan = match decide(svc, &self.policy, nodes) {
             Ok(p) => p,
             Err(e) => {
@@ -582,7 +574,7 @@ impl Syncer {
                 "{who} keeps removing finalizer {f}: re-adding it only after {wait:?}, then backing off further while the removals go on (if the Service is deleted meanwhile, its load balancer is still deleted)"
             )
         };
-        tracing::warn!(service = %key_of(svc), "{note}");
+        tracing::warn!(service = %object_key(svc), "{note}");
         self.event(reference, LbEvent::warning(REASON_FIGHT, step, note))
             .await;
     }
@@ -857,7 +849,7 @@ impl Syncer {
             return NodeSync::Done;
         }
         let nodes: NodeSet = nodes.into();
-        let key = key_of(svc);
+        let key = object_key(svc);
         let old = self
             .last_synced_nodes
             .lock()

@@ -565,12 +565,7 @@ impl<R: Rule> Engine<R> {
             move |o: &R::Object| on_resync.rule.wanted(on_resync.finalizer(), o),
             self.dt.clone(),
         )
-        .map(|r| {
-            queue::Key::from(match &r.namespace {
-                Some(ns) => format!("{ns}/{}", r.name),
-                None => r.name,
-            })
-        });
+        .map(|r| queue::key_of(&r));
         let ready = ready_when_synced(self.name, ctx.ready.clone(), ctx.shutdown.clone(), caches);
         let engine = self.clone();
         let work = move |key: queue::Key| {

@@ -20,12 +20,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, Stream, StreamExt};
+use kube::runtime::reflector::{Lookup, ObjectRef};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::time::{DelayQueue, delay_queue};
 
 /// A queued object's key.
 pub type Key = Arc<str>;
+
+/// The key of the object `r` names: `namespace/name`, or `name` for a
+/// cluster-scoped object (as [`super::object_key`] and client-go's
+/// `MetaNamespaceKeyFunc`).
+pub fn key_of<K: Lookup + ?Sized>(r: &ObjectRef<K>) -> Key {
+    match &r.namespace {
+        Some(ns) => format!("{ns}/{}", r.name).into(),
+        None => r.name.as_str().into(),
+    }
+}
 
 /// The queue's state (no I/O: [`run`] drives it).
 #[derive(Default)]
