@@ -291,25 +291,39 @@ pub(crate) fn acting_identity(
         .and_then(|r| r.split_once(':'))
         .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains(':'));
     let only_user = wanted_groups.is_empty();
+    // allImpersonationModes, with whether each applies (the mode's filter;
+    // associated-node never does here: no identity carries a node name).
     let modes = [
         ("arbitrary-node", only_user && node.is_some()),
         ("serviceaccount", only_user && sa.is_some()),
         ("user-info", node.is_none() && sa.is_none()),
+        ("legacy", true),
     ];
-    let mut first_err = None;
-    for (mode, applies) in modes {
+    let attempt = |i: usize| -> Option<Result<Identity, ApiError>> {
+        let (mode, applies) = modes[i];
         if !applies {
-            continue;
+            return None;
+        }
+        if mode == "legacy" {
+            return Some(impersonate(
+                state,
+                requester,
+                "impersonate",
+                false,
+                user,
+                node,
+                sa,
+                &wanted_groups,
+            ));
         }
         let mut on = request.clone();
         on.verb = format!("impersonate-on:{mode}:{}", request.verb);
-        let d = crate::reviews::authorize(state, &requester.0, &requester.1, &on);
+        let d = may(state, requester, &on);
         if !d.allowed {
-            first_err.get_or_insert_with(|| forbidden(&requester.0, &on, d.reason.as_deref()));
-            continue;
+            return Some(Err(forbidden(&requester.0, &on, d.reason.as_deref())));
         }
         let verb = format!("impersonate:{mode}");
-        match impersonate(
+        Some(impersonate(
             state,
             requester,
             &verb,
@@ -318,24 +332,55 @@ pub(crate) fn acting_identity(
             node,
             sa,
             &wanted_groups,
-        ) {
-            Ok(identity) => return Ok(identity),
-            Err(e) => {
+        ))
+    };
+    // getImpersonatedUser: the mode that last succeeded for this requester
+    // first, then every mode in order; the first error is the answer when
+    // none succeeds. (So which groups a node gets depends on the requester's
+    // history, as upstream: after a legacy success, legacy answers first.)
+    let cached = state.impersonation_modes.get(&requester.0);
+    let mut first_err = None;
+    let order = cached
+        .into_iter()
+        .chain((0..modes.len()).filter(|i| Some(*i) != cached));
+    for i in order {
+        match attempt(i) {
+            None => {}
+            Some(Ok(identity)) => {
+                if Some(i) != cached {
+                    state.impersonation_modes.set(&requester.0, i);
+                }
+                return Ok(identity);
+            }
+            Some(Err(e)) => {
                 first_err.get_or_insert(e);
             }
         }
     }
-    impersonate(
-        state,
-        requester,
-        "impersonate",
-        false,
-        user,
-        node,
-        sa,
-        &wanted_groups,
-    )
-    .map_err(|e| first_err.unwrap_or(e))
+    Err(first_err.unwrap_or_else(|| ApiError::internal("all impersonation modes failed")))
+}
+
+/// Upstream's `modeIndexCache`: which impersonation mode last succeeded for
+/// a requester (by user name), tried first next time. An LRU of 10,000
+/// users upstream; here the whole map is dropped when it would outgrow
+/// that, which only changes the order modes are tried in.
+#[derive(Default)]
+pub(crate) struct ModeIndexCache(parking_lot::Mutex<std::collections::HashMap<String, usize>>);
+
+impl ModeIndexCache {
+    const CAPACITY: usize = 10_000;
+
+    fn get(&self, requester: &str) -> Option<usize> {
+        self.0.lock().get(requester).copied()
+    }
+
+    fn set(&self, requester: &str, mode: usize) {
+        let mut m = self.0.lock();
+        if m.len() >= Self::CAPACITY && !m.contains_key(requester) {
+            m.clear();
+        }
+        m.insert(requester.to_string(), mode);
+    }
 }
 
 /// One impersonation mode's checks (`impersonationModeState.check`):
@@ -387,7 +432,7 @@ fn impersonate(
             }),
             path: String::new(),
         };
-        let d = crate::reviews::authorize(state, &requester.0, &requester.1, &attrs);
+        let d = may(state, requester, &attrs);
         if !d.allowed {
             return Err(forbidden(&requester.0, &attrs, d.reason.as_deref()));
         }
@@ -404,23 +449,33 @@ fn impersonate(
     Ok((user.to_string(), groups))
 }
 
-/// Authorizes one request (`Ok` when it may proceed): its impersonation,
-/// then its attributes for the user it acts as.
+/// The authorizer's decision on `attrs` for `requester`; every request is
+/// allowed under `AlwaysAllow` (its impersonation too).
+fn may(state: &Arc<State>, requester: &Identity, attrs: &Attributes) -> crate::reviews::Decision {
+    if state.authorization == Authorization::AlwaysAllow {
+        return crate::reviews::Decision {
+            allowed: true,
+            reason: None,
+        };
+    }
+    crate::reviews::authorize(state, &requester.0, &requester.1, attrs)
+}
+
+/// Authorizes one request: its impersonation, then its attributes for the
+/// user it acts as. `Ok`: that user (the one admission sees as
+/// `request.userInfo`, as upstream's filters hand it on).
 pub(crate) fn authorize_request(
     state: &Arc<State>,
     req: &http::Request<hyper::body::Incoming>,
-) -> Result<(), ApiError> {
-    if state.authorization == Authorization::AlwaysAllow {
-        return Ok(());
-    }
+) -> Result<Identity, ApiError> {
     let requester = crate::self_review::requester(req);
     let attrs = request_attributes(req.method(), req.uri().path(), req.uri().query());
-    let (user, groups) = acting_identity(state, req.headers(), &requester, &attrs)?;
-    let d = crate::reviews::authorize(state, &user, &groups, &attrs);
+    let acting = acting_identity(state, req.headers(), &requester, &attrs)?;
+    let d = may(state, &acting, &attrs);
     if d.allowed {
-        Ok(())
+        Ok(acting)
     } else {
-        Err(forbidden(&user, &attrs, d.reason.as_deref()))
+        Err(forbidden(&acting.0, &attrs, d.reason.as_deref()))
     }
 }
 

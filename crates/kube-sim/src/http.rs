@@ -64,6 +64,8 @@ pub(crate) struct State {
     pub disabled_group_versions: Vec<String>,
     /// How requests are authorized (`SimConfig::authorization`).
     pub authorization: crate::authz::Authorization,
+    /// The impersonation mode that last succeeded per requester.
+    pub impersonation_modes: crate::authz::ModeIndexCache,
 }
 
 const JSON: &str = "application/json";
@@ -218,36 +220,6 @@ fn user_of(req: &Request<Incoming>) -> String {
         .unwrap_or_else(|| "system:anonymous".to_string())
 }
 
-/// The user a request acts as, for admission policies: the token's user,
-/// or the one it impersonates (`Impersonate-User`, with the
-/// `Impersonate-Group`s and `system:authenticated`, as upstream's
-/// impersonation filter; who may impersonate is authorized beforehand,
-/// [`crate::authz`], when authorization is on).
-/// kubectl and helm send no bearer token over kube-sim's plain HTTP, but
-/// they do send a kubeconfig's `as:`/`as-groups:` as these headers.
-fn acting_user(req: &Request<Incoming>) -> crate::admission::UserInfo {
-    let Some(name) = header_str(req, header::HeaderName::from_static("impersonate-user"))
-        .filter(|u| !u.is_empty())
-    else {
-        return crate::admission::UserInfo::of_token(&user_of(req));
-    };
-    let mut groups: Vec<String> = req
-        .headers()
-        .get_all("impersonate-group")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .map(str::to_string)
-        .collect();
-    if !groups.iter().any(|g| g == "system:authenticated") {
-        groups.push("system:authenticated".into());
-    }
-    crate::admission::UserInfo {
-        username: name.to_string(),
-        groups,
-        ..Default::default()
-    }
-}
-
 /// The authorizer's verb for a resource request (an empty string for a
 /// method the API server gives no verb).
 fn k8s_verb(method: &Method, has_name: bool, watch: bool) -> &'static str {
@@ -320,7 +292,10 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
     };
     // The authorization filter runs before any handler (and before a
     // resource is looked up: a refused user learns nothing of it).
-    let denied = crate::authz::authorize_request(&state, &req).err();
+    let (acting, denied) = match crate::authz::authorize_request(&state, &req) {
+        Ok(identity) => (identity, None),
+        Err(e) => (Default::default(), Some(e)),
+    };
     state.faults.wait_unpaused().await;
     let decision = state.faults.decide(&Target {
         verb: &rec.verb,
@@ -350,9 +325,13 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
             (Ok(None), _) => non_resource(&state, &req, &path).await,
             (Ok(Some(_)), Some(t)) => {
                 let manager = field_manager(&query, &ua);
-                match resource_request(&state, req, t, query, manager, &decision, &mut rec.name)
-                    .await
-                {
+                let request = Request2 {
+                    t,
+                    q: query,
+                    manager,
+                    acting,
+                };
+                match resource_request(&state, req, request, &decision, &mut rec.name).await {
                     Ok(r) => r,
                     Err(e) => error_response(&e),
                 }
@@ -686,21 +665,39 @@ fn partial_meta(v: &Value) -> Value {
     })
 }
 
+/// A resource request once routed and authorized.
+struct Request2 {
+    t: Target2,
+    q: Query,
+    /// The field manager of its writes.
+    manager: String,
+    /// The user it acts as (after impersonation).
+    acting: crate::authz::Identity,
+}
+
 async fn resource_request(
     state: &Arc<State>,
     req: Request<Incoming>,
-    t: Target2,
-    q: Query,
-    manager: String,
+    request: Request2,
     decision: &Decision,
     created_name: &mut String,
 ) -> Result<Response<RespBody>, ApiError> {
+    let Request2 {
+        t,
+        q,
+        manager,
+        acting,
+    } = request;
     let rid = t.rid.ok_or_else(not_found_path)?;
     let def = crate::resources::def(rid);
     let store = &state.store;
     let want = negotiate(header_str(&req, header::ACCEPT), false).ok_or_else(not_acceptable)?;
     // Who writes, for admission policies (`request.userInfo`).
-    let user = Some(Arc::new(acting_user(&req)));
+    let user = Some(Arc::new(crate::admission::UserInfo {
+        username: acting.0,
+        groups: acting.1,
+        ..Default::default()
+    }));
     let method = req.method().clone();
     let ns = t.namespace.clone();
     let name = t.name.clone();

@@ -295,6 +295,7 @@ impl KubeSim {
             runtimes: Arc::new(PodRuntimes::default()),
             disabled_group_versions: cfg.disabled_group_versions.clone(),
             authorization,
+            impersonation_modes: Default::default(),
         });
         let dir = std::env::temp_dir().join(format!(
             "kube-sim-{}-{}-{}",

@@ -411,6 +411,83 @@ async fn reasons_codes_and_message_fallbacks_match_on_create() {
     .await;
 }
 
+/// `request.userInfo` of an impersonated request is the user it acts as,
+/// with the groups upstream's impersonation filter gives it: a service
+/// account's own groups when none are asked for, a node's `system:nodes`
+/// (1.36's constrained impersonation, Beta and on) unless legacy
+/// impersonation last served the requester, the asked-for groups
+/// otherwise, and `system:authenticated` (`system:unauthenticated` for
+/// `system:anonymous`).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_impersonated_request_is_admitted_as_the_impersonated_user() {
+    differential("vap-imp", async |s, tag| {
+        s.namespace(tag).await;
+        s.configmap(tag, json!({"metadata": {"name": "probe", "labels": {"probe": "x"}}}))
+            .await;
+        s.apply(&policy_yaml(
+            tag,
+            "[CREATE, DELETE]",
+            r#"  validations:
+  - expression: "oldObject == null || !has(oldObject.metadata.labels) || !('probe' in oldObject.metadata.labels)"
+    message: probe refused
+  - expression: "object == null"
+    messageExpression: "'created by ' + request.userInfo.username + ' in ' + request.userInfo.groups.join(',')""#,
+            "[Deny]",
+        ))
+        .await;
+        s.until_refused(tag, "probe", tag).await;
+        // Everyone may create ConfigMaps here (for the real server's RBAC).
+        s.apply(&format!(
+            r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: {tag}, namespace: {tag}}}
+rules:
+- {{apiGroups: [""], resources: [configmaps], verbs: [create]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: {tag}, namespace: {tag}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {tag}}}
+subjects:
+- {{apiGroup: rbac.authorization.k8s.io, kind: Group, name: system:authenticated}}
+- {{apiGroup: rbac.authorization.k8s.io, kind: Group, name: system:unauthenticated}}
+"#
+        ))
+        .await;
+        let robot = format!("system:serviceaccount:{tag}:robot");
+        // In this order: upstream tries the mode that last succeeded for
+        // the requester first, so a node impersonated after a legacy
+        // success (a service account with a group) gets no system:nodes.
+        let cases: [(&'static str, &str, &[&str]); 7] = [
+            ("a node (arbitrary-node)", "system:node:n1", &[]),
+            ("a service account, no groups", &robot, &[]),
+            ("a service account with a group (legacy)", &robot, &["team"]),
+            ("a node after a legacy success", "system:node:n1", &[]),
+            ("a user with groups, system:masters among them", "bob", &["team", "system:masters"]),
+            ("a user, no groups", "bob", &[]),
+            ("the anonymous user", "system:anonymous", &[]),
+        ];
+        let mut out = Vec::new();
+        for (what, user, groups) in cases {
+            let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "made"}});
+            let mut req = http::Request::post(format!("/api/v1/namespaces/{tag}/configmaps"))
+                .header("Content-Type", "application/json")
+                .header("Impersonate-User", user);
+            for g in groups {
+                req = req.header("Impersonate-Group", *g);
+            }
+            let req = req
+                .body(serde_json::to_vec(&body).unwrap_or_default())
+                .unwrap_or_else(|e| panic!("request: {e}"));
+            out.push((what, seen(s.admin.request::<ConfigMap>(req).await)));
+        }
+        cleanup(s, tag).await;
+        out
+    })
+    .await;
+}
+
 /// `Warn` answers with a `Warning` header and lets the request through;
 /// matchConditions over `request.userInfo` skip a user; an expression
 /// error under `failurePolicy: Ignore` admits.
