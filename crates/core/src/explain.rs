@@ -121,6 +121,15 @@ pub type ExplainFn = fn(
     String,
 ) -> BoxFuture<'static, Result<Option<Explained>, ExplainError>>;
 
+/// The hook for many objects at once (`strip-finalizers` asks it of every
+/// object it would strip): the same answers as [`ExplainFn`] for each of
+/// `names` (`(namespace, name)`), in their order, from one live read of
+/// what uses them instead of one per object.
+pub type ExplainManyFn = fn(
+    kube::Client,
+    Vec<(Option<String>, String)>,
+) -> BoxFuture<'static, Result<Vec<Option<Explained>>, ExplainError>>;
+
 /// A kind a controller explains.
 #[derive(Clone, Copy, Debug)]
 pub struct ExplainKind {
@@ -136,6 +145,9 @@ pub struct ExplainKind {
     pub namespaced: bool,
     pub name_rule: NameRule,
     pub explain: ExplainFn,
+    /// Where telling each object's use apart costs a read of every user
+    /// (a VolumeAttributesClass: every PVC and PV), the batch form.
+    pub explain_many: Option<ExplainManyFn>,
 }
 
 impl ExplainKind {
@@ -237,6 +249,7 @@ mod tests {
             namespaced: true,
             name_rule: NameRule::Dns1123Subdomain,
             explain: |_, _, _| Box::pin(async { Ok(None) }),
+            explain_many: None,
         };
         assert_eq!(
             kind(&["pvc", "persistentvolumeclaim"]).label(),

@@ -29,6 +29,7 @@ pub const KIND: ExplainKind = ExplainKind {
     namespaced: true,
     name_rule: NameRule::Dns1035Label,
     explain: |client, ns, name| explain_live(client, ns.unwrap_or_default(), name).boxed(),
+    explain_many: None,
 };
 
 /// What service-lb-cleanup says about one Service.

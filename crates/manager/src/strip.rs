@@ -18,7 +18,11 @@
 //! holds; an object whose use cannot be told) unless
 //! `--strip-from-objects-in-use` says so: such an object is kept, listed
 //! with its users, and the minimum release stays. Whether an object is in
-//! use is asked only when it would be stripped.
+//! use is asked only when it would be stripped, just before, for up to 64
+//! objects at a time: one live read of every user for the batch where the
+//! kind's hook has the batch form (`ExplainKind::explain_many`: a
+//! VolumeAttributesClass's PVCs and PVs, a ServiceCIDR's ranges and
+//! addresses), instead of one per object.
 //!
 //! A finalizer that stands for others (`FinalizedResource::
 //! cleared_by_deleting`: the rules controller's `rule-cleanup` on a
@@ -40,6 +44,11 @@ use serde_json::json;
 use crate::cli::StripFinalizersArgs;
 use crate::release_check::client;
 use crate::run::manager_namespace;
+
+/// How many objects one live read of their users covers: the read happens
+/// at most this many strips before an object's own (a batch's reads are
+/// one LIST round per kind of user instead of one per object).
+const IN_USE_BATCH: usize = 64;
 
 pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
     let Some(controller) = &args.controller else {
@@ -117,27 +126,36 @@ pub async fn strip_finalizers(args: &StripFinalizersArgs) -> Result<String> {
             continue;
         };
         let mut stripped = 0;
+        let mut candidates = Vec::new();
         for (name, deleting) in holders {
             if deleting {
                 left.push(format!("{}/{name}", r.plural));
-                continue;
-            }
-            if r.cleared_by_deleting {
+            } else if r.cleared_by_deleting {
                 undeleted.push(name);
-                continue;
+            } else {
+                candidates.push(name);
             }
-            if !args.strip_from_objects_in_use
-                && let Some(why) =
-                    crate::uninstall::in_use_because(&client, r, info.name, &name).await?
-            {
-                in_use.push(format!("{}/{name} ({why})", r.plural));
-                continue;
+        }
+        // Whether an object is in use is read live just before it would be
+        // stripped: for a batch of objects at a time, with one read of
+        // their users when the kind's hook reads them all at once.
+        for batch in candidates.chunks(IN_USE_BATCH) {
+            let used = if args.strip_from_objects_in_use {
+                Default::default()
+            } else {
+                crate::uninstall::in_use_many(&client, r, info.name, batch).await?
+            };
+            for name in batch {
+                if let Some(why) = used.get(name) {
+                    in_use.push(format!("{}/{name} ({why})", r.plural));
+                    continue;
+                }
+                strip_one(&client, r, finalizer_subresource(info, r), name, finalizer)
+                    .await
+                    .with_context(|| format!("removing {finalizer} from {}/{name}", r.plural))?;
+                let _ = writeln!(out, "{}/{name}: removed {finalizer}", r.plural);
+                stripped += 1;
             }
-            strip_one(&client, r, finalizer_subresource(info, r), &name, finalizer)
-                .await
-                .with_context(|| format!("removing {finalizer} from {}/{name}", r.plural))?;
-            let _ = writeln!(out, "{}/{name}: removed {finalizer}", r.plural);
-            stripped += 1;
         }
         if !r.cleared_by_deleting {
             let _ = writeln!(

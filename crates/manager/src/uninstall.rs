@@ -25,6 +25,7 @@
 //! `kubernetes.io/*` names are kube-controller-manager's: they are left to
 //! it, and said so.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -167,6 +168,55 @@ async fn holds(
     let explained = (kind.explain)(client.clone(), ns, n)
         .await
         .with_context(|| format!("telling whether {}/{name} is in use", r.display()))?;
+    Ok(reasons(kind, controller, explained, deleting))
+}
+
+/// [`in_use_because`] for each of `names` of `r`, by name (those in use
+/// only): one live read for all when the kind's hook has the batch form.
+pub(crate) async fn in_use_many(
+    client: &kube::Client,
+    r: &FinalizedResource,
+    controller: &str,
+    names: &[String],
+) -> Result<HashMap<String, String>> {
+    let mut in_use = HashMap::new();
+    let Some((kind, many)) = explain_kind(r).and_then(|k| Some((k, k.explain_many?))) else {
+        for name in names {
+            if let Some(why) = in_use_because(client, r, controller, name).await? {
+                in_use.insert(name.clone(), why);
+            }
+        }
+        return Ok(in_use);
+    };
+    if names.is_empty() {
+        return Ok(in_use);
+    }
+    let asked = names
+        .iter()
+        .map(|name| match name.split_once('/') {
+            Some((ns, n)) => (Some(ns.to_string()), n.to_string()),
+            None => (None, name.clone()),
+        })
+        .collect();
+    let explained = many(client.clone(), asked)
+        .await
+        .with_context(|| format!("telling whether {} are in use", r.display()))?;
+    for (name, e) in names.iter().zip(explained) {
+        if let Some(why) = reasons(kind, controller, e, false) {
+            in_use.insert(name.clone(), why);
+        }
+    }
+    Ok(in_use)
+}
+
+/// The holds of `controller` in what `kind`'s hook said, as for an object
+/// being deleted or not yet.
+fn reasons(
+    kind: &ExplainKind,
+    controller: &str,
+    explained: Option<protection_core::explain::Explained>,
+    deleting: bool,
+) -> Option<String> {
     let why: Vec<String> = explained
         .filter(|_| kind.controller == controller)
         .map(|e| e.held)
@@ -177,7 +227,7 @@ async fn holds(
             _ => hold.why,
         })
         .collect();
-    Ok((!why.is_empty()).then(|| why.join(" ")))
+    (!why.is_empty()).then(|| why.join(" "))
 }
 
 /// A ProtectionRule as this command reads it.

@@ -186,6 +186,93 @@ async fn strip_finalizers_refuses_what_every_release_knows_and_keeps_objects_in_
     println!("verified: --strip-from-objects-in-use strips a class in use");
 }
 
+/// Many classes: whether each is in use is read for a batch of classes at
+/// a time (one list of the PVCs and one of the PVs per batch), not once per
+/// class, and the answers are the same: the used ones keep the finalizer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strip_finalizers_reads_the_users_of_many_classes_in_batches() {
+    let sim = KubeSim::start(SimConfig::default()).await.expect("sim");
+    let client = sim.client().await;
+    let vac_fin = "protection-manager.io/vac-protection";
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("storage.k8s.io", "v1", "VolumeAttributesClass"),
+        "volumeattributesclasses",
+    );
+    let vacs: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    const CLASSES: usize = 150;
+    let names: Vec<String> = (0..CLASSES).map(|i| format!("class-{i:03}")).collect();
+    for name in &names {
+        let v: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass",
+            "metadata": {"name": name, "finalizers": [vac_fin]},
+            "driverName": "csi.example.com",
+        }))
+        .expect("vac");
+        vacs.create(&PostParams::default(), &v).await.expect("vac");
+    }
+    // class-007 is used by a claim, class-140 by a volume (the second batch).
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let mut used = test_support::objects::pvc("default", "fast", &[]);
+    used.spec
+        .get_or_insert_with(Default::default)
+        .volume_attributes_class_name = Some("class-007".into());
+    pvcs.create(&PostParams::default(), &used)
+        .await
+        .expect("pvc");
+    let pv: k8s_openapi::api::core::v1::PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": "pv-fast"},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "hostPath": {"path": "/tmp/pv-fast"}, "volumeAttributesClassName": "class-140"},
+    }))
+    .expect("pv");
+    Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone())
+        .create(&PostParams::default(), &pv)
+        .await
+        .expect("pv");
+
+    let since = sim.requests().last_seq();
+    let (ok, stdout, stderr) = cli(
+        &sim,
+        &[
+            "strip-finalizers",
+            "--controller",
+            "vac-protection",
+            "-n",
+            "default",
+        ],
+    );
+    assert!(ok, "{stderr}");
+    for name in &names {
+        let kept = finalizers(&vacs.get(name).await.expect("class"));
+        if name == "class-007" || name == "class-140" {
+            assert_eq!(kept, [vac_fin], "{name} is in use");
+        } else {
+            assert!(kept.is_empty(), "{name} is free: {stdout}");
+        }
+    }
+    assert!(
+        stdout.contains("volumeattributesclasses/class-140 (vac-protection would hold it while PersistentVolume pv-fast (spec.volumeAttributesClassName) refers to it.)"),
+        "{stdout}"
+    );
+    let lists = |resource: &str| {
+        sim.requests()
+            .records(&kube_sim::RequestFilter {
+                verb: Some("list".into()),
+                resource: Some(resource.into()),
+                since: Some(since),
+                ..Default::default()
+            })
+            .len()
+    };
+    // 150 classes in batches of 64: three reads of the users.
+    assert_eq!(
+        (lists("persistentvolumeclaims"), lists("persistentvolumes")),
+        (3, 3),
+        "one list of PVCs and one of PVs per batch of classes"
+    );
+    println!("verified: 150 classes, 2 in use, read in 3 batches");
+}
+
 /// Bug 4: `explain 'pvc/x?watch=true'` sent a watch and never returned.
 /// Every name is checked against its kind's rule before it is used.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

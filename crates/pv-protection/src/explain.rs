@@ -36,6 +36,7 @@ pub const PVC_KIND: ExplainKind = ExplainKind {
     namespaced: true,
     name_rule: NameRule::Dns1123Subdomain,
     explain: |client, ns, name| explain_claim(client, ns.unwrap_or_default(), name).boxed(),
+    explain_many: None,
 };
 
 /// The kind pv-protection explains.
@@ -47,6 +48,7 @@ pub const PV_KIND: ExplainKind = ExplainKind {
     namespaced: false,
     name_rule: NameRule::Dns1123Subdomain,
     explain: |client, _, name| explain_volume(client, name).boxed(),
+    explain_many: None,
 };
 
 /// The kinds this crate explains (the manager's controller table carries

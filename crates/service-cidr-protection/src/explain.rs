@@ -20,6 +20,9 @@ pub const KIND: ExplainKind = ExplainKind {
     namespaced: false,
     name_rule: NameRule::Dns1123Subdomain,
     explain: |client, _, name| explain(client, name).boxed(),
+    explain_many: Some(|client, names| {
+        explain_many(client, names.into_iter().map(|(_, n)| n).collect()).boxed()
+    }),
 };
 
 /// `services/ns/name` of an IPAddress's parentRef.
@@ -33,6 +36,21 @@ fn parent(ip: &IPAddress) -> Option<String> {
     ))
 }
 
+/// Every ServiceCIDR and every allocator-managed IPAddress, listed live.
+async fn list_all(
+    client: &kube::Client,
+) -> Result<(Vec<ServiceCIDR>, Vec<IPAddress>), ExplainError> {
+    let all = Api::<ServiceCIDR>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(failed("listing servicecidrs"))?;
+    let ips = Api::<IPAddress>::all(client.clone())
+        .list(&ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={ALLOCATOR}")))
+        .await
+        .map_err(failed("listing ipaddresses"))?;
+    Ok((all.items, ips.items))
+}
+
 /// Explains ServiceCIDR `name`.
 pub async fn explain(
     client: kube::Client,
@@ -42,21 +60,36 @@ pub async fn explain(
     let Some(obj) = get(&cidrs, &name, format!("reading servicecidr {name}")).await? else {
         return Ok(None);
     };
-    let all = cidrs
-        .list(&ListParams::default())
-        .await
-        .map_err(failed("listing servicecidrs"))?;
-    let ips = Api::<IPAddress>::all(client)
-        .list(&ListParams::default().labels(&format!("{LABEL_MANAGED_BY}={ALLOCATOR}")))
-        .await
-        .map_err(failed("listing ipaddresses"))?;
+    let (all, ips) = list_all(&client).await?;
+    Ok(Some(explained(obj, &all, &ips)))
+}
+
+/// Explains the ServiceCIDRs `names` from one live list of the ranges and
+/// one of the addresses (`None` for a range that does not exist).
+pub async fn explain_many(
+    client: kube::Client,
+    names: Vec<String>,
+) -> Result<Vec<Option<Explained>>, ExplainError> {
+    let (all, ips) = list_all(&client).await?;
+    Ok(names
+        .iter()
+        .map(|name| {
+            all.iter()
+                .find(|s| s.name_any() == *name)
+                .map(|obj| explained(obj.clone(), &all, &ips))
+        })
+        .collect())
+}
+
+/// What holds `obj`, of the ranges `all` and the managed addresses `ips`.
+fn explained(obj: ServiceCIDR, all: &[ServiceCIDR], ips: &[IPAddress]) -> Explained {
+    let name = obj.name_any();
     let others: Vec<(String, Vec<String>)> = all
-        .items
         .iter()
         .filter(|s| s.name_any() != name)
         .map(|s| (s.name_any(), cidrs_of(s)))
         .collect();
-    let managed_ips: Vec<_> = ips.items.iter().filter_map(managed).collect();
+    let managed_ips: Vec<_> = ips.iter().filter_map(managed).collect();
     let holding = users(
         &obj,
         others
@@ -85,7 +118,6 @@ pub async fn explain(
             .iter()
             .map(|u| {
                 let owner = ips
-                    .items
                     .iter()
                     .find(|i| i.name_any() == u.name)
                     .and_then(parent)
@@ -102,9 +134,9 @@ pub async fn explain(
             ),
         ));
     }
-    Ok(Some(Explained {
+    Explained {
         meta: obj.metadata,
         facts,
         held,
-    }))
+    }
 }

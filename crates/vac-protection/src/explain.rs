@@ -33,6 +33,9 @@ pub const KIND: ExplainKind = ExplainKind {
     namespaced: false,
     name_rule: NameRule::Dns1123Subdomain,
     explain: |client, _, name| explain(client, name).boxed(),
+    explain_many: Some(|client, names| {
+        explain_many(client, names.into_iter().map(|(_, n)| n).collect()).boxed()
+    }),
 };
 
 /// A PVC or PV that could not be read as the controller reads it.
@@ -105,6 +108,78 @@ fn read<T: serde::de::DeserializeOwned>(kind: &str, v: serde_json::Value) -> Res
     })
 }
 
+/// The PVCs and PVs of live lists, read as the controller's watches read
+/// them.
+struct LiveUsers {
+    claims: Vec<PvcRefs>,
+    volumes: Vec<PvRefs>,
+    unreadable: Vec<Unreadable>,
+}
+
+impl LiveUsers {
+    fn read(
+        pvcs: impl IntoIterator<Item = serde_json::Value>,
+        pvs: impl IntoIterator<Item = serde_json::Value>,
+    ) -> LiveUsers {
+        let mut unreadable = Vec::new();
+        let mut claims = Vec::new();
+        for v in pvcs {
+            match read::<PvcRefs>("PersistentVolumeClaim", v) {
+                Ok(p) => claims.push(p),
+                Err(u) => unreadable.push(u),
+            }
+        }
+        let mut volumes = Vec::new();
+        for v in pvs {
+            match read::<PvRefs>("PersistentVolume", v) {
+                Ok(p) => volumes.push(p),
+                Err(u) => unreadable.push(u),
+            }
+        }
+        LiveUsers {
+            claims,
+            volumes,
+            unreadable,
+        }
+    }
+
+    fn explain(&self, name: &str) -> VacExplanation {
+        VacExplanation {
+            users: live_users(&self.claims, &self.volumes, name),
+            unreadable: self.unreadable.clone(),
+        }
+    }
+
+    /// Every PVC and PV, listed live.
+    async fn list(client: &kube::Client) -> Result<LiveUsers, ExplainError> {
+        let list = |r: ApiResource, what: &'static str| {
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), &r);
+            async move {
+                api.list(&ListParams::default())
+                    .await
+                    .map_err(failed(what))
+                    .map(|l| {
+                        l.items
+                            .into_iter()
+                            .filter_map(|o| serde_json::to_value(o).ok())
+                            .collect::<Vec<_>>()
+                    })
+            }
+        };
+        let pvcs = list(
+            ApiResource::erase::<PersistentVolumeClaim>(&()),
+            "listing persistentvolumeclaims",
+        )
+        .await?;
+        let pvs = list(
+            ApiResource::erase::<PersistentVolume>(&()),
+            "listing persistentvolumes",
+        )
+        .await?;
+        Ok(LiveUsers::read(pvcs, pvs))
+    }
+}
+
 /// Explains the class `name` from live lists of PVCs and PVs (any JSON the
 /// API server sent).
 pub fn explain_vac(
@@ -112,25 +187,7 @@ pub fn explain_vac(
     pvcs: impl IntoIterator<Item = serde_json::Value>,
     pvs: impl IntoIterator<Item = serde_json::Value>,
 ) -> VacExplanation {
-    let mut unreadable = Vec::new();
-    let mut claims = Vec::new();
-    for v in pvcs {
-        match read::<PvcRefs>("PersistentVolumeClaim", v) {
-            Ok(p) => claims.push(p),
-            Err(u) => unreadable.push(u),
-        }
-    }
-    let mut volumes = Vec::new();
-    for v in pvs {
-        match read::<PvRefs>("PersistentVolume", v) {
-            Ok(p) => volumes.push(p),
-            Err(u) => unreadable.push(u),
-        }
-    }
-    VacExplanation {
-        users: live_users(&claims, &volumes, name),
-        unreadable,
-    }
+    LiveUsers::read(pvcs, pvs).explain(name)
 }
 
 /// The class `name` and the version it was read at (v1, else v1beta1);
@@ -160,6 +217,14 @@ async fn get_vac(
     })
 }
 
+fn explained(meta: ObjectMeta, version: &str, users: &LiveUsers, name: &str) -> Explained {
+    Explained {
+        meta,
+        facts: vec![format!("API:         storage.k8s.io/{version}")],
+        held: users.explain(name).holds(),
+    }
+}
+
 /// Explains VolumeAttributesClass `name`, read live with every PVC and PV.
 pub async fn explain(
     client: kube::Client,
@@ -168,35 +233,58 @@ pub async fn explain(
     let Some((meta, version)) = get_vac(&client, &name).await? else {
         return Ok(None);
     };
-    let list = |r: ApiResource, what: &'static str| {
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &r);
-        async move {
-            api.list(&ListParams::default())
-                .await
-                .map_err(failed(what))
-                .map(|l| {
-                    l.items
-                        .into_iter()
-                        .filter_map(|o| serde_json::to_value(o).ok())
-                        .collect::<Vec<_>>()
-                })
+    let users = LiveUsers::list(&client).await?;
+    Ok(Some(explained(meta, version, &users, &name)))
+}
+
+/// Explains the classes `names` from one live list of the classes and one
+/// of every PVC and PV (`None` for a class that does not exist).
+pub async fn explain_many(
+    client: kube::Client,
+    names: Vec<String>,
+) -> Result<Vec<Option<Explained>>, ExplainError> {
+    let (mut classes, version) = list_vacs(&client).await?;
+    let users = LiveUsers::list(&client).await?;
+    Ok(names
+        .iter()
+        .map(|name| {
+            classes
+                .remove(name)
+                .map(|meta| explained(meta, version, &users, name))
+        })
+        .collect())
+}
+
+/// Every class by name, and the version they were read at (v1, else
+/// v1beta1).
+async fn list_vacs(
+    client: &kube::Client,
+) -> Result<(std::collections::HashMap<String, ObjectMeta>, &'static str), ExplainError> {
+    for version in ["v1", "v1beta1"] {
+        let gvk = GroupVersionKind::gvk("storage.k8s.io", version, "VolumeAttributesClass");
+        let api: Api<DynamicObject> = Api::all_with(
+            client.clone(),
+            &ApiResource::from_gvk_with_plural(&gvk, "volumeattributesclasses"),
+        );
+        match api.list(&ListParams::default()).await {
+            Ok(l) => {
+                let classes = l
+                    .items
+                    .into_iter()
+                    .filter_map(|o| Some((o.metadata.name.clone()?, o.metadata)))
+                    .collect();
+                return Ok((classes, version));
+            }
+            // This version is not served: try the next one.
+            Err(kube::Error::Api(s)) if s.code == 404 => continue,
+            Err(e) => return Err(failed("listing volumeattributesclasses")(e)),
         }
-    };
-    let pvcs = list(
-        ApiResource::erase::<PersistentVolumeClaim>(&()),
-        "listing persistentvolumeclaims",
-    )
-    .await?;
-    let pvs = list(
-        ApiResource::erase::<PersistentVolume>(&()),
-        "listing persistentvolumes",
-    )
-    .await?;
-    Ok(Some(Explained {
-        meta,
-        facts: vec![format!("API:         storage.k8s.io/{version}")],
-        held: explain_vac(&name, pvcs, pvs).holds(),
-    }))
+    }
+    Err(ExplainError {
+        what: "listing volumeattributesclasses".into(),
+        source: "the cluster serves no VolumeAttributesClass API (storage.k8s.io/v1 or v1beta1)"
+            .into(),
+    })
 }
 
 #[cfg(test)]
