@@ -13,7 +13,7 @@
 //!   at its defaults (client QPS 20, burst 30, per controller) and at QPS
 //!   1000; ours in the upstream profile (the same finalizer names) at its
 //!   defaults and at the documented large back-fill setting
-//!   (`--kube-api-qps=0 --concurrency=4`, README "Large back-fills").
+//!   (`--kube-api-qps=0 --concurrency=32`, README "Large back-fills").
 //!   Each: the back-fill (process start → every finalizer), the release of
 //!   unused claims after their delete, and of used claims after their pods'
 //!   delete (each claim timed from its trigger to its watch DELETED event),
@@ -26,8 +26,8 @@
 //!
 //! `cargo run --release -p pv-protection --example bench_real_pv --
 //! [--sizes 2000,10000] [--contenders kcm,kcm-1000,ours,ours-large]
-//! [--large-concurrency 4,8,16]` (ours-large once per `--concurrency`
-//! value, default 4: the documented setting; the others print beside it).
+//! [--large-concurrency 4,16,32]` (ours-large once per `--concurrency`
+//! value, default 32: the documented setting; the others print beside it).
 //! The ceiling is measured again just before each of ours' large
 //! back-fills, so that the fraction compares like with like on a shared
 //! machine.
@@ -58,6 +58,9 @@ const IN_FLIGHT: usize = 32;
 const BACKFILL_LIMIT: Duration = Duration::from_secs(3600);
 const RELEASE_LIMIT: Duration = Duration::from_secs(900);
 const CEILING_GOAL: f64 = 0.9;
+/// `--concurrency` of the documented large back-fill (README "Large
+/// back-fills").
+const LARGE_CONCURRENCY: u16 = 32;
 const SPEED_GOAL: f64 = 1.0;
 const RSS_GOAL_2K_MIB: f64 = 24.0;
 
@@ -89,7 +92,7 @@ impl Kind {
                 "ours, upstream profile, defaults (--kube-api-qps=50 --kube-api-burst=100 --concurrency=4)"
             }
             Kind::OursLarge => {
-                "ours, upstream profile, large back-fill (--kube-api-qps=0 --concurrency=4)"
+                "ours, upstream profile, large back-fill (--kube-api-qps=0 --concurrency=32)"
             }
         }
     }
@@ -431,7 +434,7 @@ async fn run(
     pvcs: &Tracker,
 ) -> Result<Run> {
     println!();
-    if kind == Kind::OursLarge && large_concurrency != 4 {
+    if kind == Kind::OursLarge && large_concurrency != LARGE_CONCURRENCY {
         println!(
             "== ours, upstream profile, large back-fill at --kube-api-qps=0 --concurrency={large_concurrency} (not the documented setting) =="
         );
@@ -748,7 +751,7 @@ async fn main() -> Result<()> {
             .collect::<Result<_>>()?,
     };
     let large: Vec<u16> = match list_arg("--large-concurrency")? {
-        None => vec![4],
+        None => vec![LARGE_CONCURRENCY],
         Some(v) => v
             .iter()
             .map(|x| {
@@ -783,7 +786,7 @@ async fn main() -> Result<()> {
             if kind == Kind::OursLarge {
                 for &c in &large {
                     let r = run(&b, &s, kind, c, &pvs, &pvcs).await?;
-                    let key = if c == 4 {
+                    let key = if c == LARGE_CONCURRENCY {
                         kind.arg().to_string()
                     } else {
                         format!("{}-c{c}", kind.arg())

@@ -11,7 +11,7 @@
 //! defaults and at QPS 1000; ours in the upstream profile (the same
 //! finalizer, `kubernetes.io/vac-protection`; the VolumeAttributesClass gate
 //! on, as back-filling needs at 0.4) at its defaults and at the large
-//! back-fill setting (`--kube-api-qps=0 --concurrency=4`). Each: the
+//! back-fill setting (`--kube-api-qps=0 --concurrency=32`). Each: the
 //! back-fill (process start → every class), 100 unused classes deleted
 //! (delete → gone), 100 used classes deleted and released by deleting their
 //! claims (the last claim's delete → gone), requests per object by verb from
@@ -73,7 +73,7 @@ impl Kind {
             Kind::Kcm1000 => "KCM, --kube-api-qps=1000 --kube-api-burst=1000",
             Kind::Ours => "ours, upstream profile, defaults (--kube-api-qps=50 --concurrency=4)",
             Kind::OursLarge => {
-                "ours, upstream profile, large back-fill (--kube-api-qps=0 --concurrency=4)"
+                "ours, upstream profile, large back-fill (--kube-api-qps=0 --concurrency=32)"
             }
         }
     }
@@ -246,7 +246,7 @@ async fn start(b: &RealBench, kind: Kind) -> Result<Contender> {
                 ),
             ];
             if kind == Kind::OursLarge {
-                args.extend(["--kube-api-qps=0".into(), "--concurrency=4".into()]);
+                args.extend(["--kube-api-qps=0".into(), "--concurrency=32".into()]);
             }
             b.start_manager(kind.label(), &bin, OURS, vac_protection::INFO.rbac, &args)
                 .await
