@@ -26,6 +26,8 @@
 //! stored and validated, but no allocator uses them (as an IPv4-only
 //! apiserver skips them).
 
+use std::sync::Arc;
+
 use serde_json::{Value, json};
 
 use crate::error::{ApiError, FieldError};
@@ -362,12 +364,21 @@ fn ip_address_object(ip: &str, svc_ns: &str, svc_name: &str) -> Value {
     })
 }
 
+/// A write of the API server's own, through its loopback client: as
+/// `system:apiserver` (what admission policies see), by `manager`.
+fn apiserver_write(manager: &str) -> WriteOptions {
+    WriteOptions {
+        user: Some(Arc::new(crate::repairip::apiserver_user())),
+        ..WriteOptions::manager(manager)
+    }
+}
+
 fn create_ip_address(store: &Store, ip: &str, ns: &str, name: &str) -> Result<(), AllocError> {
     match store.create(
         ipaddresses_rid(),
         "",
         ip_address_object(ip, ns, name),
-        &WriteOptions::manager(APISERVER_MANAGER),
+        &apiserver_write(APISERVER_MANAGER),
     ) {
         Ok(_) => Ok(()),
         Err(e) if e.code == 409 && e.reason == "AlreadyExists" => Err(AllocError::Allocated),
@@ -727,7 +738,10 @@ pub fn release_ips(store: &Store, ips: &[String]) {
             ipaddresses_rid(),
             "",
             &name,
-            &crate::store::DeleteOptions::default(),
+            &crate::store::DeleteOptions {
+                user: Some(Arc::new(crate::repairip::apiserver_user())),
+                ..Default::default()
+            },
         ) && e.code != 404
         {
             tracing::info!(%ip, error = %e, "error releasing ip");
@@ -768,7 +782,7 @@ pub fn sync_default_service_cidr(store: &Store, cidr: &str) -> Result<(), ApiErr
                 "metadata": {"name": DEFAULT_SERVICE_CIDR},
                 "spec": {"cidrs": [cidr]},
             });
-            match store.create(rid, "", obj, &WriteOptions::manager(APISERVER_MANAGER)) {
+            match store.create(rid, "", obj, &apiserver_write(APISERVER_MANAGER)) {
                 Ok(s) => s,
                 Err(e) if e.code == 409 => store.get(rid, "", DEFAULT_SERVICE_CIDR)?,
                 Err(e) => return Err(e),
@@ -795,9 +809,8 @@ pub fn sync_default_service_cidr(store: &Store, cidr: &str) -> Result<(), ApiErr
     if matches!(ready.as_deref(), None | Some("Unknown")) {
         let body = ready_status_apply(&crate::object::now_string());
         let opts = WriteOptions {
-            field_manager: DEFAULT_CIDR_CONTROLLER.to_string(),
             force: true,
-            ..Default::default()
+            ..apiserver_write(DEFAULT_CIDR_CONTROLLER)
         };
         store.patch(
             rid,

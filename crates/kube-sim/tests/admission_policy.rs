@@ -725,3 +725,49 @@ async fn update_admission_runs_before_the_no_new_finalizers_while_deleting_rule(
     })
     .await;
 }
+
+/// The API server's own writes pass admission as `system:apiserver` (its
+/// loopback client): the IPAddress the ClusterIP allocator creates for a
+/// Service is mutated by a policy that sees that user and its groups.
+#[tokio::test]
+async fn the_allocators_ipaddress_is_admitted_as_the_api_server() {
+    conform("the_allocators_ipaddress_is_admitted_as_the_api_server", kube_sim::SimConfig::default(), async |t| {
+    let client = &t.client;
+    let ns = labelled_namespace(&t, "map-ip").await;
+    let name = t.unique("ip");
+    // Cluster-scoped IPAddresses: only those of this namespace's Services.
+    install(
+        client,
+        &name,
+        json!({
+            "matchConstraints": {"resourceRules": [{"apiGroups": ["networking.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["ipaddresses"]}]},
+            "matchConditions": [{"name": "this-test", "expression": format!("object.spec.parentRef.namespace == '{ns}'")}],
+            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                "Object{metadata: Object.metadata{annotations: {'created-by': request.userInfo.username, 'groups': request.userInfo.groups.join(',')}}}"}}],
+        }),
+        Value::Null,
+    )
+    .await;
+    let svc: k8s_openapi::api::core::v1::Service =
+        serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {"ports": [{"port": 80}]}}))
+            .unwrap_or_else(|e| panic!("service literal: {e}"));
+    let created = Api::<k8s_openapi::api::core::v1::Service>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &svc)
+        .await
+        .unwrap_or_else(|e| panic!("create web: {e}"));
+    let ip = created
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .unwrap_or_else(|| panic!("web has no clusterIP"));
+    let addr = Api::<k8s_openapi::api::networking::v1::IPAddress>::all(client.clone())
+        .get(&ip)
+        .await
+        .unwrap_or_else(|e| panic!("IPAddress {ip}: {e}"));
+    t.record(
+        "the allocator's IPAddress, annotated by the policy",
+        json!(addr.metadata.annotations),
+    );
+    uninstall(client, &name).await;
+    })
+    .await;
+}
