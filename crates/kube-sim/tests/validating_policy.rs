@@ -169,6 +169,32 @@ impl Server {
             .unwrap_or_else(|e| panic!("{}: creating a configmap: {e}", self.name));
     }
 
+    /// Namespace `tag`, a ConfigMap `probe` in it, and a Deny policy `tag`
+    /// on creates and deletes of ConfigMaps there with `validations` (YAML
+    /// list items) after one that refuses deleting the probe; waits until
+    /// the policy is in effect (the probe's delete is refused).
+    async fn create_refusing_policy(&self, tag: &str, validations: &str) {
+        self.namespace(tag).await;
+        self.configmap(
+            tag,
+            json!({"metadata": {"name": "probe", "labels": {"probe": "x"}}}),
+        )
+        .await;
+        self.apply(&policy_yaml(
+            tag,
+            "[CREATE, DELETE]",
+            &format!(
+                r#"  validations:
+  - expression: "oldObject == null || !has(oldObject.metadata.labels) || !('probe' in oldObject.metadata.labels)"
+    message: probe refused
+{validations}"#
+            ),
+            "[Deny]",
+        ))
+        .await;
+        self.until_refused(tag, "probe", tag).await;
+    }
+
     /// Polls until a server-side dry-run delete of `ns/name` is refused
     /// by `policy` (the real API server picks policies up, and drops them,
     /// asynchronously).
@@ -359,16 +385,9 @@ async fn a_delete_in_use_is_refused_with_the_message_expression_on_both_servers(
 #[tokio::test(flavor = "multi_thread")]
 async fn reasons_codes_and_message_fallbacks_match_on_create() {
     differential("vap-msg", async |s, tag| {
-        s.namespace(tag).await;
-        s.configmap(tag, json!({"metadata": {"name": "probe", "labels": {"probe": "x"}}}))
-            .await;
-        s.apply(&policy_yaml(
+        s.create_refusing_policy(
             tag,
-            "[CREATE, DELETE]",
-            r#"  validations:
-  - expression: "oldObject == null || !has(oldObject.metadata.labels) || !('probe' in oldObject.metadata.labels)"
-    message: probe refused
-  - expression: "object == null || !has(object.data) || !('a' in object.data)"
+            r#"  - expression: "object == null || !has(object.data) || !('a' in object.data)"
     message: no key a
   - expression: "object == null || !has(object.data) || !('b' in object.data)"
     messageExpression: "'   '"
@@ -378,10 +397,8 @@ async fn reasons_codes_and_message_fallbacks_match_on_create() {
   - expression: "object == null || !has(object.data) || !('d' in object.data)"
     messageExpression: "'multi\\nline'"
     message: one line"#,
-            "[Deny]",
-        ))
+        )
         .await;
-        s.until_refused(tag, "probe", tag).await;
         let api: Api<ConfigMap> = Api::namespaced(s.admin.clone(), tag);
         let mut out = Vec::new();
         for key in ["a", "b", "c", "d", "e"] {
@@ -421,21 +438,12 @@ async fn reasons_codes_and_message_fallbacks_match_on_create() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_impersonated_request_is_admitted_as_the_impersonated_user() {
     differential("vap-imp", async |s, tag| {
-        s.namespace(tag).await;
-        s.configmap(tag, json!({"metadata": {"name": "probe", "labels": {"probe": "x"}}}))
-            .await;
-        s.apply(&policy_yaml(
+        s.create_refusing_policy(
             tag,
-            "[CREATE, DELETE]",
-            r#"  validations:
-  - expression: "oldObject == null || !has(oldObject.metadata.labels) || !('probe' in oldObject.metadata.labels)"
-    message: probe refused
-  - expression: "object == null"
+            r#"  - expression: "object == null"
     messageExpression: "'created by ' + request.userInfo.username + ' in ' + request.userInfo.groups.join(',')""#,
-            "[Deny]",
-        ))
+        )
         .await;
-        s.until_refused(tag, "probe", tag).await;
         // Everyone may create ConfigMaps here (for the real server's RBAC).
         s.apply(&format!(
             r#"

@@ -159,10 +159,7 @@ async fn holds(
             r.display()
         )));
     };
-    let (ns, n) = match name.split_once('/') {
-        Some((ns, n)) => (Some(ns.to_string()), n.to_string()),
-        None => (None, name.to_string()),
-    };
+    let (ns, n) = split_key(name);
     // The hook alone (no events, no lease): its holds are its
     // controller's, read live.
     let explained = (kind.explain)(client.clone(), ns, n)
@@ -191,13 +188,7 @@ pub(crate) async fn in_use_many(
     if names.is_empty() {
         return Ok(in_use);
     }
-    let asked = names
-        .iter()
-        .map(|name| match name.split_once('/') {
-            Some((ns, n)) => (Some(ns.to_string()), n.to_string()),
-            None => (None, name.clone()),
-        })
-        .collect();
+    let asked = names.iter().map(|name| split_key(name)).collect();
     let explained = many(client.clone(), asked)
         .await
         .with_context(|| format!("telling whether {} are in use", r.display()))?;
@@ -207,6 +198,14 @@ pub(crate) async fn in_use_many(
         }
     }
     Ok(in_use)
+}
+
+/// `ns/name` as (namespace, name); `name` as (None, name).
+fn split_key(name: &str) -> (Option<String>, String) {
+    match name.split_once('/') {
+        Some((ns, n)) => (Some(ns.to_string()), n.to_string()),
+        None => (None, name.to_string()),
+    }
 }
 
 /// The holds of `controller` in what `kind`'s hook said, as for an object

@@ -72,6 +72,32 @@ fn finalizers(o: &DynamicObject) -> Vec<String> {
     o.metadata.finalizers.clone().unwrap_or_default()
 }
 
+/// VolumeAttributesClasses (storage.k8s.io/v1).
+fn classes_api(client: &kube::Client) -> Api<DynamicObject> {
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("storage.k8s.io", "v1", "VolumeAttributesClass"),
+        "volumeattributesclasses",
+    );
+    Api::all_with(client.clone(), &ar)
+}
+
+/// Creates a class of each name, carrying `finalizer`.
+async fn create_classes(
+    vacs: &Api<DynamicObject>,
+    names: impl IntoIterator<Item = impl AsRef<str>>,
+    finalizer: &str,
+) {
+    for name in names {
+        let v: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass",
+            "metadata": {"name": name.as_ref(), "finalizers": [finalizer]},
+            "driverName": "csi.example.com",
+        }))
+        .expect("vac");
+        vacs.create(&PostParams::default(), &v).await.expect("vac");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strip_finalizers_refuses_what_every_release_knows_and_keeps_objects_in_use() {
     let sim = KubeSim::start(SimConfig::default()).await.expect("sim");
@@ -123,20 +149,8 @@ async fn strip_finalizers_refuses_what_every_release_knows_and_keeps_objects_in_
 
     // VolumeAttributesClasses: one used by a claim, one unused.
     let vac_fin = "protection-manager.io/vac-protection";
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("storage.k8s.io", "v1", "VolumeAttributesClass"),
-        "volumeattributesclasses",
-    );
-    let vacs: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-    for name in ["gold", "idle"] {
-        let v: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass",
-            "metadata": {"name": name, "finalizers": [vac_fin]},
-            "driverName": "csi.example.com",
-        }))
-        .expect("vac");
-        vacs.create(&PostParams::default(), &v).await.expect("vac");
-    }
+    let vacs = classes_api(&client);
+    create_classes(&vacs, ["gold", "idle"], vac_fin).await;
     let mut used = test_support::objects::pvc("default", "fast", &[]);
     used.spec
         .get_or_insert_with(Default::default)
@@ -194,22 +208,10 @@ async fn strip_finalizers_reads_the_users_of_many_classes_in_batches() {
     let sim = KubeSim::start(SimConfig::default()).await.expect("sim");
     let client = sim.client().await;
     let vac_fin = "protection-manager.io/vac-protection";
-    let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("storage.k8s.io", "v1", "VolumeAttributesClass"),
-        "volumeattributesclasses",
-    );
-    let vacs: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let vacs = classes_api(&client);
     const CLASSES: usize = 150;
     let names: Vec<String> = (0..CLASSES).map(|i| format!("class-{i:03}")).collect();
-    for name in &names {
-        let v: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass",
-            "metadata": {"name": name, "finalizers": [vac_fin]},
-            "driverName": "csi.example.com",
-        }))
-        .expect("vac");
-        vacs.create(&PostParams::default(), &v).await.expect("vac");
-    }
+    create_classes(&vacs, &names, vac_fin).await;
     // class-007 is used by a claim, class-140 by a volume (the second batch).
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
     let mut used = test_support::objects::pvc("default", "fast", &[]);
