@@ -1,7 +1,8 @@
 //! Building the Kubernetes client: kube's standard config inference (or an
 //! explicit kubeconfig/context), a User-Agent naming this program, the
-//! client-side QPS/burst limit, a bound on each call (`--request-timeout`)
-//! and a health signal for the client's worker.
+//! client-side QPS/burst limit, a bound on each call (`--request-timeout`),
+//! HTTP/2 with pings as client-go speaks it ([`https_connector`]) and a
+//! health signal for the client's worker.
 //!
 //! kube's [`kube::Client`] runs its service stack in one buffer worker task.
 //! If that task dies (a panic in a layer), the process stays up but every
@@ -57,6 +58,9 @@ pub struct ClientOptions {
     /// Bound on each call until the response headers arrive (a watch is
     /// bounded until it is open, not for its life). `None`: no bound.
     pub request_timeout: Option<Duration>,
+    /// Offer HTTP/2 to an `https://` server ([`https_connector`]); false
+    /// with `DISABLE_HTTP2` set ([`http2_from_env`]).
+    pub http2: bool,
 }
 
 impl Default for ClientOptions {
@@ -68,6 +72,7 @@ impl Default for ClientOptions {
             burst: 1,
             user_agent: String::new(),
             request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
+            http2: http2_from_env(),
         }
     }
 }
@@ -380,11 +385,11 @@ pub fn build_client_observed(
         config.headers.push((header::USER_AGENT, ua));
     }
     let server = server_url(&config);
-    let builder = client_builder(config, retry_cap(opts.request_timeout)).map_err(|source| {
-        ClientError::Build {
-            server: server.clone(),
-            source,
-        }
+    let retry = retry_cap(opts.request_timeout);
+    let http2 = opts.http2.then_some(Http2::CLIENT_GO);
+    let builder = client_builder(config, retry, http2).map_err(|source| ClientError::Build {
+        server: server.clone(),
+        source,
     })?;
     layered(builder, opts, server, metrics)
 }
@@ -417,6 +422,7 @@ type GenericService = tower::util::BoxService<
 fn client_builder(
     mut config: kube::Config,
     retry_cap: Duration,
+    http2: Option<Http2>,
 ) -> Result<ClientBuilder<GenericService>, kube::Error> {
     use http_body_util::BodyExt;
     use hyper_util::client::legacy::connect::HttpConnector;
@@ -429,15 +435,36 @@ fn client_builder(
     }
     let mut http = HttpConnector::new();
     http.enforce_http(false);
-    let https = config.rustls_https_connector_with_connector(http)?;
+    // HTTP/2 frames a request in several writes; without TCP_NODELAY each
+    // waits on the peer's delayed ACK (as Go's net package, client-go's
+    // transport sets it).
+    http.set_nodelay(true);
+    // TCP keep-alive as client-go's dialer sets it (30 s idle, 30 s between
+    // probes): over HTTP/1.1 (`DISABLE_HTTP2`) a watch whose connection the
+    // network lost silently is noticed only this way; over HTTP/2 the
+    // pings notice it sooner.
+    http.set_keepalive(Some(TCP_KEEPALIVE));
+    http.set_keepalive_interval(Some(TCP_KEEPALIVE));
+    let https = https_connector(&config, http, http2.is_some())?;
     let mut connector = hyper_timeout::TimeoutConnector::new(https);
     connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
     connector.set_write_timeout(config.write_timeout);
     connector.set_reset_reader_on_write(config.reset_reader_on_write);
-    let hyper = hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new())
-        .http1_max_buf_size(READ_BUFFER_MAX)
-        .build(connector);
+    let mut hyper = hyper_util::client::legacy::Builder::new(hyper_util::rt::TokioExecutor::new());
+    hyper.http1_max_buf_size(READ_BUFFER_MAX);
+    if let Some(h2) = http2 {
+        hyper
+            .timer(hyper_util::rt::TokioTimer::new())
+            .http2_keep_alive_interval(h2.ping_interval)
+            .http2_keep_alive_timeout(h2.ping_timeout)
+            .http2_keep_alive_while_idle(true);
+    }
+    // One pool per connection wanted: a pool keeps one HTTP/2 connection.
+    // An `http://` server gets HTTP/1.1, whose pool grows by itself.
+    let tls = config.cluster_url.scheme_str() == Some("https");
+    let n = http2.filter(|_| tls).map_or(1, |h2| h2.connections.max(1));
+    let hyper = Spread::new((0..n).map(|_| hyper.build(connector.clone())).collect());
     let service = ServiceBuilder::new()
         .layer(config.base_uri_layer())
         .option_layer(
@@ -455,6 +482,116 @@ fn client_builder(
         })
         .boxed();
     Ok(ClientBuilder::new(service, config.default_namespace))
+}
+
+/// How the client keeps an HTTP/2 connection honest: it pings every
+/// `ping_interval` and drops the connection when a ping goes unanswered for
+/// `ping_timeout`, failing its calls so that they are retried on a new one.
+/// Every call and watch shares the one connection, so a connection the
+/// network silently lost must be noticed by the client itself: the request
+/// timeout alone would fail every call on it, forever, and a watch on it
+/// would just go quiet.
+#[derive(Clone, Copy, Debug)]
+struct Http2 {
+    ping_interval: Duration,
+    ping_timeout: Duration,
+    /// HTTP/2 connections the calls are spread over, round robin.
+    connections: usize,
+}
+
+impl Http2 {
+    /// client-go's `ReadIdleTimeout` (30 s) and `PingTimeout` (15 s).
+    const CLIENT_GO: Http2 = Http2 {
+        ping_interval: Duration::from_secs(30),
+        ping_timeout: Duration::from_secs(15),
+        connections: HTTP2_CONNECTIONS,
+    };
+}
+
+/// TCP keep-alive idle time and probe interval (Go's `net.Dialer`
+/// `KeepAlive`, which client-go sets to 30 s).
+const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+
+/// HTTP/2 connections per client. kube-apiserver serves each connection's
+/// frames from one goroutine, which a busy server schedules late: every
+/// call on one connection waits its turn there.
+const HTTP2_CONNECTIONS: usize = 4;
+
+/// Calls go to `inner[i]` in turn.
+#[derive(Clone)]
+struct Spread<S> {
+    inner: Arc<[S]>,
+    next: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl<S> Spread<S> {
+    fn new(inner: Vec<S>) -> Self {
+        Spread {
+            inner: inner.into(),
+            next: Arc::default(),
+        }
+    }
+}
+
+impl<S, R> Service<R> for Spread<S>
+where
+    S: Service<R> + Clone,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    /// hyper's client is always ready (it queues for a connection).
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: R) -> Self::Future {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.inner.len();
+        self.inner[i].clone().call(req)
+    }
+}
+
+/// `DISABLE_HTTP2`, as client-go reads it: set to anything, the client
+/// speaks HTTP/1.1 only (one connection per call in flight), for a proxy or
+/// load balancer in front of the API server that mishandles HTTP/2.
+pub const DISABLE_HTTP2_ENV: &str = "DISABLE_HTTP2";
+
+pub fn http2_from_env() -> bool {
+    std::env::var_os(DISABLE_HTTP2_ENV).is_none_or(|v| v.is_empty())
+}
+
+/// kube's rustls connector (its TLS config: CA, client identity, exec
+/// plugin certificates; `tls-server-name`), offering HTTP/2 by ALPN when
+/// `http2`. The server picks: kube-apiserver takes HTTP/2, as with
+/// client-go, so every call and watch is a stream on one connection instead
+/// of a connection each. That is what holds memory flat when many writes
+/// are in flight: an HTTP/1.1 connection costs ~40 KiB of buffers and task
+/// state here, and 64 writes in flight held ~70 of them (issue 23). Plain
+/// `http://` servers are spoken to in HTTP/1.1.
+fn https_connector<H>(
+    config: &kube::Config,
+    http: H,
+    http2: bool,
+) -> Result<hyper_rustls::HttpsConnector<H>, kube::Error> {
+    use hyper_rustls::{FixedServerNameResolver, HttpsConnectorBuilder};
+    use kube::client::ConfigExt;
+
+    let mut builder = HttpsConnectorBuilder::new()
+        .with_tls_config(config.rustls_client_config()?)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = rustls_pki_types::ServerName::try_from(name.clone()).map_err(|e| {
+            kube::Error::RustlsTls(kube::client::RustlsTlsError::InvalidServerName(e))
+        })?;
+        builder = builder.with_server_name_resolver(FixedServerNameResolver::new(name));
+    }
+    let builder = builder.enable_http1();
+    Ok(if http2 {
+        builder.enable_http2().wrap_connector(http)
+    } else {
+        builder.wrap_connector(http)
+    })
 }
 
 /// Puts our layers on a kube client stack and builds the client.
@@ -832,3 +969,7 @@ mod tests {
         assert!(head.contains("authorization: bearer t0ken"), "{head}");
     }
 }
+
+#[cfg(test)]
+#[path = "client_http2_tests.rs"]
+mod http2_tests;

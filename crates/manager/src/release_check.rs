@@ -2,7 +2,7 @@
 //! command (the chart runs it in a pre-upgrade / pre-rollback hook).
 
 use anyhow::{Context, Result};
-use protection_host::client::{ClientOptions, build_client, load_config};
+use protection_host::client::{ClientOptions, build_client, http2_from_env, load_config};
 use protection_host::release_guard::{self, RecordLocation};
 
 use crate::cli::{ClientArgs, ReleaseCheckArgs};
@@ -17,6 +17,7 @@ pub async fn client(args: &ClientArgs) -> Result<kube::Client> {
         burst: 1,
         user_agent: format!("protection-manager/{}", env!("CARGO_PKG_VERSION")),
         request_timeout: args.request_timeout(),
+        http2: http2_from_env(),
     };
     let config = load_config(&opts)
         .await

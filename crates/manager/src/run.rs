@@ -6,7 +6,9 @@ use anyhow::{Context, Result};
 use protection_core::controllers;
 use protection_core::metrics::Metrics;
 use protection_core::release;
-use protection_host::client::{ClientOptions, build_client_observed, load_config, server_url};
+use protection_host::client::{
+    ClientOptions, build_client_observed, http2_from_env, load_config, server_url,
+};
 use protection_host::client_metrics::ClientMetrics;
 use protection_host::host::{EventsClient, Host, HostConfig, NewFinalizer, ReleaseGuardConfig};
 use protection_host::leader::LeaderElectionConfig;
@@ -125,6 +127,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         burst: args.kube_api_burst,
         user_agent: format!("protection-manager/{}", env!("CARGO_PKG_VERSION")),
         request_timeout: args.client.request_timeout(),
+        http2: http2_from_env(),
     };
     let config = load_config(&opts)
         .await
