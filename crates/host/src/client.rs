@@ -486,11 +486,11 @@ fn client_builder(
 
 /// How the client keeps an HTTP/2 connection honest: it pings every
 /// `ping_interval` and drops the connection when a ping goes unanswered for
-/// `ping_timeout`, failing its calls so that they are retried on a new one.
-/// Every call and watch shares the one connection, so a connection the
-/// network silently lost must be noticed by the client itself: the request
-/// timeout alone would fail every call on it, forever, and a watch on it
-/// would just go quiet.
+/// `ping_timeout`, failing the calls on it (the controllers retry, kube's
+/// watcher re-watches, each on a new connection). Many calls and watches
+/// share each connection, so a connection the network silently lost must be
+/// noticed by the client itself: the request timeout alone would fail every
+/// call on it, forever, and a watch on it would just go quiet.
 #[derive(Clone, Copy, Debug)]
 struct Http2 {
     ping_interval: Duration,

@@ -262,6 +262,7 @@ fn writes(t: &Tally) -> u64 {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    test_support::bench::check_args("usage: bench_real_lb [--services N]", &["--services"])?;
     let n: usize = match test_support::bench::arg_value("--services")? {
         None => 2_000,
         Some(v) => v

@@ -726,6 +726,10 @@ fn list_arg(flag: &str) -> Result<Option<Vec<String>>> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    test_support::bench::check_args(
+        "usage: bench_real_pv [--sizes 2000,10000] [--contenders kcm,kcm-1000,ours,ours-large] [--large-concurrency 4,16,32]",
+        &["--sizes", "--contenders", "--large-concurrency"],
+    )?;
     let sizes: Vec<usize> = match list_arg("--sizes")? {
         None => vec![2_000, 10_000],
         Some(v) => v

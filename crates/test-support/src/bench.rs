@@ -29,6 +29,44 @@ pub fn manager_bin(make_target: &str) -> Result<PathBuf, String> {
     Ok(p)
 }
 
+/// Refuses a command line with anything but `flags` (each followed by its
+/// value) and prints `usage` for `--help`/`-h`: a benchmark that ran its
+/// defaults on a mistyped flag would spend half an hour measuring something
+/// else. Call it first in `main`; [`arg_value`] then reads the values.
+pub fn check_args(usage: &str, flags: &[&str]) -> anyhow::Result<()> {
+    check_args_in(std::env::args().skip(1), usage, flags).map(|help| {
+        if help {
+            println!("{usage}");
+            std::process::exit(0);
+        }
+    })
+}
+
+/// [`check_args`] over `args`; `Ok(true)`: help was asked for.
+fn check_args_in(
+    args: impl IntoIterator<Item = String>,
+    usage: &str,
+    flags: &[&str],
+) -> anyhow::Result<bool> {
+    let mut args = args.into_iter();
+    while let Some(a) = args.next() {
+        if a == "--help" || a == "-h" {
+            return Ok(true);
+        }
+        if !flags.contains(&a.as_str()) {
+            let hint = match a.split_once('=') {
+                Some((flag, _)) if flags.contains(&flag) => format!(" (write `{flag} <value>`)"),
+                _ => String::new(),
+            };
+            anyhow::bail!("unknown argument {a:?}{hint}\n{usage}");
+        }
+        if args.next().is_none() {
+            anyhow::bail!("{a} needs a value\n{usage}");
+        }
+    }
+    Ok(false)
+}
+
 /// The value after `flag` on the command line, if the flag is there.
 pub fn arg_value(flag: &str) -> anyhow::Result<Option<String>> {
     let args: Vec<String> = std::env::args().collect();
@@ -166,5 +204,29 @@ mod tests {
         assert_eq!(at_most(7.5, 7.0, " s"), "(goal ≤ 7 s) MISSED");
         assert_eq!(at_least(0.8, 0.8, ""), "(goal ≥ 0.8) ok");
         assert_eq!(at_least(0.64, 0.8, ""), "(goal ≥ 0.8) MISSED");
+    }
+
+    fn check(args: &[&str]) -> anyhow::Result<bool> {
+        let args = args.iter().map(|a| a.to_string());
+        check_args_in(
+            args,
+            "usage: bench [--sizes N]",
+            &["--sizes", "--contenders"],
+        )
+    }
+
+    #[test]
+    fn a_mistyped_flag_is_refused_before_anything_runs() {
+        assert!(!check(&[]).unwrap());
+        assert!(!check(&["--sizes", "2000", "--contenders", "ours"]).unwrap());
+        assert!(check(&["--help"]).unwrap());
+        assert!(check(&["--sizes", "2000", "-h"]).unwrap());
+        let err = check(&["--size", "2000"]).unwrap_err().to_string();
+        assert!(err.starts_with("unknown argument \"--size\""), "{err}");
+        assert!(err.contains("usage: bench"), "{err}");
+        let err = check(&["--sizes=2000"]).unwrap_err().to_string();
+        assert!(err.contains("(write `--sizes <value>`)"), "{err}");
+        let err = check(&["--sizes"]).unwrap_err().to_string();
+        assert!(err.starts_with("--sizes needs a value"), "{err}");
     }
 }

@@ -377,6 +377,10 @@ async fn run(b: &RealBench, kind: Kind, tracker: &Tracker) -> Result<Run> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    test_support::bench::check_args(
+        "usage: bench_real_vac [--contenders kcm,kcm-1000,ours,ours-large]",
+        &["--contenders"],
+    )?;
     let kinds: Vec<Kind> = match test_support::bench::arg_value("--contenders")? {
         None => Kind::ALL.to_vec(),
         Some(v) => v
