@@ -558,14 +558,21 @@ where
 pub const DISABLE_HTTP2_ENV: &str = "DISABLE_HTTP2";
 
 pub fn http2_from_env() -> bool {
-    std::env::var_os(DISABLE_HTTP2_ENV).is_none_or(|v| v.is_empty())
+    http2_unless(std::env::var_os(DISABLE_HTTP2_ENV))
+}
+
+/// HTTP/2 unless `disable` (the value of `DISABLE_HTTP2`) is set and not
+/// empty.
+fn http2_unless(disable: Option<std::ffi::OsString>) -> bool {
+    disable.is_none_or(|v| v.is_empty())
 }
 
 /// kube's rustls connector (its TLS config: CA, client identity, exec
-/// plugin certificates; `tls-server-name`), offering HTTP/2 by ALPN when
-/// `http2`. The server picks: kube-apiserver takes HTTP/2, as with
-/// client-go, so every call and watch is a stream on one connection instead
-/// of a connection each. That is what holds memory flat when many writes
+/// plugin certificates; `tls-server-name`, which kube's own connector
+/// handles the same way), offering HTTP/2 by ALPN when `http2`. The server
+/// picks: kube-apiserver takes HTTP/2, as with client-go, so every call and
+/// watch is a stream on one of a few connections instead of a connection
+/// each. That is what holds memory flat when many writes
 /// are in flight: an HTTP/1.1 connection costs ~40 KiB of buffers and task
 /// state here, and 64 writes in flight held ~70 of them (issue 23). Plain
 /// `http://` servers are spoken to in HTTP/1.1.

@@ -25,8 +25,13 @@ struct Https {
 
 impl Https {
     async fn start() -> Https {
+        Https::serving_as("127.0.0.1").await
+    }
+
+    /// With a certificate for `name` only.
+    async fn serving_as(name: &str) -> Https {
         use hyper_util::rt::{TokioExecutor, TokioIo};
-        let generated = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        let generated = rcgen::generate_simple_self_signed(vec![name.to_string()]).unwrap();
         let key =
             rustls_pki_types::PrivateKeyDer::Pkcs8(generated.signing_key.serialize_der().into());
         let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
@@ -191,6 +196,14 @@ async fn calls_in_flight_share_a_few_http2_connections() {
 }
 
 /// `DISABLE_HTTP2` (as client-go reads it) keeps the client on HTTP/1.1.
+#[test]
+fn disable_http2_set_to_anything_turns_http2_off() {
+    assert!(http2_unless(None));
+    assert!(http2_unless(Some("".into())));
+    assert!(!http2_unless(Some("1".into())));
+    assert!(!http2_unless(Some("true".into())));
+}
+
 #[tokio::test]
 async fn without_http2_the_client_speaks_http1() {
     let server = Https::start().await;
@@ -249,4 +262,30 @@ async fn a_silently_lost_http2_connection_is_dropped_by_its_pings() {
 
     list_concurrently(&client, 1).await;
     assert_eq!(server.connections(), 2);
+}
+
+/// The kubeconfig's `tls-server-name` is what the server's certificate is
+/// checked against (and sent as SNI) when the URL names another host, as
+/// with kube's own connector, which the HTTP/2 one replaces.
+#[tokio::test]
+async fn the_tls_server_name_is_what_the_certificate_is_checked_against() {
+    let server = Https::serving_as("apiserver.test").await;
+    let plain = client_of(server.config(), Some(Http2::CLIENT_GO));
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(plain, "default");
+    let err = api.list(&Default::default()).await.unwrap_err();
+    assert!(format!("{err:?}").contains("NotValidForName"), "{err:?}");
+
+    let mut config = server.config();
+    config.tls_server_name = Some("apiserver.test".into());
+    let named = client_of(config, Some(Http2::CLIENT_GO));
+    list_concurrently(&named, 1).await;
+    assert_eq!(server.versions(), vec![http::Version::HTTP_2]);
+
+    let mut config = server.config();
+    config.tls_server_name = Some("not a name".into());
+    let Err(err) = client_builder(config, retry_cap(None), Some(Http2::CLIENT_GO)) else {
+        panic!("an invalid tls-server-name must be refused");
+    };
+    assert!(format!("{err}").contains("server name"), "{err}");
 }
