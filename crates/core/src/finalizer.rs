@@ -357,16 +357,10 @@ impl PhasedFinalizer {
     where
         K: Resource + Clone + DeserializeOwned + Debug,
     {
-        let Some(patch) = self.add_patch(obj.meta()) else {
-            return Ok(Outcome::Unchanged);
-        };
-        let out = self.send(api, obj, kind, patch).await?;
-        if out.wrote()
-            && let Some(m) = &self.metrics
-        {
-            m.finalizer_added();
-        }
-        Ok(out)
+        self.write_as(api, obj, kind, self.add_patch(obj.meta()), |m| {
+            m.finalizer_added()
+        })
+        .await
     }
 
     /// Removes the finalizer with one request if present; see
@@ -390,38 +384,45 @@ impl PhasedFinalizer {
     where
         K: Resource + Clone + DeserializeOwned + Debug,
     {
-        let Some(patch) = self.remove_patch(obj.meta()) else {
-            return Ok(Outcome::Unchanged);
-        };
-        let out = self.send(api, obj, kind, patch).await?;
-        if out.wrote()
-            && let Some(m) = &self.metrics
-        {
+        let deleted_at = obj.meta().deletion_timestamp.as_ref().map(|ts| ts.0);
+        self.write_as(api, obj, kind, self.remove_patch(obj.meta()), |m| {
             m.finalizer_removed();
-            if let Some(ts) = &obj.meta().deletion_timestamp {
-                m.observe_cleanup_since(ts.0);
+            if let Some(ts) = deleted_at {
+                m.observe_cleanup_since(ts);
             }
-        }
-        Ok(out)
+        })
+        .await
     }
 
-    async fn send<K>(
+    /// Sends `patch` if there is one, and tells the metrics through
+    /// `wrote` once the server took it.
+    async fn write_as<K>(
         &self,
         api: &Api<K>,
         obj: &K,
         kind: &str,
-        patch: FinalizerPatch,
+        patch: Option<FinalizerPatch>,
+        wrote: impl FnOnce(&ControllerMetrics),
     ) -> Result<Outcome<K>, FinalizerError>
     where
         K: Resource + Clone + DeserializeOwned + Debug,
     {
+        let Some(patch) = patch else {
+            return Ok(Outcome::Unchanged);
+        };
         let name = obj.meta().name.clone().ok_or(FinalizerError::Unnamed)?;
         let pp = PatchParams {
             field_manager: Some(self.field_manager.clone()),
             ..PatchParams::default()
         };
         let res = api.patch(&name, &pp, &Patch::Json::<()>(patch.0)).await;
-        classify(res, kind, &obj.name_any())
+        let out = classify(res, kind, &obj.name_any())?;
+        if out.wrote()
+            && let Some(m) = &self.metrics
+        {
+            wrote(m);
+        }
+        Ok(out)
     }
 }
 
@@ -641,5 +642,93 @@ mod tests {
             let e = validate_finalizer_name(bad).unwrap_err();
             assert!(e.to_string().contains(&format!("{bad:?}")), "{e}");
         }
+    }
+
+    /// A client whose API server answers every request with `status` and
+    /// `body`, counting the requests.
+    fn answering(
+        status: u16,
+        body: Value,
+    ) -> (kube::Client, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = sent.clone();
+        let svc = tower::service_fn(move |_req: http::Request<kube::client::Body>| {
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let res = http::Response::builder()
+                .status(status)
+                .body(http_body_util::Full::new(bytes::Bytes::from(
+                    body.to_string(),
+                )))
+                .unwrap();
+            std::future::ready(Ok::<_, std::convert::Infallible>(res))
+        });
+        (kube::Client::new(svc, "default"), sent)
+    }
+
+    fn claim(m: ObjectMeta) -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
+        k8s_openapi::api::core::v1::PersistentVolumeClaim {
+            metadata: m,
+            ..Default::default()
+        }
+    }
+
+    fn status(code: u16, reason: &str) -> Value {
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+               "message": "answered", "reason": reason, "code": code})
+    }
+
+    /// What the metrics count: a write the server took (an add; a removal
+    /// with its cleanup duration), never a write not sent or not taken.
+    #[tokio::test]
+    async fn the_metrics_count_the_writes_the_server_took() {
+        let metrics = crate::metrics::Metrics::new().unwrap();
+        let counted = |needle: &str| {
+            let text = metrics.encode().unwrap();
+            text.lines()
+                .find(|l| l.starts_with(needle))
+                .and_then(|l| l.rsplit(' ').next())
+                .map(str::to_string)
+                .unwrap_or_else(|| "absent".into())
+        };
+        let f = finalizer(true).with_metrics(metrics.controller("pvc-protection"));
+        let added = "protection_manager_finalizers_added_total{controller=\"pvc-protection\"}";
+        let removed = "protection_manager_finalizers_removed_total{controller=\"pvc-protection\"}";
+        let cleanup =
+            "protection_manager_cleanup_duration_seconds_count{controller=\"pvc-protection\"}";
+
+        let fresh = claim(meta(&[], false));
+        let (c, sent) = answering(200, serde_json::to_value(&fresh).unwrap());
+        let api = Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(c, "ns");
+        assert!(f.add(&api, &fresh).await.unwrap().wrote());
+        assert_eq!(counted(added), "1");
+        // Already there: no request, nothing counted.
+        let held = claim(meta(&[F], false));
+        assert!(matches!(
+            f.add(&api, &held).await.unwrap(),
+            Outcome::Unchanged
+        ));
+        assert_eq!(sent.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(counted(added), "1");
+
+        let deleting = claim(meta(&[F], true));
+        assert!(f.remove(&api, &deleting).await.unwrap().wrote());
+        assert_eq!(counted(removed), "1");
+        assert_eq!(counted(cleanup), "1");
+
+        // Gone (404) and stale (409) writes are not counted.
+        let (c, _) = answering(404, status(404, "NotFound"));
+        let api = Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(c, "ns");
+        assert!(matches!(
+            f.remove(&api, &deleting).await.unwrap(),
+            Outcome::Gone
+        ));
+        let (c, _) = answering(409, status(409, "Conflict"));
+        let api = Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(c, "ns");
+        let e = f.add(&api, &fresh).await.unwrap_err();
+        assert!(matches!(e, FinalizerError::Stale { .. }), "{e}");
+        assert_eq!(
+            (counted(added), counted(removed), counted(cleanup)),
+            ("1".into(), "1".into(), "1".into())
+        );
     }
 }
