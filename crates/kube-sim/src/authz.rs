@@ -33,11 +33,13 @@ pub enum Authorization {
     AlwaysAllow,
     /// As `--authorization-mode=Node,RBAC` (what the real control plane of
     /// the test bed runs): `system:masters` may do everything; a node
-    /// (`system:node:<name>` in `system:nodes`) what the Node authorizer's
-    /// static rules allow (the rules of the bootstrap ClusterRole
-    /// `system:node`; kube-sim has no graph of which pods, secrets and
-    /// volumes belong to which node, so a node may read all of them); every
-    /// user what RBAC allows. Anything else is 403 Forbidden.
+    /// (`system:node:<name>` in `system:nodes`) what the Node authorizer
+    /// allows: the secrets, configmaps, volumes, claims and service
+    /// accounts of the pods bound to it, its own Node, Lease and pods, and
+    /// the rest of the static rules of the bootstrap ClusterRole
+    /// `system:node` (upstream's graph of what runs on which node, which
+    /// kube-sim computes from its store at each request); every user what
+    /// RBAC allows. Anything else is 403 Forbidden.
     NodeRbac,
 }
 
@@ -127,6 +129,7 @@ pub(crate) fn request_attributes(method: &Method, path: &str, query: Option<&str
         Method::DELETE => "delete",
         _ => "",
     };
+    let via_watch_path = rest.first() == Some(&"watch");
     if matches!(rest.first(), Some(&("watch" | "proxy"))) {
         verb = if rest[0] == "watch" { "watch" } else { "proxy" };
         rest = &rest[1..];
@@ -146,6 +149,7 @@ pub(crate) fn request_attributes(method: &Method, path: &str, query: Option<&str
         resource: rest.first().map(|s| s.to_string()).unwrap_or_default(),
         subresource: String::new(),
         name: rest.get(1).map(|s| s.to_string()).unwrap_or_default(),
+        field_selector: Vec::new(),
     };
     if rest.len() >= 3 && verb != "proxy" {
         r.subresource = rest[2].to_string();
@@ -178,6 +182,16 @@ pub(crate) fn request_attributes(method: &Method, path: &str, query: Option<&str
     }
     if r.name.is_empty() && verb == "delete" {
         verb = "deletecollection".to_string();
+    }
+    // With AuthorizeWithSelectors (GA): the first `fieldSelector` of a
+    // list, watch or deletecollection (not of a `/watch/` path), read
+    // straight from the query; the authorizer sees its requirements when
+    // it parses (`GetAuthorizerAttributes`).
+    if !via_watch_path && matches!(verb.as_str(), "list" | "watch" | "deletecollection") {
+        r.field_selector = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+            .find(|(k, _)| k == "fieldSelector")
+            .and_then(|(_, v)| crate::reviews::parse_field_selector(&v))
+            .unwrap_or_default();
     }
     Attributes {
         verb,
@@ -429,6 +443,7 @@ fn impersonate(
                 resource: resource.to_string(),
                 subresource: String::new(),
                 name,
+                field_selector: Vec::new(),
             }),
             path: String::new(),
         };
