@@ -6,12 +6,13 @@
 //! upstream's `RequestInfoFactory` reads them (k8s.io/apiserver
 //! endpoints/request/requestinfo.go), before kube-sim looks the resource up:
 //! a user who may not list `foos` is told so whether `foos` exists or not.
-//! Impersonation (`Impersonate-User`, `Impersonate-Group`) is authorized
-//! first, as 1.36's constrained impersonation does (the
-//! `impersonate-on:<mode>:<verb>` and `impersonate:<mode>` verbs, then the
-//! legacy `impersonate` on `users`, `serviceaccounts` and `groups`:
-//! endpoints/filters/impersonation), and the request is then authorized
-//! for the impersonated user.
+//! Impersonation (`Impersonate-User`, `Impersonate-Group`,
+//! `Impersonate-Uid`, `Impersonate-Extra-<key>`) is authorized first, as
+//! 1.36's constrained impersonation does (the `impersonate-on:<mode>:<verb>`
+//! and `impersonate:<mode>` verbs, then the legacy `impersonate` on
+//! `users`, `serviceaccounts` and `groups`; both on `uids` and
+//! `userextras/<key>`: endpoints/filters/impersonation), and the request
+//! is then authorized for the impersonated user.
 //!
 //! The decision is the review APIs' ([`crate::reviews::authorize`]):
 //! `system:masters`, then the Node authorizer, then RBAC over the stored
@@ -72,6 +73,74 @@ impl Authorization {
 
 /// A user and its groups.
 pub(crate) type Identity = (String, Vec<String>);
+
+/// The user a request acts as: its name and groups (what authorizes it),
+/// and the UID and extra an impersonation gave it (`Impersonate-Uid`,
+/// `Impersonate-Extra-<key>`; kube-sim's own tokens carry none).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Acting {
+    pub(crate) id: Identity,
+    pub(crate) uid: String,
+    pub(crate) extra: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// `url.PathUnescape` of an extra's key, the key as sent when it does not
+/// decode (`unescapeExtraKey`).
+fn unescape_extra_key(key: &str) -> String {
+    let b = key.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = key
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            match hex {
+                Some(v) if key[i + 1..i + 3].bytes().all(|c| c.is_ascii_hexdigit()) => {
+                    out.push(v);
+                    i += 3;
+                    continue;
+                }
+                _ => return key.to_string(),
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| key.to_string())
+}
+
+/// Go's `%#v` of a `[]string`, or of its nil.
+fn go_strings(v: &[String]) -> String {
+    if v.is_empty() {
+        return "[]string(nil)".to_string();
+    }
+    let items: Vec<String> = v.iter().map(|g| format!("{g:?}")).collect();
+    format!("[]string{{{}}}", items.join(", "))
+}
+
+/// `validateExtra` of constrained impersonation: the reason an extra may
+/// not be impersonated in a constrained mode.
+fn invalid_extra(extra: &std::collections::BTreeMap<String, Vec<String>>) -> Option<String> {
+    for (key, values) in extra {
+        if key.is_empty() {
+            return Some("impersonating the empty string key in extra is not allowed".into());
+        }
+        // IsDomainPrefixedPath: `<DNS-1123 subdomain>/<non-empty path>`.
+        let valid = key.split_once('/').is_some_and(|(host, path)| {
+            !path.is_empty() && crate::validation::dns1123_subdomain(host).is_empty()
+        });
+        if !valid {
+            return Some(format!(
+                "impersonating an invalid key in extra is not allowed: extra.key: Invalid value: {key:?}: must be a domain-prefixed path (such as \"acme.io/foo\")"
+            ));
+        }
+        if values.iter().any(String::is_empty) {
+            return Some("impersonating the empty string value in extra is not allowed".into());
+        }
+    }
+    None
+}
 
 /// Go's `strconv.ParseBool`.
 fn parse_bool(v: &str) -> Option<bool> {
@@ -279,7 +348,7 @@ pub(crate) fn acting_identity(
     headers: &http::HeaderMap,
     requester: &Identity,
     request: &Attributes,
-) -> Result<Identity, ApiError> {
+) -> Result<Acting, ApiError> {
     let user = header_values(headers, "impersonate-user")
         .into_iter()
         .next()
@@ -288,23 +357,59 @@ pub(crate) fn acting_identity(
         .into_iter()
         .map(str::to_string)
         .collect();
+    let uid = header_values(headers, "impersonate-uid")
+        .into_iter()
+        .next()
+        .unwrap_or("")
+        .to_string();
+    let mut extra: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for name in headers.keys() {
+        if let Some(key) = name.as_str().strip_prefix("impersonate-extra-") {
+            let values = header_values(headers, name.as_str());
+            extra
+                .entry(unescape_extra_key(key))
+                .or_default()
+                .extend(values.into_iter().map(str::to_string));
+        }
+    }
     let Some(user) = user else {
-        if !wanted_groups.is_empty() {
-            // processImpersonationHeaders: the wanted user.DefaultInfo, %#v.
-            let groups: Vec<String> = wanted_groups.iter().map(|g| format!("{g:?}")).collect();
+        if !wanted_groups.is_empty() || !uid.is_empty() || !extra.is_empty() {
+            // processImpersonationHeaders: the wanted user.DefaultInfo, %#v
+            // (a map's keys sorted, as fmt prints them).
+            let extra = if extra.is_empty() {
+                "map[string][]string(nil)".to_string()
+            } else {
+                let items: Vec<String> = extra
+                    .iter()
+                    .map(|(k, v)| format!("{k:?}:{}", go_strings(v)))
+                    .collect();
+                format!("map[string][]string{{{}}}", items.join(", "))
+            };
             return Err(ApiError::bad_request(format!(
-                "requested &user.DefaultInfo{{Name:\"\", UID:\"\", Groups:[]string{{{}}}, Extra:map[string][]string(nil)}} without impersonating a user name",
-                groups.join(", ")
+                "requested &user.DefaultInfo{{Name:\"\", UID:{uid:?}, Groups:{}, Extra:{extra}}} without impersonating a user name",
+                go_strings(&wanted_groups)
             )));
         }
-        return Ok(requester.clone());
+        return Ok(Acting {
+            id: requester.clone(),
+            ..Default::default()
+        });
     };
     let node = user.strip_prefix("system:node:").filter(|n| !n.is_empty());
     let sa = user
         .strip_prefix("system:serviceaccount:")
         .and_then(|r| r.split_once(':'))
         .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains(':'));
-    let only_user = wanted_groups.is_empty();
+    // onlyUsernameSet: no groups, UID or extra.
+    let only_user = wanted_groups.is_empty() && uid.is_empty() && extra.is_empty();
+    let wanted = Wanted {
+        user,
+        node,
+        sa,
+        groups: &wanted_groups,
+        uid: &uid,
+        extra: &extra,
+    };
     // allImpersonationModes, with whether each applies (the mode's filter;
     // associated-node never does here: no identity carries a node name).
     let modes = [
@@ -319,16 +424,7 @@ pub(crate) fn acting_identity(
             return None;
         }
         if mode == "legacy" {
-            return Some(impersonate(
-                state,
-                requester,
-                "impersonate",
-                false,
-                user,
-                node,
-                sa,
-                &wanted_groups,
-            ));
+            return Some(impersonate(state, requester, "impersonate", false, &wanted));
         }
         let mut on = request.clone();
         on.verb = format!("impersonate-on:{mode}:{}", request.verb);
@@ -337,16 +433,7 @@ pub(crate) fn acting_identity(
             return Some(Err(forbidden(&requester.0, &on, d.reason.as_deref())));
         }
         let verb = format!("impersonate:{mode}");
-        Some(impersonate(
-            state,
-            requester,
-            &verb,
-            true,
-            user,
-            node,
-            sa,
-            &wanted_groups,
-        ))
+        Some(impersonate(state, requester, &verb, true, &wanted))
     };
     // getImpersonatedUser: the mode that last succeeded for this requester
     // first, then every mode in order; the first error is the answer when
@@ -364,7 +451,11 @@ pub(crate) fn acting_identity(
                 if Some(i) != cached {
                     state.impersonation_modes.set(&requester.0, i);
                 }
-                return Ok(identity);
+                return Ok(Acting {
+                    id: identity,
+                    uid: uid.clone(),
+                    extra: extra.clone(),
+                });
             }
             Some(Err(e)) => {
                 first_err.get_or_insert(e);
@@ -397,22 +488,34 @@ impl ModeIndexCache {
     }
 }
 
+/// What an impersonation asks for (`processImpersonationHeaders`).
+struct Wanted<'a> {
+    user: &'a str,
+    node: Option<&'a str>,
+    sa: Option<(&'a str, &'a str)>,
+    groups: &'a [String],
+    uid: &'a str,
+    extra: &'a std::collections::BTreeMap<String, Vec<String>>,
+}
+
 /// One impersonation mode's checks (`impersonationModeState.check`):
 /// `verb` on the user (as `nodes` in a constrained mode, `serviceaccounts`,
-/// or `users`) and on each group; the identity it gives.
-#[allow(clippy::too_many_arguments)]
+/// or `users`; in `authentication.k8s.io` for a constrained mode, the core
+/// group for the legacy one), on its UID (`uids`), on each group, and on
+/// each extra value (`userextras/<key>`, both in `authentication.k8s.io`;
+/// a constrained mode first refuses an extra `validateExtra` does not
+/// accept); the identity it gives.
 fn impersonate(
     state: &Arc<State>,
     requester: &Identity,
     verb: &str,
     constrained: bool,
-    user: &str,
-    node: Option<&str>,
-    sa: Option<(&str, &str)>,
-    wanted_groups: &[String],
+    wanted: &Wanted,
 ) -> Result<Identity, ApiError> {
+    let user = wanted.user;
+    let wanted_groups = wanted.groups;
     let mut groups: Vec<String> = wanted_groups.to_vec();
-    let (resource, namespace, name) = match (node, sa) {
+    let (resource, namespace, name) = match (wanted.node, wanted.sa) {
         (Some(n), _) if constrained => {
             groups = vec!["system:nodes".to_string()];
             ("nodes", String::new(), n.to_string())
@@ -428,25 +531,46 @@ fn impersonate(
         }
         _ => ("users", String::new(), user.to_string()),
     };
-    let mut checks = vec![(resource, namespace, name)];
-    checks.extend(
-        wanted_groups
-            .iter()
-            .map(|g| ("groups", String::new(), g.clone())),
-    );
-    for (resource, namespace, name) in checks {
-        let attrs = Attributes {
+    const AUTHN: &str = "authentication.k8s.io";
+    let user_group = if constrained { AUTHN } else { "" };
+    let check = |group: &str, resource: &str, subresource: &str, namespace: String, name: &str| {
+        Attributes {
             verb: verb.to_string(),
             resource: Some(ResourceAttrs {
                 namespace,
-                group: String::new(),
+                group: group.to_string(),
                 resource: resource.to_string(),
-                subresource: String::new(),
-                name,
+                subresource: subresource.to_string(),
+                name: name.to_string(),
                 field_selector: Vec::new(),
             }),
             path: String::new(),
-        };
+        }
+    };
+    let mut checks = vec![check(user_group, resource, "", namespace, &name)];
+    if !wanted.uid.is_empty() {
+        checks.push(check(AUTHN, "uids", "", String::new(), wanted.uid));
+    }
+    checks.extend(
+        wanted_groups
+            .iter()
+            .map(|g| check(user_group, "groups", "", String::new(), g)),
+    );
+    if constrained
+        && !wanted.extra.is_empty()
+        && let Some(reason) = invalid_extra(wanted.extra)
+    {
+        let attrs = check(AUTHN, "userextras", "", String::new(), "");
+        return Err(forbidden(&requester.0, &attrs, Some(&reason)));
+    }
+    for (key, values) in wanted.extra {
+        checks.extend(
+            values
+                .iter()
+                .map(|v| check(AUTHN, "userextras", key, String::new(), v)),
+        );
+    }
+    for attrs in checks {
         let d = may(state, requester, &attrs);
         if !d.allowed {
             return Err(forbidden(&requester.0, &attrs, d.reason.as_deref()));
@@ -482,15 +606,15 @@ fn may(state: &Arc<State>, requester: &Identity, attrs: &Attributes) -> crate::r
 pub(crate) fn authorize_request(
     state: &Arc<State>,
     req: &http::Request<hyper::body::Incoming>,
-) -> Result<Identity, ApiError> {
+) -> Result<Acting, ApiError> {
     let requester = crate::self_review::requester(req);
     let attrs = request_attributes(req.method(), req.uri().path(), req.uri().query());
     let acting = acting_identity(state, req.headers(), &requester, &attrs)?;
-    let d = may(state, &acting, &attrs);
+    let d = may(state, &acting.id, &attrs);
     if d.allowed {
         Ok(acting)
     } else {
-        Err(forbidden(&acting.0, &attrs, d.reason.as_deref()))
+        Err(forbidden(&acting.id.0, &attrs, d.reason.as_deref()))
     }
 }
 

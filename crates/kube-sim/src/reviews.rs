@@ -120,6 +120,7 @@ pub(crate) async fn handle(
     state: &Arc<State>,
     req: Request<Incoming>,
     review: Review,
+    acting: &crate::authz::Acting,
 ) -> Result<Response<RespBody>, ApiError> {
     if req.method() != http::Method::POST {
         return Err(ApiError::new(
@@ -131,7 +132,8 @@ pub(crate) async fn handle(
             ),
         ));
     }
-    let requester = crate::self_review::requester(&req);
+    // The user the request acts as (impersonated, or the token's).
+    let requester = acting.id.clone();
     // The create handler's field manager: `fieldManager` or the user
     // agent's program name, "unknown" without either.
     let query = form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
@@ -234,7 +236,7 @@ pub(crate) async fn handle(
             return Ok(created(json!({
                 "kind": review.kind(), "apiVersion": want_version,
                 "metadata": {"creationTimestamp": crate::object::now_string()},
-                "status": {"userInfo": {"username": user, "groups": groups}},
+                "status": {"userInfo": self_user_info(acting)},
             })));
         }
     };
@@ -608,6 +610,19 @@ pub(crate) fn node_rules_allow(attrs: &Attributes) -> bool {
     static RULES: std::sync::LazyLock<Vec<Value>> =
         std::sync::LazyLock::new(crate::bootstrap_rbac::node_rules);
     RULES.iter().any(|r| rule_allows(r, attrs))
+}
+
+/// A SelfSubjectReview's `status.userInfo`: the user the request acts as,
+/// its UID and extra only when it has them (`omitempty`).
+fn self_user_info(acting: &crate::authz::Acting) -> Value {
+    let mut info = json!({"username": acting.id.0, "groups": acting.id.1});
+    if !acting.uid.is_empty() {
+        info["uid"] = json!(acting.uid);
+    }
+    if !acting.extra.is_empty() {
+        info["extra"] = json!(acting.extra);
+    }
+    info
 }
 
 /// The decision for `spec`'s user and groups, as a review's status.
