@@ -689,6 +689,55 @@ async fn node_authorizer_reviews_answer_as_upstream() {
     .await;
 }
 
+/// A requester of this run (`<prefix>-...`), the name of its ClusterRole
+/// and binding, and its client.
+async fn impersonator(t: &common::Target, prefix: &str) -> (String, String, Client) {
+    let requester = t.unique(prefix);
+    let client = t.client_as(&requester).await;
+    (requester.clone(), format!("{requester}-role"), client)
+}
+
+/// A ClusterRole `name` with `rules`, bound to the user `user`.
+async fn grant(t: &common::Target, name: &str, rules: Value, user: &str) {
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": name}, "rules": rules});
+    create(t, &format!("{RBAC}/clusterroles"), role).await;
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]});
+    create(t, &format!("{RBAC}/clusterrolebindings"), binding).await;
+}
+
+/// Deletes what [`grant`] made.
+async fn revoke(t: &common::Target, name: &str) {
+    let _ = delete(&t.client, &format!("{RBAC}/clusterrolebindings/{name}")).await;
+    let _ = delete(&t.client, &format!("{RBAC}/clusterroles/{name}")).await;
+}
+
+/// A SelfSubjectReview sent with `headers`.
+async fn who_am_i(client: &Client, headers: &[(&str, &str)]) -> Reply {
+    let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
+    send(
+        client,
+        "POST",
+        "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        &body,
+        headers,
+    )
+    .await
+}
+
+/// The user info of a SelfSubjectReview sent with `headers` once one is
+/// created (RBAC's informers lag its writes).
+async fn who_once_allowed(client: &Client, what: &str, headers: &[(&str, &str)]) -> Value {
+    common::eventually(what, async || {
+        let r = who_am_i(client, headers).await;
+        (r.code == 201).then_some(r.body["status"]["userInfo"].clone())
+    })
+    .await
+}
+
 /// `Impersonate-Uid` and `Impersonate-Extra-<key>` (endpoints/filters/
 /// impersonation): each needs the `impersonate` verb on `uids` and on
 /// `userextras/<key>` in `authentication.k8s.io`, beside the user's; the
@@ -700,9 +749,7 @@ async fn impersonating_a_uid_and_extras_needs_their_verbs() {
         "impersonating_a_uid_and_extras_needs_their_verbs",
         authorizing(),
         async |t| {
-            let requester = t.unique("impersonator");
-            let role = t.unique("impersonate-users");
-            let client = t.client_as(&requester).await;
+            let (requester, role, client) = impersonator(&t, "impersonator").await;
             let rules = |extra: bool| {
                 let mut rules = vec![json!({"apiGroups": [""], "resources": ["users"], "verbs": ["impersonate"]})];
                 if extra {
@@ -710,19 +757,11 @@ async fn impersonating_a_uid_and_extras_needs_their_verbs() {
                         "resources": ["uids", "userextras/scopes", "userextras/example.com/team"],
                         "verbs": ["impersonate"]}));
                 }
-                json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-                    "metadata": {"name": role}, "rules": rules})
+                json!(rules)
             };
-            create(&t, &format!("{RBAC}/clusterroles"), rules(false)).await;
-            create(&t, &format!("{RBAC}/clusterrolebindings"), json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": role},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": requester}]})).await;
-            let ssr = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
-            let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
+            grant(&t, &role, rules(false), &requester).await;
             let who = async |client: &Client, headers: &[(&str, &str)]| {
-                let r = send(client, "POST", ssr, &body, headers).await;
+                let r = who_am_i(client, headers).await;
                 if r.code == 201 {
                     r.body["status"]["userInfo"].clone()
                 } else {
@@ -730,22 +769,16 @@ async fn impersonating_a_uid_and_extras_needs_their_verbs() {
                 }
             };
             let user = [("Impersonate-User", "someone")];
-            // RBAC's informers lag its writes: wait for the review.
-            let created = async |what: &str, headers: &[(&str, &str)]| {
-                common::eventually(what, async || {
-                    let r = send(&client, "POST", ssr, &body, headers).await;
-                    (r.code == 201).then_some(r.body["status"]["userInfo"].clone())
-                })
-                .await
-            };
-            let granted = created("the impersonator's binding is in effect", &user).await;
+            let granted = who_once_allowed(&client, "the impersonator's binding is in effect", &user).await;
             t.record("impersonating a user", granted);
             let uid = [("Impersonate-User", "someone"), ("Impersonate-Uid", "uid-1")];
             t.record("a UID without its verb", who(&client, &uid).await);
             let extra = [("Impersonate-User", "someone"), ("Impersonate-Extra-Scopes", "read")];
             t.record("an extra without its verb", who(&client, &extra).await);
 
-            let r = put(&t.client, &format!("{RBAC}/clusterroles/{role}"), &rules(true)).await;
+            let role_json = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": role}, "rules": rules(true)});
+            let r = put(&t.client, &format!("{RBAC}/clusterroles/{role}"), &role_json).await;
             assert_eq!(r.code, 200, "{:?}", r.body);
             let all = [
                 ("Impersonate-User", "someone"),
@@ -754,7 +787,7 @@ async fn impersonating_a_uid_and_extras_needs_their_verbs() {
                 ("Impersonate-Extra-Scopes", "write"),
                 ("Impersonate-Extra-Example.com%2fteam", "storage"),
             ];
-            let granted = created("the uid and extras are granted", &all).await;
+            let granted = who_once_allowed(&client, "the uid and extras are granted", &all).await;
             t.record("a UID and extras with their verbs", granted);
             let other = [("Impersonate-User", "someone"), ("Impersonate-Extra-Other", "x")];
             t.record("an extra key not granted", who(&client, &other).await);
@@ -765,11 +798,50 @@ async fn impersonating_a_uid_and_extras_needs_their_verbs() {
                 ("a UID without a user", vec![("Impersonate-Uid", "uid-1")]),
                 ("extras without a user", vec![("Impersonate-Extra-Scopes", "a"), ("Impersonate-Extra-Scopes", "b")]),
             ] {
-                let r = send(&t.client, "POST", ssr, &body, &headers).await;
+                let r = who_am_i(&t.client, &headers).await;
                 t.record(label, r.record());
             }
-            let _ = delete(&t.client, &format!("{RBAC}/clusterrolebindings/{role}")).await;
-            let _ = delete(&t.client, &format!("{RBAC}/clusterroles/{role}")).await;
+            revoke(&t, &role).await;
+        },
+    )
+    .await;
+}
+
+/// Constrained impersonation (1.36, KEP 5284) checks the impersonated
+/// user, node and groups in `authentication.k8s.io` (the legacy verb in
+/// the core group): a requester with `impersonate:user-info` on users and
+/// `impersonate:arbitrary-node` on nodes there, and the matching
+/// `impersonate-on:<mode>:create` on selfsubjectreviews, impersonates a
+/// user and a node (which gets `system:nodes`), but not a group it was not
+/// granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn constrained_impersonation_is_authorized_in_authentication_k8s_io() {
+    conform(
+        "constrained_impersonation_is_authorized_in_authentication_k8s_io",
+        authorizing(),
+        async |t| {
+            let (requester, role, client) = impersonator(&t, "constrained").await;
+            let authn = |resource: &str, verb: &str| {
+                json!({"apiGroups": ["authentication.k8s.io"], "resources": [resource], "verbs": [verb]})
+            };
+            let rules = json!([
+                authn("users", "impersonate:user-info"),
+                authn("nodes", "impersonate:arbitrary-node"),
+                authn("selfsubjectreviews", "impersonate-on:user-info:create"),
+                authn("selfsubjectreviews", "impersonate-on:arbitrary-node:create"),
+            ]);
+            grant(&t, &role, rules, &requester).await;
+            let user = [("Impersonate-User", "someone")];
+            let granted = who_once_allowed(&client, "the constrained binding is in effect", &user).await;
+            t.record("a user by user-info", granted);
+            let node = [("Impersonate-User", "system:node:n1")];
+            let r = who_am_i(&client, &node).await;
+            t.record("a node by arbitrary-node", answer(&r));
+            t.record("the node's user info", r.body["status"]["userInfo"].clone());
+            let group = [("Impersonate-User", "someone"), ("Impersonate-Group", "g")];
+            let r = who_am_i(&client, &group).await;
+            t.record("a group not granted", r.record());
+            revoke(&t, &role).await;
         },
     )
     .await;
