@@ -547,33 +547,58 @@ fn impersonate(
             path: String::new(),
         }
     };
-    let mut checks = vec![check(user_group, resource, "", namespace, &name)];
+    let allowed = |attrs: Attributes| {
+        let d = may(state, requester, &attrs);
+        if d.allowed {
+            Ok(())
+        } else {
+            Err(forbidden(&requester.0, &attrs, d.reason.as_deref()))
+        }
+    };
+    let refused =
+        |attrs: Attributes, reason: &str| Err(forbidden(&requester.0, &attrs, Some(reason)));
+    // authorizeUsername, authorizeUID.
+    allowed(check(user_group, resource, "", namespace, &name))?;
     if !wanted.uid.is_empty() {
-        checks.push(check(AUTHN, "uids", "", String::new(), wanted.uid));
+        allowed(check(AUTHN, "uids", "", String::new(), wanted.uid))?;
     }
-    checks.extend(
-        wanted_groups
-            .iter()
-            .map(|g| check(user_group, "groups", "", String::new(), g)),
-    );
-    if constrained
-        && !wanted.extra.is_empty()
-        && let Some(reason) = invalid_extra(wanted.extra)
-    {
-        let attrs = check(AUTHN, "userextras", "", String::new(), "");
-        return Err(forbidden(&requester.0, &attrs, Some(&reason)));
-    }
-    for (key, values) in wanted.extra {
-        checks.extend(
-            values
-                .iter()
-                .map(|v| check(AUTHN, "userextras", key, String::new(), v)),
+    // authorizeGroups: a constrained mode refuses the empty group and
+    // system:masters, and lets one check of `*` stand for four or more.
+    let group = |name: &str| check(user_group, "groups", "", String::new(), name);
+    if constrained && wanted_groups.iter().any(String::is_empty) {
+        return refused(
+            group(""),
+            "impersonating the empty string group is not allowed",
         );
     }
-    for attrs in checks {
-        let d = may(state, requester, &attrs);
-        if !d.allowed {
-            return Err(forbidden(&requester.0, &attrs, d.reason.as_deref()));
+    if constrained && wanted_groups.iter().any(|g| g == "system:masters") {
+        return refused(
+            group("system:masters"),
+            "impersonating the system:masters group is not allowed",
+        );
+    }
+    let many_groups = constrained && wanted_groups.len() >= 4 && allowed(group("*")).is_ok();
+    if !many_groups {
+        for g in wanted_groups {
+            allowed(group(g))?;
+        }
+    }
+    // authorizeExtra: likewise `*/*` for four or more keys or values.
+    if !wanted.extra.is_empty() {
+        if constrained && let Some(reason) = invalid_extra(wanted.extra) {
+            return refused(check(AUTHN, "userextras", "", String::new(), ""), &reason);
+        }
+        let values: usize = wanted.extra.values().map(Vec::len).sum();
+        let large = wanted.extra.len() >= 4 || values >= 4;
+        let many_extras = constrained
+            && large
+            && allowed(check(AUTHN, "userextras", "*", String::new(), "*")).is_ok();
+        if !many_extras {
+            for (key, values) in wanted.extra {
+                for v in values {
+                    allowed(check(AUTHN, "userextras", key, String::new(), v))?;
+                }
+            }
         }
     }
     if user == "system:anonymous" {

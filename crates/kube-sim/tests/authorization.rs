@@ -813,7 +813,8 @@ async fn impersonating_a_uid_and_extras_needs_their_verbs() {
 /// `impersonate:arbitrary-node` on nodes there, and the matching
 /// `impersonate-on:<mode>:create` on selfsubjectreviews, impersonates a
 /// user and a node (which gets `system:nodes`), but not a group it was not
-/// granted.
+/// granted; four or more groups by one check of the group `*`; never the
+/// empty group or `system:masters`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn constrained_impersonation_is_authorized_in_authentication_k8s_io() {
     conform(
@@ -829,6 +830,10 @@ async fn constrained_impersonation_is_authorized_in_authentication_k8s_io() {
                 authn("nodes", "impersonate:arbitrary-node"),
                 authn("selfsubjectreviews", "impersonate-on:user-info:create"),
                 authn("selfsubjectreviews", "impersonate-on:arbitrary-node:create"),
+                // Groups only as the one check of `*` that stands for
+                // four or more.
+                {"apiGroups": ["authentication.k8s.io"], "resources": ["groups"],
+                    "resourceNames": ["*"], "verbs": ["impersonate:user-info"]},
             ]);
             grant(&t, &role, rules, &requester).await;
             let user = [("Impersonate-User", "someone")];
@@ -841,6 +846,16 @@ async fn constrained_impersonation_is_authorized_in_authentication_k8s_io() {
             let group = [("Impersonate-User", "someone"), ("Impersonate-Group", "g")];
             let r = who_am_i(&client, &group).await;
             t.record("a group not granted", r.record());
+            let four: Vec<(&str, &str)> = std::iter::once(("Impersonate-User", "someone"))
+                .chain(["a", "b", "c", "d"].map(|g| ("Impersonate-Group", g)))
+                .collect();
+            let r = who_am_i(&client, &four).await;
+            t.record("four groups by the check of *", answer(&r));
+            t.record("the four groups' user info", r.body["status"]["userInfo"].clone());
+            for g in ["system:masters", ""] {
+                let r = who_am_i(&client, &[("Impersonate-User", "someone"), ("Impersonate-Group", g)]).await;
+                t.record(&format!("the group {g:?}"), r.record());
+            }
             revoke(&t, &role).await;
         },
     )
