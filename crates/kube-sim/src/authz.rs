@@ -395,7 +395,10 @@ pub(crate) fn acting_identity(
             ..Default::default()
         });
     };
-    let node = user.strip_prefix("system:node:").filter(|n| !n.is_empty());
+    // isNodeUsername: the name must be a DNS subdomain.
+    let node = user
+        .strip_prefix("system:node:")
+        .filter(|n| crate::validation::dns1123_subdomain(n).is_empty());
     let sa = user
         .strip_prefix("system:serviceaccount:")
         .and_then(|r| r.split_once(':'))

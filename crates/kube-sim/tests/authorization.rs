@@ -812,7 +812,8 @@ async fn impersonating_a_uid_and_extras_needs_their_verbs() {
 /// the core group): a requester with `impersonate:user-info` on users and
 /// `impersonate:arbitrary-node` on nodes there, and the matching
 /// `impersonate-on:<mode>:create` on selfsubjectreviews, impersonates a
-/// user and a node (which gets `system:nodes`), but not a group it was not
+/// user and a node (which gets `system:nodes`; a `system:node:` name that
+/// is not a DNS subdomain is a plain user), but not a group it was not
 /// granted; four or more groups by one check of the group `*`; never the
 /// empty group or `system:masters`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -843,6 +844,10 @@ async fn constrained_impersonation_is_authorized_in_authentication_k8s_io() {
             let r = who_am_i(&client, &node).await;
             t.record("a node by arbitrary-node", answer(&r));
             t.record("the node's user info", r.body["status"]["userInfo"].clone());
+            // Not a node's name (not a DNS subdomain): a user by user-info.
+            let r = who_am_i(&client, &[("Impersonate-User", "system:node:Not_A_Node")]).await;
+            t.record("a user named like a node", answer(&r));
+            t.record("that user's info", r.body["status"]["userInfo"].clone());
             let group = [("Impersonate-User", "someone"), ("Impersonate-Group", "g")];
             let r = who_am_i(&client, &group).await;
             t.record("a group not granted", r.record());
