@@ -6,12 +6,13 @@
 //! upstream's `RequestInfoFactory` reads them (k8s.io/apiserver
 //! endpoints/request/requestinfo.go), before kube-sim looks the resource up:
 //! a user who may not list `foos` is told so whether `foos` exists or not.
-//! Impersonation (`Impersonate-User`, `Impersonate-Group`) is authorized
-//! first, as 1.36's constrained impersonation does (the
-//! `impersonate-on:<mode>:<verb>` and `impersonate:<mode>` verbs, then the
-//! legacy `impersonate` on `users`, `serviceaccounts` and `groups`:
-//! endpoints/filters/impersonation), and the request is then authorized
-//! for the impersonated user.
+//! Impersonation (`Impersonate-User`, `Impersonate-Group`,
+//! `Impersonate-Uid`, `Impersonate-Extra-<key>`) is authorized first, as
+//! 1.36's constrained impersonation does (the `impersonate-on:<mode>:<verb>`
+//! and `impersonate:<mode>` verbs, then the legacy `impersonate` on
+//! `users`, `serviceaccounts` and `groups`; both on `uids` and
+//! `userextras/<key>`: endpoints/filters/impersonation), and the request
+//! is then authorized for the impersonated user.
 //!
 //! The decision is the review APIs' ([`crate::reviews::authorize`]):
 //! `system:masters`, then the Node authorizer, then RBAC over the stored
@@ -33,11 +34,13 @@ pub enum Authorization {
     AlwaysAllow,
     /// As `--authorization-mode=Node,RBAC` (what the real control plane of
     /// the test bed runs): `system:masters` may do everything; a node
-    /// (`system:node:<name>` in `system:nodes`) what the Node authorizer's
-    /// static rules allow (the rules of the bootstrap ClusterRole
-    /// `system:node`; kube-sim has no graph of which pods, secrets and
-    /// volumes belong to which node, so a node may read all of them); every
-    /// user what RBAC allows. Anything else is 403 Forbidden.
+    /// (`system:node:<name>` in `system:nodes`) what the Node authorizer
+    /// allows: the secrets, configmaps, volumes, claims and service
+    /// accounts of the pods bound to it, its own Node, Lease and pods, and
+    /// the rest of the static rules of the bootstrap ClusterRole
+    /// `system:node` (upstream's graph of what runs on which node, which
+    /// kube-sim computes from its store at each request); every user what
+    /// RBAC allows. Anything else is 403 Forbidden.
     NodeRbac,
 }
 
@@ -70,6 +73,74 @@ impl Authorization {
 
 /// A user and its groups.
 pub(crate) type Identity = (String, Vec<String>);
+
+/// The user a request acts as: its name and groups (what authorizes it),
+/// and the UID and extra an impersonation gave it (`Impersonate-Uid`,
+/// `Impersonate-Extra-<key>`; kube-sim's own tokens carry none).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Acting {
+    pub(crate) id: Identity,
+    pub(crate) uid: String,
+    pub(crate) extra: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// `url.PathUnescape` of an extra's key, the key as sent when it does not
+/// decode (`unescapeExtraKey`).
+fn unescape_extra_key(key: &str) -> String {
+    let b = key.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = key
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            match hex {
+                Some(v) if key[i + 1..i + 3].bytes().all(|c| c.is_ascii_hexdigit()) => {
+                    out.push(v);
+                    i += 3;
+                    continue;
+                }
+                _ => return key.to_string(),
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| key.to_string())
+}
+
+/// Go's `%#v` of a `[]string`, or of its nil.
+fn go_strings(v: &[String]) -> String {
+    if v.is_empty() {
+        return "[]string(nil)".to_string();
+    }
+    let items: Vec<String> = v.iter().map(|g| format!("{g:?}")).collect();
+    format!("[]string{{{}}}", items.join(", "))
+}
+
+/// `validateExtra` of constrained impersonation: the reason an extra may
+/// not be impersonated in a constrained mode.
+fn invalid_extra(extra: &std::collections::BTreeMap<String, Vec<String>>) -> Option<String> {
+    for (key, values) in extra {
+        if key.is_empty() {
+            return Some("impersonating the empty string key in extra is not allowed".into());
+        }
+        // IsDomainPrefixedPath: `<DNS-1123 subdomain>/<non-empty path>`.
+        let valid = key.split_once('/').is_some_and(|(host, path)| {
+            !path.is_empty() && crate::validation::dns1123_subdomain(host).is_empty()
+        });
+        if !valid {
+            return Some(format!(
+                "impersonating an invalid key in extra is not allowed: extra.key: Invalid value: {key:?}: must be a domain-prefixed path (such as \"acme.io/foo\")"
+            ));
+        }
+        if values.iter().any(String::is_empty) {
+            return Some("impersonating the empty string value in extra is not allowed".into());
+        }
+    }
+    None
+}
 
 /// Go's `strconv.ParseBool`.
 fn parse_bool(v: &str) -> Option<bool> {
@@ -127,6 +198,7 @@ pub(crate) fn request_attributes(method: &Method, path: &str, query: Option<&str
         Method::DELETE => "delete",
         _ => "",
     };
+    let via_watch_path = rest.first() == Some(&"watch");
     if matches!(rest.first(), Some(&("watch" | "proxy"))) {
         verb = if rest[0] == "watch" { "watch" } else { "proxy" };
         rest = &rest[1..];
@@ -146,6 +218,7 @@ pub(crate) fn request_attributes(method: &Method, path: &str, query: Option<&str
         resource: rest.first().map(|s| s.to_string()).unwrap_or_default(),
         subresource: String::new(),
         name: rest.get(1).map(|s| s.to_string()).unwrap_or_default(),
+        field_selector: Vec::new(),
     };
     if rest.len() >= 3 && verb != "proxy" {
         r.subresource = rest[2].to_string();
@@ -178,6 +251,16 @@ pub(crate) fn request_attributes(method: &Method, path: &str, query: Option<&str
     }
     if r.name.is_empty() && verb == "delete" {
         verb = "deletecollection".to_string();
+    }
+    // With AuthorizeWithSelectors (GA): the first `fieldSelector` of a
+    // list, watch or deletecollection (not of a `/watch/` path), read
+    // straight from the query; the authorizer sees its requirements when
+    // it parses (`GetAuthorizerAttributes`).
+    if !via_watch_path && matches!(verb.as_str(), "list" | "watch" | "deletecollection") {
+        r.field_selector = form_urlencoded::parse(query.unwrap_or("").as_bytes())
+            .find(|(k, _)| k == "fieldSelector")
+            .and_then(|(_, v)| crate::reviews::parse_field_selector(&v))
+            .unwrap_or_default();
     }
     Attributes {
         verb,
@@ -265,7 +348,7 @@ pub(crate) fn acting_identity(
     headers: &http::HeaderMap,
     requester: &Identity,
     request: &Attributes,
-) -> Result<Identity, ApiError> {
+) -> Result<Acting, ApiError> {
     let user = header_values(headers, "impersonate-user")
         .into_iter()
         .next()
@@ -274,23 +357,62 @@ pub(crate) fn acting_identity(
         .into_iter()
         .map(str::to_string)
         .collect();
+    let uid = header_values(headers, "impersonate-uid")
+        .into_iter()
+        .next()
+        .unwrap_or("")
+        .to_string();
+    let mut extra: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for name in headers.keys() {
+        if let Some(key) = name.as_str().strip_prefix("impersonate-extra-") {
+            let values = header_values(headers, name.as_str());
+            extra
+                .entry(unescape_extra_key(key))
+                .or_default()
+                .extend(values.into_iter().map(str::to_string));
+        }
+    }
     let Some(user) = user else {
-        if !wanted_groups.is_empty() {
-            // processImpersonationHeaders: the wanted user.DefaultInfo, %#v.
-            let groups: Vec<String> = wanted_groups.iter().map(|g| format!("{g:?}")).collect();
+        if !wanted_groups.is_empty() || !uid.is_empty() || !extra.is_empty() {
+            // processImpersonationHeaders: the wanted user.DefaultInfo, %#v
+            // (a map's keys sorted, as fmt prints them).
+            let extra = if extra.is_empty() {
+                "map[string][]string(nil)".to_string()
+            } else {
+                let items: Vec<String> = extra
+                    .iter()
+                    .map(|(k, v)| format!("{k:?}:{}", go_strings(v)))
+                    .collect();
+                format!("map[string][]string{{{}}}", items.join(", "))
+            };
             return Err(ApiError::bad_request(format!(
-                "requested &user.DefaultInfo{{Name:\"\", UID:\"\", Groups:[]string{{{}}}, Extra:map[string][]string(nil)}} without impersonating a user name",
-                groups.join(", ")
+                "requested &user.DefaultInfo{{Name:\"\", UID:{uid:?}, Groups:{}, Extra:{extra}}} without impersonating a user name",
+                go_strings(&wanted_groups)
             )));
         }
-        return Ok(requester.clone());
+        return Ok(Acting {
+            id: requester.clone(),
+            ..Default::default()
+        });
     };
-    let node = user.strip_prefix("system:node:").filter(|n| !n.is_empty());
+    // isNodeUsername: the name must be a DNS subdomain.
+    let node = user
+        .strip_prefix("system:node:")
+        .filter(|n| crate::validation::dns1123_subdomain(n).is_empty());
     let sa = user
         .strip_prefix("system:serviceaccount:")
         .and_then(|r| r.split_once(':'))
         .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains(':'));
-    let only_user = wanted_groups.is_empty();
+    // onlyUsernameSet: no groups, UID or extra.
+    let only_user = wanted_groups.is_empty() && uid.is_empty() && extra.is_empty();
+    let wanted = Wanted {
+        user,
+        node,
+        sa,
+        groups: &wanted_groups,
+        uid: &uid,
+        extra: &extra,
+    };
     // allImpersonationModes, with whether each applies (the mode's filter;
     // associated-node never does here: no identity carries a node name).
     let modes = [
@@ -305,16 +427,7 @@ pub(crate) fn acting_identity(
             return None;
         }
         if mode == "legacy" {
-            return Some(impersonate(
-                state,
-                requester,
-                "impersonate",
-                false,
-                user,
-                node,
-                sa,
-                &wanted_groups,
-            ));
+            return Some(impersonate(state, requester, "impersonate", false, &wanted));
         }
         let mut on = request.clone();
         on.verb = format!("impersonate-on:{mode}:{}", request.verb);
@@ -323,16 +436,7 @@ pub(crate) fn acting_identity(
             return Some(Err(forbidden(&requester.0, &on, d.reason.as_deref())));
         }
         let verb = format!("impersonate:{mode}");
-        Some(impersonate(
-            state,
-            requester,
-            &verb,
-            true,
-            user,
-            node,
-            sa,
-            &wanted_groups,
-        ))
+        Some(impersonate(state, requester, &verb, true, &wanted))
     };
     // getImpersonatedUser: the mode that last succeeded for this requester
     // first, then every mode in order; the first error is the answer when
@@ -350,7 +454,11 @@ pub(crate) fn acting_identity(
                 if Some(i) != cached {
                     state.impersonation_modes.set(&requester.0, i);
                 }
-                return Ok(identity);
+                return Ok(Acting {
+                    id: identity,
+                    uid: uid.clone(),
+                    extra: extra.clone(),
+                });
             }
             Some(Err(e)) => {
                 first_err.get_or_insert(e);
@@ -383,22 +491,34 @@ impl ModeIndexCache {
     }
 }
 
+/// What an impersonation asks for (`processImpersonationHeaders`).
+struct Wanted<'a> {
+    user: &'a str,
+    node: Option<&'a str>,
+    sa: Option<(&'a str, &'a str)>,
+    groups: &'a [String],
+    uid: &'a str,
+    extra: &'a std::collections::BTreeMap<String, Vec<String>>,
+}
+
 /// One impersonation mode's checks (`impersonationModeState.check`):
 /// `verb` on the user (as `nodes` in a constrained mode, `serviceaccounts`,
-/// or `users`) and on each group; the identity it gives.
-#[allow(clippy::too_many_arguments)]
+/// or `users`; in `authentication.k8s.io` for a constrained mode, the core
+/// group for the legacy one), on its UID (`uids`), on each group, and on
+/// each extra value (`userextras/<key>`, both in `authentication.k8s.io`;
+/// a constrained mode first refuses an extra `validateExtra` does not
+/// accept); the identity it gives.
 fn impersonate(
     state: &Arc<State>,
     requester: &Identity,
     verb: &str,
     constrained: bool,
-    user: &str,
-    node: Option<&str>,
-    sa: Option<(&str, &str)>,
-    wanted_groups: &[String],
+    wanted: &Wanted,
 ) -> Result<Identity, ApiError> {
+    let user = wanted.user;
+    let wanted_groups = wanted.groups;
     let mut groups: Vec<String> = wanted_groups.to_vec();
-    let (resource, namespace, name) = match (node, sa) {
+    let (resource, namespace, name) = match (wanted.node, wanted.sa) {
         (Some(n), _) if constrained => {
             groups = vec!["system:nodes".to_string()];
             ("nodes", String::new(), n.to_string())
@@ -414,27 +534,74 @@ fn impersonate(
         }
         _ => ("users", String::new(), user.to_string()),
     };
-    let mut checks = vec![(resource, namespace, name)];
-    checks.extend(
-        wanted_groups
-            .iter()
-            .map(|g| ("groups", String::new(), g.clone())),
-    );
-    for (resource, namespace, name) in checks {
-        let attrs = Attributes {
+    const AUTHN: &str = "authentication.k8s.io";
+    let user_group = if constrained { AUTHN } else { "" };
+    let check = |group: &str, resource: &str, subresource: &str, namespace: String, name: &str| {
+        Attributes {
             verb: verb.to_string(),
             resource: Some(ResourceAttrs {
                 namespace,
-                group: String::new(),
+                group: group.to_string(),
                 resource: resource.to_string(),
-                subresource: String::new(),
-                name,
+                subresource: subresource.to_string(),
+                name: name.to_string(),
+                field_selector: Vec::new(),
             }),
             path: String::new(),
-        };
+        }
+    };
+    let allowed = |attrs: Attributes| {
         let d = may(state, requester, &attrs);
-        if !d.allowed {
-            return Err(forbidden(&requester.0, &attrs, d.reason.as_deref()));
+        if d.allowed {
+            Ok(())
+        } else {
+            Err(forbidden(&requester.0, &attrs, d.reason.as_deref()))
+        }
+    };
+    let refused =
+        |attrs: Attributes, reason: &str| Err(forbidden(&requester.0, &attrs, Some(reason)));
+    // authorizeUsername, authorizeUID.
+    allowed(check(user_group, resource, "", namespace, &name))?;
+    if !wanted.uid.is_empty() {
+        allowed(check(AUTHN, "uids", "", String::new(), wanted.uid))?;
+    }
+    // authorizeGroups: a constrained mode refuses the empty group and
+    // system:masters, and lets one check of `*` stand for four or more.
+    let group = |name: &str| check(user_group, "groups", "", String::new(), name);
+    if constrained && wanted_groups.iter().any(String::is_empty) {
+        return refused(
+            group(""),
+            "impersonating the empty string group is not allowed",
+        );
+    }
+    if constrained && wanted_groups.iter().any(|g| g == "system:masters") {
+        return refused(
+            group("system:masters"),
+            "impersonating the system:masters group is not allowed",
+        );
+    }
+    let many_groups = constrained && wanted_groups.len() >= 4 && allowed(group("*")).is_ok();
+    if !many_groups {
+        for g in wanted_groups {
+            allowed(group(g))?;
+        }
+    }
+    // authorizeExtra: likewise `*/*` for four or more keys or values.
+    if !wanted.extra.is_empty() {
+        if constrained && let Some(reason) = invalid_extra(wanted.extra) {
+            return refused(check(AUTHN, "userextras", "", String::new(), ""), &reason);
+        }
+        let values: usize = wanted.extra.values().map(Vec::len).sum();
+        let large = wanted.extra.len() >= 4 || values >= 4;
+        let many_extras = constrained
+            && large
+            && allowed(check(AUTHN, "userextras", "*", String::new(), "*")).is_ok();
+        if !many_extras {
+            for (key, values) in wanted.extra {
+                for v in values {
+                    allowed(check(AUTHN, "userextras", key, String::new(), v))?;
+                }
+            }
         }
     }
     if user == "system:anonymous" {
@@ -467,15 +634,15 @@ fn may(state: &Arc<State>, requester: &Identity, attrs: &Attributes) -> crate::r
 pub(crate) fn authorize_request(
     state: &Arc<State>,
     req: &http::Request<hyper::body::Incoming>,
-) -> Result<Identity, ApiError> {
+) -> Result<Acting, ApiError> {
     let requester = crate::self_review::requester(req);
     let attrs = request_attributes(req.method(), req.uri().path(), req.uri().query());
     let acting = acting_identity(state, req.headers(), &requester, &attrs)?;
-    let d = may(state, &acting, &attrs);
+    let d = may(state, &acting.id, &attrs);
     if d.allowed {
         Ok(acting)
     } else {
-        Err(forbidden(&acting.0, &attrs, d.reason.as_deref()))
+        Err(forbidden(&acting.id.0, &attrs, d.reason.as_deref()))
     }
 }
 

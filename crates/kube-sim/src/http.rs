@@ -316,7 +316,7 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
     } else if let Some((code, retry, message)) = &decision.error {
         error_response(&injected_error(*code, *retry, message.as_deref(), &rec))
     } else if let Some(r) = review {
-        crate::reviews::handle(&state, req, r)
+        crate::reviews::handle(&state, req, r, &acting)
             .await
             .unwrap_or_else(|e| error_response(&e))
     } else {
@@ -672,7 +672,7 @@ struct Request2 {
     /// The field manager of its writes.
     manager: String,
     /// The user it acts as (after impersonation).
-    acting: crate::authz::Identity,
+    acting: crate::authz::Acting,
 }
 
 async fn resource_request(
@@ -694,9 +694,10 @@ async fn resource_request(
     let want = negotiate(header_str(&req, header::ACCEPT), false).ok_or_else(not_acceptable)?;
     // Who writes, for admission policies (`request.userInfo`).
     let user = Some(Arc::new(crate::admission::UserInfo {
-        username: acting.0,
-        groups: acting.1,
-        ..Default::default()
+        username: acting.id.0,
+        groups: acting.id.1,
+        uid: acting.uid,
+        extra: acting.extra,
     }));
     let method = req.method().clone();
     let ns = t.namespace.clone();

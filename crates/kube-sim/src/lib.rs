@@ -27,6 +27,7 @@ pub mod http;
 pub mod negotiate;
 pub mod netaddr;
 pub mod networking;
+mod node_authz;
 pub mod object;
 pub mod openapi;
 pub mod patch;

@@ -17,8 +17,8 @@
 //! bindings, upstream's bootstrap policy among them
 //! ([`crate::bootstrap_rbac`]; pkg/registry/rbac/validation:
 //! `VisitRulesFor`, `appliesTo`, `RuleAllows`), after `system:masters`,
-//! which may do everything, and the Node authorizer's static rules for a
-//! node ([`authorize`]). The same decision authorizes kube-sim's requests
+//! which may do everything, and the Node authorizer for a node
+//! ([`crate::node_authz`], [`authorize`]). The same decision authorizes kube-sim's requests
 //! when [`crate::Authorization::NodeRbac`] is on ([`crate::authz`]).
 
 use std::sync::Arc;
@@ -120,6 +120,7 @@ pub(crate) async fn handle(
     state: &Arc<State>,
     req: Request<Incoming>,
     review: Review,
+    acting: &crate::authz::Acting,
 ) -> Result<Response<RespBody>, ApiError> {
     if req.method() != http::Method::POST {
         return Err(ApiError::new(
@@ -131,7 +132,8 @@ pub(crate) async fn handle(
             ),
         ));
     }
-    let requester = crate::self_review::requester(&req);
+    // The user the request acts as (impersonated, or the token's).
+    let requester = acting.id.clone();
     // The create handler's field manager: `fieldManager` or the user
     // agent's program name, "unknown" without either.
     let query = form_urlencoded::parse(req.uri().query().unwrap_or("").as_bytes())
@@ -234,7 +236,7 @@ pub(crate) async fn handle(
             return Ok(created(json!({
                 "kind": review.kind(), "apiVersion": want_version,
                 "metadata": {"creationTimestamp": crate::object::now_string()},
-                "status": {"userInfo": {"username": user, "groups": groups}},
+                "status": {"userInfo": self_user_info(acting)},
             })));
         }
     };
@@ -351,6 +353,127 @@ pub(crate) struct ResourceAttrs {
     pub(crate) resource: String,
     pub(crate) subresource: String,
     pub(crate) name: String,
+    /// The field selector's requirements (`GetFieldSelector`; none when
+    /// there is none or it does not parse).
+    pub(crate) field_selector: Vec<FieldRequirement>,
+}
+
+/// A field selector's operator (`selection.Equals` for `=` and `==`,
+/// `selection.NotEquals` for `!=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FieldOp {
+    Equals,
+    NotEquals,
+}
+
+/// One requirement of a field selector (`fields.Requirement`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FieldRequirement {
+    pub(crate) field: String,
+    pub(crate) op: FieldOp,
+    pub(crate) value: String,
+}
+
+/// `fields.ParseSelector(s).Requirements()`: the comma-separated terms
+/// (a backslash escapes a comma), each split at its first `!=`, `==` or
+/// `=`, the value unescaped. `None` when it does not parse.
+pub(crate) fn parse_field_selector(s: &str) -> Option<Vec<FieldRequirement>> {
+    let mut terms = Vec::new();
+    let (mut start, mut in_slash) = (0, false);
+    for (i, c) in s.char_indices() {
+        if in_slash {
+            in_slash = false;
+        } else if c == '\\' {
+            in_slash = true;
+        } else if c == ',' {
+            terms.push(&s[start..i]);
+            start = i + 1;
+        }
+    }
+    if !s.is_empty() {
+        terms.push(&s[start..]);
+    }
+    let mut out = Vec::new();
+    for term in terms.into_iter().filter(|t| !t.is_empty()) {
+        let (field, op, rhs) = term.char_indices().find_map(|(i, _)| {
+            let rest = &term[i..];
+            [
+                ("!=", FieldOp::NotEquals),
+                ("==", FieldOp::Equals),
+                ("=", FieldOp::Equals),
+            ]
+            .into_iter()
+            .find(|(p, _)| rest.starts_with(p))
+            .map(|(p, op)| (&term[..i], op, &rest[p.len()..]))
+        })?;
+        out.push(FieldRequirement {
+            field: field.to_string(),
+            op,
+            value: unescape_field_value(rhs)?,
+        });
+    }
+    Some(out)
+}
+
+/// `fields.UnescapeValue`: `\\`, `\,` and `\=` stand for the character;
+/// any other escape, or an unescaped `,` or `=`, does not parse.
+fn unescape_field_value(s: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut in_slash = false;
+    for c in s.chars() {
+        if in_slash {
+            if !matches!(c, '\\' | ',' | '=') {
+                return None;
+            }
+            out.push(c);
+            in_slash = false;
+            continue;
+        }
+        match c {
+            '\\' => in_slash = true,
+            ',' | '=' => return None,
+            c => out.push(c),
+        }
+    }
+    (!in_slash).then_some(out)
+}
+
+/// The field selector of a review's `resourceAttributes.fieldSelector`
+/// (pkg/registry/authorization/util `ResourceAttributesFrom`): the parsed
+/// `rawSelector`, or, when given, the `requirements` (`In` as equals and
+/// `NotIn` as not-equals with one value each; the others are errors,
+/// dropped, the valid ones kept).
+fn review_field_selector(ra: &Value) -> Vec<FieldRequirement> {
+    let Some(fs) = ra.get("fieldSelector").filter(|v| v.is_object()) else {
+        return Vec::new();
+    };
+    let reqs: Vec<&Value> = fs
+        .get("requirements")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
+    if reqs.is_empty() {
+        let raw = s(fs, "rawSelector");
+        return parse_field_selector(&raw).unwrap_or_default();
+    }
+    reqs.into_iter()
+        .filter_map(|r| {
+            let values = strings(r, "values");
+            let op = match s(r, "operator").as_str() {
+                "In" => FieldOp::Equals,
+                "NotIn" => FieldOp::NotEquals,
+                _ => return None,
+            };
+            match values.as_slice() {
+                [v] => Some(FieldRequirement {
+                    field: s(r, "key"),
+                    op,
+                    value: v.clone(),
+                }),
+                _ => None,
+            }
+        })
+        .collect()
 }
 
 fn s(v: &Value, k: &str) -> String {
@@ -418,6 +541,7 @@ fn attributes(spec: &Value) -> Attributes {
                 resource: s(ra, "resource"),
                 subresource: s(ra, "subresource"),
                 name: s(ra, "name"),
+                field_selector: review_field_selector(ra),
             }),
             path: String::new(),
         },
@@ -439,44 +563,66 @@ pub(crate) struct Decision {
 
 /// The decision of `--authorization-mode=Node,RBAC` for `user` in `groups`
 /// (the union authorizer): the privileged group `system:masters` may do
-/// everything (no reason), then the Node authorizer ([`node_allows`]), then
-/// RBAC over the stored objects.
+/// everything (no reason), then the Node authorizer
+/// ([`crate::node_authz`]), then RBAC over the stored objects. The reason
+/// of a refusal is every authorizer's reason, one a line (the Node
+/// authorizer's first).
 pub(crate) fn authorize(
     state: &Arc<State>,
     user: &str,
     groups: &[String],
     attrs: &Attributes,
 ) -> Decision {
-    if groups.iter().any(|g| g == "system:masters") || node_allows(user, groups, attrs) {
+    if groups.iter().any(|g| g == "system:masters") {
         return Decision {
             allowed: true,
             reason: None,
         };
     }
-    rbac_decision(state, user, groups, attrs)
+    let node_reason = match crate::node_authz::authorize(state, user, groups, attrs) {
+        crate::node_authz::NodeDecision::Allow => {
+            return Decision {
+                allowed: true,
+                reason: None,
+            };
+        }
+        crate::node_authz::NodeDecision::NoOpinion(reason) => reason,
+    };
+    let rbac = rbac_decision(state, user, groups, attrs);
+    if rbac.allowed || node_reason.is_empty() {
+        return rbac;
+    }
+    let reason = match rbac.reason {
+        Some(r) => format!("{node_reason}\n{r}"),
+        None => node_reason,
+    };
+    Decision {
+        allowed: false,
+        reason: Some(reason),
+    }
 }
 
-/// The rules of the bootstrap ClusterRole `system:node`, which the Node
-/// authorizer applies to a node's requests (`bootstrappolicy.NodeRules()`,
-/// compiled in: editing the stored role changes RBAC, not these).
-fn node_rules() -> &'static [Value] {
+/// Whether the rules of the bootstrap ClusterRole `system:node`, which the
+/// Node authorizer applies to a node's requests for what its graph does
+/// not cover (`bootstrappolicy.NodeRules()`, compiled in: editing the
+/// stored role changes RBAC, not these), allow `attrs`.
+pub(crate) fn node_rules_allow(attrs: &Attributes) -> bool {
     static RULES: std::sync::LazyLock<Vec<Value>> =
         std::sync::LazyLock::new(crate::bootstrap_rbac::node_rules);
-    &RULES
+    RULES.iter().any(|r| rule_allows(r, attrs))
 }
 
-/// The Node authorizer (plugin/pkg/auth/authorizer/node): a node identity
-/// (`system:node:<name>` in `system:nodes`) may do what the static node
-/// rules allow. Upstream narrows secrets, configmaps, volumes, claims,
-/// leases and the node's own objects further by its graph of what runs on
-/// which node; kube-sim keeps no such graph, so a node gets the rules
-/// whole.
-fn node_allows(user: &str, groups: &[String], attrs: &Attributes) -> bool {
-    let node = user
-        .strip_prefix("system:node:")
-        .is_some_and(|n| !n.is_empty())
-        && groups.iter().any(|g| g == "system:nodes");
-    node && node_rules().iter().any(|r| rule_allows(r, attrs))
+/// A SelfSubjectReview's `status.userInfo`: the user the request acts as,
+/// its UID and extra only when it has them (`omitempty`).
+fn self_user_info(acting: &crate::authz::Acting) -> Value {
+    let mut info = json!({"username": acting.id.0, "groups": acting.id.1});
+    if !acting.uid.is_empty() {
+        info["uid"] = json!(acting.uid);
+    }
+    if !acting.extra.is_empty() {
+        info["extra"] = json!(acting.extra);
+    }
+    info
 }
 
 /// The decision for `spec`'s user and groups, as a review's status.
@@ -755,8 +901,7 @@ pub(crate) fn self_subject_rules(
     namespace: &str,
 ) -> Value {
     let mut errors = Vec::new();
-    // nodeidentifier.NodeIdentity.
-    let node = user.starts_with("system:node:") && groups.iter().any(|g| g == "system:nodes");
+    let node = crate::node_authz::node_identity(user, groups).is_some();
     if node {
         errors.push("node authorizer does not support user rule resolution".to_string());
     }
@@ -826,6 +971,40 @@ mod tests {
     }
 
     #[test]
+    fn field_selectors_parse_as_fields_parse_selector() {
+        let req = |field: &str, op, value: &str| FieldRequirement {
+            field: field.into(),
+            op,
+            value: value.into(),
+        };
+        assert_eq!(
+            parse_field_selector("spec.nodeName=n1,metadata.name!=x,a==b"),
+            Some(vec![
+                req("spec.nodeName", FieldOp::Equals, "n1"),
+                req("metadata.name", FieldOp::NotEquals, "x"),
+                req("a", FieldOp::Equals, "b"),
+            ])
+        );
+        assert_eq!(
+            parse_field_selector(r"k=a\,b\=c,,"),
+            Some(vec![req("k", FieldOp::Equals, "a,b=c")])
+        );
+        assert_eq!(parse_field_selector(""), Some(vec![]));
+        for bad in ["novalue", "k=a=b", r"k=a\x", r"k=a\"] {
+            assert_eq!(parse_field_selector(bad), None, "{bad}");
+        }
+        let ra = json!({"fieldSelector": {"requirements": [
+            {"key": "spec.nodeName", "operator": "In", "values": ["n1"]},
+            {"key": "x", "operator": "Exists"},
+            {"key": "y", "operator": "NotIn", "values": ["a", "b"]}
+        ]}});
+        assert_eq!(
+            review_field_selector(&ra),
+            vec![req("spec.nodeName", FieldOp::Equals, "n1")]
+        );
+    }
+
+    #[test]
     fn rules_match_as_rbac_does() {
         let get_metrics = Attributes {
             verb: "get".into(),
@@ -852,6 +1031,7 @@ mod tests {
                 resource: "services".into(),
                 subresource: "status".into(),
                 name: "web".into(),
+                field_selector: Vec::new(),
             }),
             path: String::new(),
         };
