@@ -522,29 +522,10 @@ pub struct RunArgs {
     #[arg(long, default_value = "5s", value_parser = ping_interval_arg, hide = true)]
     pub ping_interval: Duration,
 
-    #[command(
-        flatten,
-        next_help_heading = "Storage protection (pv-protection, pvc-protection)"
-    )]
-    pub storage: pv_protection::Options,
-
-    #[command(
-        flatten,
-        next_help_heading = "Load-balancer cleanup (service-lb-cleanup)"
-    )]
-    pub lb: lb_cleanup::Options,
-
-    #[command(
-        flatten,
-        next_help_heading = "VolumeAttributesClass protection (vac-protection)"
-    )]
-    pub vac: vac_protection::Options,
-
-    #[command(
-        flatten,
-        next_help_heading = "ServiceCIDR protection (service-cidr-protection)"
-    )]
-    pub service_cidr: service_cidr_protection::Options,
+    /// Each controller crate's own flags, under its heading: the table in
+    /// `controllers.rs` adds them.
+    #[command(flatten)]
+    pub controller_flags: crate::controllers::Flags,
 
     /// Serve /metrics on this address instead of the admin server (which then
     /// answers 404 there), over HTTPS with authentication unless
@@ -667,12 +648,12 @@ mod tests {
                     Flag { name: "leader-elect-retry-period", get: |r| r.leader_elect_retry_period, min: Duration::from_millis(1), max: lease, zero_ok: false },
                     Flag { name: "ping-interval", get: |r| r.ping_interval, min: Duration::from_secs(1), max: GO, zero_ok: false },
                     Flag { name: "shutdown-grace-period", get: |r| r.shutdown_grace_period, min: Duration::ZERO, max: GO, zero_ok: true },
-                    Flag { name: "storage-protection-resync-period", get: |r| r.storage.resync_period, min: Duration::from_secs(1), max: GO, zero_ok: true },
-                    Flag { name: "lb-resync-period", get: |r| r.lb.lb_resync_period, min: Duration::from_secs(1), max: GO, zero_ok: true },
-                    Flag { name: "lb-provider-connect-timeout", get: |r| r.lb.lb_provider_connect_timeout, min: Duration::ZERO, max: GO, zero_ok: true },
-                    Flag { name: "lb-provider-request-timeout", get: |r| r.lb.lb_provider_request_timeout, min: Duration::ZERO, max: GO, zero_ok: true },
-                    Flag { name: "vac-protection-resync-period", get: |r| r.vac.resync_period, min: Duration::from_secs(1), max: GO, zero_ok: true },
-                    Flag { name: "service-cidr-resync-period", get: |r| r.service_cidr.resync_period, min: Duration::from_secs(1), max: GO, zero_ok: true },
+                    Flag { name: "storage-protection-resync-period", get: |r| r.controller_flags.of::<pv_protection::Options>().unwrap().resync_period, min: Duration::from_secs(1), max: GO, zero_ok: true },
+                    Flag { name: "lb-resync-period", get: |r| r.controller_flags.of::<lb_cleanup::Options>().unwrap().lb_resync_period, min: Duration::from_secs(1), max: GO, zero_ok: true },
+                    Flag { name: "lb-provider-connect-timeout", get: |r| r.controller_flags.of::<lb_cleanup::Options>().unwrap().lb_provider_connect_timeout, min: Duration::ZERO, max: GO, zero_ok: true },
+                    Flag { name: "lb-provider-request-timeout", get: |r| r.controller_flags.of::<lb_cleanup::Options>().unwrap().lb_provider_request_timeout, min: Duration::ZERO, max: GO, zero_ok: true },
+                    Flag { name: "vac-protection-resync-period", get: |r| r.controller_flags.of::<vac_protection::Options>().unwrap().resync_period, min: Duration::from_secs(1), max: GO, zero_ok: true },
+                    Flag { name: "service-cidr-resync-period", get: |r| r.controller_flags.of::<service_cidr_protection::Options>().unwrap().resync_period, min: Duration::from_secs(1), max: GO, zero_ok: true },
                     // kubectl's: whole seconds or a Go duration; 0 waits for
                     // ever. kubectl refuses what Go's int64 of nanoseconds
                     // cannot hold.

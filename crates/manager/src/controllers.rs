@@ -1,5 +1,6 @@
 //! The controller crates this binary hosts. This table is the one place a
-//! new controller crate is added: its controllers' gates join the binary's
+//! new controller crate is added: its flags join `run`'s (and
+//! `validate-config`'s), its controllers' gates join the binary's
 //! gate registry (`--feature-gates`, `feature-gates`), their finalizers
 //! `explain`'s owners, their RBAC rules the chart's table (checked by
 //! `tests/chart_render.rs`), and its descriptors the `--controllers`
@@ -14,10 +15,12 @@ use protection_core::{ControllerDescriptor, ControllerInfo};
 
 use crate::cli::RunArgs;
 
-/// One controller crate: its controllers and how they are built from the
-/// flags.
+/// One controller crate: its controllers, its flags and how the
+/// controllers are built from them.
 struct Crate {
     infos: &'static [&'static ControllerInfo],
+    /// Its own flags (`None`: it has none).
+    flags: Option<CrateFlags>,
     descriptors: fn(&RunArgs) -> Result<Vec<ControllerDescriptor>>,
     /// The kinds the crate's explain hook explains (`explain <kind>/<name>`).
     explain: &'static [ExplainKind],
@@ -25,11 +28,67 @@ struct Crate {
     explain_any: Option<ExplainAny>,
 }
 
+/// A crate's `clap::Args` and the heading `run --help` shows them under.
+struct CrateFlags {
+    heading: &'static str,
+    augment: fn(clap::Command) -> clap::Command,
+}
+
+const fn flags<T: clap::Args>(heading: &'static str) -> Option<CrateFlags> {
+    Some(CrateFlags {
+        heading,
+        augment: T::augment_args,
+    })
+}
+
+/// The flags of every crate in the table, as `run` was given them: each
+/// crate reads its own `Options` back ([`Flags::of`]).
+#[derive(Clone, Debug, Default)]
+pub struct Flags(clap::ArgMatches);
+
+impl Flags {
+    /// A crate's `Options` from the flags given.
+    pub fn of<T: clap::FromArgMatches>(&self) -> Result<T, clap::Error> {
+        T::from_arg_matches(&self.0)
+    }
+}
+
+impl clap::FromArgMatches for Flags {
+    fn from_arg_matches(matches: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(Flags(matches.clone()))
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &clap::ArgMatches) -> Result<(), clap::Error> {
+        self.0 = matches.clone();
+        Ok(())
+    }
+}
+
+impl clap::Args for Flags {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        // `run` leaves no heading pending here (its other sections name
+        // theirs per flag), so the crates' sections end with none.
+        debug_assert!(cmd.get_next_help_heading().is_none());
+        CRATES
+            .iter()
+            .filter_map(|c| c.flags.as_ref())
+            .fold(cmd, |cmd, f| (f.augment)(cmd.next_help_heading(f.heading)))
+            .next_help_heading(None::<&'static str>)
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
 const CRATES: &[Crate] = &[
     Crate {
         infos: pv_protection::INFOS,
+        flags: flags::<pv_protection::Options>(
+            "Storage protection (pv-protection, pvc-protection)",
+        ),
         descriptors: |a| {
-            pv_protection::descriptors(&a.storage, a.finalizer_profile)
+            pv_protection::descriptors(&a.controller_flags.of()?, a.finalizer_profile)
                 .context("storage protection settings")
         },
         explain: pv_protection::explain::KINDS,
@@ -37,8 +96,9 @@ const CRATES: &[Crate] = &[
     },
     Crate {
         infos: lb_cleanup::INFOS,
+        flags: flags::<lb_cleanup::Options>("Load-balancer cleanup (service-lb-cleanup)"),
         descriptors: |a| {
-            lb_cleanup::descriptors(&a.lb, a.finalizer_profile)
+            lb_cleanup::descriptors(&a.controller_flags.of()?, a.finalizer_profile)
                 .context("load-balancer cleanup settings")
         },
         explain: &[lb_cleanup::explain::KIND],
@@ -46,8 +106,11 @@ const CRATES: &[Crate] = &[
     },
     Crate {
         infos: vac_protection::INFOS,
+        flags: flags::<vac_protection::Options>(
+            "VolumeAttributesClass protection (vac-protection)",
+        ),
         descriptors: |a| {
-            vac_protection::descriptors(&a.vac, a.finalizer_profile)
+            vac_protection::descriptors(&a.controller_flags.of()?, a.finalizer_profile)
                 .context("VolumeAttributesClass protection settings")
         },
         explain: &[vac_protection::explain::KIND],
@@ -55,8 +118,11 @@ const CRATES: &[Crate] = &[
     },
     Crate {
         infos: service_cidr_protection::INFOS,
+        flags: flags::<service_cidr_protection::Options>(
+            "ServiceCIDR protection (service-cidr-protection)",
+        ),
         descriptors: |a| {
-            service_cidr_protection::descriptors(&a.service_cidr, a.finalizer_profile)
+            service_cidr_protection::descriptors(&a.controller_flags.of()?, a.finalizer_profile)
                 .context("ServiceCIDR protection settings")
         },
         explain: &[service_cidr_protection::explain::KIND],
@@ -64,6 +130,7 @@ const CRATES: &[Crate] = &[
     },
     Crate {
         infos: protection_rules::INFOS,
+        flags: None,
         // A rule may not use another controller's finalizer (in the profile
         // this manager runs with).
         descriptors: |a| {

@@ -526,6 +526,12 @@ fn validate_config_accepts_what_run_starts_with_and_refuses_what_it_refuses() {
             &["validate-config", "--storage-protection-resync-period=1ns"],
             "\"1ns\" is out of range: must be 0 (off) or at least 1s",
         ),
+        // A crate's own flag reaches the crate (through the manager's
+        // controller table), which refuses it.
+        (
+            &["validate-config", "--lb-class=-bad"],
+            "load-balancer cleanup settings: invalid --lb-class \"-bad\"",
+        ),
         (
             &[
                 "validate-config",
