@@ -914,16 +914,19 @@ async fn emulated_loops_survive_api_faults() {
     sim.shutdown().await;
 }
 
-/// Pods that never become ready: past `progressDeadlineSeconds` the
-/// Deployment reports Progressing=False ProgressDeadlineExceeded and
-/// `kubectl rollout status` fails as on a real cluster.
+/// Pods that never become ready (running, with a readiness probe that
+/// always fails): past `progressDeadlineSeconds` the Deployment reports
+/// Progressing=False ProgressDeadlineExceeded and `kubectl rollout status`
+/// fails as on a real cluster. (A container that exits at once was not
+/// "never ready": under load the kubelet could report it Running and
+/// Ready before its exit, and the rollout then succeeded.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_deadline_exceeded_fails_rollout_status() {
     let sim = cluster().await;
     let kc = sim.kubeconfig_path().to_path_buf();
     let k = kubectl();
     ok(&k, &kc, None, &["apply", "-f", "-"], Some(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: stuck}\nspec:\n  progressDeadlineSeconds: 2\n  selector: {matchLabels: {app: stuck}}\n  template:\n    metadata: {labels: {app: stuck}}\n    spec: {containers: [{name: c, image: sh, command: [sh, -c, 'exit 1']}]}\n",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: stuck}\nspec:\n  progressDeadlineSeconds: 2\n  selector: {matchLabels: {app: stuck}}\n  template:\n    metadata: {labels: {app: stuck}}\n    spec: {containers: [{name: c, image: sh, command: [sh, -c, 'sleep 3600'], readinessProbe: {exec: {command: ['false']}, periodSeconds: 1}}]}\n",
     )).await;
     let (success, out, err) = common::cluster::run(
         &k,
