@@ -19,10 +19,19 @@
 //! 16 concurrent) is measured apart, so that ours' figure can be read with
 //! the provider's share taken out; upstream's fake cloud answers in-process.
 //!
+//! The contenders run in rounds, in ABBA order (upstream, ours, ours,
+//! upstream, ...; `--rounds`, default 2), each on its own 2,000 new
+//! Services: the server slows as its history grows (creating the second
+//! batch of 2,000 Services took ~17% longer than the first in earlier
+//! one-round runs, where ours always came second), and ABBA cancels such
+//! a drift where one fixed order would charge it to whoever runs later.
+//! The ratios are of each contender's mean over its rounds; every round's
+//! figures are printed as it ends.
+//!
 //! Goals (issue 23): the speed ratios ours/upstream ≥ 1.0, one finalizer
 //! write per transition, peak RSS ≤ 30 MiB.
 //!
-//! `cargo run --release -p lb-cleanup --example bench_real_lb -- [--services N]`.
+//! `cargo run --release -p lb-cleanup --example bench_real_lb -- [--services N] [--rounds N]`.
 //! Figures only; nothing is asserted.
 
 use std::time::{Duration, Instant};
@@ -127,6 +136,52 @@ struct Run {
     usage: Usage,
 }
 
+/// One contender's figures over its rounds: times and CPU as means, the
+/// release latencies of every round together, requests summed (the
+/// per-Service figures divide by `services`), the highest RSS.
+struct Mean {
+    provision_s: f64,
+    provision_adding_s: f64,
+    gone_whole_s: f64,
+    gone_p99_ms: f64,
+    provision_writes: Vec<Tally>,
+    delete_writes: Vec<Tally>,
+    usage: Usage,
+}
+
+impl Run {
+    fn mean(runs: Vec<Run>) -> Mean {
+        let k = runs.len().max(1) as f64;
+        let avg = |f: &dyn Fn(&Run) -> f64| runs.iter().map(f).sum::<f64>() / k;
+        let mut latency_ms: Vec<f64> = runs
+            .iter()
+            .flat_map(|r| r.gone.latency_ms.iter().copied())
+            .collect();
+        latency_ms.sort_by(f64::total_cmp);
+        let all = Release {
+            n: runs.iter().map(|r| r.gone.n).sum(),
+            gone: runs.iter().map(|r| r.gone.gone).sum(),
+            latency_ms,
+            whole_s: 0.0,
+        };
+        Mean {
+            provision_s: avg(&|r| r.provision_s),
+            provision_adding_s: avg(&|r| r.provision_adding_s),
+            gone_whole_s: avg(&|r| r.gone.whole_s),
+            gone_p99_ms: all.p(99.0),
+            usage: Usage {
+                peak_rss_mib: runs
+                    .iter()
+                    .map(|r| r.usage.peak_rss_mib)
+                    .fold(0.0, f64::max),
+                cpu_s: avg(&|r| r.usage.cpu_s),
+            },
+            provision_writes: runs.iter().map(|r| r.provision_req.clone()).collect(),
+            delete_writes: runs.iter().map(|r| r.delete_req.clone()).collect(),
+        }
+    }
+}
+
 async fn start(b: &RealBench, ours: bool, cloud: &str) -> Result<Contender> {
     if ours {
         let bin = test_bed::bench::manager_bin()?;
@@ -168,8 +223,12 @@ async fn start(b: &RealBench, ours: bool, cloud: &str) -> Result<Contender> {
     }
 }
 
-async fn run(b: &RealBench, ours: bool, n: usize, cloud: &CloudSim) -> Result<Run> {
-    let ns = if ours { "lb-ours" } else { "lb-upstream" };
+async fn run(b: &RealBench, ours: bool, n: usize, round: usize, cloud: &CloudSim) -> Result<Run> {
+    let ns = &if ours {
+        format!("lb-ours-{round}")
+    } else {
+        format!("lb-upstream-{round}")
+    };
     let c = &b.admin;
     let nsobj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
     Api::<Namespace>::all(c.clone())
@@ -187,7 +246,11 @@ async fn run(b: &RealBench, ours: bool, n: usize, cloud: &CloudSim) -> Result<Ru
     })
     .await?;
     println!();
-    println!("{n} Services created in {:.1}s", took.as_secs_f64());
+    println!(
+        "round {}: {n} Services created in {:.1}s",
+        round + 1,
+        took.as_secs_f64()
+    );
     let m0 = b.mark();
     let contender = start(b, ours, &cloud.url()).await?;
     println!("== {} ==", contender.label);
@@ -262,13 +325,21 @@ fn writes(t: &Tally) -> u64 {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    test_support::bench::check_args("usage: bench_real_lb [--services N]", &["--services"])?;
-    let n: usize = match test_support::bench::arg_value("--services")? {
-        None => 2_000,
-        Some(v) => v
-            .parse()
-            .with_context(|| format!("--services: {v:?} is not a number"))?,
+    test_support::bench::check_args(
+        "usage: bench_real_lb [--services N] [--rounds N]",
+        &["--services", "--rounds"],
+    )?;
+    let number = |flag: &str, default: usize| -> Result<usize> {
+        match test_support::bench::arg_value(flag)? {
+            None => Ok(default),
+            Some(v) => match v.parse() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => anyhow::bail!("{flag}: {v:?} is not a positive number"),
+            },
+        }
     };
+    let n = number("--services", 2_000)?;
+    let rounds = number("--rounds", 2)?;
     test_bed::bench::manager_bin()?;
     let b = RealBench::start("bench-real-lb").await?;
     for i in 0..NODES {
@@ -293,8 +364,21 @@ async fn main() -> Result<()> {
         n as f64 / creates,
         n as f64 / deletes
     );
-    let upstream = run(&b, false, n, &cloud).await?;
-    let ours = run(&b, true, n, &cloud).await?;
+    let mut upstream_runs = Vec::new();
+    let mut ours_runs = Vec::new();
+    for round in 0..rounds {
+        // ABBA: upstream first in even rounds, ours first in odd ones.
+        for ours in [round % 2 == 1, round % 2 == 0] {
+            let r = run(&b, ours, n, round, &cloud).await?;
+            if ours {
+                ours_runs.push(r);
+            } else {
+                upstream_runs.push(r);
+            }
+        }
+    }
+    let upstream = Run::mean(upstream_runs);
+    let ours = Run::mean(ours_runs);
     let api = test_bed::bench::apiserver_usage(b.cp());
     println!();
     println!(
@@ -302,7 +386,9 @@ async fn main() -> Result<()> {
         api.peak_rss_mib, api.cpu_s
     );
     println!();
-    println!("== {n} LoadBalancer Services: ours / upstream (speed: > 1 is ours faster) ==");
+    println!(
+        "== {n} LoadBalancer Services: ours / upstream, means over {rounds} round(s) each (speed: > 1 is ours faster) =="
+    );
     println!(
         "{}",
         ratio_line(
@@ -335,8 +421,8 @@ async fn main() -> Result<()> {
         "{}",
         ratio_line(
             "all gone, last delete → last gone",
-            ours.gone.whole_s,
-            upstream.gone.whole_s,
+            ours.gone_whole_s,
+            upstream.gone_whole_s,
             " s",
             true,
             SPEED_GOAL
@@ -346,26 +432,26 @@ async fn main() -> Result<()> {
         "{}",
         ratio_line(
             "delete → gone p99",
-            ours.gone.p(99.0),
-            upstream.gone.p(99.0),
+            ours.gone_p99_ms,
+            upstream.gone_p99_ms,
             " ms",
             true,
             SPEED_GOAL
         )
     );
-    let per = |t: &Tally| writes(t) as f64 / n as f64;
+    let per = |ts: &[Tally]| ts.iter().map(writes).sum::<u64>() as f64 / (n * rounds) as f64;
     println!(
         "Service writes per Service (finalizer, status): provisioning ours {:.3} vs upstream {:.3}; deletion ours {:.3} vs upstream {:.3}",
-        per(&ours.provision_req),
-        per(&upstream.provision_req),
-        per(&ours.delete_req),
-        per(&upstream.delete_req),
+        per(&ours.provision_writes),
+        per(&upstream.provision_writes),
+        per(&ours.delete_writes),
+        per(&upstream.delete_writes),
     );
     // One finalizer write per transition: ours adds the finalizer in one
     // PATCH and writes the ingress in another (2 per Service), and removes
     // the finalizer with the status in one PATCH (1 per Service).
-    let add = per(&ours.provision_req);
-    let remove = per(&ours.delete_req);
+    let add = per(&ours.provision_writes);
+    let remove = per(&ours.delete_writes);
     println!(
         "ours: {add:.3} Service writes per provisioning (finalizer add + ingress) and {remove:.3} per deletion (finalizer removal) {}",
         verdict(
@@ -373,15 +459,18 @@ async fn main() -> Result<()> {
             "2.000 and 1.000: one finalizer write per transition"
         )
     );
+    let events = |ts: &[Tally]| {
+        ts.iter().map(|t| t.writes("events")).sum::<u64>() as f64 / (n * rounds) as f64
+    };
     println!(
         "Event writes per Service: ours {:.3} + {:.3} vs upstream {:.3} + {:.3} (provisioning + deletion)",
-        ours.provision_req.writes("events") as f64 / n as f64,
-        ours.delete_req.writes("events") as f64 / n as f64,
-        upstream.provision_req.writes("events") as f64 / n as f64,
-        upstream.delete_req.writes("events") as f64 / n as f64,
+        events(&ours.provision_writes),
+        events(&ours.delete_writes),
+        events(&upstream.provision_writes),
+        events(&upstream.delete_writes),
     );
     println!(
-        "peak RSS: ours {:.1} MiB {} vs upstream {:.1} MiB (upstream/ours {:.2}); CPU seconds: ours {:.2} vs upstream {:.2} (upstream/ours {:.2}, no goal set)",
+        "peak RSS (highest round): ours {:.1} MiB {} vs upstream {:.1} MiB (upstream/ours {:.2}); CPU seconds (mean): ours {:.2} vs upstream {:.2} (upstream/ours {:.2}, no goal set)",
         ours.usage.peak_rss_mib,
         at_most(ours.usage.peak_rss_mib, RSS_GOAL_MIB, " MiB"),
         upstream.usage.peak_rss_mib,
