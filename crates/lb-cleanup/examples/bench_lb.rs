@@ -294,6 +294,10 @@ fn main() -> Result<()> {
 }
 
 async fn run() -> Result<()> {
+    test_support::bench::check_args(
+        "usage: bench_lb [--services N] [--cost-model real-1.36|FILE]",
+        &["--services", "--cost-model"],
+    )?;
     let n = services_arg()?;
     let bin = test_support::bench::manager_bin("bench-lb").map_err(anyhow::Error::msg)?;
     // `--cost-model real-1.36` (or a file): kube-sim charges what a real

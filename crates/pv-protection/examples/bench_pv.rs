@@ -576,6 +576,10 @@ fn main() -> Result<()> {
 }
 
 async fn run() -> Result<()> {
+    test_support::bench::check_args(
+        "usage: bench_pv [--scale F] [--pods N] [--cost-model real-1.36|FILE]",
+        &["--scale", "--pods", "--cost-model"],
+    )?;
     let s = scale()?;
     let bin = test_support::bench::manager_bin("bench-pv").map_err(anyhow::Error::msg)?;
     let objects = s.pvs + NAMESPACES * s.pvcs_per_ns;

@@ -105,6 +105,10 @@ async fn grant_manager(client: &kube::Client) -> Result<()> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    test_support::bench::check_args(
+        "usage: bench_rules [--scale F] [--cost-model real-1.36|FILE]",
+        &["--scale", "--cost-model"],
+    )?;
     let f = scale()?;
     let per_ns = ((10_000.0 * f / NAMESPACES as f64) as usize).max(1);
     let secrets_n = per_ns * NAMESPACES;

@@ -59,6 +59,7 @@ async fn count_with_finalizer(vacs: &Api<DynamicObject>, f: &str) -> Result<usiz
 
 #[tokio::main]
 async fn main() -> Result<()> {
+    test_support::bench::check_args("usage: bench_vac [--scale F]", &["--scale"])?;
     let f = scale()?;
     let classes = ((1000.0 * f) as usize).max(1);
     let pvcs_n = ((10000.0 * f) as usize).max(1);
