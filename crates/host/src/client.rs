@@ -61,6 +61,10 @@ pub struct ClientOptions {
     /// Offer HTTP/2 to an `https://` server ([`https_connector`]); false
     /// with `DISABLE_HTTP2` set ([`http2_from_env`]).
     pub http2: bool,
+    /// HTTP/2 connections the calls are spread over, round robin
+    /// ([`HTTP2_CONNECTIONS`] unless a client's calls are few, as the
+    /// Events client's; at least 1).
+    pub http2_connections: usize,
 }
 
 impl Default for ClientOptions {
@@ -73,6 +77,7 @@ impl Default for ClientOptions {
             user_agent: String::new(),
             request_timeout: Some(DEFAULT_REQUEST_TIMEOUT),
             http2: http2_from_env(),
+            http2_connections: HTTP2_CONNECTIONS,
         }
     }
 }
@@ -386,7 +391,10 @@ pub fn build_client_observed(
     }
     let server = server_url(&config);
     let retry = retry_cap(opts.request_timeout);
-    let http2 = opts.http2.then_some(Http2::CLIENT_GO);
+    let http2 = opts.http2.then_some(Http2 {
+        connections: opts.http2_connections.max(1),
+        ..Http2::CLIENT_GO
+    });
     let builder = client_builder(config, retry, http2).map_err(|source| ClientError::Build {
         server: server.clone(),
         source,
@@ -512,10 +520,10 @@ impl Http2 {
 /// `KeepAlive`, which client-go sets to 30 s).
 const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
 
-/// HTTP/2 connections per client. kube-apiserver serves each connection's
+/// HTTP/2 connections per client by default. kube-apiserver serves each connection's
 /// frames from one goroutine, which a busy server schedules late: every
 /// call on one connection waits its turn there.
-const HTTP2_CONNECTIONS: usize = 4;
+pub const HTTP2_CONNECTIONS: usize = 4;
 
 /// Calls go to `inner[i]` in turn.
 #[derive(Clone)]

@@ -195,6 +195,23 @@ async fn calls_in_flight_share_a_few_http2_connections() {
     assert_eq!(server.connections(), HTTP2_CONNECTIONS);
 }
 
+/// A client built with fewer connections (the manager's Events client:
+/// one) keeps its calls on that many.
+#[tokio::test]
+async fn a_client_keeps_its_calls_on_the_connections_it_was_given() {
+    let server = Https::start().await;
+    let opts = ClientOptions {
+        http2: true,
+        http2_connections: 1,
+        ..ClientOptions::default()
+    };
+    let (client, _) = build_client_observed(server.config(), &opts, None).unwrap();
+    list_concurrently(&client, 1).await;
+    list_concurrently(&client, 24).await;
+    assert_eq!(server.versions(), vec![http::Version::HTTP_2; 25]);
+    assert_eq!(server.connections(), 1);
+}
+
 /// `DISABLE_HTTP2` (as client-go reads it) keeps the client on HTTP/1.1.
 #[test]
 fn disable_http2_set_to_anything_turns_http2_off() {

@@ -18,6 +18,7 @@ pub async fn client(args: &ClientArgs) -> Result<kube::Client> {
         user_agent: format!("protection-manager/{}", env!("CARGO_PKG_VERSION")),
         request_timeout: args.request_timeout(),
         http2: http2_from_env(),
+        http2_connections: protection_host::client::HTTP2_CONNECTIONS,
     };
     let config = load_config(&opts)
         .await

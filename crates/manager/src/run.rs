@@ -128,6 +128,7 @@ pub async fn run(args: RunArgs) -> Result<()> {
         user_agent: format!("protection-manager/{}", env!("CARGO_PKG_VERSION")),
         request_timeout: args.client.request_timeout(),
         http2: http2_from_env(),
+        http2_connections: protection_host::client::HTTP2_CONNECTIONS,
     };
     let config = load_config(&opts)
         .await
@@ -135,10 +136,13 @@ pub async fn run(args: RunArgs) -> Result<()> {
     let server = server_url(&config);
     let metrics = Metrics::new()?;
     // Events get a client of their own: its own rate limit, so a burst of
-    // Events never spends the budget of finalizer writes.
+    // Events never spends the budget of finalizer writes. One HTTP/2
+    // connection: Events are few and trail the writes, and each connection
+    // holds its own TLS state and buffers.
     let event_opts = ClientOptions {
         qps: args.event_qps,
         burst: args.event_burst,
+        http2_connections: 1,
         ..opts.clone()
     };
     let client_metrics = ClientMetrics::register(metrics.registry())
