@@ -116,7 +116,8 @@ pub(crate) fn self_subject_access_review(
     let ra = spec.get("resourceAttributes").filter(|v| v.is_object());
     let nra = spec.get("nonResourceAttributes").filter(|v| v.is_object());
     // pkg/apis/authorization/validation: ValidateSelfSubjectAccessReviewSpec.
-    let errs = crate::reviews::validate_spec(&spec, true);
+    let mut errs = crate::reviews::validate_spec(&spec, true);
+    errs.extend(crate::reviews::validate_review_meta(obj, false));
     if !errs.is_empty() {
         // NewInvalid(authorizationapi.Kind(selfSAR.Kind)): the decoded
         // object's kind is empty, so the group alone is named.
