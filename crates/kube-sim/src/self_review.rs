@@ -90,9 +90,19 @@ pub static REVIEW_RESOURCES: &[ResourceDef] = &[
     ),
 ];
 
-/// The user a request authenticates as, with its groups: the bearer token
-/// is a kube-sim user name; no (or no valid) token is `system:anonymous`.
+/// The user a request authenticates as, with its groups: a client
+/// certificate kube-sim issued (x509 comes before tokens in the API
+/// server's union of authenticators: the CN, the O's and
+/// `system:authenticated`), or the bearer token, a kube-sim user name; no
+/// (or no valid) credential is `system:anonymous`.
 pub(crate) fn requester(req: &Request<Incoming>) -> (String, Vec<String>) {
+    if let Some(p) = req.extensions().get::<crate::tls::PeerCert>() {
+        let mut groups = p.groups.clone();
+        if !groups.iter().any(|g| g == "system:authenticated") {
+            groups.push("system:authenticated".to_string());
+        }
+        return (p.user.clone(), groups);
+    }
     req.headers()
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

@@ -336,35 +336,67 @@ async fn self_subject_rules_review_lists_the_components_bootstrap_rules() {
     .await;
 }
 
+/// The credential id upstream's x509 authenticator gives the client
+/// certificate of `kubeconfig` (`X509SHA256=` and the hex SHA-256 of its
+/// DER).
+fn x509_credential_id(kubeconfig: &std::path::Path) -> String {
+    use base64::Engine as _;
+    let b64 = &base64::engine::general_purpose::STANDARD;
+    let yaml = std::fs::read_to_string(kubeconfig)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", kubeconfig.display()));
+    let data = yaml
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("client-certificate-data: "))
+        .unwrap_or_else(|| panic!("{} has no client certificate", kubeconfig.display()));
+    let pem = String::from_utf8(b64.decode(data.trim()).expect("base64")).expect("PEM");
+    let body: String = pem
+        .lines()
+        .skip_while(|l| !l.starts_with("-----BEGIN CERTIFICATE"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("-----END"))
+        .collect();
+    let der = b64.decode(body).expect("the certificate's base64");
+    let digest = ring::digest::digest(&ring::digest::SHA256, &der);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("X509SHA256={hex}")
+}
+
 /// SelfSubjectReview (authentication.k8s.io/v1): the requester's user
-/// info, in a new object (the request's metadata is not kept).
+/// info, in a new object (the request's metadata is not kept). Both
+/// servers authenticate a client certificate (kube-sim's
+/// `SimConfig::client_certificates`), and `extra` holds its credential id,
+/// the SHA-256 of the certificate each server's client presented.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn self_subject_review_answers_the_requesters_user_info() {
     conform(
         "self_subject_review_answers_the_requesters_user_info",
-        SimConfig::default(),
+        SimConfig {
+            client_certificates: true,
+            ..SimConfig::default()
+        },
         async |t| {
             let path = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
             let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
                 "metadata": {"name": "ignored", "labels": {"a": "b"}}});
-            for (label, client) in [
-                ("a service account", t.client_as(MANAGER).await),
-                ("a user", t.client_as("alice").await),
-                ("system:masters", t.client.clone()),
+            for (label, kubeconfig) in [
+                ("a service account", t.kubeconfig_as(MANAGER)),
+                ("a user", t.kubeconfig_as("alice")),
+                ("a node", t.kubeconfig_as("system:node:who-am-i")),
+                ("system:masters", t.kubeconfig.clone()),
             ] {
+                let client = common::differential::client_from(&kubeconfig).await;
                 let mut r = post(&client, path, &body).await;
                 assert_eq!(r.code, 201, "{label}: {:?}", r.body);
-                assert!(
-                    r.body["status"]["userInfo"]["username"].is_string(),
-                    "{:?}",
-                    r.body
+                let id = x509_credential_id(&kubeconfig);
+                let extra = &mut r.body["status"]["userInfo"]["extra"];
+                assert_eq!(
+                    *extra,
+                    json!({"authentication.kubernetes.io/credential-id": [id]}),
+                    "{label}"
                 );
-                // The real server's x509 authenticator adds the
-                // certificate's credential id to `extra`; kube-sim's tokens
-                // name a user and nothing else.
-                if let Some(u) = r.body["status"]["userInfo"].as_object_mut() {
-                    u.remove("extra");
-                }
+                // Each server's client has a certificate of its own.
+                *extra = json!({"authentication.kubernetes.io/credential-id":
+                    ["X509SHA256=<the SHA-256 of the client certificate>"]});
                 t.record(label, r.record());
             }
         },
