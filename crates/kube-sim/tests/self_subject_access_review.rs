@@ -404,6 +404,71 @@ async fn self_subject_review_answers_the_requesters_user_info() {
     .await;
 }
 
+/// The authenticator's extra reaches admission: a ValidatingAdmissionPolicy
+/// sees the client certificate's credential id in `request.userInfo.extra`
+/// (an impersonated user has only the extra it asks for: here none, and
+/// `request.userInfo` then has no `extra` at all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_sees_the_client_certificates_credential_id() {
+    conform(
+        "admission_sees_the_client_certificates_credential_id",
+        SimConfig {
+            client_certificates: true,
+            ..SimConfig::default()
+        },
+        async |t| {
+            let admin = common::differential::client_from(&t.kubeconfig).await;
+            let ns = t.namespace("credential-id").await;
+            let (policy, binding) = (t.unique("credential-id"), t.unique("credential-id"));
+            let key = "authentication.kubernetes.io/credential-id";
+            let r = post(&admin, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+                &json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+                    "metadata": {"name": policy},
+                    "spec": {"failurePolicy": "Fail",
+                        "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                            "operations": ["CREATE"], "resources": ["configmaps"]}]},
+                        "validations": [{
+                            "expression": format!("!has(request.userInfo.extra) || !('{key}' in request.userInfo.extra)"),
+                            "messageExpression": format!("'a credential id of ' + string(size(request.userInfo.extra['{key}'][0])) + ' characters, starting ' + request.userInfo.extra['{key}'][0].substring(0, 11)"),
+                        }]}})).await;
+            assert_eq!(r.code, 201, "{:?}", r.body);
+            let r = post(&admin, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+                &json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+                    "metadata": {"name": binding},
+                    "spec": {"policyName": policy, "validationActions": ["Deny"],
+                        "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}}})).await;
+            assert_eq!(r.code, 201, "{:?}", r.body);
+            let path = format!("/api/v1/namespaces/{ns}/configmaps");
+            let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+            // The real server's policy informer takes a moment.
+            let mut n = 0;
+            common::eventually("the policy is in effect", async || {
+                n += 1;
+                let r = post(&admin, &path, &cm(&format!("probe-{n}"))).await;
+                (r.code != 201).then_some(())
+            })
+            .await;
+            let r = post(&admin, &path, &cm("by-certificate")).await;
+            let message = r.body["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("a credential id of 75 characters, starting X509SHA256="),
+                "{:?}",
+                r.body
+            );
+            t.record("the certificate's requester", r.record());
+            let r = common::differential::call_with(&admin, "POST", &path, "application/json",
+                &cm("impersonated").to_string(),
+                &[("Impersonate-User", "someone"), ("Impersonate-Group", "system:masters")]).await;
+            assert_eq!(r.code, 201, "{:?}", r.body);
+            t.record("an impersonated user", json!({"code": r.code, "name": r.body["metadata"]["name"]}));
+            let _ = delete(&admin, &format!("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{binding}")).await;
+            let _ = delete(&admin, &format!("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{policy}")).await;
+            t.cleanup_namespace(&ns).await;
+        },
+    )
+    .await;
+}
+
 /// A length-delimited protobuf field (every length here is below 128).
 fn pb(n: u8, payload: &[u8]) -> Vec<u8> {
     let mut v = vec![(n << 3) | 2, payload.len() as u8];
