@@ -752,6 +752,15 @@ async fn review_metadata_and_selectors_are_validated_as_upstream() {
             let mut r = post(&admin, &lsar_path, &local).await;
             mask_quoted_times(&mut r.body);
             t.record("every local error", r.record());
+            // A TokenReview's metadata is not validated: answered as the
+            // create handler left it (system fields wiped, namespace
+            // cleared), the spec as decoded.
+            let tr = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                "metadata": {"name": "kept", "namespace": ns, "labels": {"a": "b"}, "annotations": {},
+                    "uid": "6a3f7a52-7d5e-4bfa-9a43-1b2f34c3a111", "generation": 2},
+                "spec": {"token": "two words", "audiences": [], "unknown": 1}});
+            let r = post(&admin, "/apis/authentication.k8s.io/v1/tokenreviews", &tr).await;
+            t.record("a TokenReview with metadata", r.record());
             t.cleanup_namespace(&ns).await;
         },
     )
