@@ -637,7 +637,17 @@ pub(crate) fn authorize_request(
 ) -> Result<Acting, ApiError> {
     let requester = crate::self_review::requester(req);
     let attrs = request_attributes(req.method(), req.uri().path(), req.uri().query());
-    let acting = acting_identity(state, req.headers(), &requester, &attrs)?;
+    let mut acting = acting_identity(state, req.headers(), &requester, &attrs)?;
+    // The authenticator's extra (a client certificate's credential id) is
+    // the requester's; an impersonated user has only the extra it asks for.
+    if let Some(p) = req.extensions().get::<crate::tls::PeerCert>()
+        && header_values(req.headers(), "impersonate-user").is_empty()
+    {
+        acting.extra.insert(
+            crate::tls::CREDENTIAL_ID_KEY.to_string(),
+            vec![p.credential_id.clone()],
+        );
+    }
     let d = may(state, &acting.id, &attrs);
     if d.allowed {
         Ok(acting)

@@ -211,8 +211,12 @@ fn header_str(req: &Request<Incoming>, h: header::HeaderName) -> Option<&str> {
     req.headers().get(h).and_then(|v| v.to_str().ok())
 }
 
-/// The user a request authenticates as: the bearer token is the user name.
+/// The user a request authenticates as: its client certificate's, or the
+/// bearer token, which is the user name.
 fn user_of(req: &Request<Incoming>) -> String {
+    if let Some(p) = req.extensions().get::<crate::tls::PeerCert>() {
+        return p.user.clone();
+    }
     header_str(req, header::AUTHORIZATION)
         .and_then(|a| a.strip_prefix("Bearer "))
         .map(|t| t.trim().to_string())

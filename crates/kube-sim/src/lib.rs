@@ -43,6 +43,7 @@ pub mod spec_validation;
 pub mod store;
 pub mod strategy;
 pub mod table;
+mod tls;
 pub mod validation;
 pub mod watch;
 
@@ -93,6 +94,8 @@ pub enum SimError {
     ServiceRange(String),
     #[error("invalid KUBE_SIM_AUTHORIZATION={0:?}: expected Node,RBAC or AlwaysAllow")]
     Authorization(String),
+    #[error("client certificates: {0}")]
+    Tls(String),
 }
 
 /// How to run the simulator.
@@ -146,6 +149,14 @@ pub struct SimConfig {
     /// wait before the loop looks at it again (`repairLoopInterval`, 3 min,
     /// by default). Its 60 s and 5 s grace periods stay upstream's.
     pub ip_repair_interval: Duration,
+    /// Serve HTTPS with a CA of kube-sim's own, and authenticate a client
+    /// certificate it issued as a kube-apiserver's `--client-ca-file`
+    /// does: the subject's CN is the user, its O's the groups, and `extra`
+    /// holds the credential id (`X509SHA256=<SHA-256 of the certificate>`).
+    /// [`KubeSim::kubeconfig_for`] then writes a client certificate, not a
+    /// token (a token is still accepted without a certificate). Not with
+    /// the cluster emulation (its clients speak plain HTTP).
+    pub client_certificates: bool,
 }
 
 impl Default for SimConfig {
@@ -166,6 +177,7 @@ impl Default for SimConfig {
             service_cluster_ip_range: DEFAULT_SERVICE_CLUSTER_IP_RANGE.to_string(),
             authorization: None,
             ip_repair_interval: repairip::DEFAULT_INTERVAL,
+            client_certificates: false,
         }
     }
 }
@@ -180,12 +192,47 @@ pub struct KubeSim {
     kubeconfig: PathBuf,
     dir: PathBuf,
     server: Option<tokio::task::JoinHandle<()>>,
+    /// With [`SimConfig::client_certificates`].
+    pki: Option<Arc<crate::tls::Pki>>,
 }
 
 pub(crate) fn kubeconfig_yaml(url: &str, user: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sim\n  cluster:\n    server: {url}\nusers:\n- name: {user}\n  user:\n    token: {user}\ncontexts:\n- name: kube-sim\n  context:\n    cluster: kube-sim\n    user: {user}\n    namespace: default\ncurrent-context: kube-sim\n"
     )
+}
+
+/// A kubeconfig for `url` (HTTPS) that trusts kube-sim's CA `ca_pem` and
+/// authenticates with the client certificate `pair` of `user`.
+fn cert_kubeconfig_yaml(url: &str, user: &str, ca_pem: &str, pair: &crate::tls::Pair) -> String {
+    use base64::Engine as _;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kube-sim\n  cluster:\n    server: {url}\n    certificate-authority-data: {}\nusers:\n- name: {user:?}\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: kube-sim\n  context:\n    cluster: kube-sim\n    user: {user:?}\n    namespace: default\ncurrent-context: kube-sim\n",
+        b64(ca_pem),
+        b64(&pair.cert_pem),
+        b64(&pair.key_pem),
+    )
+}
+
+/// The kubeconfig of `user`: a token, or with `pki` the client certificate
+/// kube-sim issues `user` with the groups its token would have.
+fn user_kubeconfig(
+    url: &str,
+    user: &str,
+    pki: Option<&crate::tls::Pki>,
+) -> Result<String, SimError> {
+    let Some(pki) = pki else {
+        return Ok(kubeconfig_yaml(url, user));
+    };
+    let groups: Vec<String> = crate::reviews::authenticate(user)
+        .map(|(_, g)| g)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|g| g != "system:authenticated")
+        .collect();
+    let pair = pki.client(user, &groups).map_err(SimError::Tls)?;
+    Ok(cert_kubeconfig_yaml(url, user, &pki.ca_pem, &pair))
 }
 
 /// `user` as a file name: what is not an ASCII letter, digit or `-` as `_`.
@@ -312,9 +359,28 @@ impl KubeSim {
             .kubeconfig_out
             .clone()
             .unwrap_or_else(|| dir.join("kubeconfig"));
-        let url = format!("http://{addr}");
-        write_file(&kubeconfig, &kubeconfig_yaml(&url, "admin"))?;
-        let server = tokio::spawn(serve(listener, state.clone()));
+        let pki = if cfg.client_certificates {
+            if cfg.cluster.any() {
+                return Err(SimError::Tls(
+                    "not with the cluster emulation, whose clients speak plain HTTP".to_string(),
+                ));
+            }
+            Some(Arc::new(
+                crate::tls::Pki::generate(addr.ip()).map_err(SimError::Tls)?,
+            ))
+        } else {
+            None
+        };
+        let url = if pki.is_some() {
+            format!("https://{addr}")
+        } else {
+            format!("http://{addr}")
+        };
+        write_file(
+            &kubeconfig,
+            &user_kubeconfig(&url, "admin", pki.as_deref())?,
+        )?;
+        let server = tokio::spawn(serve(listener, state.clone(), pki.clone()));
         tokio::spawn(crate::controllers::run(
             state.store.clone(),
             state.shutdown.clone(),
@@ -360,6 +426,7 @@ impl KubeSim {
             kubeconfig,
             dir,
             server: Some(server),
+            pki,
         })
     }
 
@@ -369,9 +436,11 @@ impl KubeSim {
         self.state.authorization
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://` with
+    /// [`SimConfig::client_certificates`]).
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.pki.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -390,7 +459,10 @@ impl KubeSim {
             return Err(SimError::User(user.to_string()));
         }
         let path = self.dir.join(format!("kubeconfig-{}", file_safe(user)));
-        write_file(&path, &kubeconfig_yaml(&self.url(), user))?;
+        write_file(
+            &path,
+            &user_kubeconfig(&self.url(), user, self.pki.as_deref())?,
+        )?;
         Ok(path)
     }
 
@@ -528,8 +600,15 @@ fn write_file(path: &Path, content: &str) -> Result<(), SimError> {
     })
 }
 
-async fn serve(listener: tokio::net::TcpListener, state: Arc<crate::http::State>) {
+async fn serve(
+    listener: tokio::net::TcpListener,
+    state: Arc<crate::http::State>,
+    pki: Option<Arc<crate::tls::Pki>>,
+) {
     let shutdown = state.shutdown.clone();
+    let acceptor = pki
+        .as_ref()
+        .map(|p| tokio_rustls::TlsAcceptor::from(p.server.clone()));
     loop {
         let (stream, _) = tokio::select! {
             r = listener.accept() => match r {
@@ -545,22 +624,56 @@ async fn serve(listener: tokio::net::TcpListener, state: Arc<crate::http::State>
         let _ = stream.set_nodelay(true);
         let st = state.clone();
         let token = shutdown.clone();
+        let (acceptor, pki) = (acceptor.clone(), pki.clone());
         tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| {
-                let st = st.clone();
-                async move { Ok::<_, std::convert::Infallible>(crate::http::handle(st, req).await) }
-            });
-            let builder =
-                hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-            let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
-            tokio::select! {
-                r = conn => {
-                    if let Err(e) = r {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                    }
+            let (Some(acceptor), Some(pki)) = (acceptor, pki) else {
+                serve_connection(stream, st, token, None).await;
+                return;
+            };
+            match acceptor.accept(stream).await {
+                Ok(tls) => {
+                    // x509's authenticator: the leaf certificate, verified
+                    // against kube-sim's CA by the handshake.
+                    let peer = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .and_then(|c| pki.peer(c.as_ref()));
+                    serve_connection(tls, st, token, peer).await;
                 }
-                _ = token.cancelled() => {}
+                Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),
             }
         });
+    }
+}
+
+/// Serves one connection; every request carries the client certificate's
+/// identity, if any.
+async fn serve_connection<S>(
+    stream: S,
+    st: Arc<crate::http::State>,
+    token: CancellationToken,
+    peer: Option<crate::tls::PeerCert>,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        let st = st.clone();
+        if let Some(p) = &peer {
+            req.extensions_mut().insert(p.clone());
+        }
+        async move { Ok::<_, std::convert::Infallible>(crate::http::handle(st, req).await) }
+    });
+    let builder =
+        hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+    tokio::select! {
+        r = conn => {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        }
+        _ = token.cancelled() => {}
     }
 }

@@ -80,6 +80,12 @@ struct Args {
     /// `AlwaysAllow`).
     #[arg(long, value_name = "MODE")]
     authorization_mode: Option<String>,
+    /// Serve HTTPS with kube-sim's own CA; the admin kubeconfig carries a
+    /// client certificate kube-sim issued (CN the user, O its groups),
+    /// authenticated as kube-apiserver's `--client-ca-file` does (`extra`
+    /// holds the certificate's credential id). Not with --emulate.
+    #[arg(long)]
+    client_certificates: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -184,6 +190,7 @@ async fn serve() -> anyhow::Result<()> {
         pod_graceful_deletion: args.pod_graceful_deletion,
         cluster,
         service_cluster_ip_range: args.service_cluster_ip_range.clone(),
+        client_certificates: args.client_certificates,
         ..Default::default()
     };
     let sim = kube_sim::KubeSim::start(cfg)

@@ -194,9 +194,24 @@ pub(crate) async fn handle(
         .cloned()
         .filter(Value::is_object)
         .unwrap_or_else(|| json!({}));
-    if let Review::LocalSubjectAccess(ns) = &review {
-        // The create handler's EnsureObjectNamespaceMatchesRequestNamespace.
-        match meta.get("namespace").and_then(Value::as_str) {
+    // The create handler's WipeObjectMetaSystemFields.
+    if let Some(m) = meta.as_object_mut() {
+        for k in [
+            "creationTimestamp",
+            "uid",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+        ] {
+            m.remove(k);
+        }
+    }
+    // The decoded ObjectMeta: its fields, the empty ones dropped.
+    let mut meta = go_object_meta(&meta);
+    // The create handler's EnsureObjectNamespaceMatchesRequestNamespace:
+    // a cluster-scoped review loses its namespace.
+    match &review {
+        Review::LocalSubjectAccess(ns) => match meta.get("namespace").and_then(Value::as_str) {
             Some(n) if !n.is_empty() && n != ns => {
                 return Err(ApiError::new(
                     400,
@@ -205,8 +220,33 @@ pub(crate) async fn handle(
                 ));
             }
             _ => meta["namespace"] = json!(ns),
+        },
+        _ => {
+            if let Some(m) = meta.as_object_mut() {
+                m.remove("namespace");
+            }
         }
     }
+    // The object the registry gets (and validates): the request's, with
+    // the managedFields of the create (the status is the server's).
+    let spec = go_spec(&review, obj.get("spec").unwrap_or(&Value::Null));
+    if let Some(m) = obj.as_object_mut() {
+        m.insert("apiVersion".into(), json!(want_version));
+        m.insert("kind".into(), json!(review.kind()));
+        m.insert("metadata".into(), meta);
+        if let Some(spec) = spec {
+            m.insert("spec".into(), spec);
+        }
+        m.remove("status");
+    }
+    crate::patch::track_update(
+        None,
+        &mut obj,
+        &manager,
+        None,
+        &crate::object::now_string(),
+        &want_version,
+    );
     let (user, groups) = &requester;
     let status = match &review {
         Review::Token => token_review(&obj)?,
@@ -240,22 +280,6 @@ pub(crate) async fn handle(
             })));
         }
     };
-    if let Some(m) = obj.as_object_mut() {
-        m.insert("apiVersion".into(), json!(want_version));
-        m.insert("kind".into(), json!(review.kind()));
-        m.insert("metadata".into(), meta);
-        m.remove("status");
-    }
-    // As for any create, the answer carries the managedFields of the
-    // request (the status is the server's).
-    crate::patch::track_update(
-        None,
-        &mut obj,
-        &manager,
-        None,
-        &crate::object::now_string(),
-        &want_version,
-    );
     if let Some(m) = obj.as_object_mut() {
         m.insert("status".into(), status);
     }
@@ -442,10 +466,10 @@ fn unescape_field_value(s: &str) -> Option<String> {
 /// (pkg/registry/authorization/util `ResourceAttributesFrom`): the parsed
 /// `rawSelector`, or, when given, the `requirements` (`In` as equals and
 /// `NotIn` as not-equals with one value each; the others are errors,
-/// dropped, the valid ones kept).
-fn review_field_selector(ra: &Value) -> Vec<FieldRequirement> {
+/// dropped, the valid ones kept); and whether any was an error.
+fn review_field_selector(ra: &Value) -> (Vec<FieldRequirement>, bool) {
     let Some(fs) = ra.get("fieldSelector").filter(|v| v.is_object()) else {
-        return Vec::new();
+        return (Vec::new(), false);
     };
     let reqs: Vec<&Value> = fs
         .get("requirements")
@@ -454,15 +478,26 @@ fn review_field_selector(ra: &Value) -> Vec<FieldRequirement> {
         .unwrap_or_default();
     if reqs.is_empty() {
         let raw = s(fs, "rawSelector");
-        return parse_field_selector(&raw).unwrap_or_default();
+        if raw.is_empty() {
+            return (Vec::new(), false);
+        }
+        return match parse_field_selector(&raw) {
+            Some(r) => (r, false),
+            None => (Vec::new(), true),
+        };
     }
-    reqs.into_iter()
+    let mut failed = false;
+    let kept = reqs
+        .into_iter()
         .filter_map(|r| {
             let values = strings(r, "values");
             let op = match s(r, "operator").as_str() {
                 "In" => FieldOp::Equals,
                 "NotIn" => FieldOp::NotEquals,
-                _ => return None,
+                _ => {
+                    failed = true;
+                    return None;
+                }
             };
             match values.as_slice() {
                 [v] => Some(FieldRequirement {
@@ -470,10 +505,67 @@ fn review_field_selector(ra: &Value) -> Vec<FieldRequirement> {
                     op,
                     value: v.clone(),
                 }),
-                _ => None,
+                _ => {
+                    failed = true;
+                    None
+                }
             }
         })
-        .collect()
+        .collect();
+    (kept, failed)
+}
+
+/// Whether a review's `resourceAttributes.labelSelector` fails to become
+/// requirements (`labels.Parse` of the `rawSelector`; an operator of the
+/// `requirements` that is not In, NotIn, Exists or DoesNotExist — the
+/// other errors of `labels.NewRequirement` are refused by validation
+/// first): `Some(partially)` when it does, `partially` when requirements
+/// were kept.
+fn review_label_selector_error(ra: &Value) -> Option<bool> {
+    let ls = ra.get("labelSelector").filter(|v| v.is_object())?;
+    let reqs: Vec<&Value> = ls
+        .get("requirements")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
+    if reqs.is_empty() {
+        let raw = s(ls, "rawSelector");
+        return (!raw.is_empty() && crate::selector::LabelSelector::parse(&raw).is_err())
+            .then_some(false);
+    }
+    let kept = reqs
+        .iter()
+        .filter(|r| {
+            matches!(
+                s(r, "operator").as_str(),
+                "In" | "NotIn" | "Exists" | "DoesNotExist"
+            )
+        })
+        .count();
+    (kept < reqs.len()).then_some(kept > 0)
+}
+
+/// `BuildEvaluationError`'s part for the selectors of a review's resource
+/// attributes: what was ignored as it did not parse.
+fn selector_evaluation_errors(spec: &Value) -> Vec<String> {
+    let Some(ra) = spec.get("resourceAttributes").filter(|v| v.is_object()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let (kept, failed) = review_field_selector(ra);
+    let ignored = |partially: bool, what: &str| {
+        format!(
+            "spec.resourceAttributes.{what} {}ignored due to parse error",
+            if partially { "partially " } else { "" }
+        )
+    };
+    if failed {
+        out.push(ignored(!kept.is_empty(), "fieldSelector"));
+    }
+    if let Some(partially) = review_label_selector_error(ra) {
+        out.push(ignored(partially, "labelSelector"));
+    }
+    out
 }
 
 fn s(v: &Value, k: &str) -> String {
@@ -520,6 +612,270 @@ pub(crate) fn validate_spec(spec: &Value, self_review: bool) -> Vec<FieldError> 
             "at least one of user or group must be specified",
         ));
     }
+    errs.extend(validate_selectors(spec));
+    errs
+}
+
+/// `fields` of `v` that are set (what `omitempty` keeps).
+fn omit_empty(v: &Value, fields: &[&str]) -> serde_json::Map<String, Value> {
+    fields
+        .iter()
+        .filter_map(|&k| {
+            v.get(k)
+                .filter(|x| !is_go_empty(x))
+                .map(|x| (k.to_string(), x.clone()))
+        })
+        .collect()
+}
+
+/// A review's spec as the API server has it once decoded into its Go type
+/// (and so answers and records it in managedFields): the fields it knows,
+/// the empty `omitempty` ones dropped, a pointer to a struct kept when
+/// set even if empty. `None` for a review whose spec is not kept.
+fn go_spec(review: &Review, spec: &Value) -> Option<Value> {
+    let selector = |sel: &Value| {
+        let mut out = omit_empty(sel, &["rawSelector"]);
+        let reqs: Vec<Value> = sel
+            .get("requirements")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|r| {
+                        let mut o = serde_json::Map::new();
+                        o.insert("key".into(), json!(s(r, "key")));
+                        o.insert("operator".into(), json!(s(r, "operator")));
+                        o.extend(omit_empty(r, &["values"]));
+                        Value::Object(o)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !reqs.is_empty() {
+            out.insert("requirements".into(), Value::Array(reqs));
+        }
+        Value::Object(out)
+    };
+    let mut out = serde_json::Map::new();
+    match review {
+        Review::Token => out = omit_empty(spec, &["token", "audiences"]),
+        Review::SubjectAccess | Review::LocalSubjectAccess(_) | Review::SelfSubjectAccess => {
+            if let Some(ra) = spec.get("resourceAttributes").filter(|v| v.is_object()) {
+                let mut r = omit_empty(
+                    ra,
+                    &[
+                        "namespace",
+                        "verb",
+                        "group",
+                        "version",
+                        "resource",
+                        "subresource",
+                        "name",
+                    ],
+                );
+                for k in ["fieldSelector", "labelSelector"] {
+                    if let Some(sel) = ra.get(k).filter(|v| v.is_object()) {
+                        r.insert(k.into(), selector(sel));
+                    }
+                }
+                out.insert("resourceAttributes".into(), Value::Object(r));
+            }
+            if let Some(nra) = spec.get("nonResourceAttributes").filter(|v| v.is_object()) {
+                out.insert(
+                    "nonResourceAttributes".into(),
+                    Value::Object(omit_empty(nra, &["path", "verb"])),
+                );
+            }
+            if *review != Review::SelfSubjectAccess {
+                out.extend(omit_empty(spec, &["user", "groups", "extra", "uid"]));
+            }
+        }
+        _ => return None,
+    }
+    Some(Value::Object(out))
+}
+
+/// The `ObjectMeta` of a review as encoding/json writes it (the value of
+/// a `metadata` error): its fields in Go's order, the empty ones omitted
+/// (`omitempty`), maps with their keys sorted.
+fn go_object_meta(meta: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    let Some(m) = meta.as_object() else {
+        return Value::Object(out);
+    };
+    for &k in GO_OBJECT_META_FIELDS {
+        let Some(v) = m.get(k).filter(|v| !is_go_empty(v)) else {
+            continue;
+        };
+        let v = match (k, v) {
+            ("labels" | "annotations", Value::Object(map)) => {
+                let mut sorted: Vec<(&String, &Value)> = map.iter().collect();
+                sorted.sort_by(|a, b| a.0.cmp(b.0));
+                Value::Object(
+                    sorted
+                        .into_iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                )
+            }
+            ("ownerReferences", Value::Array(refs)) => Value::Array(
+                refs.iter()
+                    .map(|r| {
+                        let mut o = serde_json::Map::new();
+                        for f in ["apiVersion", "kind", "name", "uid"] {
+                            o.insert(f.into(), json!(s(r, f)));
+                        }
+                        for f in ["controller", "blockOwnerDeletion"] {
+                            if let Some(b) = r.get(f).filter(|b| b.is_boolean()) {
+                                o.insert(f.into(), b.clone());
+                            }
+                        }
+                        Value::Object(o)
+                    })
+                    .collect(),
+            ),
+            (_, v) => v.clone(),
+        };
+        out.insert(k.to_string(), v);
+    }
+    Value::Object(out)
+}
+
+/// What `omitempty` (and `Semantic.DeepEqual` against an empty
+/// `ObjectMeta`) takes for unset: null, `""`, 0, false, an empty list or map.
+fn is_go_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::String(s) => s.is_empty(),
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+    }
+}
+
+/// `ValidateSubjectAccessReview` and `ValidateSelfSubjectAccessReview`
+/// (`local`: `ValidateLocalSubjectAccessReview`): the metadata of the
+/// object the create handler passes on must be empty but for its
+/// managedFields (and a local review's namespace). The value is the whole
+/// `ObjectMeta`.
+pub(crate) fn validate_review_meta(obj: &Value, local: bool) -> Option<FieldError> {
+    let meta = obj.get("metadata")?;
+    let set = meta.as_object()?.iter().any(|(k, v)| {
+        !is_go_empty(v)
+            && match k.as_str() {
+                "managedFields" => false,
+                "namespace" => !local,
+                k => GO_OBJECT_META_FIELDS.contains(&k),
+            }
+    });
+    if !set {
+        return None;
+    }
+    let detail = if local {
+        "must be empty except for namespace"
+    } else {
+        "must be empty"
+    };
+    Some(FieldError::invalid(
+        "metadata",
+        go_object_meta(meta),
+        detail,
+    ))
+}
+
+/// The fields of `ObjectMeta` (what else `metadata` holds is dropped by
+/// the decoder).
+const GO_OBJECT_META_FIELDS: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+/// `validateResourceAttributes`: a field or label selector of
+/// `spec.resourceAttributes` needs its `rawSelector` or its `requirements`,
+/// not both; each requirement is checked as `ValidateFieldSelectorRequirement`
+/// / `ValidateLabelSelectorRequirement` do (an unknown operator allowed, for
+/// newer clients).
+fn validate_selectors(spec: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let Some(ra) = spec.get("resourceAttributes").filter(|v| v.is_object()) else {
+        return errs;
+    };
+    for (key, label) in [("fieldSelector", false), ("labelSelector", true)] {
+        let Some(sel) = ra.get(key).filter(|v| v.is_object()) else {
+            continue;
+        };
+        let path = format!("spec.resourceAttributes.{key}");
+        let raw = s(sel, "rawSelector");
+        let reqs: Vec<Value> = sel
+            .get("requirements")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if !raw.is_empty() && !reqs.is_empty() {
+            errs.push(FieldError::invalid(
+                &format!("{path}.rawSelector"),
+                json!(raw),
+                "may not specified at the same time as requirements",
+            ));
+        }
+        if raw.is_empty() && reqs.is_empty() {
+            errs.push(FieldError::required(
+                &format!("{path}.requirements"),
+                format!("when {path} is specified, requirements or rawSelector is required"),
+            ));
+        }
+        for (i, r) in reqs.iter().enumerate() {
+            let at = format!("{path}.requirements[{i}]");
+            let k = s(r, "key");
+            let values = strings(r, "values");
+            if !label && k.is_empty() {
+                errs.push(FieldError::required(
+                    &format!("{at}.key"),
+                    "must be specified",
+                ));
+            }
+            match s(r, "operator").as_str() {
+                "In" | "NotIn" if values.is_empty() => errs.push(FieldError::required(
+                    &format!("{at}.values"),
+                    "must be specified when `operator` is 'In' or 'NotIn'",
+                )),
+                "Exists" | "DoesNotExist" if !values.is_empty() => {
+                    errs.push(FieldError::forbidden(
+                        &format!("{at}.values"),
+                        "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+                    ))
+                }
+                _ => {}
+            }
+            if label {
+                for m in crate::validation::qualified_name(&k) {
+                    errs.push(FieldError::invalid(&format!("{at}.key"), json!(k), m));
+                }
+                for (j, v) in values.iter().enumerate() {
+                    for m in crate::validation::label_value(v) {
+                        errs.push(FieldError::invalid(
+                            &format!("{at}.values[{j}]"),
+                            json!(v),
+                            m,
+                        ));
+                    }
+                }
+            }
+        }
+    }
     errs
 }
 
@@ -541,7 +897,7 @@ fn attributes(spec: &Value) -> Attributes {
                 resource: s(ra, "resource"),
                 subresource: s(ra, "subresource"),
                 name: s(ra, "name"),
-                field_selector: review_field_selector(ra),
+                field_selector: review_field_selector(ra).0,
             }),
             path: String::new(),
         },
@@ -633,15 +989,21 @@ fn decide(state: &Arc<State>, spec: &Value) -> Value {
         &strings(spec, "groups"),
         &attributes(spec),
     );
-    match d.reason {
+    let mut status = match d.reason {
         Some(reason) => json!({"allowed": d.allowed, "reason": reason}),
         None => json!({"allowed": d.allowed}),
+    };
+    let errors = selector_evaluation_errors(spec);
+    if !errors.is_empty() {
+        status["evaluationError"] = json!(errors.join("; "));
     }
+    status
 }
 
 pub(crate) fn subject_access_review(state: &Arc<State>, obj: &Value) -> Result<Value, ApiError> {
     let spec = obj.get("spec").cloned().unwrap_or_else(|| json!({}));
-    let errs = validate_spec(&spec, false);
+    let mut errs = validate_spec(&spec, false);
+    errs.extend(validate_review_meta(obj, false));
     if !errs.is_empty() {
         // The registry's NewInvalid names the group only:
         // `.authorization.k8s.io "" is invalid: ...`.
@@ -661,6 +1023,7 @@ fn local_subject_access_review(
 ) -> Result<Value, ApiError> {
     let spec = obj.get("spec").cloned().unwrap_or_else(|| json!({}));
     let mut errs = validate_spec(&spec, false);
+    errs.extend(validate_review_meta(obj, true));
     if let Some(ra) = spec.get("resourceAttributes").filter(|v| v.is_object())
         && s(ra, "namespace") != ns
     {
@@ -1000,7 +1363,7 @@ mod tests {
         ]}});
         assert_eq!(
             review_field_selector(&ra),
-            vec![req("spec.nodeName", FieldOp::Equals, "n1")]
+            (vec![req("spec.nodeName", FieldOp::Equals, "n1")], true)
         );
     }
 

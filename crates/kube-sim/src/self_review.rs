@@ -90,9 +90,19 @@ pub static REVIEW_RESOURCES: &[ResourceDef] = &[
     ),
 ];
 
-/// The user a request authenticates as, with its groups: the bearer token
-/// is a kube-sim user name; no (or no valid) token is `system:anonymous`.
+/// The user a request authenticates as, with its groups: a client
+/// certificate kube-sim issued (x509 comes before tokens in the API
+/// server's union of authenticators: the CN, the O's and
+/// `system:authenticated`), or the bearer token, a kube-sim user name; no
+/// (or no valid) credential is `system:anonymous`.
 pub(crate) fn requester(req: &Request<Incoming>) -> (String, Vec<String>) {
+    if let Some(p) = req.extensions().get::<crate::tls::PeerCert>() {
+        let mut groups = p.groups.clone();
+        if !groups.iter().any(|g| g == "system:authenticated") {
+            groups.push("system:authenticated".to_string());
+        }
+        return (p.user.clone(), groups);
+    }
     req.headers()
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -116,7 +126,8 @@ pub(crate) fn self_subject_access_review(
     let ra = spec.get("resourceAttributes").filter(|v| v.is_object());
     let nra = spec.get("nonResourceAttributes").filter(|v| v.is_object());
     // pkg/apis/authorization/validation: ValidateSelfSubjectAccessReviewSpec.
-    let errs = crate::reviews::validate_spec(&spec, true);
+    let mut errs = crate::reviews::validate_spec(&spec, true);
+    errs.extend(crate::reviews::validate_review_meta(obj, false));
     if !errs.is_empty() {
         // NewInvalid(authorizationapi.Kind(selfSAR.Kind)): the decoded
         // object's kind is empty, so the group alone is named.

@@ -139,17 +139,20 @@ pub fn validate_name(rule: NameRule, name: &str, prefix: bool) -> Vec<String> {
     }
 }
 
-fn is_qualified_name_part(s: &str) -> bool {
+/// Whether `s` matches `labelKeyFmt`,
+/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]` (any length).
+fn matches_label_key_fmt(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.len() <= 63
         && b[0].is_ascii_alphanumeric()
         && b[b.len() - 1].is_ascii_alphanumeric()
         && b.iter()
             .all(|&c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_' || c == b'.')
 }
 
-/// `IsQualifiedName`.
+/// `IsQualifiedName`, since 1.36 `content.IsLabelKey`: an optional DNS
+/// subdomain prefix and `/`, then a name of at most 63 characters matching
+/// `labelKeyFmt` (an empty name fails both checks).
 pub fn qualified_name(value: &str) -> Vec<String> {
     let mut errs = Vec::new();
     let parts: Vec<&str> = value.split('/').collect();
@@ -167,11 +170,14 @@ pub fn qualified_name(value: &str) -> Vec<String> {
             parts[1]
         }
         _ => {
-            errs.push(regex_error(
-                "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
-                QUALIFIED_NAME_FMT,
-                &["MyName", "my.name", "123-abc"],
-            ) + " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')");
+            errs.push(format!(
+                "a valid label key {} with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')",
+                regex_error(
+                    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
+                    QUALIFIED_NAME_FMT,
+                    &["MyName", "my.name", "123-abc"],
+                )
+            ));
             return errs;
         }
     };
@@ -180,7 +186,7 @@ pub fn qualified_name(value: &str) -> Vec<String> {
     } else if name.len() > 63 {
         errs.push("name part must be no more than 63 characters".to_string());
     }
-    if !name.is_empty() && !is_qualified_name_part(name) && name.len() <= 63 {
+    if !matches_label_key_fmt(name) {
         errs.push(format!(
             "name part {}",
             regex_error(
@@ -193,13 +199,14 @@ pub fn qualified_name(value: &str) -> Vec<String> {
     errs
 }
 
-/// `IsValidLabelValue`.
+/// `IsValidLabelValue` (`content.IsLabelValue`): at most 63 characters,
+/// empty or matching `labelKeyFmt`.
 pub fn label_value(value: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if value.len() > 63 {
         errs.push("must be no more than 63 characters".to_string());
     }
-    if !value.is_empty() && !is_qualified_name_part(value) && value.len() <= 63 {
+    if !value.is_empty() && !matches_label_key_fmt(value) {
         errs.push(regex_error(
             "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character",
             LABEL_VALUE_FMT,

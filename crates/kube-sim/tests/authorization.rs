@@ -622,6 +622,11 @@ async fn node_authorizer_reviews_answer_as_upstream() {
                 watch its pods by requirements: watch - pods - - - in:spec.nodeName=A
                 list another node's pods: list - pods - - - raw:spec.nodeName=B
                 list pods not on it: list - pods - - - raw:spec.nodeName!=A
+                list its pods by == and a name: list - pods - - - raw:spec.nodeName==A,metadata.name=x
+                list its pods by a selector that does not parse: list - pods - - - raw:spec.nodeName=A=B
+                watch its pods by a namespace too: watch - pods - NS - raw:spec.nodeName=A
+                list its node by name: list - nodes - - - raw:metadata.name=A
+                watch its node by requirements: watch - nodes - - - in:metadata.name=A
                 create a pod: create - pods - NS -
                 update a pod: update - pods - NS pod-a
                 patch a pod's status: patch - pods status NS pod-b
@@ -671,7 +676,7 @@ async fn node_authorizer_reviews_answer_as_upstream() {
                     (label, attrs)
                 })
                 .collect();
-            assert_eq!(cases.len(), 51, "every case parses");
+            assert_eq!(cases.len(), 56, "every case parses");
             for (label, attrs) in &cases {
                 let status = review(&t.client, &user_a, &["system:nodes"], attrs.clone()).await;
                 t.record(label, status);

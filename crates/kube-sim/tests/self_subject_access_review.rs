@@ -336,37 +336,134 @@ async fn self_subject_rules_review_lists_the_components_bootstrap_rules() {
     .await;
 }
 
+/// The credential id upstream's x509 authenticator gives the client
+/// certificate of `kubeconfig` (`X509SHA256=` and the hex SHA-256 of its
+/// DER).
+fn x509_credential_id(kubeconfig: &std::path::Path) -> String {
+    use base64::Engine as _;
+    let b64 = &base64::engine::general_purpose::STANDARD;
+    let yaml = std::fs::read_to_string(kubeconfig)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", kubeconfig.display()));
+    let data = yaml
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("client-certificate-data: "))
+        .unwrap_or_else(|| panic!("{} has no client certificate", kubeconfig.display()));
+    let pem = String::from_utf8(b64.decode(data.trim()).expect("base64")).expect("PEM");
+    let body: String = pem
+        .lines()
+        .skip_while(|l| !l.starts_with("-----BEGIN CERTIFICATE"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("-----END"))
+        .collect();
+    let der = b64.decode(body).expect("the certificate's base64");
+    let digest = ring::digest::digest(&ring::digest::SHA256, &der);
+    let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    format!("X509SHA256={hex}")
+}
+
 /// SelfSubjectReview (authentication.k8s.io/v1): the requester's user
-/// info, in a new object (the request's metadata is not kept).
+/// info, in a new object (the request's metadata is not kept). Both
+/// servers authenticate a client certificate (kube-sim's
+/// `SimConfig::client_certificates`), and `extra` holds its credential id,
+/// the SHA-256 of the certificate each server's client presented.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn self_subject_review_answers_the_requesters_user_info() {
     conform(
         "self_subject_review_answers_the_requesters_user_info",
-        SimConfig::default(),
+        SimConfig {
+            client_certificates: true,
+            ..SimConfig::default()
+        },
         async |t| {
             let path = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
             let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview",
                 "metadata": {"name": "ignored", "labels": {"a": "b"}}});
-            for (label, client) in [
-                ("a service account", t.client_as(MANAGER).await),
-                ("a user", t.client_as("alice").await),
-                ("system:masters", t.client.clone()),
+            for (label, kubeconfig) in [
+                ("a service account", t.kubeconfig_as(MANAGER)),
+                ("a user", t.kubeconfig_as("alice")),
+                ("a node", t.kubeconfig_as("system:node:who-am-i")),
+                ("system:masters", t.kubeconfig.clone()),
             ] {
+                let client = common::differential::client_from(&kubeconfig).await;
                 let mut r = post(&client, path, &body).await;
                 assert_eq!(r.code, 201, "{label}: {:?}", r.body);
-                assert!(
-                    r.body["status"]["userInfo"]["username"].is_string(),
-                    "{:?}",
-                    r.body
+                let id = x509_credential_id(&kubeconfig);
+                let extra = &mut r.body["status"]["userInfo"]["extra"];
+                assert_eq!(
+                    *extra,
+                    json!({"authentication.kubernetes.io/credential-id": [id]}),
+                    "{label}"
                 );
-                // The real server's x509 authenticator adds the
-                // certificate's credential id to `extra`; kube-sim's tokens
-                // name a user and nothing else.
-                if let Some(u) = r.body["status"]["userInfo"].as_object_mut() {
-                    u.remove("extra");
-                }
+                // Each server's client has a certificate of its own.
+                *extra = json!({"authentication.kubernetes.io/credential-id":
+                    ["X509SHA256=<the SHA-256 of the client certificate>"]});
                 t.record(label, r.record());
             }
+        },
+    )
+    .await;
+}
+
+/// The authenticator's extra reaches admission: a ValidatingAdmissionPolicy
+/// sees the client certificate's credential id in `request.userInfo.extra`
+/// (an impersonated user has only the extra it asks for: here none, and
+/// `request.userInfo` then has no `extra` at all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_sees_the_client_certificates_credential_id() {
+    conform(
+        "admission_sees_the_client_certificates_credential_id",
+        SimConfig {
+            client_certificates: true,
+            ..SimConfig::default()
+        },
+        async |t| {
+            let admin = common::differential::client_from(&t.kubeconfig).await;
+            let ns = t.namespace("credential-id").await;
+            let (policy, binding) = (t.unique("credential-id"), t.unique("credential-id"));
+            let key = "authentication.kubernetes.io/credential-id";
+            let r = post(&admin, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+                &json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+                    "metadata": {"name": policy},
+                    "spec": {"failurePolicy": "Fail",
+                        "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                            "operations": ["CREATE"], "resources": ["configmaps"]}]},
+                        "validations": [{
+                            "expression": format!("!has(request.userInfo.extra) || !('{key}' in request.userInfo.extra)"),
+                            "messageExpression": format!("'a credential id of ' + string(size(request.userInfo.extra['{key}'][0])) + ' characters, starting ' + request.userInfo.extra['{key}'][0].substring(0, 11)"),
+                        }]}})).await;
+            assert_eq!(r.code, 201, "{:?}", r.body);
+            let r = post(&admin, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings",
+                &json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+                    "metadata": {"name": binding},
+                    "spec": {"policyName": policy, "validationActions": ["Deny"],
+                        "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}}}})).await;
+            assert_eq!(r.code, 201, "{:?}", r.body);
+            let path = format!("/api/v1/namespaces/{ns}/configmaps");
+            let cm = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+            // The real server's policy informer takes a moment.
+            let mut n = 0;
+            common::eventually("the policy is in effect", async || {
+                n += 1;
+                let r = post(&admin, &path, &cm(&format!("probe-{n}"))).await;
+                (r.code != 201).then_some(())
+            })
+            .await;
+            let r = post(&admin, &path, &cm("by-certificate")).await;
+            let message = r.body["message"].as_str().unwrap_or_default();
+            assert!(
+                message.contains("a credential id of 75 characters, starting X509SHA256="),
+                "{:?}",
+                r.body
+            );
+            t.record("the certificate's requester", r.record());
+            let r = common::differential::call_with(&admin, "POST", &path, "application/json",
+                &cm("impersonated").to_string(),
+                &[("Impersonate-User", "someone"), ("Impersonate-Group", "system:masters")]).await;
+            assert_eq!(r.code, 201, "{:?}", r.body);
+            t.record("an impersonated user", json!({"code": r.code, "name": r.body["metadata"]["name"]}));
+            let _ = delete(&admin, &format!("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{binding}")).await;
+            let _ = delete(&admin, &format!("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{policy}")).await;
+            t.cleanup_namespace(&ns).await;
         },
     )
     .await;

@@ -88,18 +88,36 @@ impl Target {
         let Some(cp) = &self.control_plane else {
             panic!("a client as {user}: only on kube-sim or the control plane this binary started");
         };
-        let sa_ns = user
-            .strip_prefix("system:serviceaccount:")
-            .and_then(|r| r.split_once(':'))
-            .map(|(ns, _)| format!("system:serviceaccounts:{ns}"));
-        let groups: Vec<&str> = match &sa_ns {
-            Some(ns) => vec!["system:serviceaccounts", ns.as_str()],
-            None if user.starts_with("system:node:") => vec!["system:nodes"],
-            None => vec![],
-        };
+        let groups = real_groups(user);
+        let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
         cp.client_for(user, &groups)
             .await
             .unwrap_or_else(|e| panic!("a client of the real control plane as {user}: {e}"))
+    }
+
+    /// The kubeconfig [`Target::client_as`] would use for `user`: kube-sim's
+    /// (a token, or with `SimConfig::client_certificates` a client
+    /// certificate kube-sim issued), or on the real control plane a new
+    /// client certificate with the same groups.
+    pub fn kubeconfig_as(&self, user: &str) -> PathBuf {
+        if let Some(sim) = &self.sim {
+            return sim
+                .kubeconfig_for(user)
+                .unwrap_or_else(|e| panic!("a kubeconfig as {user}: {e}"));
+        }
+        let Some(cp) = &self.control_plane else {
+            panic!(
+                "a kubeconfig as {user}: only on kube-sim or the control plane this binary started"
+            );
+        };
+        let groups = real_groups(user);
+        let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+        let file: String = user
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        cp.write_kubeconfig_for(&file, user, &groups)
+            .unwrap_or_else(|e| panic!("a kubeconfig of the real control plane as {user}: {e}"))
     }
 
     /// Whether this is kube-sim (not the real server).
@@ -165,6 +183,24 @@ impl Target {
         if let Ok(mut t) = self.transcript.lock() {
             t.volatile(s, token);
         }
+    }
+}
+
+/// The groups of `user`'s client certificate on the real control plane:
+/// those kube-sim's authenticator gives (a ServiceAccount's
+/// `system:serviceaccounts` and `system:serviceaccounts:<namespace>`, a
+/// node's `system:nodes`).
+fn real_groups(user: &str) -> Vec<String> {
+    match user
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|r| r.split_once(':'))
+    {
+        Some((ns, _)) => vec![
+            "system:serviceaccounts".to_string(),
+            format!("system:serviceaccounts:{ns}"),
+        ],
+        None if user.starts_with("system:node:") => vec!["system:nodes".to_string()],
+        None => vec![],
     }
 }
 
