@@ -34,6 +34,14 @@ pub fn diff(go_type: &str, old: &Value, new: &Value) -> String {
     unified_diff(&split_lines(&a), &split_lines(&b), 3)
 }
 
+/// `apiequality.Semantic.DeepEqual` of two internal structs given as v1
+/// JSON: equal when they marshal alike, nil and empty lists and maps being
+/// equal, as are an absent field and its zero value. (A quantity compares
+/// by its canonical form here, not by value.)
+pub fn semantically_equal(go_type: &str, a: &Value, b: &Value) -> bool {
+    marshal_indent(go_type, a, Side::Old) == marshal_indent(go_type, b, Side::Old)
+}
+
 /// `json.MarshalIndent(v, "", " ")` of the internal struct `go_type` whose v1
 /// JSON is `v`.
 pub fn marshal_indent(go_type: &str, v: &Value, side: Side) -> String {

@@ -220,6 +220,7 @@ pub fn validate_update(def: &ResourceDef, new: &Value, old: &Value) -> Vec<Field
     match (def.group, def.resource) {
         ("coordination.k8s.io", "leases") => lease_spec(new, &mut errs),
         ("", "persistentvolumeclaims") => pvc_update(new, old, &mut errs),
+        ("", "persistentvolumes") => pv_update(new, old, &mut errs),
         ("", "services") => {
             let lb =
                 |s: &Value| s.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer");
@@ -493,6 +494,55 @@ fn pvc_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
     let mode = |v: &Value| v.pointer("/spec/volumeMode").cloned();
     if mode(new) != mode(old) {
         // Upstream's path for this one is `volumeMode`, without `spec.`.
+        errs.push(FieldError::invalid(
+            "volumeMode",
+            mode(new).unwrap_or_else(|| json!("null")),
+            "field is immutable",
+        ));
+    }
+}
+
+/// `ValidatePersistentVolumeUpdate`: the volume source is immutable (but
+/// for a first `csi.controllerExpandSecretRef`), with `diff.Diff` of the
+/// internal `PersistentVolumeSource`s; `volumeMode` is immutable.
+fn pv_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
+    let source = |v: &Value| {
+        let mut m = serde_json::Map::new();
+        if let Some(spec) = v.get("spec").and_then(Value::as_object) {
+            for k in PV_SOURCES {
+                if let Some(x) = spec.get(*k).filter(|x| !x.is_null()) {
+                    m.insert((*k).to_string(), x.clone());
+                }
+            }
+        }
+        m
+    };
+    let (old_s, mut new_s) = (source(old), source(new));
+    let expand = |m: &serde_json::Map<String, Value>| {
+        m.get("csi").map(|c| {
+            c.get("controllerExpandSecretRef")
+                .is_some_and(|r| !r.is_null())
+        })
+    };
+    if expand(&old_s) == Some(false)
+        && expand(&new_s) == Some(true)
+        && let Some(Value::Object(csi)) = new_s.get_mut("csi")
+    {
+        csi.remove("controllerExpandSecretRef");
+    }
+    const SOURCE: &str = "core.PersistentVolumeSource";
+    let (old_s, new_s) = (Value::Object(old_s), Value::Object(new_s));
+    if !crate::internal_diff::semantically_equal(SOURCE, &old_s, &new_s) {
+        errs.push(FieldError::forbidden(
+            "spec.persistentvolumesource",
+            format!(
+                "spec.persistentvolumesource is immutable after creation\n{}",
+                crate::internal_diff::diff(SOURCE, &old_s, &new_s)
+            ),
+        ));
+    }
+    let mode = |v: &Value| v.pointer("/spec/volumeMode").cloned();
+    if mode(new) != mode(old) {
         errs.push(FieldError::invalid(
             "volumeMode",
             mode(new).unwrap_or_else(|| json!("null")),

@@ -1001,3 +1001,68 @@ async fn claim_spec_immutability_diffs() {
     })
     .await;
 }
+
+/// `ValidatePersistentVolumeUpdate` refuses a change to a volume's source
+/// with `spec.persistentvolumesource is immutable after creation` and
+/// `diff.Diff` of the internal `PersistentVolumeSource`s (all 22 source
+/// pointers, the set one expanded); a first CSI controllerExpandSecretRef is
+/// allowed.
+#[tokio::test]
+async fn volume_source_immutability_diffs() {
+    differential("pvdiff", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let pv = |name: &str, source: Value| {
+            let mut v = json!({"metadata": {"name": name}, "spec": {"capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"], "storageClassName": ""}});
+            for (k, x) in source.as_object().into_iter().flatten() {
+                v["spec"][k] = x.clone();
+            }
+            v
+        };
+        let affinity = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]}});
+        let (hp, csi, local, nfs) =
+            (ctx.unique("hp"), ctx.unique("csi"), ctx.unique("local"), ctx.unique("nfs"));
+        for (name, source) in [
+            (&hp, json!({"hostPath": {"path": "/data/a"}})),
+            (&csi, json!({"csi": {"driver": "d.example.com", "volumeHandle": "h1",
+                "volumeAttributes": {"b": "2", "a": "1"}}})),
+            (&local, json!({"local": {"path": "/mnt/x"}, "nodeAffinity": affinity})),
+            (&nfs, json!({"nfs": {"server": "nfs.example.com", "path": "/exports/a"}})),
+        ] {
+            let r = post(c, "/api/v1/persistentvolumes", &pv(name, source)).await;
+            assert_eq!(r.code, 201, "{name}: {:?}", r.body);
+        }
+        let path = |n: &str| format!("/api/v1/persistentvolumes/{n}");
+        for (label, name, body) in [
+            ("host path", &hp, json!({"spec": {"hostPath": {"path": "/data/b"}}})),
+            ("host path type", &hp, json!({"spec": {"hostPath": {"type": "Directory"}}})),
+            ("host path to nfs", &hp, json!({"spec": {"hostPath": null, "nfs": {"server": "s", "path": "/p"}}})),
+            ("volume mode", &hp, json!({"spec": {"volumeMode": "Block"}})),
+            ("csi handle", &csi, json!({"spec": {"csi": {"volumeHandle": "h2"}}})),
+            ("csi attributes and fsType", &csi, json!({"spec": {"csi": {"volumeAttributes": {"c": "<&>"}, "fsType": "ext4", "readOnly": true}}})),
+            ("csi node publish secret", &csi, json!({"spec": {"csi": {"nodePublishSecretRef": {"name": "s", "namespace": "ns"}}}})),
+            ("local path", &local, json!({"spec": {"local": {"path": "/mnt/y", "fsType": "xfs"}}})),
+            ("nfs server", &nfs, json!({"spec": {"nfs": {"server": "other.example.com", "readOnly": true}}})),
+        ] {
+            let r = patch(c, &path(name), "merge", &body.to_string()).await;
+            assert_eq!(r.code, 422, "{label}: {:?}", r.body);
+            t.reply(label, &r);
+        }
+        // A first controllerExpandSecretRef is allowed; changing it is not.
+        let r = patch(c, &path(&csi), "merge",
+            &json!({"spec": {"csi": {"controllerExpandSecretRef": {"name": "e", "namespace": "ns"}}}}).to_string()).await;
+        assert_eq!(r.code, 200, "{:?}", r.body);
+        t.note("expand secret set", r.body["spec"]["csi"].clone());
+        let r = patch(c, &path(&csi), "merge",
+            &json!({"spec": {"csi": {"controllerExpandSecretRef": {"name": "f"}}}}).to_string()).await;
+        assert_eq!(r.code, 422, "{:?}", r.body);
+        t.reply("expand secret changed", &r);
+        for n in [&hp, &csi, &local, &nfs] {
+            let _ = delete(c, &path(n)).await;
+        }
+        t
+    })
+    .await;
+}

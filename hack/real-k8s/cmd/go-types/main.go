@@ -27,6 +27,7 @@ import (
 // The internal type of each root and its v1 counterpart.
 var roots = [][2]reflect.Type{
 	{reflect.TypeFor[core.PersistentVolumeClaimSpec](), reflect.TypeFor[v1.PersistentVolumeClaimSpec]()},
+	{reflect.TypeFor[core.PersistentVolumeSource](), reflect.TypeFor[v1.PersistentVolumeSource]()},
 }
 
 type field struct {
