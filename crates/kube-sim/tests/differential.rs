@@ -997,6 +997,26 @@ async fn claim_spec_immutability_diffs() {
         let r = patch(c, &format!("{claims}/ds"), "json",
             r#"[{"op":"remove","path":"/spec/dataSource"},{"op":"remove","path":"/spec/dataSourceRef"}]"#).await;
         t.reply("data sources removed", &r);
+
+        // A claim without a class may get its first one (the beta
+        // annotation's, if it has one); any other class is a change.
+        let mut spec = base.clone();
+        spec.as_object_mut().map(|m| m.remove("storageClassName"));
+        let mut annotated = claim("ann", spec.clone());
+        annotated["metadata"]["annotations"] = json!({"volume.beta.kubernetes.io/storage-class": "fast"});
+        let r = post(c, &claims, &annotated).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let r = patch(c, &format!("{claims}/ann"), "merge", &json!({"spec": {"storageClassName": "slow"}}).to_string()).await;
+        assert_eq!(r.code, 422, "{:?}", r.body);
+        t.reply("a class other than the annotation's", &r);
+        let r = patch(c, &format!("{claims}/ann"), "merge", &json!({"spec": {"storageClassName": "fast"}}).to_string()).await;
+        assert_eq!(r.code, 200, "{:?}", r.body);
+        // Server-side apply meets the same rule.
+        let apply = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "ann"},
+            "spec": {"accessModes": ["ReadWriteMany"]}});
+        let r = patch(c, &format!("{claims}/ann?fieldManager=diff&force=true"), "apply", &apply.to_string()).await;
+        assert_eq!(r.code, 422, "{:?}", r.body);
+        t.reply("apply", &r);
         t
     })
     .await;
