@@ -563,8 +563,9 @@ pub fn prepare_for_update(
     }
 }
 
-/// A claim's `EnforceDataSourceBackwardsCompatibility` then
-/// `NormalizeDataSources` (pkg/api/persistentvolumeclaim): a `dataSource`
+/// A claim's `DropDisabledFields`, `EnforceDataSourceBackwardsCompatibility`
+/// and `NormalizeDataSources` (pkg/api/persistentvolumeclaim): a
+/// `dataSourceRef` to another namespace is dropped (its gate is off), a `dataSource`
 /// other than a claim or a VolumeSnapshot is dropped (unless the old claim
 /// had one or `dataSourceRef` is set), and either of `dataSource` and
 /// `dataSourceRef` fills the other (not a `dataSourceRef` to another
@@ -575,9 +576,21 @@ fn claim_data_sources(obj: &mut Value, old_spec: Option<&Value>) {
     };
     let set =
         |spec: &serde_json::Map<String, Value>, k: &str| spec.get(k).is_some_and(|v| !v.is_null());
-    let old_in_use = old_spec
-        .and_then(|o| o.get("dataSource"))
-        .is_some_and(|v| !v.is_null());
+    let old_in_use = |k: &str| {
+        old_spec
+            .and_then(|o| o.get(k))
+            .is_some_and(|v| !v.is_null())
+    };
+    // DropDisabledFields: CrossNamespaceVolumeDataSource (alpha) is off.
+    let cross_namespace = spec
+        .get("dataSourceRef")
+        .and_then(|r| r.get("namespace"))
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    if cross_namespace && !old_in_use("dataSourceRef") {
+        spec.remove("dataSourceRef");
+    }
+    let old_in_use = old_in_use("dataSource");
     if !old_in_use && !set(spec, "dataSourceRef") && set(spec, "dataSource") {
         let ds = &spec["dataSource"];
         let group = ds.get("apiGroup").and_then(Value::as_str).unwrap_or("");

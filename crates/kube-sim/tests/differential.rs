@@ -982,12 +982,14 @@ async fn claim_spec_immutability_diffs() {
 
         // A data source fills in dataSourceRef (and one that is neither a
         // claim nor a snapshot is dropped); changing either shows both.
-        for (name, ds) in [
-            ("ds", json!({"kind": "PersistentVolumeClaim", "name": "src"})),
-            ("cm", json!({"kind": "ConfigMap", "name": "cfg"})),
+        for (name, key, ds) in [
+            ("ds", "dataSource", json!({"kind": "PersistentVolumeClaim", "name": "src"})),
+            ("cm", "dataSource", json!({"kind": "ConfigMap", "name": "cfg"})),
+            ("ref", "dataSourceRef", json!({"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "s"})),
+            ("xns", "dataSourceRef", json!({"kind": "PersistentVolumeClaim", "name": "src", "namespace": "other"})),
         ] {
             let mut spec = base.clone();
-            spec["dataSource"] = ds;
+            spec[key] = ds;
             let r = post(c, &claims, &claim(name, spec)).await;
             assert_eq!(r.code, 201, "{:?}", r.body);
             t.note(&format!("{name}: stored spec"), r.body["spec"].clone());
