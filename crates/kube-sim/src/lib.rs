@@ -23,7 +23,10 @@ pub mod discovery;
 pub mod error;
 pub mod event_versions;
 pub mod faults;
+#[rustfmt::skip]
+mod go_types;
 pub mod http;
+pub mod internal_diff;
 pub mod negotiate;
 pub mod netaddr;
 pub mod networking;

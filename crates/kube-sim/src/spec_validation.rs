@@ -116,6 +116,7 @@ pub fn validate_create(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
             if is_empty(spec.and_then(|s| s.pointer("/resources/requests/storage"))) {
                 errs.push(required("spec.resources[storage]", ""));
             }
+            claim_data_sources(spec, &mut errs);
         }
         ("", "persistentvolumes") => {
             if is_empty(spec.and_then(|s| s.get("capacity"))) {
@@ -219,6 +220,7 @@ pub fn validate_update(def: &ResourceDef, new: &Value, old: &Value) -> Vec<Field
     match (def.group, def.resource) {
         ("coordination.k8s.io", "leases") => lease_spec(new, &mut errs),
         ("", "persistentvolumeclaims") => pvc_update(new, old, &mut errs),
+        ("", "persistentvolumes") => pv_update(new, old, &mut errs),
         ("", "services") => {
             let lb =
                 |s: &Value| s.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer");
@@ -386,13 +388,28 @@ fn storage_request(pvc: &Value) -> Option<f64> {
 }
 
 /// `ValidatePersistentVolumeClaimUpdate`: the spec is immutable except
-/// a first `volumeName`, a first `storageClassName`, the storage request of
-/// a bound claim and `volumeAttributesClassName`; a request may shrink only
-/// down to above `status.capacity`; `volumeMode` is immutable.
+/// a first `volumeName`, a first `storageClassName`, and for a bound claim
+/// its storage request and `volumeAttributesClassName`; a request may
+/// shrink only down to above `status.capacity`; `volumeMode` is immutable.
+/// The immutability error ends with `diff.Diff` of the two internal specs
+/// as upstream compares them (after those exceptions).
 fn pvc_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
     const BETA_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
-    let mut old_c = semantic_spec(old.get("spec"));
-    let mut new_c = semantic_spec(new.get("spec"));
+    // ValidatePersistentVolumeClaim comes first (only its data source
+    // rules are emulated on update).
+    claim_data_sources(new.get("spec"), errs);
+    // The clones upstream compares, as v1 JSON, nulls as absent.
+    let raw = |v: &Value| {
+        let mut m = v
+            .get("spec")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        m.retain(|_, v| !v.is_null());
+        m
+    };
+    let mut old_c = raw(old);
+    let mut new_c = raw(new);
     let absent = |m: &serde_json::Map<String, Value>, k: &str| {
         m.get(k).is_none_or(|v| v.as_str() == Some(""))
     };
@@ -431,25 +448,31 @@ fn pvc_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
             .get_mut("resources")
             .and_then(|r| r.get_mut("requests"))
     {
-        match old_c
-            .get("resources")
-            .and_then(|r| r.get("requests"))
-            .and_then(|r| r.get("storage"))
-        {
-            Some(v) => req.insert("storage".into(), v.clone()),
-            None => req.remove("storage"),
+        // A missing old request is a zero Quantity.
+        let old_req = old.pointer("/spec/resources/requests/storage");
+        req.insert(
+            "storage".into(),
+            old_req.cloned().unwrap_or_else(|| json!("0")),
+        );
+    }
+    if bound {
+        match old_c.get("volumeAttributesClassName") {
+            Some(v) => new_c.insert("volumeAttributesClassName".into(), v.clone()),
+            None => new_c.remove("volumeAttributesClassName"),
         };
     }
-    match old_c.get("volumeAttributesClassName") {
-        Some(v) => new_c.insert("volumeAttributesClassName".into(), v.clone()),
-        None => new_c.remove("volumeAttributesClassName"),
-    };
-    if old_c != new_c {
+    let semantic =
+        |m: &serde_json::Map<String, Value>| semantic_spec(Some(&Value::Object(m.clone())));
+    if semantic(&old_c) != semantic(&new_c) {
         errs.push(FieldError::forbidden(
             "spec",
             format!(
                 "spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n{}",
-                spec_diff(&old_c, &new_c)
+                crate::internal_diff::diff(
+                    "core.PersistentVolumeClaimSpec",
+                    &Value::Object(old_c),
+                    &Value::Object(new_c)
+                )
             ),
         ));
     }
@@ -479,28 +502,78 @@ fn pvc_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
     }
 }
 
-/// The difference of two specs, one `-`/`+` line pair per changed field.
-/// Upstream prints go-cmp's `cmp.Diff`, whose format is deliberately
-/// unstable; clients can only show it, so kube-sim renders its own.
-fn spec_diff(old: &serde_json::Map<String, Value>, new: &serde_json::Map<String, Value>) -> String {
-    let mut keys: Vec<&String> = old.keys().chain(new.keys()).collect();
-    keys.sort();
-    keys.dedup();
-    let mut out = String::from("  v1.PersistentVolumeClaimSpec{\n");
-    for k in keys {
-        let (o, n) = (old.get(k), new.get(k));
-        if o == n {
-            continue;
+/// `ValidatePersistentVolumeUpdate`: the volume source is immutable (but
+/// for a first `csi.controllerExpandSecretRef`), with `diff.Diff` of the
+/// internal `PersistentVolumeSource`s; `volumeMode` is immutable.
+fn pv_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
+    let source = |v: &Value| {
+        let mut m = serde_json::Map::new();
+        if let Some(spec) = v.get("spec").and_then(Value::as_object) {
+            for k in PV_SOURCES {
+                if let Some(x) = spec.get(*k).filter(|x| !x.is_null()) {
+                    m.insert((*k).to_string(), x.clone());
+                }
+            }
         }
-        if let Some(o) = o {
-            out.push_str(&format!("- \t{k}: {o},\n"));
-        }
-        if let Some(n) = n {
-            out.push_str(&format!("+ \t{k}: {n},\n"));
-        }
+        m
+    };
+    let (old_s, mut new_s) = (source(old), source(new));
+    let expand = |m: &serde_json::Map<String, Value>| {
+        m.get("csi").map(|c| {
+            c.get("controllerExpandSecretRef")
+                .is_some_and(|r| !r.is_null())
+        })
+    };
+    if expand(&old_s) == Some(false)
+        && expand(&new_s) == Some(true)
+        && let Some(Value::Object(csi)) = new_s.get_mut("csi")
+    {
+        csi.remove("controllerExpandSecretRef");
     }
-    out.push_str("  }\n");
-    out
+    const SOURCE: &str = "core.PersistentVolumeSource";
+    let (old_s, new_s) = (Value::Object(old_s), Value::Object(new_s));
+    if !crate::internal_diff::semantically_equal(SOURCE, &old_s, &new_s) {
+        errs.push(FieldError::forbidden(
+            "spec.persistentvolumesource",
+            format!(
+                "spec.persistentvolumesource is immutable after creation\n{}",
+                crate::internal_diff::diff(SOURCE, &old_s, &new_s)
+            ),
+        ));
+    }
+    let mode = |v: &Value| v.pointer("/spec/volumeMode").cloned();
+    if mode(new) != mode(old) {
+        errs.push(FieldError::invalid(
+            "volumeMode",
+            mode(new).unwrap_or_else(|| json!("null")),
+            "field is immutable",
+        ));
+    }
+}
+
+/// `ValidatePersistentVolumeClaimSpec`'s data source rules: `dataSource`
+/// may not be set beside a `dataSourceRef` to another namespace, and must
+/// otherwise match it. (The value upstream reports is a `*field.Path`,
+/// which prints as `{}`.)
+fn claim_data_sources(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
+    let get = |k: &str| spec.and_then(|s| s.get(k)).filter(|v| !v.is_null());
+    let (Some(ds), Some(r)) = (get("dataSource"), get("dataSourceRef")) else {
+        return;
+    };
+    let s = |v: &Value, k: &str| v.get(k).filter(|v| !v.is_null()).cloned();
+    let detail = if s(r, "namespace").is_some_and(|n| n.as_str() != Some("")) {
+        "may not be specified when dataSourceRef.namespace is specified"
+    } else if s(ds, "apiGroup") != s(r, "apiGroup")
+        || ds.get("kind").and_then(Value::as_str).unwrap_or("")
+            != r.get("kind").and_then(Value::as_str).unwrap_or("")
+        || ds.get("name").and_then(Value::as_str).unwrap_or("")
+            != r.get("name").and_then(Value::as_str).unwrap_or("")
+    {
+        "must match dataSourceRef"
+    } else {
+        return;
+    };
+    errs.push(FieldError::invalid("spec", json!({}), detail));
 }
 
 /// The selector must be set and match the template's labels; the template
@@ -647,8 +720,10 @@ mod tests {
             e[0].starts_with("spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n"),
             "{e:?}"
         );
-        assert!(e[0].contains("- \tvolumeName: \"pv-1\""), "{e:?}");
-        assert!(e[0].contains("+ \tvolumeName: \"pv-2\""), "{e:?}");
+        assert!(
+            e[0].contains("\n- \"VolumeName\": \"pv-1\",\n+ \"VolumeName\": \"pv-2\",\n"),
+            "{e:?}"
+        );
         let block = pvc("1Gi", json!({"spec": {"volumeMode": "Block"}}));
         let e = texts(validate_update(d, &block, &old));
         assert_eq!(

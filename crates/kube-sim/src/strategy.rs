@@ -347,6 +347,7 @@ pub fn prepare_for_create(def: &ResourceDef, obj: &mut Value, now: &str) {
         }
         ("", "persistentvolumeclaims") => {
             obj["status"] = json!({"phase": "Pending"});
+            claim_data_sources(obj, None);
         }
         ("apps", "deployments") => {
             obj["status"] = json!({});
@@ -533,6 +534,9 @@ pub fn prepare_for_update(
             if def.resource == "services" && def.group.is_empty() {
                 service_update(new, old);
             }
+            if def.resource == "persistentvolumeclaims" && def.group.is_empty() {
+                claim_data_sources(new, old.get("spec"));
+            }
         }
     }
     let old_gen = old.pointer("/metadata/generation").cloned();
@@ -555,6 +559,82 @@ pub fn prepare_for_update(
                 .and_then(Value::as_i64)
                 .unwrap_or(0);
             new["metadata"]["generation"] = json!(g + 1);
+        }
+    }
+}
+
+/// A claim's `DropDisabledFields`, `EnforceDataSourceBackwardsCompatibility`
+/// and `NormalizeDataSources` (pkg/api/persistentvolumeclaim): a
+/// `dataSourceRef` to another namespace is dropped (its gate is off), a `dataSource`
+/// other than a claim or a VolumeSnapshot is dropped (unless the old claim
+/// had one or `dataSourceRef` is set), and either of `dataSource` and
+/// `dataSourceRef` fills the other (not a `dataSourceRef` to another
+/// namespace).
+fn claim_data_sources(obj: &mut Value, old_spec: Option<&Value>) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let set =
+        |spec: &serde_json::Map<String, Value>, k: &str| spec.get(k).is_some_and(|v| !v.is_null());
+    let old_in_use = |k: &str| {
+        old_spec
+            .and_then(|o| o.get(k))
+            .is_some_and(|v| !v.is_null())
+    };
+    // DropDisabledFields: CrossNamespaceVolumeDataSource (alpha) is off.
+    let cross_namespace = spec
+        .get("dataSourceRef")
+        .and_then(|r| r.get("namespace"))
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    if cross_namespace && !old_in_use("dataSourceRef") {
+        spec.remove("dataSourceRef");
+    }
+    let old_in_use = old_in_use("dataSource");
+    if !old_in_use && !set(spec, "dataSourceRef") && set(spec, "dataSource") {
+        let ds = &spec["dataSource"];
+        let group = ds.get("apiGroup").and_then(Value::as_str).unwrap_or("");
+        let kind = ds.get("kind").and_then(Value::as_str).unwrap_or("");
+        let allowed = (kind == "PersistentVolumeClaim" && group.is_empty())
+            || (kind == "VolumeSnapshot" && group == "snapshot.storage.k8s.io");
+        if !allowed {
+            spec.remove("dataSource");
+        }
+    }
+    // Both types' apiGroup has no omitempty: a nil one is written as null.
+    let copy = |from: &Value| {
+        let mut m = serde_json::Map::new();
+        m.insert(
+            "apiGroup".into(),
+            from.get("apiGroup").cloned().unwrap_or(Value::Null),
+        );
+        m.insert(
+            "kind".into(),
+            from.get("kind").cloned().unwrap_or(json!("")),
+        );
+        m.insert(
+            "name".into(),
+            from.get("name").cloned().unwrap_or(json!("")),
+        );
+        Value::Object(m)
+    };
+    for k in ["dataSource", "dataSourceRef"] {
+        if let Some(Value::Object(r)) = spec.get_mut(k) {
+            r.entry("apiGroup").or_insert(Value::Null);
+        }
+    }
+    if set(spec, "dataSource") && !set(spec, "dataSourceRef") {
+        let r = copy(&spec["dataSource"]);
+        spec.insert("dataSourceRef".into(), r);
+    } else if set(spec, "dataSourceRef") && !set(spec, "dataSource") {
+        let r = &spec["dataSourceRef"];
+        if r.get("namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+        {
+            let ds = copy(r);
+            spec.insert("dataSource".into(), ds);
         }
     }
 }

@@ -2274,7 +2274,8 @@ async fn server_side_apply_with_a_wrong_type_is_500_typed_patch_error() {
 /// request changes an immutable spec. Real: 422 `PersistentVolumeClaim "c"
 /// is invalid: spec: Forbidden: spec is immutable after creation except
 /// resources.requests and volumeAttributesClassName for bound claims`
-/// followed by a diff (go-cmp's, whose format is deliberately unstable).
+/// followed by apimachinery's `diff.Diff` of the internal specs (a unified
+/// diff of their indented JSON), compared whole.
 #[tokio::test]
 async fn pending_claim_spec_is_immutable() {
     conform("pending_claim_spec_is_immutable", kube_sim::SimConfig::default(), async |t| {

@@ -6,7 +6,7 @@
 mod common;
 
 use common::differential::{
-    Ctx, Transcript, call, delete, differential, get, patch, post, same_service_range,
+    Ctx, Transcript, call, delete, differential, get, patch, post, put, same_service_range,
 };
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::networking::v1::IPAddress;
@@ -899,6 +899,191 @@ async fn namespace_deletion_waits_for_pods_then_reports_what_holds_it() {
         })
         .await;
         t.note("released: the namespace", json!("gone"));
+        t
+    })
+    .await;
+}
+
+/// `ValidatePersistentVolumeClaimUpdate` refuses a change to an immutable
+/// part of a claim's spec with `spec is immutable after creation except
+/// ...` and apimachinery's `diff.Diff` of the internal specs (a unified diff
+/// of their indented JSON, Go field names as keys): each change below
+/// provokes its own diff, compared whole.
+#[tokio::test]
+async fn claim_spec_immutability_diffs() {
+    differential("pvcdiff", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let claims = format!("/api/v1/namespaces/{}/persistentvolumeclaims", ctx.ns);
+        let claim = |name: &str, spec: Value| json!({"metadata": {"name": name}, "spec": spec});
+        let base = json!({"storageClassName": "fast", "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}}});
+        let r = post(c, &claims, &claim("c", base.clone())).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let path = format!("{claims}/c");
+        for (label, kind, body) in [
+            ("storage class", "merge", json!({"spec": {"storageClassName": "slow"}}).to_string()),
+            ("storage class removed", "json", r#"[{"op":"remove","path":"/spec/storageClassName"}]"#.to_string()),
+            ("access modes", "merge", json!({"spec": {"accessModes": ["ReadWriteOnce", "ReadOnlyMany"]}}).to_string()),
+            ("access mode replaced", "strategic", json!({"spec": {"accessModes": ["ReadWriteMany"]}}).to_string()),
+            ("selector labels", "merge", json!({"spec": {"selector": {"matchLabels": {"tier": "db", "app": "x"}}}}).to_string()),
+            ("selector expressions", "merge", json!({"spec": {"selector": {"matchExpressions": [
+                {"key": "zone", "operator": "In", "values": ["a", "b"]},
+                {"key": "gone", "operator": "DoesNotExist"}]}}}).to_string()),
+            ("volume mode", "merge", json!({"spec": {"volumeMode": "Block"}}).to_string()),
+            ("shrunk request", "merge", json!({"spec": {"resources": {"requests": {"storage": "512Mi"}}}}).to_string()),
+            ("grown request, another unit", "merge", json!({"spec": {"resources": {"requests": {"storage": "1.5Gi"}}}}).to_string()),
+            ("limits", "merge", json!({"spec": {"resources": {"limits": {"storage": "2G"}}}}).to_string()),
+            ("data source", "merge", json!({"spec": {"dataSource": {"kind": "PersistentVolumeClaim", "name": "src"}}}).to_string()),
+            ("data source ref", "merge", json!({"spec": {"dataSourceRef": {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "snap"}}}).to_string()),
+            ("several", "merge", json!({"spec": {"storageClassName": "slow", "accessModes": ["ReadWriteMany"],
+                "selector": {"matchLabels": {"a": "b"}}}}).to_string()),
+        ] {
+            let r = patch(c, &path, kind, &body).await;
+            assert_eq!(r.code, 422, "{label}: {:?}", r.body);
+            t.reply(label, &r);
+        }
+        // The first volumeName is allowed; the next is not.
+        let r = patch(c, &path, "merge", &json!({"spec": {"volumeName": "pv-a"}}).to_string()).await;
+        assert_eq!(r.code, 200, "{:?}", r.body);
+        let r = patch(c, &path, "merge", &json!({"spec": {"volumeName": "pv-b"}}).to_string()).await;
+        assert_eq!(r.code, 422, "{:?}", r.body);
+        t.reply("volume name", &r);
+        // A PUT of the whole claim, quantities in other units.
+        let mut spec = base.clone();
+        spec["resources"]["requests"]["storage"] = json!("1536Mi");
+        spec["volumeName"] = json!("pv-a");
+        spec["storageClassName"] = json!("other");
+        let r = put(c, &path, &claim("c", spec)).await;
+        assert_eq!(r.code, 422, "{:?}", r.body);
+        t.reply("PUT", &r);
+
+        // Quantities as the diff prints them (canonical), and a bound claim
+        // whose storage request may change.
+        let r = post(c, &claims, &claim("q", json!({"storageClassName": "fast", "volumeName": "pv-q",
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1.5Gi"}, "limits": {"storage": "2000M"}}}))).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let q = format!("{claims}/q");
+        let r = patch(c, &q, "merge", &json!({"spec": {"volumeName": "pv-r"}}).to_string()).await;
+        assert_eq!(r.code, 422, "{:?}", r.body);
+        t.reply("canonical quantities", &r);
+        let r = patch(c, &format!("{q}/status"), "merge", &json!({"status": {"phase": "Bound"}}).to_string()).await;
+        assert_eq!(r.code, 200, "{:?}", r.body);
+        let r = patch(c, &q, "merge", &json!({"spec": {"storageClassName": "slow",
+            "resources": {"requests": {"storage": "3Gi"}}}}).to_string()).await;
+        assert_eq!(r.code, 422, "{:?}", r.body);
+        t.reply("bound", &r);
+
+        // A pending claim's volumeAttributesClassName is part of the spec.
+        let r = patch(c, &path, "merge", &json!({"spec": {"volumeAttributesClassName": "gold"}}).to_string()).await;
+        assert_eq!(r.code, 422, "{:?}", r.body);
+        t.reply("attributes class, pending", &r);
+
+        // A data source fills in dataSourceRef (and one that is neither a
+        // claim nor a snapshot is dropped); changing either shows both.
+        for (name, key, ds) in [
+            ("ds", "dataSource", json!({"kind": "PersistentVolumeClaim", "name": "src"})),
+            ("cm", "dataSource", json!({"kind": "ConfigMap", "name": "cfg"})),
+            ("ref", "dataSourceRef", json!({"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot", "name": "s"})),
+            ("xns", "dataSourceRef", json!({"kind": "PersistentVolumeClaim", "name": "src", "namespace": "other"})),
+        ] {
+            let mut spec = base.clone();
+            spec[key] = ds;
+            let r = post(c, &claims, &claim(name, spec)).await;
+            assert_eq!(r.code, 201, "{:?}", r.body);
+            t.note(&format!("{name}: stored spec"), r.body["spec"].clone());
+        }
+        let r = patch(c, &format!("{claims}/ds"), "merge", &json!({"spec": {"dataSourceRef": {"name": "other"}}}).to_string()).await;
+        t.reply("data source ref renamed", &r);
+        let r = patch(c, &format!("{claims}/ds"), "json",
+            r#"[{"op":"remove","path":"/spec/dataSource"},{"op":"remove","path":"/spec/dataSourceRef"}]"#).await;
+        t.reply("data sources removed", &r);
+
+        // A claim without a class may get its first one (the beta
+        // annotation's, if it has one); any other class is a change.
+        let mut spec = base.clone();
+        spec.as_object_mut().map(|m| m.remove("storageClassName"));
+        let mut annotated = claim("ann", spec.clone());
+        annotated["metadata"]["annotations"] = json!({"volume.beta.kubernetes.io/storage-class": "fast"});
+        let r = post(c, &claims, &annotated).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let r = patch(c, &format!("{claims}/ann"), "merge", &json!({"spec": {"storageClassName": "slow"}}).to_string()).await;
+        assert_eq!(r.code, 422, "{:?}", r.body);
+        t.reply("a class other than the annotation's", &r);
+        let r = patch(c, &format!("{claims}/ann"), "merge", &json!({"spec": {"storageClassName": "fast"}}).to_string()).await;
+        assert_eq!(r.code, 200, "{:?}", r.body);
+        // Server-side apply meets the same rule.
+        let apply = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "ann"},
+            "spec": {"accessModes": ["ReadWriteMany"]}});
+        let r = patch(c, &format!("{claims}/ann?fieldManager=diff&force=true"), "apply", &apply.to_string()).await;
+        assert_eq!(r.code, 422, "{:?}", r.body);
+        t.reply("apply", &r);
+        t
+    })
+    .await;
+}
+
+/// `ValidatePersistentVolumeUpdate` refuses a change to a volume's source
+/// with `spec.persistentvolumesource is immutable after creation` and
+/// `diff.Diff` of the internal `PersistentVolumeSource`s (all 22 source
+/// pointers, the set one expanded); a first CSI controllerExpandSecretRef is
+/// allowed.
+#[tokio::test]
+async fn volume_source_immutability_diffs() {
+    differential("pvdiff", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let pv = |name: &str, source: Value| {
+            let mut v = json!({"metadata": {"name": name}, "spec": {"capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"], "storageClassName": ""}});
+            for (k, x) in source.as_object().into_iter().flatten() {
+                v["spec"][k] = x.clone();
+            }
+            v
+        };
+        let affinity = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]}});
+        let (hp, csi, local, nfs) =
+            (ctx.unique("hp"), ctx.unique("csi"), ctx.unique("local"), ctx.unique("nfs"));
+        for (name, source) in [
+            (&hp, json!({"hostPath": {"path": "/data/a"}})),
+            (&csi, json!({"csi": {"driver": "d.example.com", "volumeHandle": "h1",
+                "volumeAttributes": {"b": "2", "a": "1"}}})),
+            (&local, json!({"local": {"path": "/mnt/x"}, "nodeAffinity": affinity})),
+            (&nfs, json!({"nfs": {"server": "nfs.example.com", "path": "/exports/a"}})),
+        ] {
+            let r = post(c, "/api/v1/persistentvolumes", &pv(name, source)).await;
+            assert_eq!(r.code, 201, "{name}: {:?}", r.body);
+        }
+        let path = |n: &str| format!("/api/v1/persistentvolumes/{n}");
+        for (label, name, body) in [
+            ("host path", &hp, json!({"spec": {"hostPath": {"path": "/data/b"}}})),
+            ("host path type", &hp, json!({"spec": {"hostPath": {"type": "Directory"}}})),
+            ("host path to nfs", &hp, json!({"spec": {"hostPath": null, "nfs": {"server": "s", "path": "/p"}}})),
+            ("volume mode", &hp, json!({"spec": {"volumeMode": "Block"}})),
+            ("csi handle", &csi, json!({"spec": {"csi": {"volumeHandle": "h2"}}})),
+            ("csi attributes and fsType", &csi, json!({"spec": {"csi": {"volumeAttributes": {"c": "<&>"}, "fsType": "ext4", "readOnly": true}}})),
+            ("csi node publish secret", &csi, json!({"spec": {"csi": {"nodePublishSecretRef": {"name": "s", "namespace": "ns"}}}})),
+            ("local path", &local, json!({"spec": {"local": {"path": "/mnt/y", "fsType": "xfs"}}})),
+            ("nfs server", &nfs, json!({"spec": {"nfs": {"server": "other.example.com", "readOnly": true}}})),
+        ] {
+            let r = patch(c, &path(name), "merge", &body.to_string()).await;
+            assert_eq!(r.code, 422, "{label}: {:?}", r.body);
+            t.reply(label, &r);
+        }
+        // A first controllerExpandSecretRef is allowed; changing it is not.
+        let r = patch(c, &path(&csi), "merge",
+            &json!({"spec": {"csi": {"controllerExpandSecretRef": {"name": "e", "namespace": "ns"}}}}).to_string()).await;
+        assert_eq!(r.code, 200, "{:?}", r.body);
+        t.note("expand secret set", r.body["spec"]["csi"].clone());
+        let r = patch(c, &path(&csi), "merge",
+            &json!({"spec": {"csi": {"controllerExpandSecretRef": {"name": "f"}}}}).to_string()).await;
+        assert_eq!(r.code, 422, "{:?}", r.body);
+        t.reply("expand secret changed", &r);
+        for n in [&hp, &csi, &local, &nfs] {
+            let _ = delete(c, &path(n)).await;
+        }
         t
     })
     .await;

@@ -343,14 +343,10 @@ fn is_age(c: &Value) -> bool {
 }
 
 /// What a message may legitimately differ in: uids and resourceVersions
-/// of the objects it names, and (not emulated by kube-sim, see its README)
-/// the go-cmp diff of internal Go structs that upstream appends to a
-/// `spec is immutable` error after a newline.
+/// of the objects it names. (The diff upstream appends to a `spec is
+/// immutable` error is compared whole: apimachinery's `diff.Diff` is a
+/// unified diff of indented JSON, deterministic, not go-cmp's.)
 fn normalize_message(s: &str) -> String {
-    let s = match s.split_once('\n') {
-        Some((first, _)) if first.contains("is immutable") => first,
-        _ => s,
-    };
     let s = mask_uuids(s);
     let s = mask_number_after(&s, "in record (");
     let s = mask_number_after(&s, "resource version: ");
