@@ -47,7 +47,6 @@ use test_bed::bench::{Contender, RealBench, Release, Tally, Tracker, Usage, bulk
 use test_support::bench::{at_most, verdict};
 
 const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
-const OURS: &str = "protection-manager";
 /// The ServiceAccount the bootstrap policy binds
 /// `system:controller:service-controller` to.
 const UPSTREAM_USER: &str = "system:serviceaccount:kube-system:service-controller";
@@ -200,7 +199,6 @@ async fn start(b: &RealBench, ours: bool, cloud: &str) -> Result<Contender> {
         b.start_manager(
             "ours (--concurrency=16 --kube-api-qps=0, cloud-sim over HTTP)",
             &bin,
-            OURS,
             lb_cleanup::INFO.rbac,
             &args,
         )

@@ -46,14 +46,15 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use pv_protection::{PV_INFO, PVC_INFO};
 use serde_json::json;
-use test_bed::bench::{Contender, RealBench, Release, Tally, Tracker, Usage, bulk, ratio_line};
+use test_bed::bench::{
+    Contender, MANAGER_USER, RealBench, Release, Tally, Tracker, Usage, bulk, ratio_line,
+};
 use test_support::bench::{at_least, at_most, verdict};
 
 const NAMESPACES: usize = 100;
 const NODES: usize = 20;
 const PV_FIN: &str = "kubernetes.io/pv-protection";
 const PVC_FIN: &str = "kubernetes.io/pvc-protection";
-const OURS: &str = "protection-manager";
 /// Requests in flight when the benchmark itself writes (population,
 /// deletes), as in `make bench-pv`.
 const IN_FLIGHT: usize = 32;
@@ -330,21 +331,21 @@ async fn ceiling(b: &RealBench, before: bool) -> Result<f64> {
     if !before {
         return Ok(best);
     }
-    // The same client as the manager's own user: the admin above is in
+    // The same client as the manager's identity: the admin above is in
     // system:masters, which API Priority and Fairness exempts; the manager
-    // is not (it is in `global-default` here; a ServiceAccount is in
-    // `workload-low`), so its requests queue for their priority level's
-    // seats. Printed beside the ceiling, which stays the exempt figure.
-    let user = b.cp().client_for(OURS, &[]).await?;
+    // is not (a ServiceAccount, in `workload-low`), so its requests may
+    // queue for their priority level's seats. Printed beside the ceiling,
+    // which stays the exempt figure.
+    let user = b.manager_client().await?;
     b.server
-        .grant(OURS, &json!([{"apiGroups": [""], "resources": ["persistentvolumes", "persistentvolumeclaims"], "verbs": ["get", "list", "patch"]}]))
+        .grant(MANAGER_USER, &json!([{"apiGroups": [""], "resources": ["persistentvolumes", "persistentvolumeclaims"], "verbs": ["get", "list", "patch"]}]))
         .await?;
     let before = apf_waits(b).await?;
     let rate = patch_all_as(b, &user, true, 64).await?;
     let after = apf_waits(b).await?;
     patch_all(b, false, 128).await?;
     println!(
-        "    64 in flight as the manager's user ({OURS}, not exempt from APF): {rate:.0} finalizer adds/s"
+        "    64 in flight as the manager's identity ({MANAGER_USER}, not exempt from APF): {rate:.0} finalizer adds/s"
     );
     for (level, (sum, n)) in &after {
         let (s0, n0) = before.get(level).copied().unwrap_or_default();
@@ -483,8 +484,7 @@ async fn start(b: &RealBench, kind: Kind, large_concurrency: u16) -> Result<Cont
                 ]);
             }
             let rules: Vec<_> = PV_INFO.rbac.iter().chain(PVC_INFO.rbac).copied().collect();
-            b.start_manager(kind.label(), &bin, OURS, &rules, &args)
-                .await
+            b.start_manager(kind.label(), &bin, &rules, &args).await
         }
     }
 }

@@ -133,10 +133,22 @@ impl RealBench {
         user: &str,
         args: &[String],
     ) -> Result<Contender> {
+        self.start_program_in(label, program, user, &[], args)
+    }
+
+    /// [`RealBench::start_program`] as `user` in `groups`.
+    fn start_program_in(
+        &self,
+        label: &str,
+        program: &Path,
+        user: &str,
+        groups: &[&str],
+        args: &[String],
+    ) -> Result<Contender> {
         let n = self.next();
         let kc = self
             .cp()
-            .write_kubeconfig_for(&format!("bench-{n}"), user, &[])?;
+            .write_kubeconfig_for(&format!("bench-{n}"), user, groups)?;
         let mut all = args.to_vec();
         all.push(format!("--kubeconfig={}", kc.display()));
         let proc = Proc::start(Spec {
@@ -149,16 +161,16 @@ impl RealBench {
         Ok(Contender::new(label, proc, Who::User(user.into())))
     }
 
-    /// Our manager (`bin run ARGS`) as `user`, granted `rules`, Events and
-    /// its release record (what the chart grants).
+    /// Our manager (`bin run ARGS`) as [`MANAGER_USER`], granted `rules`,
+    /// Events and its release record (what the chart grants).
     pub async fn start_manager(
         &self,
         label: &str,
         bin: &Path,
-        user: &str,
         rules: &[PolicyRule],
         args: &[String],
     ) -> Result<Contender> {
+        let user = MANAGER_USER;
         let mut grant: Vec<Value> = rules
             .iter()
             .map(|r| json!({"apiGroups": r.api_groups, "resources": r.resources, "verbs": r.verbs}))
@@ -172,7 +184,12 @@ impl RealBench {
             "--log-level=warn".into(),
         ];
         all.extend(args.iter().cloned());
-        self.start_program(label, bin, user, &all)
+        self.start_program_in(label, bin, user, &MANAGER_GROUPS, &all)
+    }
+
+    /// A client as the manager's identity ([`MANAGER_USER`]).
+    pub async fn manager_client(&self) -> Result<kube::Client> {
+        Ok(self.cp().client_for(MANAGER_USER, &MANAGER_GROUPS).await?)
     }
 
     /// The audit log's requests between two marks by `who`.
@@ -189,6 +206,20 @@ impl RealBench {
         self.server.mark()
     }
 }
+
+/// Who the manager is in a benchmark: the ServiceAccount the chart runs it
+/// as (here in `protection-system`), by a client certificate with the
+/// ServiceAccount's user name and groups. API Priority and Fairness
+/// classifies it as it would the chart's pod: FlowSchema `service-accounts`,
+/// priority level `workload-low` (KCM's controllers, ServiceAccounts in
+/// kube-system, are in `workload-high`). A plain user would be in
+/// `global-default`, whose 49 seats (of the server's 600) queue the large
+/// back-fill's 64 writes in flight.
+pub const MANAGER_USER: &str = "system:serviceaccount:protection-system:protection-manager";
+pub const MANAGER_GROUPS: [&str; 2] = [
+    "system:serviceaccounts",
+    "system:serviceaccounts:protection-system",
+];
 
 /// The ServiceAccount KCM runs `controller` as (`NewClient` in
 /// cmd/kube-controller-manager/app).

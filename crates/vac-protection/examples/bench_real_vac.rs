@@ -37,7 +37,6 @@ use test_bed::bench::{Contender, RealBench, Release, Tally, Tracker, Usage, bulk
 use test_support::bench::verdict;
 
 const FIN: &str = "kubernetes.io/vac-protection";
-const OURS: &str = "protection-manager";
 const CLASSES: usize = 1_000;
 const USED_CLASSES: usize = 500;
 const CLAIMS: usize = 2_000;
@@ -248,7 +247,7 @@ async fn start(b: &RealBench, kind: Kind) -> Result<Contender> {
             if kind == Kind::OursLarge {
                 args.extend(["--kube-api-qps=0".into(), "--concurrency=32".into()]);
             }
-            b.start_manager(kind.label(), &bin, OURS, vac_protection::INFO.rbac, &args)
+            b.start_manager(kind.label(), &bin, vac_protection::INFO.rbac, &args)
                 .await
         }
     }
