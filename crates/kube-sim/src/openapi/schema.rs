@@ -41,11 +41,19 @@ pub struct Schemas {
     /// Struct fields whose Go type is a pointer to a struct, by definition
     /// (`vendor/pointer_fields.py`).
     pointer_fields: HashMap<String, Vec<String>>,
+    /// Struct fields in Go's order, where that is not the sorted order
+    /// (`vendor/field_order.py`).
+    field_order: HashMap<String, Vec<String>>,
 }
 
 /// The pointer-to-struct fields of the served definitions (see
 /// `vendor/pointer_fields.py`).
 pub(crate) const POINTER_FIELDS_JSON: &str = include_str!("k8s-v1.36-pointer-fields.json");
+
+/// The Go field order of the served struct definitions whose order is not
+/// the sorted one (see `vendor/field_order.py`): how the apiserver's JSON
+/// encoding of a built-in object orders its keys.
+pub(crate) const FIELD_ORDER_JSON: &str = include_str!("k8s-v1.36-field-order.json");
 
 static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| Schemas::parse(DEFINITIONS_JSON));
 
@@ -88,10 +96,21 @@ impl Schemas {
             .and_then(|v| v.get("pointerFields").cloned())
             .and_then(|v| serde_json::from_value(v).ok())
             .unwrap_or_default();
+        let field_order = serde_json::from_str::<Value>(FIELD_ORDER_JSON)
+            .ok()
+            .and_then(|v| v.get("fieldOrder").and_then(Value::as_object).cloned())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(name, fields)| {
+                let fields = fields.as_str()?.split(' ').map(str::to_string).collect();
+                Some((name, fields))
+            })
+            .collect();
         Schemas {
             defs,
             by_gvk,
             pointer_fields,
+            field_order,
         }
     }
 
@@ -257,6 +276,13 @@ impl<'a> TypeRef<'a> {
         self.name
             .and_then(|d| self.schemas.pointer_fields.get(d))
             .is_some_and(|fields| fields.iter().any(|f| f == name))
+    }
+
+    /// A struct's fields in the order Go's encoding/json writes them (its
+    /// struct field order), or None when that is the sorted order.
+    pub fn go_field_order(&self) -> Option<&'a [String]> {
+        let name = self.name.or_else(|| self.definition())?;
+        self.schemas.field_order.get(name).map(Vec::as_slice)
     }
 
     /// Whether `name` is a declared struct field (not a map key).
