@@ -798,11 +798,12 @@ async fn resource_request(
                 ..write_options(&q, manager)?
             };
             let (ct, body) = read_body(req).await?;
-            let obj = decode_object(ct.as_deref(), &body)?;
+            let mut obj = decode_object(ct.as_deref(), &body)
+                .map_err(|e| overflowing_literal(def, ct.as_deref(), &body).unwrap_or(e))?;
             if store.custom(rid).is_some() {
                 custom_body_has_type(def, &obj, &body)?;
             }
-            decodes_as(def, &obj)?;
+            decodes_as(def, &mut obj, ct.as_deref(), &body)?;
             let mut warnings = field_validation(def, &q, &obj, store.custom(rid).as_deref())?;
             let s = store.create(rid, &ns, obj, &opts)?;
             warnings.extend(opts.warnings.take());
@@ -825,11 +826,12 @@ async fn resource_request(
                 ..write_options(&q, manager)?
             };
             let (ct, body) = read_body(req).await?;
-            let obj = decode_object(ct.as_deref(), &body)?;
+            let mut obj = decode_object(ct.as_deref(), &body)
+                .map_err(|e| overflowing_literal(def, ct.as_deref(), &body).unwrap_or(e))?;
             if store.custom(rid).is_some() {
                 custom_body_has_type(def, &obj, &body)?;
             }
-            decodes_as(def, &obj)?;
+            decodes_as(def, &mut obj, ct.as_deref(), &body)?;
             let mut warnings = field_validation(def, &q, &obj, store.custom(rid).as_deref())?;
             let (s, created) = store.update(rid, &ns, &name, sub, obj, &opts)?;
             warnings.extend(opts.warnings.take());
@@ -888,7 +890,9 @@ async fn resource_request(
             }
             opts.force = q.flag("force");
             let mut warnings = patch_warnings(def, &q, kind, &body);
-            let (s, created) = store.patch(rid, &ns, &name, sub, kind, &body, &opts)?;
+            let (s, created) = store
+                .patch(rid, &ns, &name, sub, kind, &body, &opts)
+                .map_err(|e| overflowing_patch_literal(&q, kind, &body).unwrap_or(e))?;
             warnings.extend(opts.warnings.take());
             Ok(with_warnings(
                 stored_response(if created { 201 } else { 200 }, &s, &want, def, &q),
@@ -1078,19 +1082,93 @@ fn custom_body_has_type(def: &ResourceDef, obj: &Value, body: &[u8]) -> Result<(
     )))
 }
 
+/// A JSON body serde_json does not read because a number overflows a
+/// float (`1e400`), where Go's decoder reads the literal: when the literal
+/// is in an integer field, the decoder's error for it (see [`decodes_as`]).
+fn overflowing_literal(def: &ResourceDef, ct: Option<&str>, body: &[u8]) -> Option<ApiError> {
+    let written = crate::patch::gojson::Node::parse(body)?;
+    let mut obj = written.to_value_lossy();
+    decodes_as(def, &mut obj, ct, body).err()
+}
+
+/// A JSON or merge patch body serde_json does not read because a number
+/// overflows a float (`1e400`): under `fieldValidation` `Warn` (the default)
+/// or `Strict`, upstream's applyJSPatch first decodes the patch strictly
+/// (a merge patch into a `map[string]interface{}`, a JSON patch into
+/// `[]jsonPatchOp`), and the first such literal where a number is decoded is
+/// its 400 `error decoding patch: json: cannot unmarshal number 1e400 into
+/// Go value of type float64` (`Go struct field jsonPatchOp.value` in an
+/// operation's value).
+fn overflowing_patch_literal(q: &Query, kind: PatchKind, body: &[u8]) -> Option<ApiError> {
+    if q.get("fieldValidation").unwrap_or("Warn") == "Ignore"
+        || serde_json::from_slice::<Value>(body).is_ok()
+    {
+        return None;
+    }
+    let doc = crate::patch::gojson::Node::parse(body)?;
+    let why = match (kind, &doc) {
+        (PatchKind::Merge, crate::patch::gojson::Node::Obj { .. }) => format!(
+            "number {} into Go value of type float64",
+            doc.first_overflowing_literal()?
+        ),
+        (PatchKind::Json, crate::patch::gojson::Node::Arr(ops)) => {
+            // Only an operation's value is decoded as a number; an unknown
+            // member is skipped.
+            let lit = ops.iter().find_map(|op| {
+                op.members()
+                    .iter()
+                    .filter(|m| m.key == "value")
+                    .find_map(|m| m.value.first_overflowing_literal())
+            })?;
+            format!("number {lit} into Go struct field jsonPatchOp.value of type float64")
+        }
+        _ => return None,
+    };
+    Some(ApiError::bad_request(format!(
+        "error decoding patch: json: cannot unmarshal {why}"
+    )))
+}
+
 /// Decoding a create or update body into the kind's Go type: a value an
 /// integer field cannot hold is upstream's 400 (`Lease in version "v1"
 /// cannot be handled as a Lease: json: cannot unmarshal number 2147483648
-/// into Go struct field LeaseSpec.spec.leaseDurationSeconds of type int32`).
-fn decodes_as(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
-    match openapi::schema::integer_decode_error(def.group, def.version, def.kind, obj) {
-        None => Ok(()),
-        Some(e) => Err(ApiError::bad_request(openapi::schema::undecodable_message(
-            def.kind,
-            def.version,
-            &e,
-        ))),
-    }
+/// into Go struct field LeaseSpec.spec.leaseDurationSeconds of type int32`),
+/// the number quoted as a JSON body wrote it (`1e3`).
+fn decodes_as(
+    def: &ResourceDef,
+    obj: &mut Value,
+    ct: Option<&str>,
+    body: &[u8],
+) -> Result<(), ApiError> {
+    let json = matches!(
+        crate::negotiate::media_type(ct.unwrap_or(JSON)).as_str(),
+        "application/json" | "" | "*/*"
+    );
+    let written = json
+        .then(|| crate::patch::gojson::Node::parse(body))
+        .flatten();
+    // A YAML body reaches the decoder as the JSON Go marshals of what it
+    // read (sigs.k8s.io/yaml): a float as encoding/json writes a float64.
+    let read = (!json).then(|| obj.clone());
+    let literal = |pointer: &str| -> Option<String> {
+        match (&written, &read) {
+            (Some(w), _) => w.literal_at(pointer).map(str::to_string),
+            (None, Some(r)) => r
+                .pointer(pointer)
+                .and_then(Value::as_number)
+                .map(crate::patch::gojson::go_number),
+            (None, None) => None,
+        }
+    };
+    openapi::schema::decode_integers(def.group, def.version, def.kind, obj, None, &literal).map_err(
+        |e| {
+            ApiError::bad_request(openapi::schema::undecodable_message(
+                def.kind,
+                def.version,
+                &e,
+            ))
+        },
+    )
 }
 
 /// `fieldValidation` for create/update: unknown fields are an error under

@@ -1378,14 +1378,28 @@ impl Store {
             let mut new =
                 patch::apply_patch_untracked(&req).map_err(|e| patch_error(def, name, e))?;
             // handlers/patch.go: the patched object is decoded into the
-            // kind's type (strictly under fieldValidation=Strict).
+            // kind's type (strictly under fieldValidation=Strict). What
+            // upstream decodes is the patched document as its patch library
+            // writes it, whose order names the unknown fields.
+            let written = patch::Written::new(&req);
             let unknown = if opts.strict_fields && kind != PatchKind::Apply {
                 let custom = self.custom(rid);
-                crate::openapi::crd::unknown_fields(custom.as_deref(), def, &new)
+                let unknown = crate::openapi::crd::unknown_fields(custom.as_deref(), def, &new);
+                // (Only asked for when there are some: most patches have none.)
+                match (!unknown.is_empty())
+                    .then(|| written.get())
+                    .flatten()
+                    .and_then(|w| serde_json::from_str::<Value>(&w.to_go_string()).ok())
+                {
+                    Some(in_order) => {
+                        crate::openapi::crd::unknown_fields(custom.as_deref(), def, &in_order)
+                    }
+                    None => unknown,
+                }
             } else {
                 Vec::new()
             };
-            patch::check_decodes(&req, &mut new, &unknown)
+            patch::check_decodes(&req, &mut new, &written, &unknown)
                 .map_err(|e| patch_error(def, name, e))?;
             if let Some(crd) = self.custom(rid) {
                 crd.decode(&mut new);

@@ -396,6 +396,132 @@ async fn lease_int32_fields_as_the_decoder_takes_them() {
     .await;
 }
 
+/// A number an integer field cannot take, written in every literal form: the
+/// decoder's error quotes the literal as the request wrote it (`1e3`, not
+/// `1000`), and `-0` decodes as 0. Through a create, an update, a JSON patch
+/// (whose patched document keeps the literal) and a merge patch.
+#[tokio::test]
+async fn number_literals_in_decode_errors_as_written() {
+    differential("literal", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{}/leases", ctx.ns);
+        let literals = [
+            "1e3", "1E+3", "2e-1", "1.0", "-1.50e2", "0.5E1", "-0", "-0.0", "0e0",
+            "100000000000000000000", "-9223372036854775809", "9223372036854775808",
+            "18446744073709551616", "1e400", "-1e-400", "123456789.123456789e-2",
+        ];
+        for (i, lit) in literals.iter().enumerate() {
+            let body = format!(
+                r#"{{"metadata":{{"name":"n{i}"}},"spec":{{"holderIdentity":"a","leaseDurationSeconds":{lit}}}}}"#
+            );
+            let r = call(c, "POST", &leases, "application/json", &body).await;
+            t.reply(&format!("create with {lit}"), &r);
+        }
+        // A YAML body reaches the decoder as the JSON Go writes of what it
+        // read: a float as a float64 (`1e3` is 1000, which decodes).
+        for (i, lit) in ["1e3", "1.5", "1e21", "1.5e-7", "-0", "9999999999"].iter().enumerate() {
+            let body = format!("metadata:\n  name: y{i}\nspec:\n  holderIdentity: a\n  leaseDurationSeconds: {lit}\n");
+            let r = call(c, "POST", &leases, "application/yaml", &body).await;
+            t.reply(&format!("YAML create with {lit}"), &r);
+        }
+        // An int64 field, and the first of two bad fields.
+        for (label, body) in [
+            ("int64", r#"{"metadata":{"name":"g","generation":1.5e1}}"#),
+            ("two", r#"{"metadata":{"name":"g"},"spec":{"leaseTransitions":1e1,"leaseDurationSeconds":2E1}}"#),
+            ("whitespace", "{\"metadata\":{\"name\":\"g\"},\"spec\":{\"leaseDurationSeconds\" :\n 1.00 }}"),
+        ] {
+            let r = call(c, "POST", &leases, "application/json", body).await;
+            t.reply(label, &r);
+        }
+        let r = post(c, &leases, &json!({"metadata": {"name": "l"}, "spec": {"holderIdentity": "a", "leaseDurationSeconds": 15}})).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let lease = format!("{leases}/l");
+        let r = call(c, "PUT", &lease, "application/json",
+            r#"{"metadata":{"name":"l"},"spec":{"leaseDurationSeconds":3.0E2}}"#).await;
+        t.reply("PUT 3.0E2", &r);
+        for (label, kind, body) in [
+            ("merge 1e3", "merge", r#"{"spec":{"leaseDurationSeconds":1e3}}"#),
+            ("merge -0", "merge", r#"{"spec":{"leaseTransitions":-0}}"#),
+            ("JSON patch 1E3", "json", r#"[{"op":"replace","path":"/spec/leaseDurationSeconds","value":1E3}]"#),
+            ("JSON patch 2.50", "json", r#"[{"op":"add","path":"/spec/leaseTransitions","value": 2.50}]"#),
+            ("JSON patch -0", "json", r#"[{"op":"replace","path":"/spec/leaseDurationSeconds","value":-0}]"#),
+            ("JSON patch big", "json", r#"[{"op":"replace","path":"/spec/leaseDurationSeconds","value":100000000000000000000}]"#),
+            // Overflowing a float64: the strict decoding of the patch
+            // itself (fieldValidation Warn, the default) refuses it.
+            ("merge 1e400", "merge", r#"{"metadata":{"labels":{"a":"1e400"}},"spec":{"leaseTransitions":-1E+400,"leaseDurationSeconds":1e400}}"#),
+            ("JSON patch 1e400", "json", r#"[{"op":"test","path":"/spec","x":1e999,"value":{"holderIdentity":"a","leaseDurationSeconds":15}},{"op":"replace","path":"/spec/leaseDurationSeconds","value":[1,2e400]}]"#),
+        ] {
+            let r = patch(c, &lease, kind, body).await;
+            t.reply(label, &r);
+        }
+        t.reply("stored", &get(c, &lease).await);
+        // Two bad fields: the first in the patched document's order (the
+        // merged spec's keys sorted), not in the stored object's.
+        let r = call(c, "POST", &leases, "application/json",
+            r#"{"metadata":{"name":"m"},"spec":{"leaseTransitions":1,"leaseDurationSeconds":15}}"#).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let r = patch(c, &format!("{leases}/m"), "merge",
+            r#"{"spec":{"leaseTransitions":1e1,"leaseDurationSeconds":2E1}}"#).await;
+        t.reply("merge, two bad fields", &r);
+        t
+    })
+    .await;
+}
+
+/// A JSON or merge patch whose result does not decode: the message quotes
+/// the patched document as upstream's patch library writes it, keys in the
+/// order it leaves them (the stored object's in Go struct order, what the
+/// patch walked into or merged sorted, a new value as the patch wrote it),
+/// literals and string escapes as written.
+#[tokio::test]
+async fn patched_documents_quoted_as_the_patch_library_writes_them() {
+    differential("quoted", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let roles = "/apis/rbac.authorization.k8s.io/v1/clusterroles";
+        let name = ctx.unique("r");
+        let role = json!({"metadata": {"name": name, "labels": {"zone": "b", "app": "web"},
+                "annotations": {"note": "a<b>&c\u{2028}", "a": "1"}},
+            "rules": [{"apiGroups": [""], "resources": ["pods", "services"], "verbs": ["get", "list"]},
+                {"nonResourceURLs": ["/x"], "verbs": ["get"]}]});
+        let r = post(c, roles, &role).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        t.volatile(&name, "<name>");
+        let strict = format!("{roles}/{name}?fieldValidation=Strict");
+        for (label, kind, body) in [
+            ("merge, an unknown field", "merge", r#"{"bogus":1}"#),
+            ("merge, a new list", "merge",
+                r#"{"metadata":{"labels":{"zone":null,"new":"x"}},"rules":[{"verbs":["get"],"resources":["a"],"apiGroups":[""],"zz":{"y":1,"x":null},"resourceNames":null}]}"#),
+            ("merge, a new object", "merge",
+                r#"{"metadata":{"ownerReferences":[{"uid":"u","name":"n","kind":"K","apiVersion":"v1","zz":1}]}}"#),
+            ("merge, into metadata", "merge", r#"{"metadata":{"annotations":{"b":"2"},"bogus":{"b":1,"a":2}}}"#),
+            ("JSON patch, add deep", "json",
+                r#"[{"op":"add","path":"/rules/0/bogus","value":{"b":1,"a":[{"d":1,"c":2}],"s":"\u0041<"}}]"#),
+            ("JSON patch, test then add", "json",
+                r#"[{"op":"test","path":"/rules/1","value":{"nonResourceURLs":["/x"],"verbs":["get"]}},{"op":"add","path":"/metadata/annotations/x","value":"<&>"},{"op":"add","path":"/bogus","value":1}]"#),
+            ("JSON patch, copy and move", "json",
+                r#"[{"op":"copy","from":"/metadata/labels","path":"/bogus"},{"op":"move","from":"/rules/0/verbs","path":"/rules/1/zz"}]"#),
+            ("JSON patch, remove and replace", "json",
+                r#"[{"op":"remove","path":"/rules/0/resources/0"},{"op":"replace","path":"/rules/1/verbs","value":["list"]},{"op":"add","path":"/metadata/bogus","value":1}]"#),
+        ] {
+            let r = patch(c, &strict, kind, body).await;
+            assert_eq!(r.code, 422, "{label}: {:?}", r.body);
+            t.reply(label, &r);
+        }
+        let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{}/leases", ctx.ns);
+        let r = post(c, &leases, &json!({"metadata": {"name": "l", "annotations": {"b": "1"}},
+            "spec": {"leaseDurationSeconds": 15, "holderIdentity": "a"}})).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let r = patch(c, &format!("{leases}/l"), "merge",
+            r#"{"spec":{"leaseDurationSeconds":9999999999},"metadata":{"annotations":{"c":"2","a":"3"}}}"#).await;
+        t.reply("lease, merge", &r);
+        assert_eq!(delete(c, &format!("{roles}/{name}")).await.code, 200);
+        t
+    })
+    .await;
+}
+
 /// Service status.loadBalancer.ingress validation (issue 27 bug 8):
 /// addresses, hostnames and ipMode as ValidateLoadBalancerStatus checks
 /// them on a status write.

@@ -41,11 +41,19 @@ pub struct Schemas {
     /// Struct fields whose Go type is a pointer to a struct, by definition
     /// (`vendor/pointer_fields.py`).
     pointer_fields: HashMap<String, Vec<String>>,
+    /// Struct fields in Go's order, where that is not the sorted order
+    /// (`vendor/field_order.py`).
+    field_order: HashMap<String, Vec<String>>,
 }
 
 /// The pointer-to-struct fields of the served definitions (see
 /// `vendor/pointer_fields.py`).
 pub(crate) const POINTER_FIELDS_JSON: &str = include_str!("k8s-v1.36-pointer-fields.json");
+
+/// The Go field order of the served struct definitions whose order is not
+/// the sorted one (see `vendor/field_order.py`): how the apiserver's JSON
+/// encoding of a built-in object orders its keys.
+pub(crate) const FIELD_ORDER_JSON: &str = include_str!("k8s-v1.36-field-order.json");
 
 static SCHEMAS: LazyLock<Schemas> = LazyLock::new(|| Schemas::parse(DEFINITIONS_JSON));
 
@@ -88,10 +96,21 @@ impl Schemas {
             .and_then(|v| v.get("pointerFields").cloned())
             .and_then(|v| serde_json::from_value(v).ok())
             .unwrap_or_default();
+        let field_order = serde_json::from_str::<Value>(FIELD_ORDER_JSON)
+            .ok()
+            .and_then(|v| v.get("fieldOrder").and_then(Value::as_object).cloned())
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|(name, fields)| {
+                let fields = fields.as_str()?.split(' ').map(str::to_string).collect();
+                Some((name, fields))
+            })
+            .collect();
         Schemas {
             defs,
             by_gvk,
             pointer_fields,
+            field_order,
         }
     }
 
@@ -257,6 +276,13 @@ impl<'a> TypeRef<'a> {
         self.name
             .and_then(|d| self.schemas.pointer_fields.get(d))
             .is_some_and(|fields| fields.iter().any(|f| f == name))
+    }
+
+    /// A struct's fields in the order Go's encoding/json writes them (its
+    /// struct field order), or None when that is the sorted order.
+    pub fn go_field_order(&self) -> Option<&'a [String]> {
+        let name = self.name.or_else(|| self.definition())?;
+        self.schemas.field_order.get(name).map(Vec::as_slice)
     }
 
     /// Whether `name` is a declared struct field (not a map key).
@@ -583,37 +609,74 @@ fn kind_int_sites(group: &str, version: &str, kind: &str, obj: &Value) -> Vec<In
 /// encoding/json's `UnmarshalTypeError`) says of the first integer field
 /// whose value its Go type cannot hold, e.g.
 /// `json: cannot unmarshal number 2147483648 into Go struct field LeaseSpec.spec.leaseDurationSeconds of type int32`.
-/// None when every integer decodes. (A number literal is printed as
-/// serde_json read it: `1e3` comes out as `1000.0`.)
+/// None when every integer decodes. (A number is printed as serde_json
+/// read it; [`decode_integers`] prints the literal the request wrote.)
 pub fn integer_decode_error(group: &str, version: &str, kind: &str, obj: &Value) -> Option<String> {
-    kind_int_sites(group, version, kind, obj)
-        .into_iter()
-        .find_map(|site| {
-            let what = match obj.pointer(&site.pointer)? {
-                Value::Null => return None,
-                Value::Number(n) => {
-                    let fits = match (n.as_i64(), site.bits) {
-                        (Some(i), 32) => i32::try_from(i).is_ok(),
-                        (Some(_), _) => true,
-                        (None, _) => false,
-                    };
-                    if fits {
-                        return None;
-                    }
-                    format!("number {n}")
+    decode_integers(group, version, kind, &mut obj.clone(), None, &|_| None).err()
+}
+
+/// Decodes every integer field of `obj` as the API server's JSON decoder
+/// does: the number literal the document wrote there (`literal`, by JSON
+/// pointer; serde_json's reading when it has none) must be an integer
+/// (`strconv.ParseInt`) its Go type holds, or it is the decoder's error,
+/// quoting the literal (`json: cannot unmarshal number 1e3 into Go struct
+/// field ...`). A literal that decodes is stored as the integer it is
+/// (`-0`, which serde_json reads as a float, is 0). The first error in
+/// the document's order is the one reported: `order`'s, when the document
+/// decoded is not `obj` in `obj`'s order (a patched document as upstream's
+/// patch library writes it).
+pub fn decode_integers(
+    group: &str,
+    version: &str,
+    kind: &str,
+    obj: &mut Value,
+    order: Option<&Value>,
+    literal: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), String> {
+    let mut sites = order
+        .map(|o| kind_int_sites(group, version, kind, o))
+        .unwrap_or_default();
+    for site in kind_int_sites(group, version, kind, obj) {
+        if !sites.iter().any(|s| s.pointer == site.pointer) {
+            sites.push(site);
+        }
+    }
+    for site in sites {
+        let Some(v) = obj.pointer_mut(&site.pointer) else {
+            continue;
+        };
+        let what = match v {
+            Value::Null => continue,
+            Value::Number(n) => {
+                let fits = |i: i64| site.bits != 32 || i32::try_from(i).is_ok();
+                // serde_json reads only a literal of digits as an integer,
+                // which ParseInt reads the same: no need to look it up.
+                if n.as_i64().is_some_and(fits) {
+                    continue;
                 }
-                Value::String(_) => "string".to_string(),
-                Value::Bool(_) => "bool".to_string(),
-                Value::Array(_) => "array".to_string(),
-                Value::Object(_) => "object".to_string(),
-            };
-            Some(format!(
-                "json: cannot unmarshal {what} into Go struct field {}.{} of type {}",
-                site.strukt,
-                site.path,
-                site.go_type()
-            ))
-        })
+                let lit = literal(&site.pointer).unwrap_or_else(|| n.to_string());
+                let fits = lit.parse::<i64>().is_ok_and(fits);
+                if fits {
+                    if let Ok(i) = lit.parse::<i64>() {
+                        *v = Value::from(i);
+                    }
+                    continue;
+                }
+                format!("number {lit}")
+            }
+            Value::String(_) => "string".to_string(),
+            Value::Bool(_) => "bool".to_string(),
+            Value::Array(_) => "array".to_string(),
+            Value::Object(_) => "object".to_string(),
+        };
+        return Err(format!(
+            "json: cannot unmarshal {what} into Go struct field {}.{} of type {}",
+            site.strukt,
+            site.path,
+            site.go_type()
+        ));
+    }
+    Ok(())
 }
 
 /// What the unstructured converter (`runtime.DefaultUnstructuredConverter`,

@@ -15,6 +15,7 @@
 use serde_json::{Map, Value, json};
 
 pub mod fieldpath;
+pub mod gojson;
 mod json;
 mod ssa;
 
@@ -303,29 +304,39 @@ pub fn apply_patch_untracked(req: &PatchRequest) -> Result<Value, PatchError> {
 /// server-side apply (which decode through the unstructured converter); an
 /// unknown field under `fieldValidation=Strict` fails the same way
 /// (`unknown` lists them, as [`crate::openapi::schema::unknown_fields`]).
+/// `written` is the patched document as upstream's patch library writes
+/// it ([`Written`]), which the message quotes.
 pub fn check_decodes(
     req: &PatchRequest,
     patched: &mut Value,
+    written: &Written,
     unknown: &[String],
 ) -> Result<(), PatchError> {
     let g = &req.gvk;
-    // A kind without a Go type here (a custom resource) is patched as
-    // unstructured JSON, which Go marshals with sorted keys.
-    let unstructured = crate::openapi::schema::schemas()
-        .root(g.group, g.version, g.kind)
-        .is_none();
-    let shown = |patched: &Value| match req.kind {
-        PatchKind::Strategic => serde_json::from_slice::<Value>(req.body)
+    let root = crate::openapi::schema::schemas().root(g.group, g.version, g.kind);
+    let shown = |patched: &Value| match (req.kind, written.get()) {
+        (PatchKind::Strategic, _) => serde_json::from_slice::<Value>(req.body)
             .map(|p| go_print(&p))
             .unwrap_or_default(),
-        _ if unstructured => sorted_keys(patched).to_string(),
+        (_, Some(doc)) => doc.to_go_string(),
+        _ if root.is_none() => sorted_keys(patched).to_string(),
         _ => patched.to_string(),
     };
     match req.kind {
         PatchKind::Json | PatchKind::Merge => {
-            if let Some(detail) =
-                crate::openapi::schema::integer_decode_error(g.group, g.version, g.kind, patched)
-            {
+            let literal = |pointer: &str| -> Option<String> {
+                written.get()?.literal_at(pointer).map(str::to_string)
+            };
+            let decode = |patched: &mut Value, order: Option<&Value>| {
+                crate::openapi::schema::decode_integers(
+                    g.group, g.version, g.kind, patched, order, &literal,
+                )
+            };
+            if decode(patched, None).is_err() {
+                // The error upstream reports is the first in the order of
+                // the document it decodes.
+                let order = written.get().map(gojson::Node::to_value_lossy);
+                let detail = decode(patched, order.as_ref()).err().unwrap_or_default();
                 return Err(PatchError::Undecodable {
                     value: shown(patched),
                     detail,
@@ -371,6 +382,45 @@ pub fn check_decodes(
         });
     }
     Ok(())
+}
+
+/// The patched document that upstream's JSON patch library
+/// (gopkg.in/evanphx/json-patch.v4) makes of a JSON or merge patch, which
+/// the apiserver decodes and, when that fails, quotes (see [`gojson`]),
+/// made when first asked for (a patch that decodes does not need it).
+pub struct Written<'r, 'a> {
+    req: &'r PatchRequest<'a>,
+    doc: std::cell::OnceCell<Option<gojson::Node>>,
+}
+
+impl<'r, 'a> Written<'r, 'a> {
+    pub fn new(req: &'r PatchRequest<'a>) -> Self {
+        Written {
+            req,
+            doc: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// The document; None for other patch types, or a patch kube-sim's
+    /// replay does not follow.
+    pub fn get(&self) -> Option<&gojson::Node> {
+        self.doc.get_or_init(|| written_document(self.req)).as_ref()
+    }
+}
+
+/// [`Written`]'s document: the live object as encoded (a custom resource,
+/// without a Go type here, is unstructured JSON, which Go marshals with
+/// sorted keys) and the patch with its literals as written.
+fn written_document(req: &PatchRequest) -> Option<gojson::Node> {
+    let g = &req.gvk;
+    let root = crate::openapi::schema::schemas().root(g.group, g.version, g.kind);
+    let encoded = gojson::Node::encoded(req.live?, root);
+    let body = gojson::Node::parse(req.body)?;
+    match req.kind {
+        PatchKind::Json => gojson::json_patch(encoded, &body),
+        PatchKind::Merge => gojson::merge_patch(encoded, body),
+        _ => None,
+    }
 }
 
 /// `v` with every object's keys in order, as Go's json.Marshal writes a
