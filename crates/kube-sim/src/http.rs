@@ -1082,8 +1082,12 @@ fn custom_body_has_type(def: &ResourceDef, obj: &Value, body: &[u8]) -> Result<(
 /// integer field cannot hold is upstream's 400 (`Lease in version "v1"
 /// cannot be handled as a Lease: json: cannot unmarshal number 2147483648
 /// into Go struct field LeaseSpec.spec.leaseDurationSeconds of type int32`).
+/// A quantity that does not parse aborts decoding, so its error wins over
+/// an integer's (which the decoder saves and reports at the end).
 fn decodes_as(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
-    match openapi::schema::integer_decode_error(def.group, def.version, def.kind, obj) {
+    let error = openapi::schema::quantity_decode_error(def.group, def.version, def.kind, obj)
+        .or_else(|| openapi::schema::integer_decode_error(def.group, def.version, def.kind, obj));
+    match error {
         None => Ok(()),
         Some(e) => Err(ApiError::bad_request(openapi::schema::undecodable_message(
             def.kind,

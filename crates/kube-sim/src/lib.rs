@@ -35,6 +35,7 @@ pub mod object;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;
+pub mod quantity;
 pub mod repairip;
 pub mod requests;
 pub mod resources;

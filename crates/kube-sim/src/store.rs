@@ -1334,6 +1334,7 @@ impl Store {
                 }
                 // Server-side apply creates the object.
                 let mut obj = patch::apply_patch(&req).map_err(|e| patch_error(def, name, e))?;
+                patch::check_decodes(&req, &mut obj, &[]).map_err(|e| patch_error(def, name, e))?;
                 {
                     let m = object::meta_mut(&mut obj);
                     let n = m.get("name").and_then(Value::as_str).unwrap_or("");
@@ -2110,11 +2111,13 @@ fn namespaces_rid() -> ResId {
     resources::find("", "v1", "namespaces").unwrap_or(0)
 }
 
-/// Drops fields the kind's schema does not declare, as decoding into the
-/// typed object does on a real server.
+/// Drops fields the kind's schema does not declare and writes quantities
+/// as they marshal, as decoding into the typed object does on a real
+/// server.
 fn prune(def: &ResourceDef, obj: &mut Value) {
     let dropped =
         crate::openapi::schema::prune_unknown_fields(def.group, def.version, def.kind, obj);
+    crate::openapi::schema::canonicalize_quantities(def.group, def.version, def.kind, obj);
     if !dropped.is_empty() {
         tracing::debug!(kind = def.kind, fields = ?dropped, "dropped unknown fields");
     }

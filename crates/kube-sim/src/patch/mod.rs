@@ -321,11 +321,13 @@ pub fn check_decodes(
         _ if unstructured => sorted_keys(patched).to_string(),
         _ => patched.to_string(),
     };
+    let quantity_error =
+        crate::openapi::schema::quantity_decode_error(g.group, g.version, g.kind, patched);
     match req.kind {
         PatchKind::Json | PatchKind::Merge => {
-            if let Some(detail) =
+            if let Some(detail) = quantity_error.clone().or_else(|| {
                 crate::openapi::schema::integer_decode_error(g.group, g.version, g.kind, patched)
-            {
+            }) {
                 return Err(PatchError::Undecodable {
                     value: shown(patched),
                     detail,
@@ -333,9 +335,10 @@ pub fn check_decodes(
             }
         }
         PatchKind::Strategic => {
-            if let Err(detail) =
-                crate::openapi::schema::coerce_integers(g.group, g.version, g.kind, patched)
-            {
+            if let Err(detail) = quantity_error.clone().map_or_else(
+                || crate::openapi::schema::coerce_integers(g.group, g.version, g.kind, patched),
+                Err,
+            ) {
                 return Err(PatchError::Undecodable {
                     value: shown(patched),
                     detail,
@@ -343,9 +346,10 @@ pub fn check_decodes(
             }
         }
         PatchKind::Apply => {
-            if let Err(e) =
-                crate::openapi::schema::coerce_integers(g.group, g.version, g.kind, patched)
-            {
+            if let Err(e) = quantity_error.map_or_else(
+                || crate::openapi::schema::coerce_integers(g.group, g.version, g.kind, patched),
+                Err,
+            ) {
                 // The object named is the applied configuration.
                 let config = parse_apply_body(req.body).unwrap_or_default();
                 let meta = |k: &str| {
@@ -355,7 +359,8 @@ pub fn check_decodes(
                         .unwrap_or_default()
                         .to_string()
                 };
-                let gvk = format!("{}, Kind={}", g.api_version(), g.kind);
+                // GroupVersionKind.String(): `/v1, Kind=Pod` for the core group.
+                let gvk = format!("{}/{}, Kind={}", g.group, g.version, g.kind);
                 return Err(PatchError::ServerError(format!(
                     "failed to convert new object ({}/{}; {gvk}) to proper version: unable to convert unstructured object to {gvk}: {e}",
                     meta("namespace"),
@@ -370,6 +375,8 @@ pub fn check_decodes(
             detail: crate::openapi::schema::strict_decoding_error(unknown),
         });
     }
+    // The decoded object's quantities, as they marshal again.
+    crate::openapi::schema::canonicalize_quantities(g.group, g.version, g.kind, patched);
     Ok(())
 }
 
