@@ -79,8 +79,16 @@ fn json_response(code: u16, body: Bytes, content_type: &str) -> Response<RespBod
     r
 }
 
+/// A JSON answer as the API server's serializer writes it:
+/// `json.NewEncoder(w).Encode`, HTML-safe and ending in a newline.
 fn value_response(code: u16, v: &Value) -> Response<RespBody> {
-    json_response(code, Bytes::from(v.to_string()), JSON)
+    json_response(code, encoded(crate::gojson::to_vec(v)), JSON)
+}
+
+/// JSON bytes with the newline `json.Encoder.Encode` ends them with.
+fn encoded(mut bytes: Vec<u8>) -> Bytes {
+    bytes.push(b'\n');
+    Bytes::from(bytes)
 }
 
 pub(crate) fn error_response(e: &ApiError) -> Response<RespBody> {
@@ -645,7 +653,7 @@ fn stored_response(
     q: &Query,
 ) -> Response<RespBody> {
     match want {
-        Want::Json | Want::Discovery(_) => json_response(code, s.bytes.clone(), JSON),
+        Want::Json | Want::Discovery(_) => json_response(code, encoded(s.bytes.to_vec()), JSON),
         Want::PartialMetadata => value_response(code, &partial_meta(&s.value)),
         Want::Table => {
             let t = table::to_table(
@@ -1264,9 +1272,9 @@ fn list_response(
         }
         _ => {
             // Splice the stored bytes: no re-serialisation per list.
-            let head =
-                json!({"kind": def.list_kind(), "apiVersion": def.api_version(), "metadata": meta})
-                    .to_string();
+            let head = crate::gojson::to_string(
+                &json!({"kind": def.list_kind(), "apiVersion": def.api_version(), "metadata": meta}),
+            );
             let mut out = Vec::with_capacity(
                 head.len() + res.items.iter().map(|s| s.bytes.len() + 1).sum::<usize>() + 16,
             );
@@ -1279,7 +1287,7 @@ fn list_response(
                 out.extend_from_slice(&s.bytes);
             }
             out.extend_from_slice(b"]}");
-            json_response(200, Bytes::from(out), JSON)
+            json_response(200, encoded(out), JSON)
         }
     }
 }
@@ -1306,7 +1314,7 @@ pub(crate) fn event_object(
 ) -> Bytes {
     match want {
         Want::Json | Want::Discovery(_) => bytes.clone(),
-        Want::PartialMetadata => Bytes::from(partial_meta(value).to_string()),
+        Want::PartialMetadata => Bytes::from(crate::gojson::to_vec(&partial_meta(value))),
         Want::Table => {
             let rv = object::meta_str(value, "resourceVersion").to_string();
             let t = table::to_table(
@@ -1317,7 +1325,7 @@ pub(crate) fn event_object(
                 json!({"resourceVersion": rv}),
                 jiff::Timestamp::now(),
             );
-            Bytes::from(t.to_string())
+            Bytes::from(crate::gojson::to_vec(&t))
         }
     }
 }

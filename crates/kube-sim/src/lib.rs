@@ -25,6 +25,7 @@ pub mod event_versions;
 pub mod faults;
 #[rustfmt::skip]
 mod go_types;
+pub mod gojson;
 pub mod http;
 pub mod internal_diff;
 pub mod negotiate;

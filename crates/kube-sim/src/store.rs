@@ -52,7 +52,8 @@ impl Stored {
         {
             m.shift_remove("resourceVersion");
         }
-        let bytes = serde_json::to_vec(&value).map_err(ApiError::internal)?;
+        // As the API server writes it (HTML-safe escapes).
+        let bytes = crate::gojson::to_vec(&value);
         Ok(Arc::new(Stored {
             value,
             bytes: Bytes::from(bytes),

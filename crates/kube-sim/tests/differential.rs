@@ -1186,3 +1186,92 @@ async fn quantities_are_stored_as_they_marshal() {
     })
     .await;
 }
+
+/// Sends one request; the status and the body's bytes as text (not
+/// parsed: escapes are visible).
+async fn raw(
+    c: &kube::Client,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> (u16, String) {
+    use http_body_util::BodyExt;
+    let req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(http::header::CONTENT_TYPE, content_type)
+        .header(http::header::ACCEPT, "application/json")
+        .body(kube::client::Body::from(body.as_bytes().to_vec()))
+        .expect("request");
+    let resp = c.send(req).await.expect("response");
+    let code = resp.status().as_u16();
+    let mut body = resp.into_body();
+    let mut buf = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.expect("body").into_data() {
+            buf.extend_from_slice(&data);
+        }
+    }
+    (code, String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Up to `n` characters of `s` after the first `marker` ("" without one).
+fn after(s: &str, marker: &str, n: usize) -> String {
+    s.find(marker)
+        .map(|i| s[i + marker.len()..].chars().take(n).collect())
+        .unwrap_or_default()
+}
+
+/// Go's encoding/json escapes `<`, `>`, `&`, U+2028 and U+2029
+/// (`\u003c`...) in what it writes: the bytes of every JSON answer (an
+/// object, a list, a watch event, an error Status), a patched document
+/// quoted in an error, a field error's object value.
+#[tokio::test]
+async fn json_is_written_html_safe_as_go_writes_it() {
+    differential("html", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let ns = &ctx.ns;
+        let cms = format!("/api/v1/namespaces/{ns}/configmaps");
+        let text = "<b>&amp;\u{2028}\u{2029}é</b>";
+        let cm = json!({"metadata": {"name": "h"}, "data": {"note": text}});
+        let (code, body) = raw(c, "POST", &cms, "application/json", &cm.to_string()).await;
+        t.note("created", json!({"code": code, "note": after(&body, "\"note\":", 60)}));
+        let (code, body) = raw(c, "GET", &format!("{cms}/h"), "application/json", "").await;
+        t.note("got", json!({"code": code, "note": after(&body, "\"note\":", 60)}));
+        let (code, body) = raw(c, "GET", &cms, "application/json", "").await;
+        t.note("listed", json!({"code": code, "note": after(&body, "\"note\":", 60)}));
+        let (code, body) = raw(c, "GET", &format!("{cms}?watch=1&resourceVersion=0&timeoutSeconds=1"), "application/json", "").await;
+        t.note("watched", json!({"code": code, "note": after(&body, "\"note\":", 60)}));
+        let bad = json!({"metadata": {"name": "a<b&"}});
+        let (code, body) = raw(c, "POST", &cms, "application/json", &bad.to_string()).await;
+        t.note("refused", json!({"code": code, "message": after(&body, "\"message\":", 40)}));
+
+        // A patched document that does not decode, quoted in the error.
+        let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases");
+        let r = post(c, &leases, &json!({"metadata": {"name": "l", "annotations": {"note": "<&>"}},
+            "spec": {"holderIdentity": "a>b"}})).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        for kind in ["merge", "json"] {
+            let body = if kind == "merge" {
+                json!({"spec": {"leaseDurationSeconds": "x"}}).to_string()
+            } else {
+                r#"[{"op":"add","path":"/spec/leaseDurationSeconds","value":"x"}]"#.to_string()
+            };
+            let r = patch(c, &format!("{leases}/l"), kind, &body).await;
+            let msg = r.body["message"].as_str().unwrap_or_default();
+            t.note(&format!("{kind} patch that does not decode"), json!({"code": r.code,
+                "note": after(msg, "\\\"note\\\":", 28), "holder": after(msg, "\\\"holderIdentity\\\":", 16)}));
+            assert!(msg.contains("note"), "{msg}");
+        }
+        // A field error's object value (a review's metadata).
+        let r = post(c, "/apis/authorization.k8s.io/v1/subjectaccessreviews", &json!({
+            "metadata": {"name": "x", "annotations": {"n": "<&>"}},
+            "spec": {"user": "u", "resourceAttributes": {"verb": "get", "resource": "pods"}}})).await;
+        let msg = r.body["message"].as_str().unwrap_or_default();
+        t.note("review metadata", json!({"code": r.code, "annotations": after(msg, "\"annotations\":", 20)}));
+        t
+    })
+    .await;
+}

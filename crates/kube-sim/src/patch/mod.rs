@@ -318,8 +318,8 @@ pub fn check_decodes(
         PatchKind::Strategic => serde_json::from_slice::<Value>(req.body)
             .map(|p| go_print(&p))
             .unwrap_or_default(),
-        _ if unstructured => sorted_keys(patched).to_string(),
-        _ => patched.to_string(),
+        _ if unstructured => crate::gojson::to_string(&sorted_keys(patched)),
+        _ => crate::gojson::to_string(patched),
     };
     let quantity_error =
         crate::openapi::schema::quantity_decode_error(g.group, g.version, g.kind, patched);
