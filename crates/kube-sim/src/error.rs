@@ -149,7 +149,8 @@ fn go_value(v: &Value) -> String {
     match v {
         Value::String(s) => format!("{s:?}"),
         Value::Null => "null".to_string(),
-        other => other.to_string(),
+        // json.Marshal of a map or a list.
+        other => crate::gojson::to_string(other),
     }
 }
 

@@ -79,8 +79,16 @@ fn json_response(code: u16, body: Bytes, content_type: &str) -> Response<RespBod
     r
 }
 
+/// A JSON answer as the API server's serializer writes it:
+/// `json.NewEncoder(w).Encode`, HTML-safe and ending in a newline.
 fn value_response(code: u16, v: &Value) -> Response<RespBody> {
-    json_response(code, Bytes::from(v.to_string()), JSON)
+    json_response(code, encoded(crate::gojson::to_vec(v)), JSON)
+}
+
+/// JSON bytes with the newline `json.Encoder.Encode` ends them with.
+fn encoded(mut bytes: Vec<u8>) -> Bytes {
+    bytes.push(b'\n');
+    Bytes::from(bytes)
 }
 
 pub(crate) fn error_response(e: &ApiError) -> Response<RespBody> {
@@ -645,7 +653,7 @@ fn stored_response(
     q: &Query,
 ) -> Response<RespBody> {
     match want {
-        Want::Json | Want::Discovery(_) => json_response(code, s.bytes.clone(), JSON),
+        Want::Json | Want::Discovery(_) => json_response(code, encoded(s.bytes.to_vec()), JSON),
         Want::PartialMetadata => value_response(code, &partial_meta(&s.value)),
         Want::Table => {
             let t = table::to_table(
@@ -1133,7 +1141,9 @@ fn overflowing_patch_literal(q: &Query, kind: PatchKind, body: &[u8]) -> Option<
 /// integer field cannot hold is upstream's 400 (`Lease in version "v1"
 /// cannot be handled as a Lease: json: cannot unmarshal number 2147483648
 /// into Go struct field LeaseSpec.spec.leaseDurationSeconds of type int32`),
-/// the number quoted as a JSON body wrote it (`1e3`).
+/// the number quoted as a JSON body wrote it (`1e3`). A quantity that does
+/// not parse aborts decoding, so its error wins over an integer's (which
+/// the decoder saves and reports at the end).
 fn decodes_as(
     def: &ResourceDef,
     obj: &mut Value,
@@ -1160,6 +1170,13 @@ fn decodes_as(
             (None, None) => None,
         }
     };
+    if let Some(e) = openapi::schema::quantity_decode_error(def.group, def.version, def.kind, obj) {
+        return Err(ApiError::bad_request(openapi::schema::undecodable_message(
+            def.kind,
+            def.version,
+            &e,
+        )));
+    }
     openapi::schema::decode_integers(def.group, def.version, def.kind, obj, None, &literal).map_err(
         |e| {
             ApiError::bad_request(openapi::schema::undecodable_message(
@@ -1338,9 +1355,9 @@ fn list_response(
         }
         _ => {
             // Splice the stored bytes: no re-serialisation per list.
-            let head =
-                json!({"kind": def.list_kind(), "apiVersion": def.api_version(), "metadata": meta})
-                    .to_string();
+            let head = crate::gojson::to_string(
+                &json!({"kind": def.list_kind(), "apiVersion": def.api_version(), "metadata": meta}),
+            );
             let mut out = Vec::with_capacity(
                 head.len() + res.items.iter().map(|s| s.bytes.len() + 1).sum::<usize>() + 16,
             );
@@ -1353,7 +1370,7 @@ fn list_response(
                 out.extend_from_slice(&s.bytes);
             }
             out.extend_from_slice(b"]}");
-            json_response(200, Bytes::from(out), JSON)
+            json_response(200, encoded(out), JSON)
         }
     }
 }
@@ -1380,7 +1397,7 @@ pub(crate) fn event_object(
 ) -> Bytes {
     match want {
         Want::Json | Want::Discovery(_) => bytes.clone(),
-        Want::PartialMetadata => Bytes::from(partial_meta(value).to_string()),
+        Want::PartialMetadata => Bytes::from(crate::gojson::to_vec(&partial_meta(value))),
         Want::Table => {
             let rv = object::meta_str(value, "resourceVersion").to_string();
             let t = table::to_table(
@@ -1391,7 +1408,7 @@ pub(crate) fn event_object(
                 json!({"resourceVersion": rv}),
                 jiff::Timestamp::now(),
             );
-            Bytes::from(t.to_string())
+            Bytes::from(crate::gojson::to_vec(&t))
         }
     }
 }

@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use crate::go_types::STRUCTS;
+use crate::gojson::write_string;
 
 /// Which object a value comes from. The old object was decoded from storage
 /// (protobuf), where an empty list or map decodes as nil; the new one from
@@ -140,7 +141,10 @@ fn write_value(out: &mut String, ty: &str, v: Option<&Value>, side: Side, depth:
             "int" => out.push_str(&v.map(Value::to_string).unwrap_or_else(|| "0".into())),
             "quantity" => {
                 let q = v.and_then(Value::as_str).unwrap_or("0");
-                write_string(out, &canonical_quantity(q).unwrap_or_else(|| q.to_string()));
+                write_string(
+                    out,
+                    &crate::quantity::canonical(q).unwrap_or_else(|| q.to_string()),
+                );
             }
             name => {
                 let m = v.and_then(Value::as_object);
@@ -167,177 +171,6 @@ fn write_value(out: &mut String, ty: &str, v: Option<&Value>, side: Side, depth:
             }
         }
     }
-}
-
-/// A string as encoding/json writes it (HTML-safe: `<`, `>`, `&` escaped).
-fn write_string(out: &mut String, s: &str) {
-    const HEX: &[u8] = b"0123456789abcdef";
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '<' | '>' | '&' | '\u{0}'..='\u{1f}' => {
-                let b = c as u8;
-                out.push_str("\\u00");
-                out.push(HEX[(b >> 4) as usize] as char);
-                out.push(HEX[(b & 0xf) as usize] as char);
-            }
-            '\u{2028}' => out.push_str("\\u2028"),
-            '\u{2029}' => out.push_str("\\u2029"),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-}
-
-/// A `resource.Quantity` as it marshals: `ParseQuantity` then
-/// `CanonicalizeBytes` (k8s.io/apimachinery/pkg/api/resource). None for
-/// what does not parse (or overflows the arithmetic here).
-pub fn canonical_quantity(s: &str) -> Option<String> {
-    #[derive(PartialEq, Clone, Copy)]
-    enum Format {
-        DecimalSI,
-        BinarySI,
-        DecimalExponent,
-    }
-    let s = s.trim();
-    if s == "0" {
-        return Some("0".into());
-    }
-    let (negative, rest) = match s.as_bytes().first()? {
-        b'-' => (true, &s[1..]),
-        b'+' => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-    let (int, rest) = rest.split_at(int_len);
-    let (frac, suffix) = match rest.strip_prefix('.') {
-        Some(r) => {
-            let n = r.bytes().take_while(u8::is_ascii_digit).count();
-            r.split_at(n)
-        }
-        None => ("", rest),
-    };
-    if int.is_empty() && frac.is_empty() {
-        return None;
-    }
-    let (base2, exponent, format): (bool, i32, Format) = match suffix {
-        "" => (false, 0, Format::DecimalSI),
-        "n" => (false, -9, Format::DecimalSI),
-        "u" => (false, -6, Format::DecimalSI),
-        "m" => (false, -3, Format::DecimalSI),
-        "k" => (false, 3, Format::DecimalSI),
-        "M" => (false, 6, Format::DecimalSI),
-        "G" => (false, 9, Format::DecimalSI),
-        "T" => (false, 12, Format::DecimalSI),
-        "P" => (false, 15, Format::DecimalSI),
-        "E" => (false, 18, Format::DecimalSI),
-        "Ki" => (true, 10, Format::BinarySI),
-        "Mi" => (true, 20, Format::BinarySI),
-        "Gi" => (true, 30, Format::BinarySI),
-        "Ti" => (true, 40, Format::BinarySI),
-        "Pi" => (true, 50, Format::BinarySI),
-        "Ei" => (true, 60, Format::BinarySI),
-        e if e.starts_with(['e', 'E']) => (false, e[1..].parse().ok()?, Format::DecimalExponent),
-        _ => return None,
-    };
-    // The value as unscaled * 10^-scale.
-    let digits = format!("{int}{frac}");
-    let mut unscaled: i128 = digits.parse().ok()?;
-    let mut scale: i32 = frac.len() as i32;
-    if base2 {
-        unscaled = unscaled.checked_mul(1i128.checked_shl(exponent as u32)?)?;
-    } else {
-        scale -= exponent;
-    }
-    // Rounded up (away from zero) to a nano.
-    if scale > 9 {
-        let div = 10i128.checked_pow((scale - 9) as u32)?;
-        let q = unscaled / div;
-        unscaled = if unscaled % div != 0 { q + 1 } else { q };
-        scale = 9;
-    }
-    if unscaled == 0 {
-        return Some("0".into());
-    }
-    let mut format = format;
-    let is_int = scale <= 0 || unscaled % 10i128.checked_pow(scale as u32)? == 0;
-    let integer = || -> Option<i128> {
-        if scale <= 0 {
-            unscaled.checked_mul(10i128.checked_pow((-scale) as u32)?)
-        } else {
-            Some(unscaled / 10i128.pow(scale as u32))
-        }
-    };
-    if format == Format::BinarySI {
-        // Below 1 (ParseQuantity), within ±1024 or not whole (Canonicalize):
-        // decimal.
-        let small = match integer() {
-            Some(i) => i.abs() < 1024,
-            None => false,
-        };
-        if small || !is_int {
-            format = Format::DecimalSI;
-        }
-    }
-    let sign = if negative { "-" } else { "" };
-    if format == Format::BinarySI {
-        let mut amount = integer()?;
-        let mut exp = 0;
-        while amount % 1024 == 0 && exp < 60 {
-            amount /= 1024;
-            exp += 10;
-        }
-        let suffix = match exp {
-            0 => "",
-            10 => "Ki",
-            20 => "Mi",
-            30 => "Gi",
-            40 => "Ti",
-            50 => "Pi",
-            _ => "Ei",
-        };
-        return Some(format!("{sign}{amount}{suffix}"));
-    }
-    // Decimal: strip trailing zeros, then lower the exponent to a multiple
-    // of three.
-    let mut amount = unscaled;
-    let mut exp = -scale;
-    while amount % 10 == 0 {
-        amount /= 10;
-        exp += 1;
-    }
-    match exp.rem_euclid(3) {
-        1 => {
-            amount *= 10;
-            exp -= 1;
-        }
-        2 => {
-            amount *= 100;
-            exp -= 2;
-        }
-        _ => {}
-    }
-    let suffix = match (format, exp) {
-        (_, 0) => String::new(),
-        (Format::DecimalSI, -9) => "n".into(),
-        (Format::DecimalSI, -6) => "u".into(),
-        (Format::DecimalSI, -3) => "m".into(),
-        (Format::DecimalSI, 3) => "k".into(),
-        (Format::DecimalSI, 6) => "M".into(),
-        (Format::DecimalSI, 9) => "G".into(),
-        (Format::DecimalSI, 12) => "T".into(),
-        (Format::DecimalSI, 15) => "P".into(),
-        (Format::DecimalSI, 18) => "E".into(),
-        (_, e) => format!("e{e}"),
-    };
-    Some(format!("{sign}{amount}{suffix}"))
 }
 
 /// go-difflib's `SplitLines`: each line with its `\n`, the last given one.
@@ -615,42 +448,6 @@ fn unified_diff(a: &[String], b: &[String], context: usize) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn quantities_marshal_canonical() {
-        for (q, want) in [
-            ("1Gi", "1Gi"),
-            ("1.5Gi", "1536Mi"),
-            ("0.5Gi", "512Mi"),
-            ("1024Mi", "1Gi"),
-            ("2000M", "2G"),
-            ("1000", "1k"),
-            ("1500", "1500"),
-            ("1.5", "1500m"),
-            ("100m", "100m"),
-            ("1e3", "1e3"),
-            ("1E6", "1e6"),
-            ("512", "512"),
-            ("1536", "1536"),
-            ("2048", "2048"),
-            ("2Ki", "2Ki"),
-            ("1073741824", "1073741824"),
-            ("0.1Ki", "102400m"),
-            ("0", "0"),
-            ("0Gi", "0"),
-            ("1n", "1n"),
-            ("0.0000000001", "1n"),
-        ] {
-            assert_eq!(canonical_quantity(q).as_deref(), Some(want), "{q}");
-        }
-    }
-
-    #[test]
-    fn strings_are_html_escaped() {
-        let mut s = String::new();
-        write_string(&mut s, "a<b>&\"\\\n\u{1}\u{2028}é");
-        assert_eq!(s, r#""a\u003cb\u003e\u0026\"\\\n\u0001\u2028é""#);
-    }
 
     #[test]
     fn a_claim_spec_marshals_with_go_names() {

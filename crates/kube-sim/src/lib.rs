@@ -25,6 +25,7 @@ pub mod event_versions;
 pub mod faults;
 #[rustfmt::skip]
 mod go_types;
+pub mod gojson;
 pub mod http;
 pub mod internal_diff;
 pub mod negotiate;
@@ -35,6 +36,7 @@ pub mod object;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;
+pub mod quantity;
 pub mod repairip;
 pub mod requests;
 pub mod resources;

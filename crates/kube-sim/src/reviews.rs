@@ -288,7 +288,10 @@ pub(crate) async fn handle(
 
 /// A 201 with `obj`.
 fn created(obj: Value) -> Response<RespBody> {
-    let mut r = Response::new(RespBody::Full(Some(Bytes::from(obj.to_string()))));
+    // As the serializer writes it: HTML-safe, ending in a newline.
+    let mut bytes = crate::gojson::to_vec(&obj);
+    bytes.push(b'\n');
+    let mut r = Response::new(RespBody::Full(Some(Bytes::from(bytes))));
     *r.status_mut() = http::StatusCode::CREATED;
     r.headers_mut().insert(
         http::header::CONTENT_TYPE,

@@ -113,8 +113,18 @@ pub fn validate_create(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
                     "at least 1 access mode is required",
                 ));
             }
-            if is_empty(spec.and_then(|s| s.pointer("/resources/requests/storage"))) {
+            let storage = spec.and_then(|s| s.pointer("/resources/requests/storage"));
+            if is_empty(storage) {
                 errs.push(required("spec.resources[storage]", ""));
+            } else if let Some(q) = storage.and_then(Value::as_str)
+                && crate::cluster::util::parse_quantity(q).is_some_and(|v| v <= 0.0)
+            {
+                // ValidatePositiveQuantityValue, the quantity as it marshals.
+                errs.push(FieldError::invalid(
+                    "spec.resources[storage]",
+                    json!(q),
+                    "must be greater than zero",
+                ));
             }
             claim_data_sources(spec, &mut errs);
         }

@@ -52,7 +52,8 @@ impl Stored {
         {
             m.shift_remove("resourceVersion");
         }
-        let bytes = serde_json::to_vec(&value).map_err(ApiError::internal)?;
+        // As the API server writes it (HTML-safe escapes).
+        let bytes = crate::gojson::to_vec(&value);
         Ok(Arc::new(Stored {
             value,
             bytes: Bytes::from(bytes),
@@ -1334,6 +1335,8 @@ impl Store {
                 }
                 // Server-side apply creates the object.
                 let mut obj = patch::apply_patch(&req).map_err(|e| patch_error(def, name, e))?;
+                patch::check_decodes(&req, &mut obj, &patch::Written::new(&req), &[])
+                    .map_err(|e| patch_error(def, name, e))?;
                 {
                     let m = object::meta_mut(&mut obj);
                     let n = m.get("name").and_then(Value::as_str).unwrap_or("");
@@ -2124,11 +2127,13 @@ fn namespaces_rid() -> ResId {
     resources::find("", "v1", "namespaces").unwrap_or(0)
 }
 
-/// Drops fields the kind's schema does not declare, as decoding into the
-/// typed object does on a real server.
+/// Drops fields the kind's schema does not declare and writes quantities
+/// as they marshal, as decoding into the typed object does on a real
+/// server.
 fn prune(def: &ResourceDef, obj: &mut Value) {
     let dropped =
         crate::openapi::schema::prune_unknown_fields(def.group, def.version, def.kind, obj);
+    crate::openapi::schema::canonicalize_quantities(def.group, def.version, def.kind, obj);
     if !dropped.is_empty() {
         tracing::debug!(kind = def.kind, fields = ?dropped, "dropped unknown fields");
     }

@@ -58,7 +58,7 @@ impl Watcher {
     }
 
     async fn send_error(&mut self, e: &ApiError) {
-        let body = Bytes::from(e.status().to_string());
+        let body = Bytes::from(crate::gojson::to_vec(&e.status()));
         let _ = self.tx.send(event_line("ERROR", &body)).await;
     }
 
@@ -70,7 +70,7 @@ impl Watcher {
         }
         let obj =
             json!({"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": meta});
-        let line = event_line("BOOKMARK", obj.to_string().as_bytes());
+        let line = event_line("BOOKMARK", &crate::gojson::to_vec(&obj));
         self.tx.send(line).await.is_ok()
     }
 
@@ -99,7 +99,7 @@ impl Watcher {
                     let mut v = prev.value.clone();
                     object::meta_mut(&mut v)
                         .insert("resourceVersion".into(), json!(ev.rv.to_string()));
-                    let bytes = Bytes::from(v.to_string());
+                    let bytes = Bytes::from(crate::gojson::to_vec(&v));
                     return self.send("DELETED", &v, &bytes).await;
                 }
                 (false, false) => {}

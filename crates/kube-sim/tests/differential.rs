@@ -852,7 +852,8 @@ async fn custom_resources_validation_status_and_printer_columns() {
                             "properties": {
                                 "mode": {"type": "string", "enum": ["On", "Off"]},
                                 "size": {"type": "integer", "minimum": 0, "maximum": 10},
-                                "tag": {"type": "string", "maxLength": 5, "pattern": "^[a-z]+$"}}},
+                                "tag": {"type": "string", "maxLength": 5, "pattern": "^[a-z]+$"},
+                                "quota": {"type": "string"}}},
                         "status": {"type": "object", "properties": {"conditions": {"type": "array",
                             "items": {"type": "object", "properties": {"type": {"type": "string"}, "status": {"type": "string"}}}}}}}}}}]},
         });
@@ -899,8 +900,11 @@ async fn custom_resources_validation_status_and_printer_columns() {
             assert_eq!(r.code, 422, "{label}: {:?}", r.body);
             t.reply(label, &r);
         }
-        let r = post(c, &gadgets, &gadget("good", json!({"mode": "On", "size": 2, "tag": "ab", "extra": "pruned"}))).await;
+        // A custom resource is unstructured: a quantity is a string like
+        // any other, kept as given.
+        let r = post(c, &gadgets, &gadget("good", json!({"mode": "On", "size": 2, "tag": "ab", "extra": "pruned", "quota": "1.5Gi"}))).await;
         assert_eq!(r.code, 201, "{:?}", r.body);
+        assert_eq!(r.body["spec"]["quota"], "1.5Gi");
         t.reply("created (unknown field pruned)", &r);
         let r = patch(c, &format!("{gadgets}/good/status"), "merge",
             r#"{"spec":{"size":9},"status":{"conditions":[{"type":"Ready","status":"True"}]}}"#).await;
@@ -1210,6 +1214,189 @@ async fn volume_source_immutability_diffs() {
         for n in [&hp, &csi, &local, &nfs] {
             let _ = delete(c, &path(n)).await;
         }
+        t
+    })
+    .await;
+}
+
+/// A built-in kind's `resource.Quantity` fields are decoded and marshalled
+/// again (`1.5Gi` is stored and answered as `1536Mi`, `2000M` as `2G`,
+/// `+1k` and `1E3` kept as upstream's parser keeps canonical-looking text),
+/// on create, every patch type, apply and update, and in lists and watches;
+/// a text that is no quantity is the decoder's error.
+#[tokio::test]
+async fn quantities_are_stored_as_they_marshal() {
+    differential("qty", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let claims = format!("/api/v1/namespaces/{}/persistentvolumeclaims", ctx.ns);
+        let claim = |name: &str, storage: Value| {
+            json!({"metadata": {"name": name}, "spec": {"accessModes": ["ReadWriteOnce"],
+                "storageClassName": "fast", "resources": {"requests": {"storage": storage},
+                    "limits": {"storage": "4Gi"}}}})
+        };
+        let quantities = [
+            json!("1.5Gi"), json!("2000M"), json!("1e3"), json!("1E6"), json!("1000e3"),
+            json!("+1k"), json!("01k"), json!("1.0k"), json!("0.5"), json!("100000000m"),
+            json!("0.1Ki"), json!(" 1Gi "), json!("1024Mi"), json!("1.Gi"), json!("16Ei"),
+            json!("1000E"), json!("0.0000000001"), json!(1.5), json!(2048),
+            json!("abc"), json!("1kk"), json!("1e"), json!("1Gb"), json!("-1.5Gi"), json!("0Gi"),
+            json!(null), json!(true),
+        ];
+        for (i, q) in quantities.iter().enumerate() {
+            let r = post(c, &claims, &claim(&format!("q{i}"), q.clone())).await;
+            let seen = if r.code == 201 { r.body["spec"]["resources"].clone() } else { r.body.clone() };
+            t.note(&format!("create {q}"), json!({"code": r.code, "seen": seen}));
+        }
+        let stored = |body: &Value| -> Value {
+            let mut items: Vec<(String, Value)> = body["items"].as_array().into_iter().flatten()
+                .map(|o| (o["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                    o["spec"]["resources"].clone())).collect();
+            items.sort_by(|a, b| a.0.cmp(&b.0));
+            json!(items)
+        };
+        let r = get(c, &claims).await;
+        t.note("listed", stored(&r.body));
+        let events = watch_events(c.clone(), format!("{claims}?watch=1&resourceVersion=0&timeoutSeconds=1")).await;
+        let objects: Vec<Value> = events.iter().map(|e| e["object"].clone()).collect();
+        t.note("watched", stored(&json!({"items": objects})));
+
+        // A volume's capacity through every write.
+        let pv = ctx.unique("qty");
+        let path = format!("/api/v1/persistentvolumes/{pv}");
+        let r = post(c, "/api/v1/persistentvolumes", &json!({"metadata": {"name": pv},
+            "spec": {"capacity": {"storage": "1.5Gi"}, "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "manual", "hostPath": {"path": "/data/q"}}})).await;
+        t.note("volume created", json!({"code": r.code, "capacity": r.body["spec"]["capacity"]}));
+        let apply = |storage: &str| json!({"apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": pv}, "spec": {"capacity": {"storage": storage}}}).to_string();
+        for (label, kind, query, body) in [
+            ("merge", "merge", "", json!({"spec": {"capacity": {"storage": "2000M"}}}).to_string()),
+            ("json", "json", "", r#"[{"op":"replace","path":"/spec/capacity/storage","value":"0.5Gi"}]"#.to_string()),
+            ("strategic", "strategic", "", json!({"spec": {"capacity": {"storage": "1.0k"}}}).to_string()),
+            ("apply", "apply", "?fieldManager=q&force=true", apply("3.5Gi")),
+            ("apply again", "apply", "?fieldManager=q", apply("3.5Gi")),
+            ("apply, another manager", "apply", "?fieldManager=other", apply("3.5Gi")),
+            ("same value, another unit", "merge", "", json!({"spec": {"capacity": {"storage": "3584Mi"}}}).to_string()),
+            ("merge, no quantity", "merge", "", json!({"spec": {"capacity": {"storage": "abc"}}}).to_string()),
+            ("json, no quantity", "json", "", r#"[{"op":"replace","path":"/spec/capacity/storage","value":"1kk"}]"#.to_string()),
+            ("strategic, no quantity", "strategic", "", json!({"spec": {"capacity": {"storage": "x"}}}).to_string()),
+            ("apply, no quantity", "apply", "?fieldManager=q&force=true", apply("1Gb")),
+        ] {
+            let r = patch(c, &format!("{path}{query}"), kind, &body).await;
+            let seen = if r.code == 200 {
+                json!({"capacity": r.body["spec"]["capacity"], "managers": r.body["metadata"]["managedFields"]})
+            } else {
+                r.body.clone()
+            };
+            t.note(label, json!({"code": r.code, "seen": seen}));
+        }
+        let r = get(c, &path).await;
+        let mut whole = r.body.clone();
+        whole["spec"]["capacity"]["storage"] = json!("4096Mi");
+        let r = put(c, &path, &whole).await;
+        t.note("update", json!({"code": r.code, "capacity": r.body["spec"]["capacity"]}));
+        whole["spec"]["capacity"]["storage"] = json!("1e");
+        let r = put(c, &path, &whole).await;
+        t.reply("update, no quantity", &r);
+        let _ = delete(c, &path).await;
+
+        // A pod's container resources and an emptyDir's size limit.
+        let pod = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox",
+            "resources": {"requests": {"cpu": "0.5", "memory": "1.5Gi"}, "limits": {"cpu": "1000m", "memory": "2048Mi"}}}],
+            "volumes": [{"name": "v", "emptyDir": {"sizeLimit": "0.5Gi"}}]}});
+        let r = post(c, &format!("/api/v1/namespaces/{}/pods", ctx.ns), &pod).await;
+        t.note("pod", json!({"code": r.code, "resources": r.body["spec"]["containers"][0]["resources"],
+            "volumes": r.body["spec"]["volumes"]}));
+        t
+    })
+    .await;
+}
+
+/// Sends one request; the status and the body's bytes as text (not
+/// parsed: escapes are visible).
+async fn raw(
+    c: &kube::Client,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> (u16, String) {
+    use http_body_util::BodyExt;
+    let req = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(http::header::CONTENT_TYPE, content_type)
+        .header(http::header::ACCEPT, "application/json")
+        .body(kube::client::Body::from(body.as_bytes().to_vec()))
+        .expect("request");
+    let resp = c.send(req).await.expect("response");
+    let code = resp.status().as_u16();
+    let mut body = resp.into_body();
+    let mut buf = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame.expect("body").into_data() {
+            buf.extend_from_slice(&data);
+        }
+    }
+    (code, String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Up to `n` characters of `s` after the first `marker` ("" without one).
+fn after(s: &str, marker: &str, n: usize) -> String {
+    s.find(marker)
+        .map(|i| s[i + marker.len()..].chars().take(n).collect())
+        .unwrap_or_default()
+}
+
+/// Go's encoding/json escapes `<`, `>`, `&`, U+2028 and U+2029
+/// (`\u003c`...) in what it writes: the bytes of every JSON answer (an
+/// object, a list, a watch event, an error Status), a patched document
+/// quoted in an error, a field error's object value.
+#[tokio::test]
+async fn json_is_written_html_safe_as_go_writes_it() {
+    differential("html", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let ns = &ctx.ns;
+        let cms = format!("/api/v1/namespaces/{ns}/configmaps");
+        let text = "<b>&amp;\u{2028}\u{2029}é</b>";
+        let cm = json!({"metadata": {"name": "h"}, "data": {"note": text}});
+        let (code, body) = raw(c, "POST", &cms, "application/json", &cm.to_string()).await;
+        t.note("created", json!({"code": code, "note": after(&body, "\"note\":", 60)}));
+        let (code, body) = raw(c, "GET", &format!("{cms}/h"), "application/json", "").await;
+        t.note("got", json!({"code": code, "note": after(&body, "\"note\":", 60)}));
+        let (code, body) = raw(c, "GET", &cms, "application/json", "").await;
+        t.note("listed", json!({"code": code, "note": after(&body, "\"note\":", 60)}));
+        let (code, body) = raw(c, "GET", &format!("{cms}?watch=1&resourceVersion=0&timeoutSeconds=1"), "application/json", "").await;
+        t.note("watched", json!({"code": code, "note": after(&body, "\"note\":", 60)}));
+        let bad = json!({"metadata": {"name": "a<b&"}});
+        let (code, body) = raw(c, "POST", &cms, "application/json", &bad.to_string()).await;
+        t.note("refused", json!({"code": code, "message": after(&body, "\"message\":", 40)}));
+
+        // A patched document that does not decode, quoted in the error.
+        let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases");
+        let r = post(c, &leases, &json!({"metadata": {"name": "l", "annotations": {"note": "<&>"}},
+            "spec": {"holderIdentity": "a>b"}})).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        for kind in ["merge", "json"] {
+            let body = if kind == "merge" {
+                json!({"spec": {"leaseDurationSeconds": "x"}}).to_string()
+            } else {
+                r#"[{"op":"add","path":"/spec/leaseDurationSeconds","value":"x"}]"#.to_string()
+            };
+            let r = patch(c, &format!("{leases}/l"), kind, &body).await;
+            let msg = r.body["message"].as_str().unwrap_or_default();
+            t.note(&format!("{kind} patch that does not decode"), json!({"code": r.code,
+                "note": after(msg, "\\\"note\\\":", 28), "holder": after(msg, "\\\"holderIdentity\\\":", 16)}));
+            assert!(msg.contains("note"), "{msg}");
+        }
+        // A field error's object value (a review's metadata).
+        let r = post(c, "/apis/authorization.k8s.io/v1/subjectaccessreviews", &json!({
+            "metadata": {"name": "x", "annotations": {"n": "<&>"}},
+            "spec": {"user": "u", "resourceAttributes": {"verb": "get", "resource": "pods"}}})).await;
+        let msg = r.body["message"].as_str().unwrap_or_default();
+        t.note("review metadata", json!({"code": r.code, "annotations": after(msg, "\"annotations\":", 20)}));
         t
     })
     .await;

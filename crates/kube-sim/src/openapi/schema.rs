@@ -514,6 +514,116 @@ fn prune_walk(t: TypeRef<'_>, v: &mut Value, path: String, out: &mut Vec<String>
     }
 }
 
+/// The definition of `resource.Quantity`.
+const QUANTITY: &str = "io.k8s.apimachinery.pkg.api.resource.Quantity";
+
+/// Where `v` has a `resource.Quantity` value (JSON pointers, document
+/// order), and whether each is a map value (a null there decodes as zero).
+fn quantity_sites(
+    t: TypeRef<'_>,
+    v: &Value,
+    pointer: &str,
+    in_map: bool,
+    out: &mut Vec<(String, bool)>,
+) {
+    if t.definition() == Some(QUANTITY) {
+        out.push((pointer.to_string(), in_map));
+        return;
+    }
+    match (t.shape(), v) {
+        (Shape::Struct, Value::Object(m)) => {
+            for (k, child) in m {
+                if let Some(ft) = t.field(k).filter(|_| t.has_field(k)) {
+                    let ptr = format!("{pointer}/{}", pointer_key(k));
+                    quantity_sites(ft, child, &ptr, false, out);
+                }
+            }
+        }
+        (Shape::Map, Value::Object(m)) => {
+            if let Some(et) = t.field("") {
+                for (k, child) in m {
+                    let ptr = format!("{pointer}/{}", pointer_key(k));
+                    quantity_sites(et, child, &ptr, true, out);
+                }
+            }
+        }
+        (Shape::List, Value::Array(items)) => {
+            if let Some(it) = t.items() {
+                for (i, child) in items.iter().enumerate() {
+                    quantity_sites(it, child, &format!("{pointer}/{i}"), false, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn kind_quantity_sites(group: &str, version: &str, kind: &str, obj: &Value) -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    if let Some(root) = schemas().root(group, version, kind) {
+        quantity_sites(root, obj, "", false, &mut out);
+    }
+    out
+}
+
+/// `Quantity.UnmarshalJSON` of a JSON value (its text: a string unquoted,
+/// anything else as written), then, for a map value (a core/v1
+/// `ResourceList`'s), `SetDefaults_ResourceList`'s round-up to milli units;
+/// None for null.
+fn decode_quantity(
+    v: &Value,
+    in_map: bool,
+) -> Option<Result<String, crate::quantity::QuantityError>> {
+    let text = match v {
+        Value::Null => return None,
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    Some(if in_map {
+        crate::quantity::marshal_resource_list_value(&text)
+    } else {
+        crate::quantity::marshal(&text)
+    })
+}
+
+/// What the decoder says of the first `resource.Quantity` field of a
+/// built-in kind that does not parse (`quantities must match the regular
+/// expression ...`); None when all do. Custom resources are unstructured:
+/// their quantities are strings like any other.
+pub fn quantity_decode_error(
+    group: &str,
+    version: &str,
+    kind: &str,
+    obj: &Value,
+) -> Option<String> {
+    kind_quantity_sites(group, version, kind, obj)
+        .into_iter()
+        .find_map(
+            |(ptr, in_map)| match decode_quantity(obj.pointer(&ptr)?, in_map)? {
+                Ok(_) => None,
+                Err(e) => Some(e.message().to_string()),
+            },
+        )
+}
+
+/// Every `resource.Quantity` field of a built-in kind as it is stored and
+/// answered: decoded and marshalled again (`1.5Gi` is `1536Mi`, see
+/// [`crate::quantity`]; a `ResourceList`'s rounded up to milli units); a
+/// null map value is a zero quantity, `"0"`. What
+/// does not parse is left (the decoder rejected it before).
+pub fn canonicalize_quantities(group: &str, version: &str, kind: &str, obj: &mut Value) {
+    for (ptr, in_map) in kind_quantity_sites(group, version, kind, obj) {
+        let Some(v) = obj.pointer_mut(&ptr) else {
+            continue;
+        };
+        match decode_quantity(v, in_map) {
+            Some(Ok(s)) => *v = Value::String(s),
+            None if in_map => *v = Value::String("0".into()),
+            _ => {}
+        }
+    }
+}
+
 /// An integer field met while walking an object with its schema: the Go
 /// struct that declares it, the JSON path from the root without list
 /// indices or map keys (sigs.k8s.io/json's error context), its width and

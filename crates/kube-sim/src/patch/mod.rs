@@ -319,9 +319,11 @@ pub fn check_decodes(
             .map(|p| go_print(&p))
             .unwrap_or_default(),
         (_, Some(doc)) => doc.to_go_string(),
-        _ if root.is_none() => sorted_keys(patched).to_string(),
-        _ => patched.to_string(),
+        _ if root.is_none() => crate::gojson::to_string(&sorted_keys(patched)),
+        _ => crate::gojson::to_string(patched),
     };
+    let quantity_error =
+        crate::openapi::schema::quantity_decode_error(g.group, g.version, g.kind, patched);
     match req.kind {
         PatchKind::Json | PatchKind::Merge => {
             let literal = |pointer: &str| -> Option<String> {
@@ -332,6 +334,14 @@ pub fn check_decodes(
                     g.group, g.version, g.kind, patched, order, &literal,
                 )
             };
+            if let Some(detail) = quantity_error.clone() {
+                // A quantity that does not parse aborts decoding: its error
+                // wins over an integer's.
+                return Err(PatchError::Undecodable {
+                    value: shown(patched),
+                    detail,
+                });
+            }
             if decode(patched, None).is_err() {
                 // The error upstream reports is the first in the order of
                 // the document it decodes.
@@ -344,9 +354,10 @@ pub fn check_decodes(
             }
         }
         PatchKind::Strategic => {
-            if let Err(detail) =
-                crate::openapi::schema::coerce_integers(g.group, g.version, g.kind, patched)
-            {
+            if let Err(detail) = quantity_error.clone().map_or_else(
+                || crate::openapi::schema::coerce_integers(g.group, g.version, g.kind, patched),
+                Err,
+            ) {
                 return Err(PatchError::Undecodable {
                     value: shown(patched),
                     detail,
@@ -354,9 +365,10 @@ pub fn check_decodes(
             }
         }
         PatchKind::Apply => {
-            if let Err(e) =
-                crate::openapi::schema::coerce_integers(g.group, g.version, g.kind, patched)
-            {
+            if let Err(e) = quantity_error.map_or_else(
+                || crate::openapi::schema::coerce_integers(g.group, g.version, g.kind, patched),
+                Err,
+            ) {
                 // The object named is the applied configuration.
                 let config = parse_apply_body(req.body).unwrap_or_default();
                 let meta = |k: &str| {
@@ -366,7 +378,8 @@ pub fn check_decodes(
                         .unwrap_or_default()
                         .to_string()
                 };
-                let gvk = format!("{}, Kind={}", g.api_version(), g.kind);
+                // GroupVersionKind.String(): `/v1, Kind=Pod` for the core group.
+                let gvk = format!("{}/{}, Kind={}", g.group, g.version, g.kind);
                 return Err(PatchError::ServerError(format!(
                     "failed to convert new object ({}/{}; {gvk}) to proper version: unable to convert unstructured object to {gvk}: {e}",
                     meta("namespace"),
@@ -381,6 +394,8 @@ pub fn check_decodes(
             detail: crate::openapi::schema::strict_decoding_error(unknown),
         });
     }
+    // The decoded object's quantities, as they marshal again.
+    crate::openapi::schema::canonicalize_quantities(g.group, g.version, g.kind, patched);
     Ok(())
 }
 
