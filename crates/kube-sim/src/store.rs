@@ -215,6 +215,8 @@ pub struct ListResult {
 pub struct StoreConfig {
     pub history_window: usize,
     pub storage_protection: AtomicBool,
+    /// Emulate the ServiceAccount admission plugin's defaulting.
+    pub service_account_admission: bool,
     pub pod_graceful_deletion: bool,
     pub seed: u64,
 }
@@ -1099,6 +1101,9 @@ impl Store {
         }
         strategy::apply_defaults(def, obj);
         strategy::prepare_for_create(def, obj, now);
+        if self.cfg.service_account_admission {
+            strategy::service_account_admission(def, obj);
+        }
         let is_service = def.group.is_empty() && def.resource == "services";
         if is_service {
             self.alloc
@@ -1274,6 +1279,9 @@ impl Store {
             }
             object::meta_mut(&mut new).insert("resourceVersion".into(), json!(live.rv.to_string()));
             let now = object::now_string();
+            // The body is decoded, so defaulted, before the update handler
+            // records managedFields.
+            strategy::apply_defaults(def, &mut new);
             patch::track_update(
                 Some(&live.value),
                 &mut new,
@@ -1405,6 +1413,10 @@ impl Store {
                 crd.decode(&mut new);
             }
             if kind != PatchKind::Apply {
+                // The patched object is decoded, so defaulted, before the
+                // patch handler records managedFields: its manager owns the
+                // defaults of what it added.
+                strategy::apply_defaults(def, &mut new);
                 patch::track_update(
                     req.live,
                     &mut new,
