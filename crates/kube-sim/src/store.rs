@@ -1017,7 +1017,7 @@ impl Store {
         // The create handler records managedFields on the decoded (and
         // defaulted) object, before admission and the registry (status
         // reset, allocated cluster IPs and node ports) change it.
-        strategy::apply_defaults(def, &mut obj);
+        strategy::decode_defaults(def, &mut obj);
         if let Some(crd) = self.custom(rid) {
             crd.decode(&mut obj);
         }
@@ -1281,7 +1281,7 @@ impl Store {
             let now = object::now_string();
             // The body is decoded, so defaulted, before the update handler
             // records managedFields.
-            strategy::apply_defaults(def, &mut new);
+            strategy::decode_defaults(def, &mut new);
             patch::track_update(
                 Some(&live.value),
                 &mut new,
@@ -1416,7 +1416,7 @@ impl Store {
                 // The patched object is decoded, so defaulted, before the
                 // patch handler records managedFields: its manager owns the
                 // defaults of what it added.
-                strategy::apply_defaults(def, &mut new);
+                strategy::decode_defaults(def, &mut new);
                 patch::track_update(
                     req.live,
                     &mut new,

@@ -178,6 +178,18 @@ fn condition_zero_values(c: &mut Value) {
 /// Defaulting applied on every write (the decoder runs defaulters on create
 /// and update alike).
 pub fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
+    defaults(def, obj, true);
+}
+
+/// The decoder's defaults alone, as the create, update and patch handlers
+/// see the object when they record managedFields: without what the
+/// registry does on read (an ExternalName Service keeps the
+/// `internalTrafficPolicy` it had, and its writer's ownership of it).
+pub fn decode_defaults(def: &ResourceDef, obj: &mut Value) {
+    defaults(def, obj, false);
+}
+
+fn defaults(def: &ResourceDef, obj: &mut Value, on_read: bool) {
     crate::admission::apply_defaults(def, obj);
     match (def.group, def.resource) {
         ("", "pods") => {
@@ -250,7 +262,7 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
             if ty != "ExternalName" {
                 set_default(spec, "sessionAffinity", json!("None"));
                 set_default(spec, "internalTrafficPolicy", json!("Cluster"));
-            } else {
+            } else if on_read {
                 // defaultOnReadInternalTrafficPolicy: an ExternalName Service
                 // is read without it (what a type change left behind).
                 spec.remove("internalTrafficPolicy");
