@@ -1225,53 +1225,76 @@ async fn volume_source_immutability_diffs() {
 /// creator.
 #[tokio::test]
 async fn pod_and_deployment_defaults_and_managed_fields() {
-    differential("podmf", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
-        let c = &ctx.client;
-        let mut t = Transcript::new();
-        let api = format!("/api/v1/namespaces/{}", ctx.ns);
-        let apps = format!("/apis/apps/v1/namespaces/{}", ctx.ns);
-        let container = json!({"name": "c", "image": "registry.k8s.io/pause:3.10",
+    differential(
+        "podmf",
+        |_| async { kube_sim::SimConfig::default() },
+        |ctx| async move {
+            let c = &ctx.client;
+            let mut t = Transcript::new();
+            let api = format!("/api/v1/namespaces/{}", ctx.ns);
+            let apps = format!("/apis/apps/v1/namespaces/{}", ctx.ns);
+            let container = json!({"name": "c", "image": "registry.k8s.io/pause:3.10",
             "ports": [{"containerPort": 80, "name": "http"}],
             "env": [{"name": "A", "value": "1"}],
             "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}},
             "securityContext": {"runAsNonRoot": true}});
-        let pod = json!({"metadata": {"name": "web", "labels": {"app": "web"}},
+            let pod = json!({"metadata": {"name": "web", "labels": {"app": "web"}},
             "spec": {"containers": [container],
                 "initContainers": [{"name": "i", "image": "registry.k8s.io/pause:3.10",
                     "resources": {"limits": {"cpu": "50m"}, "requests": {"memory": "1Mi"}}}],
                 "volumes": [{"name": "v", "emptyDir": {}}]}});
-        let r = post(c, &format!("{api}/pods"), &pod).await;
-        assert_eq!(r.code, 201, "{:?}", r.body);
-        t.reply("create a pod", &r);
-        let deploy = json!({"metadata": {"name": "web"}, "spec": {
+            let r = post(c, &format!("{api}/pods"), &pod).await;
+            assert_eq!(r.code, 201, "{:?}", r.body);
+            t.reply("create a pod", &r);
+            let deploy = json!({"metadata": {"name": "web"}, "spec": {
             "selector": {"matchLabels": {"app": "web"}},
             "template": {"metadata": {"labels": {"app": "web"}},
                 "spec": {"containers": [container]}}}});
-        let r = post(c, &format!("{apps}/deployments"), &deploy).await;
-        assert_eq!(r.code, 201, "{:?}", r.body);
-        t.reply("create a deployment", &r);
-        // An update adding a container and a port: the new item's fields.
-        let r = patch(c, &format!("{apps}/deployments/web"), "strategic",
-            &json!({"spec": {"template": {"spec": {"containers": [
+            let r = post(c, &format!("{apps}/deployments"), &deploy).await;
+            assert_eq!(r.code, 201, "{:?}", r.body);
+            t.reply("create a deployment", &r);
+            // An update adding a container and a port: the new item's fields.
+            let r = patch(
+                c,
+                &format!("{apps}/deployments/web"),
+                "strategic",
+                &json!({"spec": {"template": {"spec": {"containers": [
                 {"name": "d", "image": "registry.k8s.io/pause:3.10",
                     "resources": {"requests": {"cpu": "10m"}}},
-                {"name": "c", "ports": [{"containerPort": 81}]}]}}}}).to_string()).await;
-        assert_eq!(r.code, 200, "{:?}", r.body);
-        t.reply("add a container and a port", &r);
-        let vap = ctx.unique("vap");
-        t.volatile(&vap, "<vap>");
-        let r = post(c, "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
-            &json!({"metadata": {"name": vap}, "spec": {
+                {"name": "c", "ports": [{"containerPort": 81}]}]}}}})
+                .to_string(),
+            )
+            .await;
+            assert_eq!(r.code, 200, "{:?}", r.body);
+            t.reply("add a container and a port", &r);
+            let vap = ctx.unique("vap");
+            t.volatile(&vap, "<vap>");
+            let r = post(
+                c,
+                "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+                &json!({"metadata": {"name": vap}, "spec": {
                 "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
                     "operations": ["CREATE"], "resources": ["configmaps"]}]},
-                "validations": [{"expression": "true"}]}})).await;
-        assert_eq!(r.code, 201, "{:?}", r.body);
-        t.note("create a validating admission policy: spec", r.body["spec"].clone());
-        t.note("create a validating admission policy: managedFields",
-            r.body["metadata"]["managedFields"].clone());
-        let _ = delete(c, &format!("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{vap}")).await;
-        t
-    })
+                "validations": [{"expression": "true"}]}}),
+            )
+            .await;
+            assert_eq!(r.code, 201, "{:?}", r.body);
+            t.note(
+                "create a validating admission policy: spec",
+                r.body["spec"].clone(),
+            );
+            t.note(
+                "create a validating admission policy: managedFields",
+                r.body["metadata"]["managedFields"].clone(),
+            );
+            let _ = delete(
+                c,
+                &format!("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{vap}"),
+            )
+            .await;
+            t
+        },
+    )
     .await;
 }
 
