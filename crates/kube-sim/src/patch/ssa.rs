@@ -439,12 +439,7 @@ fn cmp_walk(
     let probe = rhs.or(lhs);
     if ty.is_leaf(probe) || (is_empty_value(lhs) && is_empty_value(rhs)) {
         if !path.is_empty() {
-            cmp_leaf(
-                lhs.or(held[0].value()),
-                rhs.or(held[1].value()),
-                path,
-                c,
-            );
+            cmp_leaf(lhs.or(held[0].value()), rhs.or(held[1].value()), path, c);
         }
         return;
     }
