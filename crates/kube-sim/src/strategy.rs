@@ -240,7 +240,13 @@ fn defaults(def: &ResourceDef, obj: &mut Value, on_read: bool) {
             set_default(spec, "backoffLimit", json!(6));
             set_default(spec, "completionMode", json!("NonIndexed"));
             set_default(spec, "suspend", json!(false));
-            set_default(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
+            let replacement = if spec.get("podFailurePolicy").is_some_and(|p| !p.is_null()) {
+                "Failed"
+            } else {
+                "TerminatingOrFailed"
+            };
+            set_default(spec, "podReplacementPolicy", json!(replacement));
+            set_default(spec, "manualSelector", json!(false));
             if let Some(ps) = spec.get_mut("template").and_then(|t| t.get_mut("spec")) {
                 default_pod_spec(ps);
             }

@@ -1267,6 +1267,31 @@ async fn pod_and_deployment_defaults_and_managed_fields() {
             .await;
             assert_eq!(r.code, 200, "{:?}", r.body);
             t.reply("add a container and a port", &r);
+            // A PUT of the original body: the defaults it omits are
+            // defaulted again, and stay its writer's.
+            let mut put_body = deploy.clone();
+            put_body["metadata"]["resourceVersion"] = r.body["metadata"]["resourceVersion"].clone();
+            let r = put(c, &format!("{apps}/deployments/web"), &put_body).await;
+            assert_eq!(r.code, 200, "{:?}", r.body);
+            t.reply("replace the deployment", &r);
+            // A Job's pod template: PodSpec defaults only.
+            let r = post(
+                c,
+                &format!("/apis/batch/v1/namespaces/{}/jobs", ctx.ns),
+                &json!({"metadata": {"name": "j"}, "spec": {"template": {"spec": {
+                    "restartPolicy": "Never", "containers": [container]}}}}),
+            )
+            .await;
+            assert_eq!(r.code, 201, "{:?}", r.body);
+            let mut spec = r.body["spec"].clone();
+            // (The generated selector and labels name the job's uid.)
+            spec["selector"] = Value::Null;
+            spec["template"]["metadata"]["labels"] = Value::Null;
+            t.note("create a job: spec", spec);
+            t.note(
+                "create a job: managedFields",
+                r.body["metadata"]["managedFields"].clone(),
+            );
             let vap = ctx.unique("vap");
             t.volatile(&vap, "<vap>");
             let r = post(
