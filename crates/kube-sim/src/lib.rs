@@ -116,6 +116,14 @@ pub struct SimConfig {
     /// Emulate the StorageObjectInUseProtection admission plugin (adds
     /// `kubernetes.io/pv-protection`/`pvc-protection` on create).
     pub storage_protection_admission: bool,
+    /// Emulate the ServiceAccount admission plugin's defaulting: a new pod
+    /// without `serviceAccountName` gets `default` (and the deprecated
+    /// `serviceAccount`). Off by default, as the test bed's real server
+    /// runs without the plugin (no kube-controller-manager creates the
+    /// `default` ServiceAccounts it requires); always on when the kubelet
+    /// is emulated (its node asks for the pod's ServiceAccount's tokens,
+    /// and the Node authorizer checks that the pod names it).
+    pub service_account_admission: bool,
     /// Seed for every random choice (uids, generated names, cluster IPs,
     /// fault fractions).
     pub seed: u64,
@@ -171,6 +179,7 @@ impl Default for SimConfig {
             bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
             history_window: 10_000,
             storage_protection_admission: false,
+            service_account_admission: false,
             seed: 0x6b75_6265,
             kubeconfig_out: None,
             request_log_capacity: 100_000,
@@ -311,6 +320,7 @@ impl KubeSim {
         let store = Arc::new(Store::new(crate::store::StoreConfig {
             history_window: cfg.history_window,
             storage_protection: AtomicBool::new(cfg.storage_protection_admission),
+            service_account_admission: cfg.service_account_admission || cfg.cluster.kubelet,
             pod_graceful_deletion: cfg.pod_graceful_deletion || cfg.cluster.kubelet,
             seed: cfg.seed,
         }));

@@ -26,6 +26,10 @@ struct Args {
     /// Emulate the StorageObjectInUseProtection admission plugin.
     #[arg(long)]
     storage_protection_admission: bool,
+    /// Emulate the ServiceAccount admission plugin's defaulting (a pod's
+    /// `serviceAccountName` is `default` when unset); on with the kubelet.
+    #[arg(long)]
+    service_account_admission: bool,
     /// Seed for uids, generated names, IPs and fault fractions.
     #[arg(long, default_value_t = 0x6b75_6265)]
     seed: u64,
@@ -184,6 +188,7 @@ async fn serve() -> anyhow::Result<()> {
         bind: args.bind,
         history_window: args.history_window,
         storage_protection_admission: args.storage_protection_admission,
+        service_account_admission: args.service_account_admission,
         seed: args.seed,
         kubeconfig_out: args.kubeconfig_out.clone(),
         bookmark_interval: std::time::Duration::from_secs(args.bookmark_interval_seconds.max(1)),

@@ -488,6 +488,7 @@ mod tests {
         let s = Store::new(crate::store::StoreConfig {
             history_window: 1000,
             storage_protection: Default::default(),
+            service_account_admission: false,
             pod_graceful_deletion: false,
             seed: 1,
         });

@@ -216,6 +216,8 @@ pub struct ListResult {
 pub struct StoreConfig {
     pub history_window: usize,
     pub storage_protection: AtomicBool,
+    /// Emulate the ServiceAccount admission plugin's defaulting.
+    pub service_account_admission: bool,
     pub pod_graceful_deletion: bool,
     pub seed: u64,
 }
@@ -1016,7 +1018,7 @@ impl Store {
         // The create handler records managedFields on the decoded (and
         // defaulted) object, before admission and the registry (status
         // reset, allocated cluster IPs and node ports) change it.
-        strategy::apply_defaults(def, &mut obj);
+        strategy::decode_defaults(def, &mut obj);
         if let Some(crd) = self.custom(rid) {
             crd.decode(&mut obj);
         }
@@ -1100,6 +1102,9 @@ impl Store {
         }
         strategy::apply_defaults(def, obj);
         strategy::prepare_for_create(def, obj, now);
+        if self.cfg.service_account_admission {
+            strategy::service_account_admission(def, obj);
+        }
         let is_service = def.group.is_empty() && def.resource == "services";
         if is_service {
             self.alloc
@@ -1275,6 +1280,9 @@ impl Store {
             }
             object::meta_mut(&mut new).insert("resourceVersion".into(), json!(live.rv.to_string()));
             let now = object::now_string();
+            // The body is decoded, so defaulted, before the update handler
+            // records managedFields.
+            strategy::decode_defaults(def, &mut new);
             patch::track_update(
                 Some(&live.value),
                 &mut new,
@@ -1408,6 +1416,10 @@ impl Store {
                 crd.decode(&mut new);
             }
             if kind != PatchKind::Apply {
+                // The patched object is decoded, so defaulted, before the
+                // patch handler records managedFields: its manager owns the
+                // defaults of what it added.
+                strategy::decode_defaults(def, &mut new);
                 patch::track_update(
                     req.live,
                     &mut new,

@@ -100,6 +100,33 @@ fn default_pod_spec(spec: &mut Value) {
     set_default(m, "dnsPolicy", json!("ClusterFirst"));
     set_default(m, "securityContext", json!({}));
     set_default(m, "schedulerName", json!("default-scheduler"));
+}
+
+/// `SetDefaults_Pod`, what a Pod gets and a pod template does not: requests
+/// defaulted from limits, `enableServiceLinks`.
+fn default_pod(spec: &mut Value) {
+    let Some(m) = spec.as_object_mut() else {
+        return;
+    };
+    for list in ["containers", "initContainers"] {
+        let Some(Value::Array(cs)) = m.get_mut(list) else {
+            continue;
+        };
+        for c in cs {
+            let Some(Value::Object(limits)) = c.pointer("/resources/limits").cloned() else {
+                continue;
+            };
+            let Some(res) = c.get_mut("resources").and_then(Value::as_object_mut) else {
+                continue;
+            };
+            let requests = res.entry("requests").or_insert_with(|| json!({}));
+            if let Some(r) = requests.as_object_mut() {
+                for (k, v) in limits {
+                    r.entry(k).or_insert(v);
+                }
+            }
+        }
+    }
     set_default(m, "enableServiceLinks", json!(true));
 }
 
@@ -107,10 +134,10 @@ fn default_pod_spec(spec: &mut Value) {
 fn qos_class(spec: &Value) -> &'static str {
     let mut any = false;
     let mut guaranteed = true;
-    for c in spec
-        .get("containers")
-        .and_then(Value::as_array)
+    // Init containers count too (ComputePodQOS's allContainers).
+    for c in ["containers", "initContainers"]
         .into_iter()
+        .filter_map(|k| spec.get(k).and_then(Value::as_array))
         .flatten()
     {
         let req = c.pointer("/resources/requests").and_then(Value::as_object);
@@ -151,11 +178,25 @@ fn condition_zero_values(c: &mut Value) {
 /// Defaulting applied on every write (the decoder runs defaulters on create
 /// and update alike).
 pub fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
+    defaults(def, obj, true);
+}
+
+/// The decoder's defaults alone, as the create, update and patch handlers
+/// see the object when they record managedFields: without what the
+/// registry does on read (an ExternalName Service keeps the
+/// `internalTrafficPolicy` it had, and its writer's ownership of it).
+pub fn decode_defaults(def: &ResourceDef, obj: &mut Value) {
+    defaults(def, obj, false);
+}
+
+fn defaults(def: &ResourceDef, obj: &mut Value, on_read: bool) {
+    crate::admission::apply_defaults(def, obj);
     match (def.group, def.resource) {
         ("", "pods") => {
             let spec = obj_mut(obj, "spec");
             let mut s = Value::Object(std::mem::take(spec));
             default_pod_spec(&mut s);
+            default_pod(&mut s);
             if let Value::Object(m) = s {
                 *obj_mut(obj, "spec") = m;
             }
@@ -199,7 +240,13 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
             set_default(spec, "backoffLimit", json!(6));
             set_default(spec, "completionMode", json!("NonIndexed"));
             set_default(spec, "suspend", json!(false));
-            set_default(spec, "podReplacementPolicy", json!("TerminatingOrFailed"));
+            let replacement = if spec.get("podFailurePolicy").is_some_and(|p| !p.is_null()) {
+                "Failed"
+            } else {
+                "TerminatingOrFailed"
+            };
+            set_default(spec, "podReplacementPolicy", json!(replacement));
+            set_default(spec, "manualSelector", json!(false));
             if let Some(ps) = spec.get_mut("template").and_then(|t| t.get_mut("spec")) {
                 default_pod_spec(ps);
             }
@@ -221,7 +268,7 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
             if ty != "ExternalName" {
                 set_default(spec, "sessionAffinity", json!("None"));
                 set_default(spec, "internalTrafficPolicy", json!("Cluster"));
-            } else {
+            } else if on_read {
                 // defaultOnReadInternalTrafficPolicy: an ExternalName Service
                 // is read without it (what a type change left behind).
                 spec.remove("internalTrafficPolicy");
@@ -309,6 +356,26 @@ pub fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
     }
 }
 
+/// The ServiceAccount admission plugin's defaulting of a new pod
+/// (plugin/pkg/admission/serviceaccount): `serviceAccountName` `default`
+/// when unset (the deprecated `serviceAccount` follows, as conversion fills
+/// it). Not its check that the ServiceAccount exists, nor the
+/// `kube-api-access-*` volume it adds.
+pub fn service_account_admission(def: &ResourceDef, obj: &mut Value) {
+    if (def.group, def.resource) != ("", "pods") {
+        return;
+    }
+    let spec = obj_mut(obj, "spec");
+    let name = spec
+        .get("serviceAccountName")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("default")
+        .to_string();
+    spec.insert("serviceAccountName".into(), json!(name));
+    spec.insert("serviceAccount".into(), json!(name));
+}
+
 /// `PrepareForCreate`: reset status where the strategy does and stamp what
 /// the server owns.
 pub fn prepare_for_create(def: &ResourceDef, obj: &mut Value, now: &str) {
@@ -316,13 +383,12 @@ pub fn prepare_for_create(def: &ResourceDef, obj: &mut Value, now: &str) {
         ("", "pods") => {
             let qos = qos_class(obj.get("spec").unwrap_or(&Value::Null));
             obj["status"] = json!({"phase": "Pending", "qosClass": qos});
-            // ServiceAccount and Priority admission.
+            // Priority admission, without a PriorityClass: priority 0,
+            // PreemptLowerPriority (plugin/pkg/admission/priority,
+            // getDefaultPriority).
             let spec = obj_mut(obj, "spec");
-            set_default(spec, "serviceAccountName", json!("default"));
-            if let Some(sa) = spec.get("serviceAccountName").cloned() {
-                spec.insert("serviceAccount".into(), sa);
-            }
             set_default(spec, "priority", json!(0));
+            set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
             // DefaultTolerationSeconds admission.
             let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
             if let Some(ts) = tolerations.as_array_mut() {

@@ -1401,3 +1401,146 @@ async fn json_is_written_html_safe_as_go_writes_it() {
     })
     .await;
 }
+
+/// A Pod's and a Deployment's defaults (`SetDefaults_Pod` only for the
+/// Pod: `enableServiceLinks`, requests from limits; the Priority admission
+/// plugin's `priority` and `preemptionPolicy`; no `serviceAccountName`, as
+/// the test bed's server runs without the ServiceAccount plugin) and the
+/// managedFields of their creation (structured-merge-diff's `.` members: a
+/// new list item and what it holds, not a field the typed object always
+/// has); a ValidatingAdmissionPolicy's decoder defaults, owned by its
+/// creator.
+#[tokio::test]
+async fn pod_and_deployment_defaults_and_managed_fields() {
+    differential(
+        "podmf",
+        |_| async { kube_sim::SimConfig::default() },
+        |ctx| async move {
+            let c = &ctx.client;
+            let mut t = Transcript::new();
+            let api = format!("/api/v1/namespaces/{}", ctx.ns);
+            let apps = format!("/apis/apps/v1/namespaces/{}", ctx.ns);
+            let container = json!({"name": "c", "image": "registry.k8s.io/pause:3.10",
+            "ports": [{"containerPort": 80, "name": "http"}],
+            "env": [{"name": "A", "value": "1"}],
+            "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}},
+            "securityContext": {"runAsNonRoot": true}});
+            let pod = json!({"metadata": {"name": "web", "labels": {"app": "web"}},
+            "spec": {"containers": [container],
+                "initContainers": [{"name": "i", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"limits": {"cpu": "50m"}, "requests": {"memory": "1Mi"}}}],
+                "volumes": [{"name": "v", "emptyDir": {}}]}});
+            let r = post(c, &format!("{api}/pods"), &pod).await;
+            assert_eq!(r.code, 201, "{:?}", r.body);
+            t.reply("create a pod", &r);
+            let deploy = json!({"metadata": {"name": "web"}, "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [container]}}}});
+            let r = post(c, &format!("{apps}/deployments"), &deploy).await;
+            assert_eq!(r.code, 201, "{:?}", r.body);
+            t.reply("create a deployment", &r);
+            // An update adding a container and a port: the new item's fields.
+            let r = patch(
+                c,
+                &format!("{apps}/deployments/web"),
+                "strategic",
+                &json!({"spec": {"template": {"spec": {"containers": [
+                {"name": "d", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "10m"}}},
+                {"name": "c", "ports": [{"containerPort": 81}]}]}}}})
+                .to_string(),
+            )
+            .await;
+            assert_eq!(r.code, 200, "{:?}", r.body);
+            t.reply("add a container and a port", &r);
+            // A PUT of the original body: the defaults it omits are
+            // defaulted again, and stay its writer's.
+            let mut put_body = deploy.clone();
+            put_body["metadata"]["resourceVersion"] = r.body["metadata"]["resourceVersion"].clone();
+            let r = put(c, &format!("{apps}/deployments/web"), &put_body).await;
+            assert_eq!(r.code, 200, "{:?}", r.body);
+            t.reply("replace the deployment", &r);
+            // A Job's pod template: PodSpec defaults only.
+            let r = post(
+                c,
+                &format!("/apis/batch/v1/namespaces/{}/jobs", ctx.ns),
+                &json!({"metadata": {"name": "j"}, "spec": {"template": {"spec": {
+                    "restartPolicy": "Never", "containers": [container]}}}}),
+            )
+            .await;
+            assert_eq!(r.code, 201, "{:?}", r.body);
+            let mut spec = r.body["spec"].clone();
+            // (The generated selector and labels name the job's uid.)
+            spec["selector"] = Value::Null;
+            spec["template"]["metadata"]["labels"] = Value::Null;
+            t.note("create a job: spec", spec);
+            t.note(
+                "create a job: managedFields",
+                r.body["metadata"]["managedFields"].clone(),
+            );
+            let vap = ctx.unique("vap");
+            t.volatile(&vap, "<vap>");
+            let r = post(
+                c,
+                "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies",
+                &json!({"metadata": {"name": vap}, "spec": {
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["configmaps"]}]},
+                "validations": [{"expression": "true"}]}}),
+            )
+            .await;
+            assert_eq!(r.code, 201, "{:?}", r.body);
+            t.note(
+                "create a validating admission policy: spec",
+                r.body["spec"].clone(),
+            );
+            t.note(
+                "create a validating admission policy: managedFields",
+                r.body["metadata"]["managedFields"].clone(),
+            );
+            let _ = delete(
+                c,
+                &format!("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/{vap}"),
+            )
+            .await;
+            t
+        },
+    )
+    .await;
+}
+
+/// A merge patch drops the nulls of what it adds, through arrays too
+/// (evanphx/json-patch's pruneNulls), and of a new nested object.
+#[tokio::test]
+async fn merge_patch_prunes_nulls_in_new_values() {
+    differential("mnull", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let apps = format!("/apis/apps/v1/namespaces/{}", ctx.ns);
+        let deploy = json!({"metadata": {"name": "web"}, "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}});
+        let r = post(c, &format!("{apps}/deployments"), &deploy).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        for (label, body) in [
+            ("a new list with nulls in its items", json!({"spec": {"template": {"spec": {"containers": [
+                {"name": "c", "image": "registry.k8s.io/pause:3.10", "command": null,
+                    "env": [{"name": "A", "value": null, "valueFrom": null}],
+                    "securityContext": {"runAsUser": null, "privileged": false}}]}}}})),
+            ("a new nested object with nulls", json!({"metadata": {"annotations": {"a": "1", "b": null}},
+                "spec": {"template": {"spec": {"affinity": {"nodeAffinity": null,
+                    "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": "k", "labelSelector": {"matchLabels": {"x": "y"}, "matchExpressions": null},
+                            "namespaces": null}]}}}}}})),
+        ] {
+            let r = patch(c, &format!("{apps}/deployments/web"), "merge", &body.to_string()).await;
+            t.reply(label, &r);
+            let r = get(c, &format!("{apps}/deployments/web")).await;
+            t.reply(&format!("{label}: stored"), &r);
+        }
+        t
+    })
+    .await;
+}

@@ -114,6 +114,21 @@ pub fn prepare(def: &ResourceDef, obj: &mut Value) -> Vec<FieldError> {
     }
 }
 
+/// The decoder's defaulting of the admission policy kinds
+/// (pkg/apis/admissionregistration/v1/defaults.go), which runs before the
+/// create and update handlers record managedFields: the request's manager
+/// owns the defaulted fields. ([`prepare`] defaults again, harmlessly.)
+pub fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
+    if !is_mutating_kind(def) {
+        return validating::apply_defaults(def, obj);
+    }
+    if def.resource == POLICIES {
+        default_policy(obj);
+    } else {
+        default_binding(obj);
+    }
+}
+
 fn default_match_resources(mr: &mut Value) {
     let Some(m) = mr.as_object_mut() else {
         return;

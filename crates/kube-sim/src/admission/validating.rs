@@ -81,9 +81,7 @@ pub(super) fn prepare(def: &resources::ResourceDef, obj: &mut Value) -> Vec<Fiel
             validate_policy(obj)
         }
         BINDINGS => {
-            if let Some(mr) = obj.pointer_mut("/spec/matchResources") {
-                default_match_resources(mr);
-            }
+            default_spec(false, obj);
             validate_binding(obj)
         }
         _ => Vec::new(),
@@ -104,12 +102,34 @@ fn default_policy(obj: &mut Value) {
             st.entry("typeChecking").or_insert_with(|| json!({}));
         }
     }
+    default_spec(true, obj);
+}
+
+/// The decoder's defaulting (`SetDefaults_ValidatingAdmissionPolicySpec`,
+/// `SetDefaults_MatchResources`, `SetDefaults_Rule`) of a policy
+/// (`policy`) or a binding: part of the object the request's field manager
+/// owns.
+fn default_spec(policy: bool, obj: &mut Value) {
+    if !policy {
+        if let Some(mr) = obj.pointer_mut("/spec/matchResources") {
+            default_match_resources(mr);
+        }
+        return;
+    }
     let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
     spec.entry("failurePolicy").or_insert_with(|| json!("Fail"));
     if let Some(mc) = spec.get_mut("matchConstraints") {
         default_match_resources(mc);
+    }
+}
+
+/// Decoder defaults of a ValidatingAdmissionPolicy or binding; no-op for
+/// other kinds.
+pub(super) fn apply_defaults(def: &resources::ResourceDef, obj: &mut Value) {
+    if def.group == GROUP && (def.resource == POLICIES || def.resource == BINDINGS) {
+        default_spec(def.resource == POLICIES, obj);
     }
 }
 

@@ -41,6 +41,9 @@ pub struct Schemas {
     /// Struct fields whose Go type is a pointer to a struct, by definition
     /// (`vendor/pointer_fields.py`).
     pointer_fields: HashMap<String, Vec<String>>,
+    /// Pointer, slice and map fields without omitempty, by definition
+    /// (`vendor/pointer_fields.py`): encoded as null when nil.
+    null_fields: HashMap<String, Vec<String>>,
     /// Struct fields in Go's order, where that is not the sorted order
     /// (`vendor/field_order.py`).
     field_order: HashMap<String, Vec<String>>,
@@ -91,11 +94,15 @@ impl Schemas {
                 }
             }
         }
-        let pointer_fields = serde_json::from_str::<Value>(POINTER_FIELDS_JSON)
-            .ok()
-            .and_then(|v| v.get("pointerFields").cloned())
-            .and_then(|v| serde_json::from_value(v).ok())
-            .unwrap_or_default();
+        let fields_of = |key: &str| -> HashMap<String, Vec<String>> {
+            serde_json::from_str::<Value>(POINTER_FIELDS_JSON)
+                .ok()
+                .and_then(|v| v.get(key).cloned())
+                .and_then(|v| serde_json::from_value(v).ok())
+                .unwrap_or_default()
+        };
+        let pointer_fields = fields_of("pointerFields");
+        let null_fields = fields_of("nullFields");
         let field_order = serde_json::from_str::<Value>(FIELD_ORDER_JSON)
             .ok()
             .and_then(|v| v.get("fieldOrder").and_then(Value::as_object).cloned())
@@ -110,6 +117,7 @@ impl Schemas {
             defs,
             by_gvk,
             pointer_fields,
+            null_fields,
             field_order,
         }
     }
@@ -275,6 +283,14 @@ impl<'a> TypeRef<'a> {
     pub fn is_pointer_field(&self, name: &str) -> bool {
         self.name
             .and_then(|d| self.schemas.pointer_fields.get(d))
+            .is_some_and(|fields| fields.iter().any(|f| f == name))
+    }
+
+    /// Whether struct field `name` is a pointer, slice or map without
+    /// omitempty in the Go type (so a typed object holds it, null, when nil).
+    pub fn is_null_field(&self, name: &str) -> bool {
+        self.name
+            .and_then(|d| self.schemas.null_fields.get(d))
             .is_some_and(|fields| fields.iter().any(|f| f == name))
     }
 

@@ -106,8 +106,59 @@ pub(crate) fn apply_merge_patch(live: &Value, body: &[u8]) -> Result<Value, Patc
         return Err(bad());
     }
     let mut doc = live.clone();
-    json_patch::merge(&mut doc, &patch);
+    merge_docs(&mut doc, patch);
     Ok(doc)
+}
+
+/// evanphx/json-patch v4 `mergeDocs`, which upstream's merge patch is: a
+/// null member deletes; a member new to the document (or null there) is
+/// set with its nulls pruned, through arrays too (RFC 7386 would keep
+/// the nulls inside arrays); an object merges into an object.
+fn merge_docs(doc: &mut Value, patch: Value) {
+    let (Some(d), Value::Object(p)) = (doc.as_object_mut(), patch) else {
+        return;
+    };
+    for (k, v) in p {
+        if v.is_null() {
+            d.shift_remove(&k);
+            continue;
+        }
+        match d.get_mut(&k) {
+            Some(cur) if !cur.is_null() => *cur = merge(std::mem::take(cur), v),
+            _ => {
+                let mut v = v;
+                prune_nulls(&mut v);
+                d.insert(k, v);
+            }
+        }
+    }
+}
+
+/// evanphx `merge`: a patch onto a non-object replaces it, pruned; a
+/// non-object patch replaces an object as it is.
+fn merge(mut cur: Value, mut patch: Value) -> Value {
+    if !cur.is_object() {
+        prune_nulls(&mut patch);
+        return patch;
+    }
+    if !patch.is_object() {
+        return patch;
+    }
+    merge_docs(&mut cur, patch);
+    cur
+}
+
+/// evanphx `pruneNulls`: null members of objects go, at any depth and
+/// through arrays (whose null elements stay).
+fn prune_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| !x.is_null());
+            m.values_mut().for_each(prune_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(prune_nulls),
+        _ => {}
+    }
 }
 
 #[cfg(test)]

@@ -367,7 +367,7 @@ pub(crate) struct Comparison {
 
 pub(crate) fn compare(ty: Ty<'_>, lhs: Option<&Value>, rhs: Option<&Value>) -> Comparison {
     let mut c = Comparison::default();
-    cmp_walk(ty, lhs, rhs, &Vec::new(), false, &mut c);
+    cmp_walk(ty, lhs, rhs, &Vec::new(), [Held::No; 2], &mut c);
     c
 }
 
@@ -380,13 +380,54 @@ fn cmp_leaf(lhs: Option<&Value>, rhs: Option<&Value>, path: &Path, c: &mut Compa
     }
 }
 
-/// `pointer`: the node is a struct field whose Go type is a pointer.
+/// What the typed object (a Go object through
+/// `runtime.DefaultUnstructuredConverter`) holds where the JSON has
+/// nothing: a value struct is always there (`{}`), a pointer, slice or map
+/// field without omitempty is there as null, as long as the struct holding
+/// it is there; anything else is absent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Held {
+    No,
+    Empty,
+    Null,
+}
+
+impl Held {
+    fn value(self) -> Option<&'static Value> {
+        static EMPTY: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| json!({}));
+        match self {
+            Held::No => None,
+            Held::Empty => Some(&EMPTY),
+            Held::Null => Some(&Value::Null),
+        }
+    }
+
+    /// What a struct `ty`, there or not (`present`), holds as field `name`.
+    fn field(ty: Ty<'_>, present: bool, name: &str) -> Held {
+        if !present || !ty.is_struct_field(name) {
+            return Held::No;
+        }
+        let value_struct = !ty.is_pointer_field(name)
+            && ty
+                .field(name)
+                .is_some_and(|ft| ft.shape(None) == Shape::Struct);
+        match (value_struct, ty) {
+            (true, _) => Held::Empty,
+            (false, Ty::Schema(t)) if t.is_null_field(name) => Held::Null,
+            _ => Held::No,
+        }
+    }
+}
+
+/// `held`: what each side's typed object holds here when its JSON has
+/// nothing (structured-merge-diff's compare counts a node as added or
+/// removed only when the typed object on the other side lacks it).
 fn cmp_walk(
     ty: Ty<'_>,
     lhs: Option<&Value>,
     rhs: Option<&Value>,
     path: &Path,
-    pointer: bool,
+    held: [Held; 2],
     c: &mut Comparison,
 ) {
     // JSON null is "absent" for typed objects.
@@ -398,7 +439,7 @@ fn cmp_walk(
     let probe = rhs.or(lhs);
     if ty.is_leaf(probe) || (is_empty_value(lhs) && is_empty_value(rhs)) {
         if !path.is_empty() {
-            cmp_leaf(lhs, rhs, path, c);
+            cmp_leaf(lhs.or(held[0].value()), rhs.or(held[1].value()), path, c);
         }
         return;
     }
@@ -429,7 +470,7 @@ fn cmp_walk(
                     lm.get(pe).map(|&i| &la[i]),
                     rm.get(pe).map(|&i| &ra[i]),
                     &p,
-                    false,
+                    [Held::No; 2],
                     c,
                 );
             }
@@ -442,26 +483,33 @@ fn cmp_walk(
                 .keys()
                 .chain(rm.keys().filter(|k| !lm.contains_key(*k)))
                 .collect();
+            // Whether each side's typed object holds this node.
+            let there = [
+                lhs.is_some() || held[0] != Held::No,
+                rhs.is_some() || held[1] != Held::No,
+            ];
             for k in keys {
                 let ft = ty.field(k).unwrap_or(Ty::Deduced);
                 let p = child_path(path, PathElement::Field(k.clone()));
-                let ptr = shape == Shape::Struct && ty.is_pointer_field(k);
-                cmp_walk(ft, lm.get(k), rm.get(k), &p, ptr, c);
+                let child_held = if shape == Shape::Struct {
+                    [Held::field(ty, there[0], k), Held::field(ty, there[1], k)]
+                } else {
+                    [Held::No; 2]
+                };
+                cmp_walk(ft, lm.get(k), rm.get(k), &p, child_held, c);
             }
         }
         Shape::Scalar | Shape::Untyped => {}
     }
-    // A node present on one side only is itself added/removed. Go value
-    // structs are never absent in a typed object, so only maps, list items
-    // and pointer structs get this treatment.
-    let is_list_item = matches!(
-        path.last(),
-        Some(PathElement::Key(_) | PathElement::Value(_))
-    );
-    if !path.is_empty() && (shape != Shape::Struct || is_list_item || pointer) {
+    // A node one side's typed object lacks is added or removed as a whole
+    // (a "." member in FieldsV1): a list item, a map entry, a pointer
+    // field, a field set with omitempty, anything below a node that was
+    // not there; not a value struct or a field without omitempty of a
+    // struct that was there.
+    if !path.is_empty() {
         match (lhs, rhs) {
-            (None, Some(_)) => c.added.insert(path),
-            (Some(_), None) => c.removed.insert(path),
+            (None, Some(_)) if held[0] == Held::No => c.added.insert(path),
+            (Some(_), None) if held[1] == Held::No => c.removed.insert(path),
             _ => {}
         }
     }

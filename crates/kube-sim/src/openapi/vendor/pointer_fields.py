@@ -5,6 +5,10 @@ kube-sim serves, the fields whose Go type is a pointer to a struct
 pointers, but structured-merge-diff sees the difference: a pointer struct can
 be absent from the typed object, so an update that sets it owns the struct
 itself (a "." member in managedFields), while a value struct is always there.
+Also, as "nullFields", the pointer, slice and map fields without omitempty:
+runtime.DefaultUnstructuredConverter writes them as null when nil, so they
+too are never absent from a typed object whose parent is there
+(`PodSpec.containers`).
 
 Source: the Go types of k8s.io/api v0.36.3 and k8s.io/apimachinery v0.36.3
 (meta/v1) in the module cache; the definitions kept are those of the
@@ -28,7 +32,7 @@ SCHEMAS = [
 ]
 
 STRUCT = re.compile(r"^type (\w+) struct \{\n(.*?)^\}", re.M | re.S)
-FIELD = re.compile(r'^\s+(\w+)\s+(\*?)([\w.\[\]]+)\s+`json:"([^,"]*)')
+FIELD = re.compile(r'^\s+(\w+)\s+(\*?)([\w.\[\]]+)\s+`json:"([^,"]*)([^"]*)"')
 
 
 def definitions():
@@ -72,7 +76,7 @@ def main():
         prefix = package_prefix(path, os.path.join(root, "k8s.io"))
         text = open(path).read()
         for m in STRUCT.finditer(text):
-            fields, inline = [], []
+            fields, inline, nulls = [], [], []
             for line in m.group(2).splitlines():
                 i = INLINE.match(line)
                 if i:
@@ -81,32 +85,42 @@ def main():
                         inline.append(target)
                     continue
                 f = FIELD.match(line)
-                if not f or not f.group(2) or not f.group(4) or f.group(4) == "-":
+                if not f or not f.group(4) or f.group(4) == "-":
+                    continue
+                opts = f.group(5).split(",")
+                nilable = f.group(2) or f.group(3).startswith(("[]", "map["))
+                if nilable and "omitempty" not in opts and "omitzero" not in opts:
+                    nulls.append(f.group(4))
+                if not f.group(2):
                     continue
                 target = resolve(prefix, f.group(3))
                 if target and "properties" in defs.get(target, {}):
                     fields.append(f.group(4))
-            structs[prefix + "." + m.group(1)] = (fields, inline)
+            structs[prefix + "." + m.group(1)] = (fields, inline, nulls)
 
-    def pointers(name, seen=()):
-        fields, inline = structs.get(name, ([], []))
-        out = list(fields)
-        for e in inline:
+    def collect(name, which, seen=()):
+        entry = structs.get(name, ([], [], []))
+        out = list(entry[which])
+        for e in entry[1]:
             if e not in seen:
-                out += pointers(e, seen + (name,))
+                out += collect(e, which, seen + (name,))
         return out
 
-    out = {}
+    out, null_out = {}, {}
     for name in structs:
         if name not in defs:
             continue
-        fields = pointers(name)
+        fields = collect(name, 0)
         if fields:
             out[name] = sorted(set(fields))
+        nulls = collect(name, 2)
+        if nulls:
+            null_out[name] = sorted(set(nulls))
     json.dump(
         {
             "source": "Go types of k8s.io/api v0.36.3 and k8s.io/apimachinery v0.36.3 meta/v1, by vendor/pointer_fields.py",
             "pointerFields": dict(sorted(out.items())),
+            "nullFields": dict(sorted(null_out.items())),
         },
         sys.stdout,
         indent=1,
