@@ -105,7 +105,7 @@ pub fn validate_create(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
     let spec = obj.get("spec");
     match (def.group, def.resource) {
         ("coordination.k8s.io", "leases") => lease_spec(obj, &mut errs),
-        ("", "pods") => containers(spec, "spec", &mut errs),
+        ("", "pods") => pod_spec(spec, &mut errs),
         ("", "persistentvolumeclaims") => {
             if is_empty(spec.and_then(|s| s.get("accessModes"))) {
                 errs.push(required(
@@ -221,6 +221,7 @@ pub fn validate_update(def: &ResourceDef, new: &Value, old: &Value) -> Vec<Field
         ("coordination.k8s.io", "leases") => lease_spec(new, &mut errs),
         ("", "persistentvolumeclaims") => pvc_update(new, old, &mut errs),
         ("", "persistentvolumes") => pv_update(new, old, &mut errs),
+        ("", "pods") => pod_update(new, old, &mut errs),
         ("", "services") => {
             let lb =
                 |s: &Value| s.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer");
@@ -498,6 +499,280 @@ fn pvc_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
             "volumeMode",
             mode(new).unwrap_or_else(|| json!("null")),
             "field is immutable",
+        ));
+    }
+}
+
+/// `updatablePodSpecFields` as the spec error lists them.
+const UPDATABLE_POD_SPEC_FIELDS: &str = "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+
+/// `validatePodMetadataAndSpec`'s emulated part, on create and update: the
+/// containers' required fields, `activeDeadlineSeconds` from 1 to MaxInt32
+/// (ValidatePodSpec), and images without surrounding whitespace
+/// (validateContainersOnlyForPod: not for templates).
+fn pod_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
+    containers(spec, "spec", errs);
+    if let Some(d) = spec
+        .and_then(|s| s.get("activeDeadlineSeconds"))
+        .and_then(Value::as_i64)
+        && !(1..=i64::from(i32::MAX)).contains(&d)
+    {
+        errs.push(FieldError::invalid(
+            "spec.activeDeadlineSeconds",
+            json!(d),
+            format!("must be between 1 and {}, inclusive", i32::MAX),
+        ));
+    }
+    for key in ["containers", "initContainers"] {
+        let list = spec.and_then(|s| s.get(key)).and_then(Value::as_array);
+        for (i, c) in list.into_iter().flatten().enumerate() {
+            let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+            if image.trim().len() != image.len() {
+                errs.push(FieldError::invalid(
+                    &format!("spec.{key}[{i}].image"),
+                    json!(image),
+                    "must not have leading or trailing whitespace",
+                ));
+            }
+        }
+    }
+}
+
+/// A v1 object's fields with the nulls dropped (an absent field and a null
+/// one are the same nil in the internal struct).
+fn without_nulls(v: &Value) -> serde_json::Map<String, Value> {
+    let mut m = v.as_object().cloned().unwrap_or_default();
+    m.retain(|_, v| !v.is_null());
+    m
+}
+
+/// `ValidatePodUpdate` (pkg/apis/core/validation) past the metadata: the
+/// containers' required fields, no container added or removed, images
+/// without surrounding whitespace, `activeDeadlineSeconds` only set or
+/// lowered, tolerations only added (or their seconds changed), scheduling
+/// gates only removed, and for a gated pod nodeSelector entries only added;
+/// any other change to the spec is refused with `diff.Diff` of the old spec
+/// and the new one with those fields taken from the old. (The node
+/// affinity of a gated pod may change: upstream's additions-only rule for
+/// its terms is not emulated.)
+fn pod_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
+    const SPEC: &str = "core.PodSpec";
+    let empty = json!({});
+    let new_spec = new.get("spec").filter(|s| s.is_object()).unwrap_or(&empty);
+    let old_spec = old.get("spec").filter(|s| s.is_object()).unwrap_or(&empty);
+    pod_spec(Some(new_spec), errs);
+    let list = |s: &Value, k: &str| -> Vec<Value> {
+        s.get(k)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    // ValidateContainerUpdates.
+    for key in ["containers", "initContainers"] {
+        let (n, o) = (list(new_spec, key), list(old_spec, key));
+        if n.len() != o.len() {
+            errs.push(FieldError::forbidden(
+                &format!("spec.{key}"),
+                "pod updates may not add or remove containers",
+            ));
+            return;
+        }
+        for (i, c) in n.iter().enumerate() {
+            let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+            let path = format!("spec.{key}[{i}].image");
+            if image.is_empty() {
+                errs.push(required(&path, ""));
+            }
+            if image.trim().len() != image.len() {
+                errs.push(FieldError::invalid(
+                    &path,
+                    json!(image),
+                    "must not have leading or trailing whitespace",
+                ));
+            }
+        }
+    }
+    const ADS: &str = "spec.activeDeadlineSeconds";
+    let deadline = |s: &Value| s.get("activeDeadlineSeconds").and_then(Value::as_i64);
+    match (deadline(new_spec), deadline(old_spec)) {
+        (Some(n), _) if n < 0 || n > i64::from(i32::MAX) => {
+            errs.push(FieldError::invalid(
+                ADS,
+                json!(n),
+                format!("must be between 0 and {}, inclusive", i32::MAX),
+            ));
+            return;
+        }
+        (Some(n), Some(o)) if o < n => {
+            errs.push(FieldError::invalid(
+                ADS,
+                json!(n),
+                "must be less than or equal to previous value",
+            ));
+            return;
+        }
+        (None, Some(_)) => errs.push(FieldError::invalid(
+            ADS,
+            Value::Null,
+            "must not update from a positive integer to nil value",
+        )),
+        _ => {}
+    }
+    // validateOnlyAddedTolerations: each old toleration is still there,
+    // but for its tolerationSeconds.
+    let new_tolerations = list(new_spec, "tolerations");
+    let toleration = |t: &Value| {
+        let mut m = without_nulls(t);
+        m.remove("tolerationSeconds");
+        m
+    };
+    if list(old_spec, "tolerations").iter().any(|o| {
+        !new_tolerations
+            .iter()
+            .any(|n| toleration(n) == toleration(o))
+    }) {
+        errs.push(FieldError::forbidden(
+            "spec.tolerations",
+            "existing toleration can not be modified except its tolerationSeconds",
+        ));
+    }
+    // validateOnlyDeletedSchedulingGates.
+    let gate_names = |s: &Value| -> Vec<String> {
+        list(s, "schedulingGates")
+            .iter()
+            .map(|g| {
+                g.get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect()
+    };
+    let old_gates = gate_names(old_spec);
+    let mut added: Vec<(usize, String)> = Vec::new();
+    for (i, g) in gate_names(new_spec).into_iter().enumerate() {
+        // A name given twice counts at its last index (a Go map).
+        added.retain(|(_, n)| *n != g);
+        if !old_gates.contains(&g) {
+            added.push((i, g));
+        }
+    }
+    for (i, g) in added {
+        errs.push(FieldError::forbidden(
+            &format!("spec.schedulingGates[{i}].name"),
+            format!("only deletion is allowed, but found new scheduling gate '{g}'"),
+        ));
+    }
+    if crate::internal_diff::semantically_equal(SPEC, new_spec, old_spec) {
+        return;
+    }
+    // The new spec with the mutable fields taken from the old one.
+    let mut munged = without_nulls(new_spec);
+    let old_m = without_nulls(old_spec);
+    for key in ["containers", "initContainers"] {
+        if let Some(Value::Array(cs)) = munged.get_mut(key) {
+            let olds = list(old_spec, key);
+            for (c, o) in cs.iter_mut().zip(olds.iter()) {
+                if let Some(c) = c.as_object_mut() {
+                    match o.get("image") {
+                        Some(i) => c.insert("image".into(), i.clone()),
+                        None => c.remove("image"),
+                    };
+                }
+            }
+        }
+    }
+    // Copied from the old object: absent where the old one is empty (a
+    // nil slice, as decoded from storage).
+    let take_old = |munged: &mut serde_json::Map<String, Value>, key: &str| {
+        match old_m
+            .get(key)
+            .filter(|v| !crate::internal_diff::is_go_empty(v))
+        {
+            Some(v) => munged.insert(key.into(), v.clone()),
+            None => munged.remove(key),
+        };
+    };
+    for key in ["activeDeadlineSeconds", "schedulingGates", "tolerations"] {
+        take_old(&mut munged, key);
+    }
+    let tgps = |m: &serde_json::Map<String, Value>| {
+        m.get("terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+    };
+    if tgps(&old_m).is_some_and(|o| o < 0) && tgps(&munged) == Some(1) {
+        take_old(&mut munged, "terminationGracePeriodSeconds");
+    }
+    if !old_gates.is_empty() {
+        // A gated pod: additions to nodeSelector are allowed, and changes
+        // to its node affinity.
+        let selector = |m: &serde_json::Map<String, Value>| {
+            m.get("nodeSelector")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let (new_sel, old_sel) = (selector(&munged), selector(&old_m));
+        if new_sel != old_sel {
+            if old_sel.iter().any(|(k, v)| new_sel.get(k) != Some(v)) {
+                // Printed as JSON, keys sorted as encoding/json sorts a map's.
+                let mut sorted: Vec<(&String, &Value)> = new_sel.iter().collect();
+                sorted.sort_by(|a, b| a.0.cmp(b.0));
+                errs.push(FieldError::invalid(
+                    "spec.nodeSelector",
+                    Value::Object(
+                        sorted
+                            .into_iter()
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect(),
+                    ),
+                    "only additions to spec.nodeSelector are allowed (no mutations or deletions)",
+                ));
+            }
+            take_old(&mut munged, "nodeSelector");
+        }
+        let old_na = old_m
+            .get("affinity")
+            .and_then(|a| a.get("nodeAffinity"))
+            .filter(|v| !v.is_null());
+        let new_affinity = munged.get("affinity").filter(|v| !v.is_null()).cloned();
+        let new_na = new_affinity
+            .as_ref()
+            .and_then(|a| a.get("nodeAffinity"))
+            .filter(|v| !v.is_null());
+        if old_na != new_na {
+            let other = |a: &Value| {
+                ["podAffinity", "podAntiAffinity"]
+                    .iter()
+                    .any(|k| a.get(*k).is_some_and(|v| !v.is_null()))
+            };
+            match (&new_affinity, old_na) {
+                (None, None) => {}
+                (None, Some(o)) => {
+                    munged.insert("affinity".into(), json!({"nodeAffinity": o}));
+                }
+                (Some(a), _) if old_m.get("affinity").is_none() && !other(a) => {
+                    munged.remove("affinity");
+                }
+                (Some(a), o) => {
+                    let mut a = without_nulls(a);
+                    match o {
+                        Some(o) => a.insert("nodeAffinity".into(), o.clone()),
+                        None => a.remove("nodeAffinity"),
+                    };
+                    munged.insert("affinity".into(), Value::Object(a));
+                }
+            }
+        }
+    }
+    let munged = Value::Object(munged);
+    if !crate::internal_diff::semantically_equal(SPEC, &munged, old_spec) {
+        errs.push(FieldError::forbidden(
+            "spec",
+            format!(
+                "pod updates may not change fields other than {UPDATABLE_POD_SPEC_FIELDS}\n{}",
+                crate::internal_diff::diff(SPEC, old_spec, &munged)
+            ),
         ));
     }
 }
