@@ -1233,4 +1233,10 @@ pub static STRUCTS: &[(&str, &[GoField])] = &[
             ("PodGroupName", false, "podGroupName", "*string"),
         ],
     ),
+    (
+        "core.VolumeNodeAffinity",
+        &[
+            ("Required", false, "required", "*core.NodeSelector"),
+        ],
+    ),
 ];

@@ -106,33 +106,8 @@ pub fn validate_create(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
     match (def.group, def.resource) {
         ("coordination.k8s.io", "leases") => lease_spec(obj, &mut errs),
         ("", "pods") => pod_spec(spec, &mut errs),
-        ("", "persistentvolumeclaims") => {
-            if is_empty(spec.and_then(|s| s.get("accessModes"))) {
-                errs.push(required(
-                    "spec.accessModes",
-                    "at least 1 access mode is required",
-                ));
-            }
-            if is_empty(spec.and_then(|s| s.pointer("/resources/requests/storage"))) {
-                errs.push(required("spec.resources[storage]", ""));
-            }
-            claim_data_sources(spec, &mut errs);
-        }
-        ("", "persistentvolumes") => {
-            if is_empty(spec.and_then(|s| s.get("capacity"))) {
-                errs.push(required("spec.capacity", ""));
-            }
-            if is_empty(spec.and_then(|s| s.get("accessModes"))) {
-                errs.push(required("spec.accessModes", ""));
-            }
-            let sources = PV_SOURCES
-                .iter()
-                .filter(|k| spec.and_then(|s| s.get(**k)).is_some_and(|v| !v.is_null()))
-                .count();
-            if sources == 0 {
-                errs.push(required("spec", "must specify a volume type"));
-            }
-        }
+        ("", "persistentvolumeclaims") => claim_spec(spec, &mut errs),
+        ("", "persistentvolumes") => volume_spec(spec, &mut errs),
         ("", "services") => {
             let ty = spec
                 .and_then(|s| s.get("type"))
@@ -181,6 +156,62 @@ fn decoded_len(v: &Value) -> usize {
         .decode(s)
         .map(|b| b.len())
         .unwrap_or(s.len())
+}
+
+/// `ValidatePersistentVolumeClaimSpec`'s emulated part (on create and, as
+/// `ValidatePersistentVolumeClaimUpdate` runs it first, on update).
+fn claim_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
+    if is_empty(spec.and_then(|s| s.get("accessModes"))) {
+        errs.push(required(
+            "spec.accessModes",
+            "at least 1 access mode is required",
+        ));
+    }
+    if is_empty(spec.and_then(|s| s.pointer("/resources/requests/storage"))) {
+        errs.push(required("spec.resources[storage]", ""));
+    }
+    claim_data_sources(spec, errs);
+}
+
+/// `ValidatePersistentVolumeSpec`'s emulated part (on create and, as
+/// `ValidatePersistentVolumeUpdate` runs it first, on update).
+fn volume_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
+    let capacity = spec
+        .and_then(|s| s.get("capacity"))
+        .and_then(Value::as_object);
+    if capacity.is_none_or(|c| c.is_empty()) {
+        errs.push(required("spec.capacity", ""));
+    }
+    if capacity.is_none_or(|c| !c.contains_key("storage") || c.len() > 1) {
+        // The value is the map as JSON (keys sorted), null when empty.
+        let value = match capacity {
+            Some(c) if !c.is_empty() => {
+                let mut keys: Vec<&String> = c.keys().collect();
+                keys.sort();
+                Value::Object(
+                    keys.into_iter()
+                        .map(|k| (k.clone(), c[k].clone()))
+                        .collect(),
+                )
+            }
+            _ => Value::Null,
+        };
+        errs.push(FieldError::not_supported(
+            "spec.capacity",
+            value,
+            &["storage"],
+        ));
+    }
+    if is_empty(spec.and_then(|s| s.get("accessModes"))) {
+        errs.push(required("spec.accessModes", ""));
+    }
+    let sources = PV_SOURCES
+        .iter()
+        .filter(|k| spec.and_then(|s| s.get(**k)).is_some_and(|v| !v.is_null()))
+        .count();
+    if sources == 0 {
+        errs.push(required("spec", "must specify a volume type"));
+    }
 }
 
 /// The size limits of `ValidateConfigMap` (data plus binaryData, the error
@@ -388,7 +419,8 @@ fn storage_request(pvc: &Value) -> Option<f64> {
         .and_then(crate::cluster::util::parse_quantity)
 }
 
-/// `ValidatePersistentVolumeClaimUpdate`: the spec is immutable except
+/// `ValidatePersistentVolumeClaimUpdate`: the new claim's spec validation,
+/// then the spec is immutable except
 /// a first `volumeName`, a first `storageClassName`, and for a bound claim
 /// its storage request and `volumeAttributesClassName`; a request may
 /// shrink only down to above `status.capacity`; `volumeMode` is immutable.
@@ -396,9 +428,8 @@ fn storage_request(pvc: &Value) -> Option<f64> {
 /// as upstream compares them (after those exceptions).
 fn pvc_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
     const BETA_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
-    // ValidatePersistentVolumeClaim comes first (only its data source
-    // rules are emulated on update).
-    claim_data_sources(new.get("spec"), errs);
+    // ValidatePersistentVolumeClaim of the new claim comes first.
+    claim_spec(new.get("spec"), errs);
     // The clones upstream compares, as v1 JSON, nulls as absent.
     let raw = |v: &Value| {
         let mut m = v
@@ -482,10 +513,12 @@ fn pvc_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
         .and_then(Value::as_str)
         .and_then(crate::cluster::util::parse_quantity)
         .unwrap_or(0.0);
-    if let (Some(new_size), Some(old_size)) = (storage_request(new), storage_request(old))
-        && new_size < old_size
-        && new_size <= status_size
-    {
+    // A missing request is a zero Quantity.
+    let (new_size, old_size) = (
+        storage_request(new).unwrap_or(0.0),
+        storage_request(old).unwrap_or(0.0),
+    );
+    if new_size < old_size && new_size <= status_size {
         // RecoverVolumeExpansionFailure (GA): down to above the capacity.
         errs.push(FieldError::forbidden(
             "spec.resources.requests.storage",
@@ -777,10 +810,17 @@ fn pod_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
     }
 }
 
-/// `ValidatePersistentVolumeUpdate`: the volume source is immutable (but
-/// for a first `csi.controllerExpandSecretRef`), with `diff.Diff` of the
-/// internal `PersistentVolumeSource`s; `volumeMode` is immutable.
+/// `ValidatePersistentVolumeUpdate`: the new volume's spec validation, then
+/// the volume source is immutable (but for a first
+/// `csi.controllerExpandSecretRef`), with `diff.Diff` of the internal
+/// `PersistentVolumeSource`s; `volumeMode` is immutable, so is a node
+/// affinity once set, and a volumeAttributesClassName may not be removed.
 fn pv_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
+    // The strategy's ValidateUpdate runs ValidatePersistentVolume of the
+    // new volume, and ValidatePersistentVolumeUpdate runs it again: its
+    // errors come twice (the message names each once).
+    volume_spec(new.get("spec"), errs);
+    volume_spec(new.get("spec"), errs);
     let source = |v: &Value| {
         let mut m = serde_json::Map::new();
         if let Some(spec) = v.get("spec").and_then(Value::as_object) {
@@ -824,6 +864,101 @@ fn pv_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
             "field is immutable",
         ));
     }
+    // The MutablePVNodeAffinity gate is off (alpha in 1.36): a node
+    // affinity once set may only move its requirements' keys from a beta
+    // label to the GA one.
+    let affinity = |v: &Value| {
+        v.pointer("/spec/nodeAffinity")
+            .filter(|a| !a.is_null())
+            .cloned()
+    };
+    if let Some(old_a) = affinity(old) {
+        const AFFINITY: &str = "core.VolumeNodeAffinity";
+        let new_a = affinity(new);
+        let equal = new_a.as_ref().is_some_and(|n| {
+            crate::internal_diff::semantically_equal(AFFINITY, n, &beta_keys_to_ga(&old_a, n))
+        });
+        if !equal {
+            // The value is json.Marshal of the internal struct.
+            let value = match &new_a {
+                None => Value::Null,
+                Some(n) => serde_json::from_str(&crate::internal_diff::marshal_indent(
+                    AFFINITY,
+                    n,
+                    crate::internal_diff::Side::New,
+                ))
+                .unwrap_or(Value::Null),
+            };
+            errs.push(FieldError::invalid(
+                "nodeAffinity",
+                value,
+                "field is immutable, except for updating from beta label to GA",
+            ));
+        }
+    }
+    let class = |v: &Value| {
+        v.pointer("/spec/volumeAttributesClassName")
+            .filter(|c| !c.is_null())
+            .cloned()
+    };
+    if class(old).is_some() && class(new).is_none() {
+        errs.push(FieldError::forbidden(
+            "spec.volumeAttributesClassName",
+            "update from non-nil value to nil is forbidden",
+        ));
+    }
+}
+
+/// The old volume node affinity with each requirement's key replaced by
+/// the new one's at the same place where that is its GA label
+/// (`getMaskNodeSelectorLabelChangeEqualities`).
+fn beta_keys_to_ga(old: &Value, new: &Value) -> Value {
+    const BETA_TO_GA: &[(&str, &str)] = &[
+        (
+            "failure-domain.beta.kubernetes.io/zone",
+            "topology.kubernetes.io/zone",
+        ),
+        (
+            "failure-domain.beta.kubernetes.io/region",
+            "topology.kubernetes.io/region",
+        ),
+        ("beta.kubernetes.io/os", "kubernetes.io/os"),
+        ("beta.kubernetes.io/arch", "kubernetes.io/arch"),
+        (
+            "beta.kubernetes.io/instance-type",
+            "node.kubernetes.io/instance-type",
+        ),
+    ];
+    let mut out = old.clone();
+    let terms = |v: &Value| {
+        v.pointer("/required/nodeSelectorTerms")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let new_terms = terms(new);
+    if let Some(Value::Array(ts)) = out.pointer_mut("/required/nodeSelectorTerms") {
+        for (t, nt) in ts.iter_mut().zip(new_terms.iter()) {
+            for list in ["matchExpressions", "matchFields"] {
+                let new_reqs = nt.get(list).and_then(Value::as_array);
+                let Some(Value::Array(reqs)) = t.get_mut(list) else {
+                    continue;
+                };
+                for (r, nr) in reqs.iter_mut().zip(new_reqs.into_iter().flatten()) {
+                    let (Some(ok), Some(nk)) = (
+                        r.get("key").and_then(Value::as_str),
+                        nr.get("key").and_then(Value::as_str),
+                    ) else {
+                        continue;
+                    };
+                    if ok != nk && BETA_TO_GA.iter().any(|(b, g)| *b == ok && *g == nk) {
+                        r["key"] = json!(nk);
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 /// `ValidatePersistentVolumeClaimSpec`'s data source rules: `dataSource`

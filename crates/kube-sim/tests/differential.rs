@@ -1336,3 +1336,80 @@ async fn pod_spec_update_rules() {
     })
     .await;
 }
+
+/// `ValidatePersistentVolumeUpdate` runs the new volume's spec validation
+/// first, keeps a node affinity once set (the MutablePVNodeAffinity gate is
+/// off in 1.36: only a beta label key may become its GA one) and a
+/// volumeAttributesClassName; `ValidatePersistentVolumeClaimUpdate` runs the
+/// new claim's spec validation first too.
+#[tokio::test]
+async fn volume_and_claim_update_validation() {
+    differential("pvupd", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let terms = |key: &str, values: &[&str]| json!({"required": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": key, "operator": "In", "values": values}]}]}});
+        let (pinned, beta, free, classed) =
+            (ctx.unique("pinned"), ctx.unique("beta"), ctx.unique("free"), ctx.unique("classed"));
+        for (name, extra) in [
+            (&pinned, json!({"hostPath": {"path": "/data/p"}, "nodeAffinity": terms("kubernetes.io/hostname", &["n1"])})),
+            (&beta, json!({"hostPath": {"path": "/data/b"},
+                "nodeAffinity": terms("failure-domain.beta.kubernetes.io/zone", &["z1"])})),
+            (&free, json!({"hostPath": {"path": "/data/f"}})),
+            (&classed, json!({"csi": {"driver": "d.example.com", "volumeHandle": "h"},
+                "volumeAttributesClassName": "gold"})),
+        ] {
+            let mut pv = json!({"metadata": {"name": name}, "spec": {"capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"], "storageClassName": ""}});
+            for (k, v) in extra.as_object().into_iter().flatten() {
+                pv["spec"][k] = v.clone();
+            }
+            let r = post(c, "/api/v1/persistentvolumes", &pv).await;
+            assert_eq!(r.code, 201, "{name}: {:?}", r.body);
+        }
+        let path = |n: &str| format!("/api/v1/persistentvolumes/{n}");
+        for (label, name, code, kind, body) in [
+            ("capacity removed", &free, 422, "json", r#"[{"op":"remove","path":"/spec/capacity"}]"#.to_string()),
+            ("access modes removed", &free, 422, "json", r#"[{"op":"remove","path":"/spec/accessModes"}]"#.to_string()),
+            ("source removed", &free, 422, "json", r#"[{"op":"remove","path":"/spec/hostPath"}]"#.to_string()),
+            ("affinity changed", &pinned, 422, "merge", json!({"spec": {"nodeAffinity": terms("kubernetes.io/hostname", &["n2"])}}).to_string()),
+            ("affinity removed", &pinned, 422, "merge", json!({"spec": {"nodeAffinity": null}}).to_string()),
+            ("affinity term added", &pinned, 422, "json", r#"[{"op":"add","path":"/spec/nodeAffinity/required/nodeSelectorTerms/-","value":{"matchExpressions":[{"key":"zone","operator":"Exists"}]}}]"#.to_string()),
+            ("beta key to another", &beta, 422, "json", r#"[{"op":"replace","path":"/spec/nodeAffinity/required/nodeSelectorTerms/0/matchExpressions/0/key","value":"topology.kubernetes.io/region"}]"#.to_string()),
+            ("beta key to GA", &beta, 200, "json", r#"[{"op":"replace","path":"/spec/nodeAffinity/required/nodeSelectorTerms/0/matchExpressions/0/key","value":"topology.kubernetes.io/zone"}]"#.to_string()),
+            ("first affinity", &free, 200, "merge", json!({"spec": {"nodeAffinity": terms("kubernetes.io/hostname", &["n1"])}}).to_string()),
+            ("first affinity changed", &free, 422, "merge", json!({"spec": {"nodeAffinity": terms("kubernetes.io/hostname", &["n3"])}}).to_string()),
+            ("attributes class removed", &classed, 422, "json", r#"[{"op":"remove","path":"/spec/volumeAttributesClassName"}]"#.to_string()),
+            ("attributes class changed", &classed, 200, "merge", json!({"spec": {"volumeAttributesClassName": "silver"}}).to_string()),
+        ] {
+            let r = patch(c, &path(name), kind, &body).await;
+            assert_eq!(r.code, code, "{label}: {:?}", r.body);
+            if code == 200 {
+                t.note(label, json!({"affinity": &r.body["spec"]["nodeAffinity"],
+                    "class": &r.body["spec"]["volumeAttributesClassName"]}));
+            } else {
+                t.reply(label, &r);
+            }
+        }
+        for n in [&pinned, &beta, &free, &classed] {
+            let _ = delete(c, &path(n)).await;
+        }
+
+        let claims = format!("/api/v1/namespaces/{}/persistentvolumeclaims", ctx.ns);
+        let r = post(c, &claims, &json!({"metadata": {"name": "c"}, "spec": {"storageClassName": "fast",
+            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let claim = format!("{claims}/c");
+        for (label, body) in [
+            ("claim access modes removed", r#"[{"op":"remove","path":"/spec/accessModes"}]"#),
+            ("claim request removed", r#"[{"op":"remove","path":"/spec/resources/requests"}]"#),
+            ("claim data source mismatch", r#"[{"op":"add","path":"/spec/dataSource","value":{"kind":"PersistentVolumeClaim","name":"a"}},{"op":"add","path":"/spec/dataSourceRef","value":{"kind":"PersistentVolumeClaim","name":"b"}}]"#),
+        ] {
+            let r = patch(c, &claim, "json", body).await;
+            assert_eq!(r.code, 422, "{label}: {:?}", r.body);
+            t.reply(label, &r);
+        }
+        t
+    })
+    .await;
+}

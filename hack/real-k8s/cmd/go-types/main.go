@@ -30,6 +30,7 @@ var roots = [][2]reflect.Type{
 	{reflect.TypeFor[core.PersistentVolumeClaimSpec](), reflect.TypeFor[v1.PersistentVolumeClaimSpec]()},
 	{reflect.TypeFor[core.PersistentVolumeSource](), reflect.TypeFor[v1.PersistentVolumeSource]()},
 	{reflect.TypeFor[core.PodSpec](), reflect.TypeFor[v1.PodSpec]()},
+	{reflect.TypeFor[core.VolumeNodeAffinity](), reflect.TypeFor[v1.VolumeNodeAffinity]()},
 }
 
 // Internal fields whose v1 counterpart sits in the enclosing struct: the
