@@ -654,8 +654,10 @@ fn pod_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
     // validateOnlyAddedTolerations: each old toleration is still there,
     // but for its tolerationSeconds.
     let new_tolerations = list(new_spec, "tolerations");
+    // Compared as internal structs: an absent string is an empty one.
     let toleration = |t: &Value| {
         let mut m = without_nulls(t);
+        m.retain(|_, v| v.as_str() != Some(""));
         m.remove("tolerationSeconds");
         m
     };

@@ -1264,6 +1264,11 @@ async fn pod_spec_update_rules() {
                 "deadline": &r.body["spec"]["activeDeadlineSeconds"],
                 "tolerations": &r.body["spec"]["tolerations"]}));
         }
+        // A toleration compares as the internal struct: an empty value is
+        // an absent one.
+        let r = patch(c, &path, "json", r#"[{"op":"add","path":"/spec/tolerations/3/value","value":""}]"#).await;
+        assert_eq!(r.code, 200, "{:?}", r.body);
+        t.note("toleration with an empty value", json!(r.code));
         // Everything else.
         for (label, kind, body) in [
             ("restart policy", "merge", json!({"spec": {"restartPolicy": "Never"}}).to_string()),
