@@ -325,4 +325,918 @@ pub static STRUCTS: &[(&str, &[GoField])] = &[
             ("NodeExpandSecretRef", false, "nodeExpandSecretRef", "*core.SecretReference"),
         ],
     ),
+    (
+        "core.PodSpec",
+        &[
+            ("Volumes", false, "volumes", "[]core.Volume"),
+            ("InitContainers", false, "initContainers", "[]core.Container"),
+            ("Containers", false, "containers", "[]core.Container"),
+            ("EphemeralContainers", false, "ephemeralContainers", "[]core.EphemeralContainer"),
+            ("RestartPolicy", false, "restartPolicy", "string"),
+            ("TerminationGracePeriodSeconds", false, "terminationGracePeriodSeconds", "*int"),
+            ("ActiveDeadlineSeconds", false, "activeDeadlineSeconds", "*int"),
+            ("DNSPolicy", false, "dnsPolicy", "string"),
+            ("NodeSelector", false, "nodeSelector", "map[string]string"),
+            ("ServiceAccountName", false, "serviceAccountName", "string"),
+            ("AutomountServiceAccountToken", false, "automountServiceAccountToken", "*bool"),
+            ("NodeName", false, "nodeName", "string"),
+            ("SecurityContext", false, "securityContext", "*core.PodSecurityContext"),
+            ("ImagePullSecrets", false, "imagePullSecrets", "[]core.LocalObjectReference"),
+            ("Hostname", false, "hostname", "string"),
+            ("Subdomain", false, "subdomain", "string"),
+            ("SetHostnameAsFQDN", false, "setHostnameAsFQDN", "*bool"),
+            ("Affinity", false, "affinity", "*core.Affinity"),
+            ("SchedulerName", false, "schedulerName", "string"),
+            ("Tolerations", false, "tolerations", "[]core.Toleration"),
+            ("HostAliases", false, "hostAliases", "[]core.HostAlias"),
+            ("PriorityClassName", false, "priorityClassName", "string"),
+            ("Priority", false, "priority", "*int"),
+            ("PreemptionPolicy", false, "preemptionPolicy", "*string"),
+            ("DNSConfig", false, "dnsConfig", "*core.PodDNSConfig"),
+            ("ReadinessGates", false, "readinessGates", "[]core.PodReadinessGate"),
+            ("RuntimeClassName", false, "runtimeClassName", "*string"),
+            ("Overhead", false, "overhead", "map[string]quantity"),
+            ("EnableServiceLinks", false, "enableServiceLinks", "*bool"),
+            ("TopologySpreadConstraints", false, "topologySpreadConstraints", "[]core.TopologySpreadConstraint"),
+            ("OS", false, "os", "*core.PodOS"),
+            ("SchedulingGates", false, "schedulingGates", "[]core.PodSchedulingGate"),
+            ("ResourceClaims", false, "resourceClaims", "[]core.PodResourceClaim"),
+            ("Resources", false, "resources", "*core.ResourceRequirements"),
+            ("HostnameOverride", false, "hostnameOverride", "*string"),
+            ("SchedulingGroup", false, "schedulingGroup", "*core.PodSchedulingGroup"),
+        ],
+    ),
+    (
+        "core.Volume",
+        &[
+            ("Name", false, "name", "string"),
+            ("HostPath", false, "hostPath", "*core.HostPathVolumeSource"),
+            ("EmptyDir", false, "emptyDir", "*core.EmptyDirVolumeSource"),
+            ("GCEPersistentDisk", false, "gcePersistentDisk", "*core.GCEPersistentDiskVolumeSource"),
+            ("AWSElasticBlockStore", false, "awsElasticBlockStore", "*core.AWSElasticBlockStoreVolumeSource"),
+            ("GitRepo", false, "gitRepo", "*core.GitRepoVolumeSource"),
+            ("Secret", false, "secret", "*core.SecretVolumeSource"),
+            ("NFS", false, "nfs", "*core.NFSVolumeSource"),
+            ("ISCSI", false, "iscsi", "*core.ISCSIVolumeSource"),
+            ("Glusterfs", false, "glusterfs", "*core.GlusterfsVolumeSource"),
+            ("PersistentVolumeClaim", false, "persistentVolumeClaim", "*core.PersistentVolumeClaimVolumeSource"),
+            ("RBD", false, "rbd", "*core.RBDVolumeSource"),
+            ("Quobyte", false, "quobyte", "*core.QuobyteVolumeSource"),
+            ("FlexVolume", false, "flexVolume", "*core.FlexVolumeSource"),
+            ("Cinder", false, "cinder", "*core.CinderVolumeSource"),
+            ("CephFS", false, "cephfs", "*core.CephFSVolumeSource"),
+            ("Flocker", false, "flocker", "*core.FlockerVolumeSource"),
+            ("DownwardAPI", false, "downwardAPI", "*core.DownwardAPIVolumeSource"),
+            ("FC", false, "fc", "*core.FCVolumeSource"),
+            ("AzureFile", false, "azureFile", "*core.AzureFileVolumeSource"),
+            ("ConfigMap", false, "configMap", "*core.ConfigMapVolumeSource"),
+            ("VsphereVolume", false, "vsphereVolume", "*core.VsphereVirtualDiskVolumeSource"),
+            ("AzureDisk", false, "azureDisk", "*core.AzureDiskVolumeSource"),
+            ("PhotonPersistentDisk", false, "photonPersistentDisk", "*core.PhotonPersistentDiskVolumeSource"),
+            ("Projected", false, "projected", "*core.ProjectedVolumeSource"),
+            ("PortworxVolume", false, "portworxVolume", "*core.PortworxVolumeSource"),
+            ("ScaleIO", false, "scaleIO", "*core.ScaleIOVolumeSource"),
+            ("StorageOS", false, "storageos", "*core.StorageOSVolumeSource"),
+            ("CSI", false, "csi", "*core.CSIVolumeSource"),
+            ("Ephemeral", false, "ephemeral", "*core.EphemeralVolumeSource"),
+            ("Image", false, "image", "*core.ImageVolumeSource"),
+        ],
+    ),
+    (
+        "core.EmptyDirVolumeSource",
+        &[
+            ("Medium", false, "medium", "string"),
+            ("SizeLimit", false, "sizeLimit", "*quantity"),
+        ],
+    ),
+    (
+        "core.GitRepoVolumeSource",
+        &[
+            ("Repository", false, "repository", "string"),
+            ("Revision", false, "revision", "string"),
+            ("Directory", false, "directory", "string"),
+        ],
+    ),
+    (
+        "core.SecretVolumeSource",
+        &[
+            ("SecretName", false, "secretName", "string"),
+            ("Items", false, "items", "[]core.KeyToPath"),
+            ("DefaultMode", false, "defaultMode", "*int"),
+            ("Optional", false, "optional", "*bool"),
+        ],
+    ),
+    (
+        "core.KeyToPath",
+        &[
+            ("Key", false, "key", "string"),
+            ("Path", false, "path", "string"),
+            ("Mode", false, "mode", "*int"),
+        ],
+    ),
+    (
+        "core.ISCSIVolumeSource",
+        &[
+            ("TargetPortal", false, "targetPortal", "string"),
+            ("IQN", false, "iqn", "string"),
+            ("Lun", false, "lun", "int"),
+            ("ISCSIInterface", false, "iscsiInterface", "string"),
+            ("FSType", false, "fsType", "string"),
+            ("ReadOnly", false, "readOnly", "bool"),
+            ("Portals", false, "portals", "[]string"),
+            ("DiscoveryCHAPAuth", false, "chapAuthDiscovery", "bool"),
+            ("SessionCHAPAuth", false, "chapAuthSession", "bool"),
+            ("SecretRef", false, "secretRef", "*core.LocalObjectReference"),
+            ("InitiatorName", false, "initiatorName", "*string"),
+        ],
+    ),
+    (
+        "core.LocalObjectReference",
+        &[
+            ("Name", false, "name", "string"),
+        ],
+    ),
+    (
+        "core.GlusterfsVolumeSource",
+        &[
+            ("EndpointsName", false, "endpoints", "string"),
+            ("Path", false, "path", "string"),
+            ("ReadOnly", false, "readOnly", "bool"),
+        ],
+    ),
+    (
+        "core.PersistentVolumeClaimVolumeSource",
+        &[
+            ("ClaimName", false, "claimName", "string"),
+            ("ReadOnly", false, "readOnly", "bool"),
+        ],
+    ),
+    (
+        "core.RBDVolumeSource",
+        &[
+            ("CephMonitors", false, "monitors", "[]string"),
+            ("RBDImage", false, "image", "string"),
+            ("FSType", false, "fsType", "string"),
+            ("RBDPool", false, "pool", "string"),
+            ("RadosUser", false, "user", "string"),
+            ("Keyring", false, "keyring", "string"),
+            ("SecretRef", false, "secretRef", "*core.LocalObjectReference"),
+            ("ReadOnly", false, "readOnly", "bool"),
+        ],
+    ),
+    (
+        "core.FlexVolumeSource",
+        &[
+            ("Driver", false, "driver", "string"),
+            ("FSType", false, "fsType", "string"),
+            ("SecretRef", false, "secretRef", "*core.LocalObjectReference"),
+            ("ReadOnly", false, "readOnly", "bool"),
+            ("Options", false, "options", "map[string]string"),
+        ],
+    ),
+    (
+        "core.CinderVolumeSource",
+        &[
+            ("VolumeID", false, "volumeID", "string"),
+            ("FSType", false, "fsType", "string"),
+            ("ReadOnly", false, "readOnly", "bool"),
+            ("SecretRef", false, "secretRef", "*core.LocalObjectReference"),
+        ],
+    ),
+    (
+        "core.CephFSVolumeSource",
+        &[
+            ("Monitors", false, "monitors", "[]string"),
+            ("Path", false, "path", "string"),
+            ("User", false, "user", "string"),
+            ("SecretFile", false, "secretFile", "string"),
+            ("SecretRef", false, "secretRef", "*core.LocalObjectReference"),
+            ("ReadOnly", false, "readOnly", "bool"),
+        ],
+    ),
+    (
+        "core.DownwardAPIVolumeSource",
+        &[
+            ("Items", false, "items", "[]core.DownwardAPIVolumeFile"),
+            ("DefaultMode", false, "defaultMode", "*int"),
+        ],
+    ),
+    (
+        "core.DownwardAPIVolumeFile",
+        &[
+            ("Path", false, "path", "string"),
+            ("FieldRef", false, "fieldRef", "*core.ObjectFieldSelector"),
+            ("ResourceFieldRef", false, "resourceFieldRef", "*core.ResourceFieldSelector"),
+            ("Mode", false, "mode", "*int"),
+        ],
+    ),
+    (
+        "core.ObjectFieldSelector",
+        &[
+            ("APIVersion", false, "apiVersion", "string"),
+            ("FieldPath", false, "fieldPath", "string"),
+        ],
+    ),
+    (
+        "core.ResourceFieldSelector",
+        &[
+            ("ContainerName", false, "containerName", "string"),
+            ("Resource", false, "resource", "string"),
+            ("Divisor", false, "divisor", "quantity"),
+        ],
+    ),
+    (
+        "core.AzureFileVolumeSource",
+        &[
+            ("SecretName", false, "secretName", "string"),
+            ("ShareName", false, "shareName", "string"),
+            ("ReadOnly", false, "readOnly", "bool"),
+        ],
+    ),
+    (
+        "core.ConfigMapVolumeSource",
+        &[
+            ("Name", false, "name", "string"),
+            ("Items", false, "items", "[]core.KeyToPath"),
+            ("DefaultMode", false, "defaultMode", "*int"),
+            ("Optional", false, "optional", "*bool"),
+        ],
+    ),
+    (
+        "core.ProjectedVolumeSource",
+        &[
+            ("Sources", false, "sources", "[]core.VolumeProjection"),
+            ("DefaultMode", false, "defaultMode", "*int"),
+        ],
+    ),
+    (
+        "core.VolumeProjection",
+        &[
+            ("Secret", false, "secret", "*core.SecretProjection"),
+            ("DownwardAPI", false, "downwardAPI", "*core.DownwardAPIProjection"),
+            ("ConfigMap", false, "configMap", "*core.ConfigMapProjection"),
+            ("ServiceAccountToken", false, "serviceAccountToken", "*core.ServiceAccountTokenProjection"),
+            ("ClusterTrustBundle", false, "clusterTrustBundle", "*core.ClusterTrustBundleProjection"),
+            ("PodCertificate", false, "podCertificate", "*core.PodCertificateProjection"),
+        ],
+    ),
+    (
+        "core.SecretProjection",
+        &[
+            ("Name", false, "name", "string"),
+            ("Items", false, "items", "[]core.KeyToPath"),
+            ("Optional", false, "optional", "*bool"),
+        ],
+    ),
+    (
+        "core.DownwardAPIProjection",
+        &[
+            ("Items", false, "items", "[]core.DownwardAPIVolumeFile"),
+        ],
+    ),
+    (
+        "core.ConfigMapProjection",
+        &[
+            ("Name", false, "name", "string"),
+            ("Items", false, "items", "[]core.KeyToPath"),
+            ("Optional", false, "optional", "*bool"),
+        ],
+    ),
+    (
+        "core.ServiceAccountTokenProjection",
+        &[
+            ("Audience", false, "audience", "string"),
+            ("ExpirationSeconds", false, "expirationSeconds", "int"),
+            ("Path", false, "path", "string"),
+        ],
+    ),
+    (
+        "core.ClusterTrustBundleProjection",
+        &[
+            ("Name", false, "name", "*string"),
+            ("SignerName", false, "signerName", "*string"),
+            ("LabelSelector", false, "labelSelector", "*v1.LabelSelector"),
+            ("Optional", false, "optional", "*bool"),
+            ("Path", false, "path", "string"),
+        ],
+    ),
+    (
+        "core.PodCertificateProjection",
+        &[
+            ("SignerName", false, "signerName", "string"),
+            ("KeyType", false, "keyType", "string"),
+            ("MaxExpirationSeconds", false, "maxExpirationSeconds", "*int"),
+            ("CredentialBundlePath", false, "credentialBundlePath", "string"),
+            ("KeyPath", false, "keyPath", "string"),
+            ("CertificateChainPath", false, "certificateChainPath", "string"),
+            ("UserAnnotations", false, "userAnnotations", "map[string]string"),
+        ],
+    ),
+    (
+        "core.ScaleIOVolumeSource",
+        &[
+            ("Gateway", false, "gateway", "string"),
+            ("System", false, "system", "string"),
+            ("SecretRef", false, "secretRef", "*core.LocalObjectReference"),
+            ("SSLEnabled", false, "sslEnabled", "bool"),
+            ("ProtectionDomain", false, "protectionDomain", "string"),
+            ("StoragePool", false, "storagePool", "string"),
+            ("StorageMode", false, "storageMode", "string"),
+            ("VolumeName", false, "volumeName", "string"),
+            ("FSType", false, "fsType", "string"),
+            ("ReadOnly", false, "readOnly", "bool"),
+        ],
+    ),
+    (
+        "core.StorageOSVolumeSource",
+        &[
+            ("VolumeName", false, "volumeName", "string"),
+            ("VolumeNamespace", false, "volumeNamespace", "string"),
+            ("FSType", false, "fsType", "string"),
+            ("ReadOnly", false, "readOnly", "bool"),
+            ("SecretRef", false, "secretRef", "*core.LocalObjectReference"),
+        ],
+    ),
+    (
+        "core.CSIVolumeSource",
+        &[
+            ("Driver", false, "driver", "string"),
+            ("ReadOnly", false, "readOnly", "*bool"),
+            ("FSType", false, "fsType", "*string"),
+            ("VolumeAttributes", false, "volumeAttributes", "map[string]string"),
+            ("NodePublishSecretRef", false, "nodePublishSecretRef", "*core.LocalObjectReference"),
+        ],
+    ),
+    (
+        "core.EphemeralVolumeSource",
+        &[
+            ("VolumeClaimTemplate", false, "volumeClaimTemplate", "*core.PersistentVolumeClaimTemplate"),
+        ],
+    ),
+    (
+        "core.PersistentVolumeClaimTemplate",
+        &[
+            ("name", true, "name", "string"),
+            ("generateName", true, "generateName", "string"),
+            ("namespace", true, "namespace", "string"),
+            ("selfLink", true, "selfLink", "string"),
+            ("uid", true, "uid", "string"),
+            ("resourceVersion", true, "resourceVersion", "string"),
+            ("generation", true, "generation", "int"),
+            ("creationTimestamp", true, "creationTimestamp", "time"),
+            ("deletionTimestamp", true, "deletionTimestamp", "*time"),
+            ("deletionGracePeriodSeconds", true, "deletionGracePeriodSeconds", "*int"),
+            ("labels", true, "labels", "map[string]string"),
+            ("annotations", true, "annotations", "map[string]string"),
+            ("ownerReferences", true, "ownerReferences", "[]v1.OwnerReference"),
+            ("finalizers", true, "finalizers", "[]string"),
+            ("managedFields", true, "managedFields", "[]v1.ManagedFieldsEntry"),
+            ("Spec", false, "spec", "core.PersistentVolumeClaimSpec"),
+        ],
+    ),
+    (
+        "v1.OwnerReference",
+        &[
+            ("apiVersion", false, "apiVersion", "string"),
+            ("kind", false, "kind", "string"),
+            ("name", false, "name", "string"),
+            ("uid", false, "uid", "string"),
+            ("controller", true, "controller", "*bool"),
+            ("blockOwnerDeletion", true, "blockOwnerDeletion", "*bool"),
+        ],
+    ),
+    (
+        "v1.ManagedFieldsEntry",
+        &[
+            ("manager", true, "manager", "string"),
+            ("operation", true, "operation", "string"),
+            ("apiVersion", true, "apiVersion", "string"),
+            ("time", true, "time", "*time"),
+            ("fieldsType", true, "fieldsType", "string"),
+            ("fieldsV1", true, "fieldsV1", "*v1.FieldsV1"),
+            ("subresource", true, "subresource", "string"),
+        ],
+    ),
+    (
+        "v1.FieldsV1",
+        &[
+        ],
+    ),
+    (
+        "core.ImageVolumeSource",
+        &[
+            ("Reference", false, "reference", "string"),
+            ("PullPolicy", false, "pullPolicy", "string"),
+        ],
+    ),
+    (
+        "core.Container",
+        &[
+            ("Name", false, "name", "string"),
+            ("Image", false, "image", "string"),
+            ("Command", false, "command", "[]string"),
+            ("Args", false, "args", "[]string"),
+            ("WorkingDir", false, "workingDir", "string"),
+            ("Ports", false, "ports", "[]core.ContainerPort"),
+            ("EnvFrom", false, "envFrom", "[]core.EnvFromSource"),
+            ("Env", false, "env", "[]core.EnvVar"),
+            ("Resources", false, "resources", "core.ResourceRequirements"),
+            ("ResizePolicy", false, "resizePolicy", "[]core.ContainerResizePolicy"),
+            ("RestartPolicy", false, "restartPolicy", "*string"),
+            ("RestartPolicyRules", false, "restartPolicyRules", "[]core.ContainerRestartRule"),
+            ("VolumeMounts", false, "volumeMounts", "[]core.VolumeMount"),
+            ("VolumeDevices", false, "volumeDevices", "[]core.VolumeDevice"),
+            ("LivenessProbe", false, "livenessProbe", "*core.Probe"),
+            ("ReadinessProbe", false, "readinessProbe", "*core.Probe"),
+            ("StartupProbe", false, "startupProbe", "*core.Probe"),
+            ("Lifecycle", false, "lifecycle", "*core.Lifecycle"),
+            ("TerminationMessagePath", false, "terminationMessagePath", "string"),
+            ("TerminationMessagePolicy", false, "terminationMessagePolicy", "string"),
+            ("ImagePullPolicy", false, "imagePullPolicy", "string"),
+            ("SecurityContext", false, "securityContext", "*core.SecurityContext"),
+            ("Stdin", false, "stdin", "bool"),
+            ("StdinOnce", false, "stdinOnce", "bool"),
+            ("TTY", false, "tty", "bool"),
+        ],
+    ),
+    (
+        "core.ContainerPort",
+        &[
+            ("Name", false, "name", "string"),
+            ("HostPort", false, "hostPort", "int"),
+            ("ContainerPort", false, "containerPort", "int"),
+            ("Protocol", false, "protocol", "string"),
+            ("HostIP", false, "hostIP", "string"),
+        ],
+    ),
+    (
+        "core.EnvFromSource",
+        &[
+            ("Prefix", false, "prefix", "string"),
+            ("ConfigMapRef", false, "configMapRef", "*core.ConfigMapEnvSource"),
+            ("SecretRef", false, "secretRef", "*core.SecretEnvSource"),
+        ],
+    ),
+    (
+        "core.ConfigMapEnvSource",
+        &[
+            ("Name", false, "name", "string"),
+            ("Optional", false, "optional", "*bool"),
+        ],
+    ),
+    (
+        "core.SecretEnvSource",
+        &[
+            ("Name", false, "name", "string"),
+            ("Optional", false, "optional", "*bool"),
+        ],
+    ),
+    (
+        "core.EnvVar",
+        &[
+            ("Name", false, "name", "string"),
+            ("Value", false, "value", "string"),
+            ("ValueFrom", false, "valueFrom", "*core.EnvVarSource"),
+        ],
+    ),
+    (
+        "core.EnvVarSource",
+        &[
+            ("FieldRef", false, "fieldRef", "*core.ObjectFieldSelector"),
+            ("ResourceFieldRef", false, "resourceFieldRef", "*core.ResourceFieldSelector"),
+            ("ConfigMapKeyRef", false, "configMapKeyRef", "*core.ConfigMapKeySelector"),
+            ("SecretKeyRef", false, "secretKeyRef", "*core.SecretKeySelector"),
+            ("FileKeyRef", false, "fileKeyRef", "*core.FileKeySelector"),
+        ],
+    ),
+    (
+        "core.ConfigMapKeySelector",
+        &[
+            ("Name", false, "name", "string"),
+            ("Key", false, "key", "string"),
+            ("Optional", false, "optional", "*bool"),
+        ],
+    ),
+    (
+        "core.SecretKeySelector",
+        &[
+            ("Name", false, "name", "string"),
+            ("Key", false, "key", "string"),
+            ("Optional", false, "optional", "*bool"),
+        ],
+    ),
+    (
+        "core.FileKeySelector",
+        &[
+            ("VolumeName", false, "volumeName", "string"),
+            ("Path", false, "path", "string"),
+            ("Key", false, "key", "string"),
+            ("Optional", false, "optional", "*bool"),
+        ],
+    ),
+    (
+        "core.ResourceRequirements",
+        &[
+            ("Limits", false, "limits", "map[string]quantity"),
+            ("Requests", false, "requests", "map[string]quantity"),
+            ("Claims", false, "claims", "[]core.ResourceClaim"),
+        ],
+    ),
+    (
+        "core.ResourceClaim",
+        &[
+            ("Name", false, "name", "string"),
+            ("Request", false, "request", "string"),
+        ],
+    ),
+    (
+        "core.ContainerResizePolicy",
+        &[
+            ("ResourceName", false, "resourceName", "string"),
+            ("RestartPolicy", false, "restartPolicy", "string"),
+        ],
+    ),
+    (
+        "core.ContainerRestartRule",
+        &[
+            ("Action", false, "action", "string"),
+            ("ExitCodes", false, "exitCodes", "*core.ContainerRestartRuleOnExitCodes"),
+        ],
+    ),
+    (
+        "core.ContainerRestartRuleOnExitCodes",
+        &[
+            ("Operator", false, "operator", "string"),
+            ("Values", false, "values", "[]int"),
+        ],
+    ),
+    (
+        "core.VolumeMount",
+        &[
+            ("Name", false, "name", "string"),
+            ("ReadOnly", false, "readOnly", "bool"),
+            ("RecursiveReadOnly", false, "recursiveReadOnly", "*string"),
+            ("MountPath", false, "mountPath", "string"),
+            ("SubPath", false, "subPath", "string"),
+            ("MountPropagation", false, "mountPropagation", "*string"),
+            ("SubPathExpr", false, "subPathExpr", "string"),
+        ],
+    ),
+    (
+        "core.VolumeDevice",
+        &[
+            ("Name", false, "name", "string"),
+            ("DevicePath", false, "devicePath", "string"),
+        ],
+    ),
+    (
+        "core.Probe",
+        &[
+            ("Exec", false, "exec", "*core.ExecAction"),
+            ("HTTPGet", false, "httpGet", "*core.HTTPGetAction"),
+            ("TCPSocket", false, "tcpSocket", "*core.TCPSocketAction"),
+            ("GRPC", false, "grpc", "*core.GRPCAction"),
+            ("InitialDelaySeconds", false, "initialDelaySeconds", "int"),
+            ("TimeoutSeconds", false, "timeoutSeconds", "int"),
+            ("PeriodSeconds", false, "periodSeconds", "int"),
+            ("SuccessThreshold", false, "successThreshold", "int"),
+            ("FailureThreshold", false, "failureThreshold", "int"),
+            ("TerminationGracePeriodSeconds", false, "terminationGracePeriodSeconds", "*int"),
+        ],
+    ),
+    (
+        "core.ExecAction",
+        &[
+            ("Command", false, "command", "[]string"),
+        ],
+    ),
+    (
+        "core.HTTPGetAction",
+        &[
+            ("Path", false, "path", "string"),
+            ("Port", false, "port", "intorstring"),
+            ("Host", false, "host", "string"),
+            ("Scheme", false, "scheme", "string"),
+            ("HTTPHeaders", false, "httpHeaders", "[]core.HTTPHeader"),
+        ],
+    ),
+    (
+        "core.HTTPHeader",
+        &[
+            ("Name", false, "name", "string"),
+            ("Value", false, "value", "string"),
+        ],
+    ),
+    (
+        "core.TCPSocketAction",
+        &[
+            ("Port", false, "port", "intorstring"),
+            ("Host", false, "host", "string"),
+        ],
+    ),
+    (
+        "core.GRPCAction",
+        &[
+            ("Port", false, "port", "int"),
+            ("Service", false, "service", "*string"),
+        ],
+    ),
+    (
+        "core.Lifecycle",
+        &[
+            ("PostStart", false, "postStart", "*core.LifecycleHandler"),
+            ("PreStop", false, "preStop", "*core.LifecycleHandler"),
+            ("StopSignal", false, "stopSignal", "*string"),
+        ],
+    ),
+    (
+        "core.LifecycleHandler",
+        &[
+            ("Exec", false, "exec", "*core.ExecAction"),
+            ("HTTPGet", false, "httpGet", "*core.HTTPGetAction"),
+            ("TCPSocket", false, "tcpSocket", "*core.TCPSocketAction"),
+            ("Sleep", false, "sleep", "*core.SleepAction"),
+        ],
+    ),
+    (
+        "core.SleepAction",
+        &[
+            ("Seconds", false, "seconds", "int"),
+        ],
+    ),
+    (
+        "core.SecurityContext",
+        &[
+            ("Capabilities", false, "capabilities", "*core.Capabilities"),
+            ("Privileged", false, "privileged", "*bool"),
+            ("SELinuxOptions", false, "seLinuxOptions", "*core.SELinuxOptions"),
+            ("WindowsOptions", false, "windowsOptions", "*core.WindowsSecurityContextOptions"),
+            ("RunAsUser", false, "runAsUser", "*int"),
+            ("RunAsGroup", false, "runAsGroup", "*int"),
+            ("RunAsNonRoot", false, "runAsNonRoot", "*bool"),
+            ("ReadOnlyRootFilesystem", false, "readOnlyRootFilesystem", "*bool"),
+            ("AllowPrivilegeEscalation", false, "allowPrivilegeEscalation", "*bool"),
+            ("ProcMount", false, "procMount", "*string"),
+            ("SeccompProfile", false, "seccompProfile", "*core.SeccompProfile"),
+            ("AppArmorProfile", false, "appArmorProfile", "*core.AppArmorProfile"),
+        ],
+    ),
+    (
+        "core.Capabilities",
+        &[
+            ("Add", false, "add", "[]string"),
+            ("Drop", false, "drop", "[]string"),
+        ],
+    ),
+    (
+        "core.SELinuxOptions",
+        &[
+            ("User", false, "user", "string"),
+            ("Role", false, "role", "string"),
+            ("Type", false, "type", "string"),
+            ("Level", false, "level", "string"),
+        ],
+    ),
+    (
+        "core.WindowsSecurityContextOptions",
+        &[
+            ("GMSACredentialSpecName", false, "gmsaCredentialSpecName", "*string"),
+            ("GMSACredentialSpec", false, "gmsaCredentialSpec", "*string"),
+            ("RunAsUserName", false, "runAsUserName", "*string"),
+            ("HostProcess", false, "hostProcess", "*bool"),
+        ],
+    ),
+    (
+        "core.SeccompProfile",
+        &[
+            ("Type", false, "type", "string"),
+            ("LocalhostProfile", false, "localhostProfile", "*string"),
+        ],
+    ),
+    (
+        "core.AppArmorProfile",
+        &[
+            ("Type", false, "type", "string"),
+            ("LocalhostProfile", false, "localhostProfile", "*string"),
+        ],
+    ),
+    (
+        "core.EphemeralContainer",
+        &[
+            ("Name", false, "name", "string"),
+            ("Image", false, "image", "string"),
+            ("Command", false, "command", "[]string"),
+            ("Args", false, "args", "[]string"),
+            ("WorkingDir", false, "workingDir", "string"),
+            ("Ports", false, "ports", "[]core.ContainerPort"),
+            ("EnvFrom", false, "envFrom", "[]core.EnvFromSource"),
+            ("Env", false, "env", "[]core.EnvVar"),
+            ("Resources", false, "resources", "core.ResourceRequirements"),
+            ("ResizePolicy", false, "resizePolicy", "[]core.ContainerResizePolicy"),
+            ("RestartPolicy", false, "restartPolicy", "*string"),
+            ("RestartPolicyRules", false, "restartPolicyRules", "[]core.ContainerRestartRule"),
+            ("VolumeMounts", false, "volumeMounts", "[]core.VolumeMount"),
+            ("VolumeDevices", false, "volumeDevices", "[]core.VolumeDevice"),
+            ("LivenessProbe", false, "livenessProbe", "*core.Probe"),
+            ("ReadinessProbe", false, "readinessProbe", "*core.Probe"),
+            ("StartupProbe", false, "startupProbe", "*core.Probe"),
+            ("Lifecycle", false, "lifecycle", "*core.Lifecycle"),
+            ("TerminationMessagePath", false, "terminationMessagePath", "string"),
+            ("TerminationMessagePolicy", false, "terminationMessagePolicy", "string"),
+            ("ImagePullPolicy", false, "imagePullPolicy", "string"),
+            ("SecurityContext", false, "securityContext", "*core.SecurityContext"),
+            ("Stdin", false, "stdin", "bool"),
+            ("StdinOnce", false, "stdinOnce", "bool"),
+            ("TTY", false, "tty", "bool"),
+            ("TargetContainerName", false, "targetContainerName", "string"),
+        ],
+    ),
+    (
+        "core.PodSecurityContext",
+        &[
+            ("HostNetwork", false, "../hostNetwork", "bool"),
+            ("HostPID", false, "../hostPID", "bool"),
+            ("HostIPC", false, "../hostIPC", "bool"),
+            ("ShareProcessNamespace", false, "../shareProcessNamespace", "*bool"),
+            ("HostUsers", false, "../hostUsers", "*bool"),
+            ("SELinuxOptions", false, "seLinuxOptions", "*core.SELinuxOptions"),
+            ("WindowsOptions", false, "windowsOptions", "*core.WindowsSecurityContextOptions"),
+            ("RunAsUser", false, "runAsUser", "*int"),
+            ("RunAsGroup", false, "runAsGroup", "*int"),
+            ("RunAsNonRoot", false, "runAsNonRoot", "*bool"),
+            ("SupplementalGroups", false, "supplementalGroups", "[]int"),
+            ("SupplementalGroupsPolicy", false, "supplementalGroupsPolicy", "*string"),
+            ("FSGroup", false, "fsGroup", "*int"),
+            ("FSGroupChangePolicy", false, "fsGroupChangePolicy", "*string"),
+            ("Sysctls", false, "sysctls", "[]core.Sysctl"),
+            ("SeccompProfile", false, "seccompProfile", "*core.SeccompProfile"),
+            ("AppArmorProfile", false, "appArmorProfile", "*core.AppArmorProfile"),
+            ("SELinuxChangePolicy", false, "seLinuxChangePolicy", "*string"),
+        ],
+    ),
+    (
+        "core.Sysctl",
+        &[
+            ("Name", false, "name", "string"),
+            ("Value", false, "value", "string"),
+        ],
+    ),
+    (
+        "core.Affinity",
+        &[
+            ("NodeAffinity", false, "nodeAffinity", "*core.NodeAffinity"),
+            ("PodAffinity", false, "podAffinity", "*core.PodAffinity"),
+            ("PodAntiAffinity", false, "podAntiAffinity", "*core.PodAntiAffinity"),
+        ],
+    ),
+    (
+        "core.NodeAffinity",
+        &[
+            ("RequiredDuringSchedulingIgnoredDuringExecution", false, "requiredDuringSchedulingIgnoredDuringExecution", "*core.NodeSelector"),
+            ("PreferredDuringSchedulingIgnoredDuringExecution", false, "preferredDuringSchedulingIgnoredDuringExecution", "[]core.PreferredSchedulingTerm"),
+        ],
+    ),
+    (
+        "core.NodeSelector",
+        &[
+            ("NodeSelectorTerms", false, "nodeSelectorTerms", "[]core.NodeSelectorTerm"),
+        ],
+    ),
+    (
+        "core.NodeSelectorTerm",
+        &[
+            ("MatchExpressions", false, "matchExpressions", "[]core.NodeSelectorRequirement"),
+            ("MatchFields", false, "matchFields", "[]core.NodeSelectorRequirement"),
+        ],
+    ),
+    (
+        "core.NodeSelectorRequirement",
+        &[
+            ("Key", false, "key", "string"),
+            ("Operator", false, "operator", "string"),
+            ("Values", false, "values", "[]string"),
+        ],
+    ),
+    (
+        "core.PreferredSchedulingTerm",
+        &[
+            ("Weight", false, "weight", "int"),
+            ("Preference", false, "preference", "core.NodeSelectorTerm"),
+        ],
+    ),
+    (
+        "core.PodAffinity",
+        &[
+            ("RequiredDuringSchedulingIgnoredDuringExecution", false, "requiredDuringSchedulingIgnoredDuringExecution", "[]core.PodAffinityTerm"),
+            ("PreferredDuringSchedulingIgnoredDuringExecution", false, "preferredDuringSchedulingIgnoredDuringExecution", "[]core.WeightedPodAffinityTerm"),
+        ],
+    ),
+    (
+        "core.PodAffinityTerm",
+        &[
+            ("LabelSelector", false, "labelSelector", "*v1.LabelSelector"),
+            ("Namespaces", false, "namespaces", "[]string"),
+            ("TopologyKey", false, "topologyKey", "string"),
+            ("NamespaceSelector", false, "namespaceSelector", "*v1.LabelSelector"),
+            ("MatchLabelKeys", false, "matchLabelKeys", "[]string"),
+            ("MismatchLabelKeys", false, "mismatchLabelKeys", "[]string"),
+        ],
+    ),
+    (
+        "core.WeightedPodAffinityTerm",
+        &[
+            ("Weight", false, "weight", "int"),
+            ("PodAffinityTerm", false, "podAffinityTerm", "core.PodAffinityTerm"),
+        ],
+    ),
+    (
+        "core.PodAntiAffinity",
+        &[
+            ("RequiredDuringSchedulingIgnoredDuringExecution", false, "requiredDuringSchedulingIgnoredDuringExecution", "[]core.PodAffinityTerm"),
+            ("PreferredDuringSchedulingIgnoredDuringExecution", false, "preferredDuringSchedulingIgnoredDuringExecution", "[]core.WeightedPodAffinityTerm"),
+        ],
+    ),
+    (
+        "core.Toleration",
+        &[
+            ("Key", false, "key", "string"),
+            ("Operator", false, "operator", "string"),
+            ("Value", false, "value", "string"),
+            ("Effect", false, "effect", "string"),
+            ("TolerationSeconds", false, "tolerationSeconds", "*int"),
+        ],
+    ),
+    (
+        "core.HostAlias",
+        &[
+            ("IP", false, "ip", "string"),
+            ("Hostnames", false, "hostnames", "[]string"),
+        ],
+    ),
+    (
+        "core.PodDNSConfig",
+        &[
+            ("Nameservers", false, "nameservers", "[]string"),
+            ("Searches", false, "searches", "[]string"),
+            ("Options", false, "options", "[]core.PodDNSConfigOption"),
+        ],
+    ),
+    (
+        "core.PodDNSConfigOption",
+        &[
+            ("Name", false, "name", "string"),
+            ("Value", false, "value", "*string"),
+        ],
+    ),
+    (
+        "core.PodReadinessGate",
+        &[
+            ("ConditionType", false, "conditionType", "string"),
+        ],
+    ),
+    (
+        "core.TopologySpreadConstraint",
+        &[
+            ("MaxSkew", false, "maxSkew", "int"),
+            ("TopologyKey", false, "topologyKey", "string"),
+            ("WhenUnsatisfiable", false, "whenUnsatisfiable", "string"),
+            ("LabelSelector", false, "labelSelector", "*v1.LabelSelector"),
+            ("MinDomains", false, "minDomains", "*int"),
+            ("NodeAffinityPolicy", false, "nodeAffinityPolicy", "*string"),
+            ("NodeTaintsPolicy", false, "nodeTaintsPolicy", "*string"),
+            ("MatchLabelKeys", false, "matchLabelKeys", "[]string"),
+        ],
+    ),
+    (
+        "core.PodOS",
+        &[
+            ("Name", false, "name", "string"),
+        ],
+    ),
+    (
+        "core.PodSchedulingGate",
+        &[
+            ("Name", false, "name", "string"),
+        ],
+    ),
+    (
+        "core.PodResourceClaim",
+        &[
+            ("Name", false, "name", "string"),
+            ("ResourceClaimName", false, "resourceClaimName", "*string"),
+            ("ResourceClaimTemplateName", false, "resourceClaimTemplateName", "*string"),
+        ],
+    ),
+    (
+        "core.PodSchedulingGroup",
+        &[
+            ("PodGroupName", false, "podGroupName", "*string"),
+        ],
+    ),
+    (
+        "core.VolumeNodeAffinity",
+        &[
+            ("Required", false, "required", "*core.NodeSelector"),
+        ],
+    ),
 ];

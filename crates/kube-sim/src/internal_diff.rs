@@ -43,11 +43,22 @@ pub fn semantically_equal(go_type: &str, a: &Value, b: &Value) -> bool {
     marshal_indent(go_type, a, Side::Old) == marshal_indent(go_type, b, Side::Old)
 }
 
+/// Whether a v1 value decodes to Go's nil or zero value where storage's
+/// protobuf drops it: null, an empty list or map.
+pub fn is_go_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(m) => m.is_empty(),
+        _ => false,
+    }
+}
+
 /// `json.MarshalIndent(v, "", " ")` of the internal struct `go_type` whose v1
 /// JSON is `v`.
 pub fn marshal_indent(go_type: &str, v: &Value, side: Side) -> String {
     let mut out = String::new();
-    write_value(&mut out, go_type, Some(v), side, 0);
+    write_value(&mut out, go_type, Some(v), None, side, 0);
     out
 }
 
@@ -82,12 +93,22 @@ fn is_empty(ty: &str, v: Option<&Value>) -> bool {
     }
 }
 
-fn write_value(out: &mut String, ty: &str, v: Option<&Value>, side: Side, depth: usize) {
+/// `parent` is the v1 object holding `v`, where a field whose wire name is
+/// `../name` is found (the conversion moves the pod's host namespace fields
+/// into its security context).
+fn write_value(
+    out: &mut String,
+    ty: &str,
+    v: Option<&Value>,
+    parent: Option<&Value>,
+    side: Side,
+    depth: usize,
+) {
     let v = v.filter(|v| !v.is_null());
     if let Some(elem) = ty.strip_prefix('*') {
         match v {
             None => out.push_str("null"),
-            Some(v) => write_value(out, elem, Some(v), side, depth),
+            Some(v) => write_value(out, elem, Some(v), parent, side, depth),
         }
     } else if let Some(elem) = ty.strip_prefix("[]") {
         match v.and_then(Value::as_array) {
@@ -101,7 +122,7 @@ fn write_value(out: &mut String, ty: &str, v: Option<&Value>, side: Side, depth:
                         out.push(',');
                     }
                     newline(out, depth + 1);
-                    write_value(out, elem, Some(x), side, depth + 1);
+                    write_value(out, elem, Some(x), None, side, depth + 1);
                 }
                 newline(out, depth);
                 out.push(']');
@@ -124,7 +145,7 @@ fn write_value(out: &mut String, ty: &str, v: Option<&Value>, side: Side, depth:
                     newline(out, depth + 1);
                     write_string(out, k);
                     out.push_str(": ");
-                    write_value(out, elem, m.get(k), side, depth + 1);
+                    write_value(out, elem, m.get(k), None, side, depth + 1);
                 }
                 newline(out, depth);
                 out.push('}');
@@ -139,6 +160,12 @@ fn write_value(out: &mut String, ty: &str, v: Option<&Value>, side: Side, depth:
                 "false"
             }),
             "int" => out.push_str(&v.map(Value::to_string).unwrap_or_else(|| "0".into())),
+            // intstr.IntOrString marshals as the one it holds.
+            "intorstring" => match v {
+                Some(Value::String(s)) => write_string(out, s),
+                Some(n @ Value::Number(_)) => out.push_str(&n.to_string()),
+                _ => out.push('0'),
+            },
             "quantity" => {
                 let q = v.and_then(Value::as_str).unwrap_or("0");
                 write_string(
@@ -151,7 +178,26 @@ fn write_value(out: &mut String, ty: &str, v: Option<&Value>, side: Side, depth:
                 let mut first = true;
                 out.push('{');
                 for (key, omitempty, wire, fty) in fields(name) {
-                    let fv = m.and_then(|m| m.get(*wire));
+                    let fv = match wire.strip_prefix("../") {
+                        Some(w) => parent.and_then(|p| p.get(w)),
+                        None => m.and_then(|m| m.get(*wire)),
+                    };
+                    // Convert_v1_PodSpec_To_core_PodSpec always makes a
+                    // security context (for the host namespace fields) and
+                    // takes serviceAccountName from serviceAccount if unset.
+                    let made;
+                    let fv = match (name, *key) {
+                        ("core.PodSpec", "SecurityContext") if fv.is_none_or(Value::is_null) => {
+                            made = Value::Object(Default::default());
+                            Some(&made)
+                        }
+                        ("core.PodSpec", "ServiceAccountName")
+                            if fv.and_then(Value::as_str).unwrap_or("").is_empty() =>
+                        {
+                            m.and_then(|m| m.get("serviceAccount"))
+                        }
+                        _ => fv,
+                    };
                     if *omitempty && is_empty(fty, fv) {
                         continue;
                     }
@@ -162,7 +208,7 @@ fn write_value(out: &mut String, ty: &str, v: Option<&Value>, side: Side, depth:
                     newline(out, depth + 1);
                     write_string(out, key);
                     out.push_str(": ");
-                    write_value(out, fty, fv, side, depth + 1);
+                    write_value(out, fty, fv, v, side, depth + 1);
                 }
                 if !first {
                     newline(out, depth);

@@ -105,44 +105,9 @@ pub fn validate_create(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
     let spec = obj.get("spec");
     match (def.group, def.resource) {
         ("coordination.k8s.io", "leases") => lease_spec(obj, &mut errs),
-        ("", "pods") => containers(spec, "spec", &mut errs),
-        ("", "persistentvolumeclaims") => {
-            if is_empty(spec.and_then(|s| s.get("accessModes"))) {
-                errs.push(required(
-                    "spec.accessModes",
-                    "at least 1 access mode is required",
-                ));
-            }
-            let storage = spec.and_then(|s| s.pointer("/resources/requests/storage"));
-            if is_empty(storage) {
-                errs.push(required("spec.resources[storage]", ""));
-            } else if let Some(q) = storage.and_then(Value::as_str)
-                && crate::cluster::util::parse_quantity(q).is_some_and(|v| v <= 0.0)
-            {
-                // ValidatePositiveQuantityValue, the quantity as it marshals.
-                errs.push(FieldError::invalid(
-                    "spec.resources[storage]",
-                    json!(q),
-                    "must be greater than zero",
-                ));
-            }
-            claim_data_sources(spec, &mut errs);
-        }
-        ("", "persistentvolumes") => {
-            if is_empty(spec.and_then(|s| s.get("capacity"))) {
-                errs.push(required("spec.capacity", ""));
-            }
-            if is_empty(spec.and_then(|s| s.get("accessModes"))) {
-                errs.push(required("spec.accessModes", ""));
-            }
-            let sources = PV_SOURCES
-                .iter()
-                .filter(|k| spec.and_then(|s| s.get(**k)).is_some_and(|v| !v.is_null()))
-                .count();
-            if sources == 0 {
-                errs.push(required("spec", "must specify a volume type"));
-            }
-        }
+        ("", "pods") => pod_spec(spec, &mut errs),
+        ("", "persistentvolumeclaims") => claim_spec(spec, &mut errs),
+        ("", "persistentvolumes") => volume_spec(spec, &mut errs),
         ("", "services") => {
             let ty = spec
                 .and_then(|s| s.get("type"))
@@ -193,6 +158,72 @@ fn decoded_len(v: &Value) -> usize {
         .unwrap_or(s.len())
 }
 
+/// `ValidatePersistentVolumeClaimSpec`'s emulated part (on create and, as
+/// `ValidatePersistentVolumeClaimUpdate` runs it first, on update).
+fn claim_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
+    if is_empty(spec.and_then(|s| s.get("accessModes"))) {
+        errs.push(required(
+            "spec.accessModes",
+            "at least 1 access mode is required",
+        ));
+    }
+    let storage = spec.and_then(|s| s.pointer("/resources/requests/storage"));
+    if is_empty(storage) {
+        errs.push(required("spec.resources[storage]", ""));
+    } else if let Some(q) = storage.and_then(Value::as_str)
+        && crate::cluster::util::parse_quantity(q).is_some_and(|v| v <= 0.0)
+    {
+        // ValidatePositiveQuantityValue, the quantity as it marshals.
+        errs.push(FieldError::invalid(
+            "spec.resources[storage]",
+            json!(q),
+            "must be greater than zero",
+        ));
+    }
+    claim_data_sources(spec, errs);
+}
+
+/// `ValidatePersistentVolumeSpec`'s emulated part (on create and, as
+/// `ValidatePersistentVolumeUpdate` runs it first, on update).
+fn volume_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
+    let capacity = spec
+        .and_then(|s| s.get("capacity"))
+        .and_then(Value::as_object);
+    if capacity.is_none_or(|c| c.is_empty()) {
+        errs.push(required("spec.capacity", ""));
+    }
+    if capacity.is_none_or(|c| !c.contains_key("storage") || c.len() > 1) {
+        // The value is the map as JSON (keys sorted), null when empty.
+        let value = match capacity {
+            Some(c) if !c.is_empty() => {
+                let mut keys: Vec<&String> = c.keys().collect();
+                keys.sort();
+                Value::Object(
+                    keys.into_iter()
+                        .map(|k| (k.clone(), c[k].clone()))
+                        .collect(),
+                )
+            }
+            _ => Value::Null,
+        };
+        errs.push(FieldError::not_supported(
+            "spec.capacity",
+            value,
+            &["storage"],
+        ));
+    }
+    if is_empty(spec.and_then(|s| s.get("accessModes"))) {
+        errs.push(required("spec.accessModes", ""));
+    }
+    let sources = PV_SOURCES
+        .iter()
+        .filter(|k| spec.and_then(|s| s.get(**k)).is_some_and(|v| !v.is_null()))
+        .count();
+    if sources == 0 {
+        errs.push(required("spec", "must specify a volume type"));
+    }
+}
+
 /// The size limits of `ValidateConfigMap` (data plus binaryData, the error
 /// on the whole object, path `[]`) and `ValidateSecret` (data, path `data`).
 fn data_size(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
@@ -231,6 +262,7 @@ pub fn validate_update(def: &ResourceDef, new: &Value, old: &Value) -> Vec<Field
         ("coordination.k8s.io", "leases") => lease_spec(new, &mut errs),
         ("", "persistentvolumeclaims") => pvc_update(new, old, &mut errs),
         ("", "persistentvolumes") => pv_update(new, old, &mut errs),
+        ("", "pods") => pod_update(new, old, &mut errs),
         ("", "services") => {
             let lb =
                 |s: &Value| s.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer");
@@ -397,7 +429,8 @@ fn storage_request(pvc: &Value) -> Option<f64> {
         .and_then(crate::cluster::util::parse_quantity)
 }
 
-/// `ValidatePersistentVolumeClaimUpdate`: the spec is immutable except
+/// `ValidatePersistentVolumeClaimUpdate`: the new claim's spec validation,
+/// then the spec is immutable except
 /// a first `volumeName`, a first `storageClassName`, and for a bound claim
 /// its storage request and `volumeAttributesClassName`; a request may
 /// shrink only down to above `status.capacity`; `volumeMode` is immutable.
@@ -405,9 +438,8 @@ fn storage_request(pvc: &Value) -> Option<f64> {
 /// as upstream compares them (after those exceptions).
 fn pvc_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
     const BETA_CLASS: &str = "volume.beta.kubernetes.io/storage-class";
-    // ValidatePersistentVolumeClaim comes first (only its data source
-    // rules are emulated on update).
-    claim_data_sources(new.get("spec"), errs);
+    // ValidatePersistentVolumeClaim of the new claim comes first.
+    claim_spec(new.get("spec"), errs);
     // The clones upstream compares, as v1 JSON, nulls as absent.
     let raw = |v: &Value| {
         let mut m = v
@@ -491,10 +523,12 @@ fn pvc_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
         .and_then(Value::as_str)
         .and_then(crate::cluster::util::parse_quantity)
         .unwrap_or(0.0);
-    if let (Some(new_size), Some(old_size)) = (storage_request(new), storage_request(old))
-        && new_size < old_size
-        && new_size <= status_size
-    {
+    // A missing request is a zero Quantity.
+    let (new_size, old_size) = (
+        storage_request(new).unwrap_or(0.0),
+        storage_request(old).unwrap_or(0.0),
+    );
+    if new_size < old_size && new_size <= status_size {
         // RecoverVolumeExpansionFailure (GA): down to above the capacity.
         errs.push(FieldError::forbidden(
             "spec.resources.requests.storage",
@@ -512,10 +546,293 @@ fn pvc_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
     }
 }
 
-/// `ValidatePersistentVolumeUpdate`: the volume source is immutable (but
-/// for a first `csi.controllerExpandSecretRef`), with `diff.Diff` of the
-/// internal `PersistentVolumeSource`s; `volumeMode` is immutable.
+/// `updatablePodSpecFields` as the spec error lists them.
+const UPDATABLE_POD_SPEC_FIELDS: &str = "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
+
+/// `validatePodMetadataAndSpec`'s emulated part, on create and update: the
+/// containers' required fields, `activeDeadlineSeconds` from 1 to MaxInt32
+/// (ValidatePodSpec), and images without surrounding whitespace
+/// (validateContainersOnlyForPod: not for templates).
+fn pod_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
+    containers(spec, "spec", errs);
+    if let Some(d) = spec
+        .and_then(|s| s.get("activeDeadlineSeconds"))
+        .and_then(Value::as_i64)
+        && !(1..=i64::from(i32::MAX)).contains(&d)
+    {
+        errs.push(FieldError::invalid(
+            "spec.activeDeadlineSeconds",
+            json!(d),
+            format!("must be between 1 and {}, inclusive", i32::MAX),
+        ));
+    }
+    for key in ["containers", "initContainers"] {
+        let list = spec.and_then(|s| s.get(key)).and_then(Value::as_array);
+        for (i, c) in list.into_iter().flatten().enumerate() {
+            let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+            if image.trim().len() != image.len() {
+                errs.push(FieldError::invalid(
+                    &format!("spec.{key}[{i}].image"),
+                    json!(image),
+                    "must not have leading or trailing whitespace",
+                ));
+            }
+        }
+    }
+}
+
+/// A v1 object's fields with the nulls dropped (an absent field and a null
+/// one are the same nil in the internal struct).
+fn without_nulls(v: &Value) -> serde_json::Map<String, Value> {
+    let mut m = v.as_object().cloned().unwrap_or_default();
+    m.retain(|_, v| !v.is_null());
+    m
+}
+
+/// `ValidatePodUpdate` (pkg/apis/core/validation) past the metadata: the
+/// containers' required fields, no container added or removed, images
+/// without surrounding whitespace, `activeDeadlineSeconds` only set or
+/// lowered, tolerations only added (or their seconds changed), scheduling
+/// gates only removed, and for a gated pod nodeSelector entries only added;
+/// any other change to the spec is refused with `diff.Diff` of the old spec
+/// and the new one with those fields taken from the old. (The node
+/// affinity of a gated pod may change: upstream's additions-only rule for
+/// its terms is not emulated.)
+fn pod_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
+    const SPEC: &str = "core.PodSpec";
+    let empty = json!({});
+    let new_spec = new.get("spec").filter(|s| s.is_object()).unwrap_or(&empty);
+    let old_spec = old.get("spec").filter(|s| s.is_object()).unwrap_or(&empty);
+    pod_spec(Some(new_spec), errs);
+    let list = |s: &Value, k: &str| -> Vec<Value> {
+        s.get(k)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    // ValidateContainerUpdates.
+    for key in ["containers", "initContainers"] {
+        let (n, o) = (list(new_spec, key), list(old_spec, key));
+        if n.len() != o.len() {
+            errs.push(FieldError::forbidden(
+                &format!("spec.{key}"),
+                "pod updates may not add or remove containers",
+            ));
+            return;
+        }
+        for (i, c) in n.iter().enumerate() {
+            let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+            let path = format!("spec.{key}[{i}].image");
+            if image.is_empty() {
+                errs.push(required(&path, ""));
+            }
+            if image.trim().len() != image.len() {
+                errs.push(FieldError::invalid(
+                    &path,
+                    json!(image),
+                    "must not have leading or trailing whitespace",
+                ));
+            }
+        }
+    }
+    const ADS: &str = "spec.activeDeadlineSeconds";
+    let deadline = |s: &Value| s.get("activeDeadlineSeconds").and_then(Value::as_i64);
+    match (deadline(new_spec), deadline(old_spec)) {
+        (Some(n), _) if n < 0 || n > i64::from(i32::MAX) => {
+            errs.push(FieldError::invalid(
+                ADS,
+                json!(n),
+                format!("must be between 0 and {}, inclusive", i32::MAX),
+            ));
+            return;
+        }
+        (Some(n), Some(o)) if o < n => {
+            errs.push(FieldError::invalid(
+                ADS,
+                json!(n),
+                "must be less than or equal to previous value",
+            ));
+            return;
+        }
+        (None, Some(_)) => errs.push(FieldError::invalid(
+            ADS,
+            Value::Null,
+            "must not update from a positive integer to nil value",
+        )),
+        _ => {}
+    }
+    // validateOnlyAddedTolerations: each old toleration is still there,
+    // but for its tolerationSeconds.
+    let new_tolerations = list(new_spec, "tolerations");
+    // Compared as internal structs: an absent string is an empty one.
+    let toleration = |t: &Value| {
+        let mut m = without_nulls(t);
+        m.retain(|_, v| v.as_str() != Some(""));
+        m.remove("tolerationSeconds");
+        m
+    };
+    if list(old_spec, "tolerations").iter().any(|o| {
+        !new_tolerations
+            .iter()
+            .any(|n| toleration(n) == toleration(o))
+    }) {
+        errs.push(FieldError::forbidden(
+            "spec.tolerations",
+            "existing toleration can not be modified except its tolerationSeconds",
+        ));
+    }
+    // validateOnlyDeletedSchedulingGates.
+    let gate_names = |s: &Value| -> Vec<String> {
+        list(s, "schedulingGates")
+            .iter()
+            .map(|g| {
+                g.get("name")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect()
+    };
+    let old_gates = gate_names(old_spec);
+    let mut added: Vec<(usize, String)> = Vec::new();
+    for (i, g) in gate_names(new_spec).into_iter().enumerate() {
+        // A name given twice counts at its last index (a Go map).
+        added.retain(|(_, n)| *n != g);
+        if !old_gates.contains(&g) {
+            added.push((i, g));
+        }
+    }
+    for (i, g) in added {
+        errs.push(FieldError::forbidden(
+            &format!("spec.schedulingGates[{i}].name"),
+            format!("only deletion is allowed, but found new scheduling gate '{g}'"),
+        ));
+    }
+    if crate::internal_diff::semantically_equal(SPEC, new_spec, old_spec) {
+        return;
+    }
+    // The new spec with the mutable fields taken from the old one.
+    let mut munged = without_nulls(new_spec);
+    let old_m = without_nulls(old_spec);
+    for key in ["containers", "initContainers"] {
+        if let Some(Value::Array(cs)) = munged.get_mut(key) {
+            let olds = list(old_spec, key);
+            for (c, o) in cs.iter_mut().zip(olds.iter()) {
+                if let Some(c) = c.as_object_mut() {
+                    match o.get("image") {
+                        Some(i) => c.insert("image".into(), i.clone()),
+                        None => c.remove("image"),
+                    };
+                }
+            }
+        }
+    }
+    // Copied from the old object: absent where the old one is empty (a
+    // nil slice, as decoded from storage).
+    let take_old = |munged: &mut serde_json::Map<String, Value>, key: &str| {
+        match old_m
+            .get(key)
+            .filter(|v| !crate::internal_diff::is_go_empty(v))
+        {
+            Some(v) => munged.insert(key.into(), v.clone()),
+            None => munged.remove(key),
+        };
+    };
+    for key in ["activeDeadlineSeconds", "schedulingGates", "tolerations"] {
+        take_old(&mut munged, key);
+    }
+    let tgps = |m: &serde_json::Map<String, Value>| {
+        m.get("terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+    };
+    if tgps(&old_m).is_some_and(|o| o < 0) && tgps(&munged) == Some(1) {
+        take_old(&mut munged, "terminationGracePeriodSeconds");
+    }
+    if !old_gates.is_empty() {
+        // A gated pod: additions to nodeSelector are allowed, and changes
+        // to its node affinity.
+        let selector = |m: &serde_json::Map<String, Value>| {
+            m.get("nodeSelector")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let (new_sel, old_sel) = (selector(&munged), selector(&old_m));
+        if new_sel != old_sel {
+            if old_sel.iter().any(|(k, v)| new_sel.get(k) != Some(v)) {
+                // Printed as JSON, keys sorted as encoding/json sorts a map's.
+                let mut sorted: Vec<(&String, &Value)> = new_sel.iter().collect();
+                sorted.sort_by(|a, b| a.0.cmp(b.0));
+                errs.push(FieldError::invalid(
+                    "spec.nodeSelector",
+                    Value::Object(
+                        sorted
+                            .into_iter()
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect(),
+                    ),
+                    "only additions to spec.nodeSelector are allowed (no mutations or deletions)",
+                ));
+            }
+            take_old(&mut munged, "nodeSelector");
+        }
+        let old_na = old_m
+            .get("affinity")
+            .and_then(|a| a.get("nodeAffinity"))
+            .filter(|v| !v.is_null());
+        let new_affinity = munged.get("affinity").filter(|v| !v.is_null()).cloned();
+        let new_na = new_affinity
+            .as_ref()
+            .and_then(|a| a.get("nodeAffinity"))
+            .filter(|v| !v.is_null());
+        if old_na != new_na {
+            let other = |a: &Value| {
+                ["podAffinity", "podAntiAffinity"]
+                    .iter()
+                    .any(|k| a.get(*k).is_some_and(|v| !v.is_null()))
+            };
+            match (&new_affinity, old_na) {
+                (None, None) => {}
+                (None, Some(o)) => {
+                    munged.insert("affinity".into(), json!({"nodeAffinity": o}));
+                }
+                (Some(a), _) if old_m.get("affinity").is_none() && !other(a) => {
+                    munged.remove("affinity");
+                }
+                (Some(a), o) => {
+                    let mut a = without_nulls(a);
+                    match o {
+                        Some(o) => a.insert("nodeAffinity".into(), o.clone()),
+                        None => a.remove("nodeAffinity"),
+                    };
+                    munged.insert("affinity".into(), Value::Object(a));
+                }
+            }
+        }
+    }
+    let munged = Value::Object(munged);
+    if !crate::internal_diff::semantically_equal(SPEC, &munged, old_spec) {
+        errs.push(FieldError::forbidden(
+            "spec",
+            format!(
+                "pod updates may not change fields other than {UPDATABLE_POD_SPEC_FIELDS}\n{}",
+                crate::internal_diff::diff(SPEC, old_spec, &munged)
+            ),
+        ));
+    }
+}
+
+/// `ValidatePersistentVolumeUpdate`: the new volume's spec validation, then
+/// the volume source is immutable (but for a first
+/// `csi.controllerExpandSecretRef`), with `diff.Diff` of the internal
+/// `PersistentVolumeSource`s; `volumeMode` is immutable, so is a node
+/// affinity once set, and a volumeAttributesClassName may not be removed.
 fn pv_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
+    // The strategy's ValidateUpdate runs ValidatePersistentVolume of the
+    // new volume, and ValidatePersistentVolumeUpdate runs it again: its
+    // errors come twice (the message names each once).
+    volume_spec(new.get("spec"), errs);
+    volume_spec(new.get("spec"), errs);
     let source = |v: &Value| {
         let mut m = serde_json::Map::new();
         if let Some(spec) = v.get("spec").and_then(Value::as_object) {
@@ -559,6 +876,101 @@ fn pv_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
             "field is immutable",
         ));
     }
+    // The MutablePVNodeAffinity gate is off (alpha in 1.36): a node
+    // affinity once set may only move its requirements' keys from a beta
+    // label to the GA one.
+    let affinity = |v: &Value| {
+        v.pointer("/spec/nodeAffinity")
+            .filter(|a| !a.is_null())
+            .cloned()
+    };
+    if let Some(old_a) = affinity(old) {
+        const AFFINITY: &str = "core.VolumeNodeAffinity";
+        let new_a = affinity(new);
+        let equal = new_a.as_ref().is_some_and(|n| {
+            crate::internal_diff::semantically_equal(AFFINITY, n, &beta_keys_to_ga(&old_a, n))
+        });
+        if !equal {
+            // The value is json.Marshal of the internal struct.
+            let value = match &new_a {
+                None => Value::Null,
+                Some(n) => serde_json::from_str(&crate::internal_diff::marshal_indent(
+                    AFFINITY,
+                    n,
+                    crate::internal_diff::Side::New,
+                ))
+                .unwrap_or(Value::Null),
+            };
+            errs.push(FieldError::invalid(
+                "nodeAffinity",
+                value,
+                "field is immutable, except for updating from beta label to GA",
+            ));
+        }
+    }
+    let class = |v: &Value| {
+        v.pointer("/spec/volumeAttributesClassName")
+            .filter(|c| !c.is_null())
+            .cloned()
+    };
+    if class(old).is_some() && class(new).is_none() {
+        errs.push(FieldError::forbidden(
+            "spec.volumeAttributesClassName",
+            "update from non-nil value to nil is forbidden",
+        ));
+    }
+}
+
+/// The old volume node affinity with each requirement's key replaced by
+/// the new one's at the same place where that is its GA label
+/// (`getMaskNodeSelectorLabelChangeEqualities`).
+fn beta_keys_to_ga(old: &Value, new: &Value) -> Value {
+    const BETA_TO_GA: &[(&str, &str)] = &[
+        (
+            "failure-domain.beta.kubernetes.io/zone",
+            "topology.kubernetes.io/zone",
+        ),
+        (
+            "failure-domain.beta.kubernetes.io/region",
+            "topology.kubernetes.io/region",
+        ),
+        ("beta.kubernetes.io/os", "kubernetes.io/os"),
+        ("beta.kubernetes.io/arch", "kubernetes.io/arch"),
+        (
+            "beta.kubernetes.io/instance-type",
+            "node.kubernetes.io/instance-type",
+        ),
+    ];
+    let mut out = old.clone();
+    let terms = |v: &Value| {
+        v.pointer("/required/nodeSelectorTerms")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let new_terms = terms(new);
+    if let Some(Value::Array(ts)) = out.pointer_mut("/required/nodeSelectorTerms") {
+        for (t, nt) in ts.iter_mut().zip(new_terms.iter()) {
+            for list in ["matchExpressions", "matchFields"] {
+                let new_reqs = nt.get(list).and_then(Value::as_array);
+                let Some(Value::Array(reqs)) = t.get_mut(list) else {
+                    continue;
+                };
+                for (r, nr) in reqs.iter_mut().zip(new_reqs.into_iter().flatten()) {
+                    let (Some(ok), Some(nk)) = (
+                        r.get("key").and_then(Value::as_str),
+                        nr.get("key").and_then(Value::as_str),
+                    ) else {
+                        continue;
+                    };
+                    if ok != nk && BETA_TO_GA.iter().any(|(b, g)| *b == ok && *g == nk) {
+                        r["key"] = json!(nk);
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 /// `ValidatePersistentVolumeClaimSpec`'s data source rules: `dataSource`

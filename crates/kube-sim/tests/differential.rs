@@ -1544,3 +1544,207 @@ async fn merge_patch_prunes_nulls_in_new_values() {
     })
     .await;
 }
+
+/// `ValidatePodUpdate` allows a change to a pod's spec only in its mutable
+/// fields (images, a lower activeDeadlineSeconds, added tolerations,
+/// removed scheduling gates, and for a gated pod added nodeSelector entries
+/// and its node affinity); any other change is refused with `spec:
+/// Forbidden: pod updates may not change fields other than ...` and
+/// `diff.Diff` of the old internal PodSpec and the new one with the mutable
+/// fields taken from the old, compared whole. Each change below provokes
+/// its own answer.
+#[tokio::test]
+async fn pod_spec_update_rules() {
+    differential("podupd", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let pods = format!("/api/v1/namespaces/{}/pods", ctx.ns);
+        // The service account and preemption policy that kube-sim's
+        // admission and the real server's would fill in differently, and the
+        // probe's and the ephemeral container's defaults, are given, and no
+        // container port (the default hostPort of a host-network pod):
+        // defaults are compared elsewhere.
+        let pod = json!({"metadata": {"name": "p"}, "spec": {
+            "serviceAccountName": "default", "preemptionPolicy": "PreemptLowerPriority",
+            "activeDeadlineSeconds": 100,
+            "initContainers": [{"name": "init", "image": "busybox"}],
+            "containers": [
+                {"name": "a", "image": "busybox"},
+                {"name": "b", "image": "busybox",
+                    "readinessProbe": {"httpGet": {"path": "/", "port": "http", "scheme": "HTTP"},
+                        "timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1,
+                        "failureThreshold": 3}},
+            ],
+            "tolerations": [{"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}]}});
+        let r = post(c, &pods, &pod).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let path = format!("{pods}/p");
+        // The mutable fields.
+        for (label, kind, body) in [
+            ("image", "strategic", json!({"spec": {"containers": [{"name": "a", "image": "nginx"}]}}).to_string()),
+            ("init image", "strategic", json!({"spec": {"initContainers": [{"name": "init", "image": "nginx"}]}}).to_string()),
+            ("deadline lowered", "merge", json!({"spec": {"activeDeadlineSeconds": 50}}).to_string()),
+            ("toleration added", "json", r#"[{"op":"add","path":"/spec/tolerations/-","value":{"key":"x","operator":"Exists"}}]"#.to_string()),
+            ("toleration seconds", "json", r#"[{"op":"add","path":"/spec/tolerations/-","value":{"key":"n","operator":"Exists","effect":"NoExecute","tolerationSeconds":5}}]"#.to_string()),
+        ] {
+            let r = patch(c, &path, kind, &body).await;
+            assert_eq!(r.code, 200, "{label}: {:?}", r.body);
+            t.note(label, json!({"images": [&r.body["spec"]["initContainers"][0]["image"],
+                &r.body["spec"]["containers"][0]["image"]],
+                "deadline": &r.body["spec"]["activeDeadlineSeconds"],
+                "tolerations": &r.body["spec"]["tolerations"]}));
+        }
+        // A toleration compares as the internal struct: an empty value is
+        // an absent one.
+        let r = patch(c, &path, "json", r#"[{"op":"add","path":"/spec/tolerations/3/value","value":""}]"#).await;
+        assert_eq!(r.code, 200, "{:?}", r.body);
+        t.note("toleration with an empty value", json!(r.code));
+        // Everything else.
+        for (label, kind, body) in [
+            ("restart policy", "merge", json!({"spec": {"restartPolicy": "Never"}}).to_string()),
+            ("node name", "merge", json!({"spec": {"nodeName": "node-1"}}).to_string()),
+            ("node selector", "merge", json!({"spec": {"nodeSelector": {"zone": "a"}}}).to_string()),
+            ("host network", "merge", json!({"spec": {"hostNetwork": true}}).to_string()),
+            ("security context", "merge", json!({"spec": {"securityContext": {"runAsUser": 1000}}}).to_string()),
+            ("service account", "merge", json!({"spec": {"serviceAccountName": "other"}}).to_string()),
+            ("container command", "strategic", json!({"spec": {"containers": [{"name": "a", "command": ["sh", "-c", "true"]}]}}).to_string()),
+            ("container env", "strategic", json!({"spec": {"containers": [{"name": "b", "env": [{"name": "E", "value": "<1>"}]}]}}).to_string()),
+            ("probe port", "json", r#"[{"op":"replace","path":"/spec/containers/1/readinessProbe/httpGet/port","value":8080}]"#.to_string()),
+            ("image and command", "json", r#"[{"op":"replace","path":"/spec/containers/0/image","value":"redis"},{"op":"add","path":"/spec/containers/0/args","value":["x"]}]"#.to_string()),
+            ("volume", "merge", json!({"spec": {"volumes": [{"name": "v", "emptyDir": {}}]}}).to_string()),
+            ("ephemeral container", "merge", json!({"spec": {"ephemeralContainers": [{"name": "dbg", "image": "busybox",
+                "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+                "imagePullPolicy": "Always"}]}}).to_string()),
+            ("container added", "strategic", json!({"spec": {"containers": [{"name": "c", "image": "busybox"}]}}).to_string()),
+            ("init container removed", "json", r#"[{"op":"remove","path":"/spec/initContainers/0"}]"#.to_string()),
+            ("image with spaces", "strategic", json!({"spec": {"containers": [{"name": "a", "image": " nginx "}]}}).to_string()),
+            ("image removed", "json", r#"[{"op":"remove","path":"/spec/containers/0/image"}]"#.to_string()),
+            ("deadline raised", "merge", json!({"spec": {"activeDeadlineSeconds": 500}}).to_string()),
+            ("deadline negative", "merge", json!({"spec": {"activeDeadlineSeconds": -1}}).to_string()),
+            ("deadline removed", "json", r#"[{"op":"remove","path":"/spec/activeDeadlineSeconds"}]"#.to_string()),
+            ("toleration changed", "json", r#"[{"op":"replace","path":"/spec/tolerations/0/value","value":"w"}]"#.to_string()),
+            ("scheduling gate added", "merge", json!({"spec": {"schedulingGates": [{"name": "g"}]}}).to_string()),
+            ("several", "merge", json!({"spec": {"restartPolicy": "OnFailure", "hostname": "h", "priority": 5,
+                "dnsPolicy": "Default"}}).to_string()),
+        ] {
+            let r = patch(c, &path, kind, &body).await;
+            assert_eq!(r.code, 422, "{label}: {:?}", r.body);
+            t.reply(label, &r);
+        }
+        // A PUT of the pod as read, with a change.
+        let mut got = get(c, &path).await.body;
+        got["spec"]["subdomain"] = json!("sub");
+        let r = put(c, &path, &got).await;
+        assert_eq!(r.code, 422, "{:?}", r.body);
+        t.reply("PUT", &r);
+
+        // A gated pod: its gates may only go, its nodeSelector may only
+        // grow, its node affinity may change.
+        let gated = json!({"metadata": {"name": "g"}, "spec": {
+            "serviceAccountName": "default", "preemptionPolicy": "PreemptLowerPriority",
+            "schedulingGates": [{"name": "one"}, {"name": "two"}],
+            "nodeSelector": {"zone": "a"},
+            "containers": [{"name": "a", "image": "busybox"}]}});
+        let r = post(c, &pods, &gated).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let g = format!("{pods}/g");
+        for (label, code, body) in [
+            ("gate removed", 200, json!({"spec": {"schedulingGates": [{"name": "one"}]}})),
+            ("selector grown", 200, json!({"spec": {"nodeSelector": {"disk": "ssd"}}})),
+            ("selector changed", 422, json!({"spec": {"nodeSelector": {"zone": "b"}}})),
+            ("node affinity", 200, json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}}}})),
+            ("gate added back", 422, json!({"spec": {"schedulingGates": [{"name": "one"}, {"name": "three"}]}})),
+            ("gated restart policy", 422, json!({"spec": {"restartPolicy": "Never"}})),
+        ] {
+            let r = patch(c, &g, "merge", &body.to_string()).await;
+            assert_eq!(r.code, code, "{label}: {:?}", r.body);
+            if code == 200 {
+                t.note(label, json!({"gates": &r.body["spec"]["schedulingGates"],
+                    "selector": &r.body["spec"]["nodeSelector"],
+                    "affinity": &r.body["spec"]["affinity"]}));
+            } else {
+                t.reply(label, &r);
+            }
+        }
+        t
+    })
+    .await;
+}
+
+/// `ValidatePersistentVolumeUpdate` runs the new volume's spec validation
+/// first, keeps a node affinity once set (the MutablePVNodeAffinity gate is
+/// off in 1.36: only a beta label key may become its GA one) and a
+/// volumeAttributesClassName; `ValidatePersistentVolumeClaimUpdate` runs the
+/// new claim's spec validation first too.
+#[tokio::test]
+async fn volume_and_claim_update_validation() {
+    differential("pvupd", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let terms = |key: &str, values: &[&str]| json!({"required": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": key, "operator": "In", "values": values}]}]}});
+        let (pinned, beta, free, classed) =
+            (ctx.unique("pinned"), ctx.unique("beta"), ctx.unique("free"), ctx.unique("classed"));
+        for (name, extra) in [
+            (&pinned, json!({"hostPath": {"path": "/data/p"}, "nodeAffinity": terms("kubernetes.io/hostname", &["n1"])})),
+            (&beta, json!({"hostPath": {"path": "/data/b"},
+                "nodeAffinity": terms("failure-domain.beta.kubernetes.io/zone", &["z1"])})),
+            (&free, json!({"hostPath": {"path": "/data/f"}})),
+            (&classed, json!({"csi": {"driver": "d.example.com", "volumeHandle": "h"},
+                "volumeAttributesClassName": "gold"})),
+        ] {
+            let mut pv = json!({"metadata": {"name": name}, "spec": {"capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"], "storageClassName": ""}});
+            for (k, v) in extra.as_object().into_iter().flatten() {
+                pv["spec"][k] = v.clone();
+            }
+            let r = post(c, "/api/v1/persistentvolumes", &pv).await;
+            assert_eq!(r.code, 201, "{name}: {:?}", r.body);
+        }
+        let path = |n: &str| format!("/api/v1/persistentvolumes/{n}");
+        for (label, name, code, kind, body) in [
+            ("capacity removed", &free, 422, "json", r#"[{"op":"remove","path":"/spec/capacity"}]"#.to_string()),
+            ("access modes removed", &free, 422, "json", r#"[{"op":"remove","path":"/spec/accessModes"}]"#.to_string()),
+            ("source removed", &free, 422, "json", r#"[{"op":"remove","path":"/spec/hostPath"}]"#.to_string()),
+            ("affinity changed", &pinned, 422, "merge", json!({"spec": {"nodeAffinity": terms("kubernetes.io/hostname", &["n2"])}}).to_string()),
+            ("affinity removed", &pinned, 422, "merge", json!({"spec": {"nodeAffinity": null}}).to_string()),
+            ("affinity term added", &pinned, 422, "json", r#"[{"op":"add","path":"/spec/nodeAffinity/required/nodeSelectorTerms/-","value":{"matchExpressions":[{"key":"zone","operator":"Exists"}]}}]"#.to_string()),
+            ("beta key to another", &beta, 422, "json", r#"[{"op":"replace","path":"/spec/nodeAffinity/required/nodeSelectorTerms/0/matchExpressions/0/key","value":"topology.kubernetes.io/region"}]"#.to_string()),
+            ("beta key to GA", &beta, 200, "json", r#"[{"op":"replace","path":"/spec/nodeAffinity/required/nodeSelectorTerms/0/matchExpressions/0/key","value":"topology.kubernetes.io/zone"}]"#.to_string()),
+            ("first affinity", &free, 200, "merge", json!({"spec": {"nodeAffinity": terms("kubernetes.io/hostname", &["n1"])}}).to_string()),
+            ("first affinity changed", &free, 422, "merge", json!({"spec": {"nodeAffinity": terms("kubernetes.io/hostname", &["n3"])}}).to_string()),
+            ("attributes class removed", &classed, 422, "json", r#"[{"op":"remove","path":"/spec/volumeAttributesClassName"}]"#.to_string()),
+            ("attributes class changed", &classed, 200, "merge", json!({"spec": {"volumeAttributesClassName": "silver"}}).to_string()),
+        ] {
+            let r = patch(c, &path(name), kind, &body).await;
+            assert_eq!(r.code, code, "{label}: {:?}", r.body);
+            if code == 200 {
+                t.note(label, json!({"affinity": &r.body["spec"]["nodeAffinity"],
+                    "class": &r.body["spec"]["volumeAttributesClassName"]}));
+            } else {
+                t.reply(label, &r);
+            }
+        }
+        for n in [&pinned, &beta, &free, &classed] {
+            let _ = delete(c, &path(n)).await;
+        }
+
+        let claims = format!("/api/v1/namespaces/{}/persistentvolumeclaims", ctx.ns);
+        let r = post(c, &claims, &json!({"metadata": {"name": "c"}, "spec": {"storageClassName": "fast",
+            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let claim = format!("{claims}/c");
+        for (label, body) in [
+            ("claim access modes removed", r#"[{"op":"remove","path":"/spec/accessModes"}]"#),
+            ("claim request removed", r#"[{"op":"remove","path":"/spec/resources/requests"}]"#),
+            ("claim data source mismatch", r#"[{"op":"add","path":"/spec/dataSource","value":{"kind":"PersistentVolumeClaim","name":"a"}},{"op":"add","path":"/spec/dataSourceRef","value":{"kind":"PersistentVolumeClaim","name":"b"}}]"#),
+        ] {
+            let r = patch(c, &claim, "json", body).await;
+            assert_eq!(r.code, 422, "{label}: {:?}", r.body);
+            t.reply(label, &r);
+        }
+        t
+    })
+    .await;
+}

@@ -21,6 +21,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/kubernetes/pkg/apis/core"
 )
 
@@ -28,6 +29,19 @@ import (
 var roots = [][2]reflect.Type{
 	{reflect.TypeFor[core.PersistentVolumeClaimSpec](), reflect.TypeFor[v1.PersistentVolumeClaimSpec]()},
 	{reflect.TypeFor[core.PersistentVolumeSource](), reflect.TypeFor[v1.PersistentVolumeSource]()},
+	{reflect.TypeFor[core.PodSpec](), reflect.TypeFor[v1.PodSpec]()},
+	{reflect.TypeFor[core.VolumeNodeAffinity](), reflect.TypeFor[v1.VolumeNodeAffinity]()},
+}
+
+// Internal fields whose v1 counterpart sits in the enclosing struct: the
+// conversion moves the pod's host namespace fields into its security
+// context. Their wire name is written "../name".
+var fromParent = map[string]bool{
+	"core.PodSecurityContext.HostNetwork":           true,
+	"core.PodSecurityContext.HostPID":               true,
+	"core.PodSecurityContext.HostIPC":               true,
+	"core.PodSecurityContext.ShareProcessNamespace": true,
+	"core.PodSecurityContext.HostUsers":             true,
 }
 
 type field struct {
@@ -48,6 +62,8 @@ func typeName(internal, wire reflect.Type) string {
 		return "quantity"
 	case internal == reflect.TypeFor[metav1.Time]():
 		return "time"
+	case internal == reflect.TypeFor[intstr.IntOrString]():
+		return "intorstring"
 	}
 	switch internal.Kind() {
 	case reflect.String:
@@ -79,6 +95,13 @@ func walk(internal, wire reflect.Type) {
 	}
 	structs[name] = nil
 	order = append(order, name)
+	structs[name] = fields(name, internal, wire)
+}
+
+// fields lists a struct's fields as encoding/json writes them: an embedded
+// struct without a json name (core.Probe's ProbeHandler) has its fields
+// promoted in place, as v1's `json:",inline"` does on the wire.
+func fields(name string, internal, wire reflect.Type) []field {
 	var fs []field
 	for i := 0; i < internal.NumField(); i++ {
 		f := internal.Field(i)
@@ -98,6 +121,19 @@ func walk(internal, wire reflect.Type) {
 				omit = omit || p == "omitempty"
 			}
 		}
+		if f.Anonymous && key == f.Name && f.Type.Kind() == reflect.Struct {
+			wf, ok := wire.FieldByName(f.Name)
+			if !ok {
+				panic(fmt.Sprintf("%s.%s has no wire field", name, f.Name))
+			}
+			fs = append(fs, fields(name, f.Type, wf.Type)...)
+			continue
+		}
+		if fromParent[name+"."+f.Name] {
+			wireName := strings.ToLower(f.Name[:1]) + f.Name[1:]
+			fs = append(fs, field{key, omit, "../" + wireName, typeName(f.Type, f.Type)})
+			continue
+		}
 		wf, ok := wire.FieldByName(f.Name)
 		if !ok {
 			panic(fmt.Sprintf("%s.%s has no wire field", name, f.Name))
@@ -105,7 +141,7 @@ func walk(internal, wire reflect.Type) {
 		wireName := strings.Split(wf.Tag.Get("json"), ",")[0]
 		fs = append(fs, field{key, omit, wireName, typeName(f.Type, wf.Type)})
 	}
-	structs[name] = fs
+	return fs
 }
 
 func main() {
