@@ -51,8 +51,8 @@ pub fn labels(obj: &Value) -> Option<&Map<String, Value>> {
         .and_then(Value::as_object)
 }
 
-/// The order Go's `ObjectMeta` struct serialises its fields in.
-/// `ObjectMeta`'s fields in upstream's order.
+/// `ObjectMeta`'s fields, in the order Go serialises them (what else
+/// `metadata` holds, the decoder drops).
 pub(crate) const META_ORDER: &[&str] = &[
     "name",
     "generateName",

@@ -705,7 +705,7 @@ fn go_object_meta(meta: &Value) -> Value {
     let Some(m) = meta.as_object() else {
         return Value::Object(out);
     };
-    for &k in GO_OBJECT_META_FIELDS {
+    for &k in crate::object::META_ORDER {
         let Some(v) = m.get(k).filter(|v| !is_go_empty(v)) else {
             continue;
         };
@@ -768,7 +768,7 @@ pub(crate) fn validate_review_meta(obj: &Value, local: bool) -> Option<FieldErro
             && match k.as_str() {
                 "managedFields" => false,
                 "namespace" => !local,
-                k => GO_OBJECT_META_FIELDS.contains(&k),
+                k => crate::object::META_ORDER.contains(&k),
             }
     });
     if !set {
@@ -785,26 +785,6 @@ pub(crate) fn validate_review_meta(obj: &Value, local: bool) -> Option<FieldErro
         detail,
     ))
 }
-
-/// The fields of `ObjectMeta` (what else `metadata` holds is dropped by
-/// the decoder).
-const GO_OBJECT_META_FIELDS: &[&str] = &[
-    "name",
-    "generateName",
-    "namespace",
-    "selfLink",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "labels",
-    "annotations",
-    "ownerReferences",
-    "finalizers",
-    "managedFields",
-];
 
 /// `validateResourceAttributes`: a field or label selector of
 /// `spec.resourceAttributes` needs its `rawSelector` or its `requirements`,

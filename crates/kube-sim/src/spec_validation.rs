@@ -535,15 +535,7 @@ fn pvc_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
             "field can not be less than status.capacity",
         ));
     }
-    let mode = |v: &Value| v.pointer("/spec/volumeMode").cloned();
-    if mode(new) != mode(old) {
-        // Upstream's path for this one is `volumeMode`, without `spec.`.
-        errs.push(FieldError::invalid(
-            "volumeMode",
-            mode(new).unwrap_or_else(|| json!("null")),
-            "field is immutable",
-        ));
-    }
+    volume_mode_immutable(new, old, errs);
 }
 
 /// `updatablePodSpecFields` as the spec error lists them.
@@ -868,14 +860,7 @@ fn pv_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
             ),
         ));
     }
-    let mode = |v: &Value| v.pointer("/spec/volumeMode").cloned();
-    if mode(new) != mode(old) {
-        errs.push(FieldError::invalid(
-            "volumeMode",
-            mode(new).unwrap_or_else(|| json!("null")),
-            "field is immutable",
-        ));
-    }
+    volume_mode_immutable(new, old, errs);
     // The MutablePVNodeAffinity gate is off (alpha in 1.36): a node
     // affinity once set may only move its requirements' keys from a beta
     // label to the GA one.
@@ -1030,6 +1015,19 @@ fn selector_and_template(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
         "spec.template.spec",
         errs,
     );
+}
+
+/// A claim's or a volume's `spec.volumeMode` may not change (upstream's
+/// path for this one is `volumeMode`, without `spec.`).
+fn volume_mode_immutable(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
+    let mode = |v: &Value| v.pointer("/spec/volumeMode").cloned();
+    if mode(new) != mode(old) {
+        errs.push(FieldError::invalid(
+            "volumeMode",
+            mode(new).unwrap_or_else(|| json!("null")),
+            "field is immutable",
+        ));
+    }
 }
 
 #[cfg(test)]
