@@ -1154,14 +1154,18 @@ fn decodes_as(
         crate::negotiate::media_type(ct.unwrap_or(JSON)).as_str(),
         "application/json" | "" | "*/*"
     );
-    let written = json
-        .then(|| crate::patch::gojson::Node::parse(body))
-        .flatten();
+    // The body is parsed again for its literals only when a number is not
+    // a plain integer (`decode_integers` asks only then): not on every write.
+    let written = std::cell::OnceCell::new();
     // A YAML body reaches the decoder as the JSON Go marshals of what it
     // read (sigs.k8s.io/yaml): a float as encoding/json writes a float64.
     let read = (!json).then(|| obj.clone());
     let literal = |pointer: &str| -> Option<String> {
-        match (&written, &read) {
+        let written = written.get_or_init(|| {
+            json.then(|| crate::patch::gojson::Node::parse(body))
+                .flatten()
+        });
+        match (written, &read) {
             (Some(w), _) => w.literal_at(pointer).map(str::to_string),
             (None, Some(r)) => r
                 .pointer(pointer)
