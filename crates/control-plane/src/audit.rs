@@ -29,6 +29,11 @@ pub struct Event {
     pub user_agent: String,
     pub object_ref: Option<ObjectRef>,
     pub response_status: Option<ResponseStatus>,
+    /// When the server received the request (RFC 3339, microseconds).
+    pub request_received_timestamp: String,
+    /// When the server reached `stage` (for `ResponseComplete`: the
+    /// handler's answer was written).
+    pub stage_timestamp: String,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -60,6 +65,14 @@ impl Event {
     /// The response code (0 when the event carries none).
     pub fn code(&self) -> u16 {
         self.response_status.as_ref().map_or(0, |s| s.code)
+    }
+
+    /// How long the server held the request (received → `stage`), if
+    /// both timestamps parse.
+    pub fn served(&self) -> Option<(k8s_openapi::jiff::Timestamp, std::time::Duration)> {
+        let from: k8s_openapi::jiff::Timestamp = self.request_received_timestamp.parse().ok()?;
+        let to: k8s_openapi::jiff::Timestamp = self.stage_timestamp.parse().ok()?;
+        Some((from, to.duration_since(from).unsigned_abs()))
     }
 
     /// `resource` or `resource/subresource`.

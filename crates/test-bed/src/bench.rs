@@ -205,6 +205,107 @@ impl RealBench {
     pub fn mark(&self) -> Mark {
         self.server.mark()
     }
+
+    /// How the server held `who`'s `verb` requests between two marks
+    /// (from the audit log's timestamps).
+    pub fn served(&self, from: Mark, to: Mark, who: &Who, verb: &str) -> Served {
+        Served::of(
+            self.server
+                .requests_between(from, to)
+                .into_iter()
+                .filter(|r| r.verb == verb && who.matches(&r.user))
+                .filter_map(|r| r.served),
+        )
+    }
+}
+
+/// Requests as the server held them: how many, how long each on average,
+/// and how many were in the server at once on average (Little's law over
+/// the first receipt to the last answer). A client that keeps N calls in
+/// flight shows fewer here by what its own side of each call takes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Served {
+    pub n: usize,
+    pub mean_ms: f64,
+    pub in_flight: f64,
+}
+
+impl Served {
+    /// From each request's receipt and hold (microseconds).
+    pub fn of(held: impl Iterator<Item = (i64, u64)>) -> Served {
+        let (mut n, mut sum, mut first, mut last) = (0usize, 0u64, i64::MAX, i64::MIN);
+        for (at, took) in held {
+            n += 1;
+            sum += took;
+            first = first.min(at);
+            last = last.max(at.saturating_add(took as i64));
+        }
+        if n == 0 || last <= first {
+            return Served::default();
+        }
+        Served {
+            n,
+            mean_ms: sum as f64 / n as f64 / 1e3,
+            in_flight: sum as f64 / (last - first) as f64,
+        }
+    }
+
+    /// `N in the server at once on average, each held M ms`.
+    pub fn line(&self) -> String {
+        format!(
+            "{:.1} in the server at once on average, each held {:.1} ms (audit log)",
+            self.in_flight, self.mean_ms
+        )
+    }
+}
+
+/// The mean of a histogram in a Prometheus text exposition: `_sum` over
+/// `_count` of the series of `name` whose labels contain every one of
+/// `labels` (e.g. `verb="patch"`), summed over the matching series.
+pub fn histogram_mean(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    let (mut sum, mut count) = (0.0, 0.0);
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let (metric, lbls) = series.split_once('{').unwrap_or((series, ""));
+        if !labels.iter().all(|l| lbls.contains(l)) {
+            continue;
+        }
+        let Ok(v) = value.parse::<f64>() else {
+            continue;
+        };
+        match metric.strip_prefix(name) {
+            Some("_sum") => sum += v,
+            Some("_count") => count += v,
+            _ => {}
+        }
+    }
+    (count > 0.0).then(|| sum / count)
+}
+
+/// `GET path` from a plain-HTTP server at `addr` (a manager's admin
+/// address): the body.
+pub async fn http_get(addr: &str, path: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connecting to {addr}"))?;
+    conn.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await?;
+    let mut raw = Vec::new();
+    conn.read_to_end(&mut raw).await?;
+    let raw = String::from_utf8_lossy(&raw);
+    let (head, body) = raw
+        .split_once("\r\n\r\n")
+        .with_context(|| format!("GET http://{addr}{path}: no HTTP answer"))?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        bail!(
+            "GET http://{addr}{path}: {}",
+            head.lines().next().unwrap_or_default()
+        );
+    }
+    Ok(body.to_string())
 }
 
 /// Who the manager is in a benchmark: the ServiceAccount the chart runs it

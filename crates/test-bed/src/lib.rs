@@ -102,6 +102,11 @@ pub struct Request {
     pub namespace: String,
     pub name: String,
     pub code: u16,
+    /// On the real server: when it received the request (microseconds
+    /// since the Unix epoch) and how long it held it (microseconds; the
+    /// audit log's received and `ResponseComplete` timestamps). kube-sim
+    /// records no times.
+    pub served: Option<(i64, u64)>,
 }
 
 impl Request {
@@ -424,6 +429,7 @@ impl Server {
                     namespace: r.namespace,
                     name: r.name,
                     code: r.code,
+                    served: None,
                 })
                 .collect(),
             Inner::Real(c) => c
@@ -483,6 +489,9 @@ impl Server {
 
 fn request_of(e: control_plane::audit::Event) -> Request {
     let code = e.code();
+    let served = e
+        .served()
+        .map(|(at, took)| (at.as_microsecond(), took.as_micros() as u64));
     let o = e.object_ref.unwrap_or_default();
     Request {
         user: e.user.username,
@@ -493,6 +502,7 @@ fn request_of(e: control_plane::audit::Event) -> Request {
         namespace: o.namespace,
         name: o.name,
         code,
+        served,
     }
 }
 
