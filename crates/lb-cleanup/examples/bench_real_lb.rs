@@ -274,6 +274,10 @@ async fn run(b: &RealBench, ours: bool, n: usize, round: usize, cloud: &CloudSim
         provision_req.total() as f64 / n as f64,
         provision_req.per_object(n)
     );
+    println!(
+        "  their PATCHes: {}",
+        b.served(m0, m1, &contender.who, "patch").line()
+    );
     let at = tokio::sync::Mutex::new(vec![Instant::now(); n]);
     let at_ref = &at;
     bulk(n, IN_FLIGHT, |i| async move {
