@@ -1672,6 +1672,116 @@ async fn pod_spec_update_rules() {
     .await;
 }
 
+/// `ValidateTolerations`, on a pod's create (ValidatePodSpec) and update
+/// (ValidatePodSpec of the new pod, then again in
+/// `validateOnlyAddedTolerations` unless an old toleration went: each error
+/// twice in the causes, once in the message), with the
+/// TaintTolerationComparisonOperators gate off as in 1.36; and the
+/// DefaultTolerationSeconds admission that runs before it, on create and
+/// update (a toleration without a key or effect tolerates the not-ready and
+/// unreachable taints).
+#[tokio::test]
+async fn pod_tolerations_are_validated() {
+    differential("podtol", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let pods = format!("/api/v1/namespaces/{}/pods", ctx.ns);
+        let pod = |name: &str, tolerations: Value| json!({"metadata": {"name": name}, "spec": {
+            "serviceAccountName": "default", "preemptionPolicy": "PreemptLowerPriority",
+            "containers": [{"name": "a", "image": "busybox"}],
+            "tolerations": tolerations}});
+        let long = "-".repeat(64);
+        for (i, (label, tolerations)) in [
+            ("bad key", json!([{"key": "a b", "operator": "Exists"}])),
+            ("empty key name", json!([{"key": "example.com/", "operator": "Exists"}])),
+            ("two slashes", json!([{"key": "a/b/c", "operator": "Exists"}])),
+            ("long key", json!([{"key": format!("{}/{}", "p".repeat(254), "k".repeat(64)), "operator": "Exists"}])),
+            ("exists with a value", json!([{"key": "k", "operator": "Exists", "value": "v"}])),
+            ("equal without a key", json!([{"operator": "Equal", "value": "v"}])),
+            ("no key, no operator", json!([{"value": "v", "effect": "NoSchedule"}])),
+            ("unknown operator", json!([{"key": "k", "operator": "In", "value": "v"}])),
+            ("Lt", json!([{"key": "k", "operator": "Lt", "value": "5"}])),
+            ("Gt", json!([{"key": "k", "operator": "Gt", "value": "x"}])),
+            ("unknown effect", json!([{"key": "k", "operator": "Exists", "effect": "NoRun"}])),
+            ("seconds without NoExecute", json!([{"key": "k", "operator": "Exists", "effect": "NoSchedule",
+                "tolerationSeconds": 5}])),
+            ("seconds without an effect", json!([{"key": "k", "operator": "Exists", "tolerationSeconds": 5}])),
+            ("bad value", json!([{"key": "k", "operator": "Equal", "value": "a b"}])),
+            ("long bad value", json!([{"key": "k", "value": long}])),
+            ("everything wrong", json!([{"key": "-a", "operator": "Is", "value": "v", "effect": "Never",
+                "tolerationSeconds": 1}])),
+            ("second of three", json!([{"key": "k", "operator": "Exists"}, {"operator": "Exists", "value": "v"},
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}])),
+            // Valid: what DefaultTolerationSeconds adds to each.
+            ("match all", json!([{"operator": "Exists"}])),
+            ("match all NoSchedule", json!([{"operator": "Exists", "effect": "NoSchedule"}])),
+            ("not-ready NoSchedule", json!([{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                "effect": "NoSchedule"}])),
+            ("unreachable any effect", json!([{"key": "node.kubernetes.io/unreachable", "operator": "Exists"}])),
+            ("valid mix", json!([{"key": "example.com/k", "value": "v"}, {"key": "k", "operator": "Exists",
+                "effect": "NoExecute", "tolerationSeconds": 10}])),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let r = post(c, &pods, &pod(&format!("c{i}"), tolerations)).await;
+            if r.code == 201 {
+                t.note(label, json!({"code": r.code, "tolerations": &r.body["spec"]["tolerations"]}));
+            } else {
+                t.reply(label, &r);
+            }
+        }
+
+        // Updates: only additions, and those valid.
+        let r = post(c, &pods, &pod("p", json!([{"key": "k", "operator": "Equal", "value": "v",
+            "effect": "NoSchedule"}]))).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let path = format!("{pods}/p");
+        let add = |v: Value| json!([{"op": "add", "path": "/spec/tolerations/-", "value": v}]).to_string();
+        for (label, kind, body) in [
+            ("added bad key", "json", add(json!({"key": "a b", "operator": "Exists"}))),
+            ("added exists with a value", "json", add(json!({"key": "x", "operator": "Exists", "value": "v"}))),
+            ("added equal without a key", "json", add(json!({"operator": "Equal"}))),
+            ("added unknown operator", "json", add(json!({"key": "x", "operator": "NotIn"}))),
+            ("added Lt", "json", add(json!({"key": "x", "operator": "Lt", "value": "3"}))),
+            ("added unknown effect", "json", add(json!({"key": "x", "operator": "Exists", "effect": "Sometimes"}))),
+            ("added seconds without NoExecute", "json", add(json!({"key": "x", "operator": "Exists",
+                "effect": "PreferNoSchedule", "tolerationSeconds": 7}))),
+            ("added bad value", "json", add(json!({"key": "x", "value": "a_"}))),
+            ("bad one added, old one changed", "json", json!([
+                {"op": "replace", "path": "/spec/tolerations/0/value", "value": "w"},
+                {"op": "add", "path": "/spec/tolerations/-", "value": {"key": "x", "operator": "Exists", "value": "v"}},
+            ]).to_string()),
+            ("old one made invalid", "json", r#"[{"op":"replace","path":"/spec/tolerations/0/operator","value":"Exists"}]"#.to_string()),
+            ("list emptied", "merge", json!({"spec": {"tolerations": []}}).to_string()),
+            ("defaults dropped, match all added", "merge", json!({"spec": {"tolerations": [
+                {"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}, {"operator": "Exists"}]}}).to_string()),
+            // Allowed: the defaults come back at the end.
+            ("defaults dropped", "merge", json!({"spec": {"tolerations": [
+                {"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}]}}).to_string()),
+            ("valid one added", "json", add(json!({"key": "example.com/x", "operator": "Exists", "effect": "NoExecute",
+                "tolerationSeconds": 30}))),
+        ] {
+            let r = patch(c, &path, kind, &body).await;
+            if r.code == 200 {
+                t.note(label, json!({"code": r.code, "tolerations": &r.body["spec"]["tolerations"]}));
+            } else {
+                t.reply(label, &r);
+            }
+        }
+        // A PUT of the pod as read, with its default tolerations gone and an
+        // invalid one added.
+        let mut got = get(c, &path).await.body;
+        got["spec"]["tolerations"] = json!([{"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"},
+            {"key": "example.com/x", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
+            {"key": "y", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 1}]);
+        let r = put(c, &path, &got).await;
+        t.reply("PUT", &r);
+        t
+    })
+    .await;
+}
+
 /// `ValidatePersistentVolumeUpdate` runs the new volume's spec validation
 /// first, keeps a node affinity once set (the MutablePVNodeAffinity gate is
 /// off in 1.36: only a beta label key may become its GA one) and a
