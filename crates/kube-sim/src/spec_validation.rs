@@ -661,10 +661,9 @@ fn without_nulls(v: &Value) -> serde_json::Map<String, Value> {
 /// without surrounding whitespace, `activeDeadlineSeconds` only set or
 /// lowered, tolerations only added (or their seconds changed) and valid,
 /// scheduling gates only removed, and for a gated pod nodeSelector entries
-/// only added; any other change to the spec is refused with `diff.Diff` of
-/// the old spec and the new one with those fields taken from the old. (The
-/// node affinity of a gated pod may change: upstream's additions-only rule
-/// for its terms is not emulated.)
+/// only added and its required node affinity terms only added to; any
+/// other change to the spec is refused with `diff.Diff` of the old spec
+/// and the new one with those fields taken from the old.
 fn pod_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
     const SPEC: &str = "core.PodSpec";
     let empty = json!({});
@@ -820,8 +819,8 @@ fn pod_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
         take_old(&mut munged, "terminationGracePeriodSeconds");
     }
     if !old_gates.is_empty() {
-        // A gated pod: additions to nodeSelector are allowed, and changes
-        // to its node affinity.
+        // A gated pod: additions to nodeSelector are allowed, and to its
+        // node affinity's required terms.
         let selector = |m: &serde_json::Map<String, Value>| {
             m.get("nodeSelector")
                 .and_then(Value::as_object)
@@ -857,6 +856,7 @@ fn pod_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
             .and_then(|a| a.get("nodeAffinity"))
             .filter(|v| !v.is_null());
         if old_na != new_na {
+            node_affinity_mutation(new_na, old_na, errs);
             let other = |a: &Value| {
                 ["podAffinity", "podAntiAffinity"]
                     .iter()
@@ -890,6 +890,83 @@ fn pod_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
                 crate::internal_diff::diff(SPEC, old_spec, &munged)
             ),
         ));
+    }
+}
+
+/// `validateNodeAffinityMutation`, for a gated pod: where the old node
+/// affinity has required node selector terms, the new one has as many, each
+/// with the old one's match expressions and fields first (a term that had
+/// none gets none). Preferred terms, and required ones where there were
+/// none, may change in any way.
+fn node_affinity_mutation(new: Option<&Value>, old: Option<&Value>, errs: &mut Vec<FieldError>) {
+    const PATH: &str = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms";
+    fn required(a: Option<&Value>) -> Option<&Value> {
+        a.and_then(|a| a.get("requiredDuringSchedulingIgnoredDuringExecution"))
+            .filter(|r| !r.is_null())
+    }
+    let Some(old_required) = required(old) else {
+        return;
+    };
+    let terms = |r: Option<&Value>| {
+        r.and_then(|r| r.get("nodeSelectorTerms"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let old_terms = terms(Some(old_required));
+    let new_required = required(new);
+    let new_terms = terms(new_required);
+    // A field error prints its value as json.Marshal of the internal struct.
+    let marshal = |ty: &str, v: &Value| -> Value {
+        serde_json::from_str(&crate::internal_diff::marshal_indent(
+            ty,
+            v,
+            crate::internal_diff::Side::New,
+        ))
+        .unwrap_or(Value::Null)
+    };
+    if !old_terms.is_empty() && old_terms.len() != new_terms.len() {
+        // newTerms: nil without a required node selector.
+        let value = new_required
+            .and_then(|r| r.get("nodeSelectorTerms"))
+            .map_or(Value::Null, |t| marshal("[]core.NodeSelectorTerm", t));
+        errs.push(FieldError::invalid(
+            PATH,
+            value,
+            "no additions/deletions to non-empty NodeSelectorTerms list are allowed",
+        ));
+        return;
+    }
+    let reqs = |t: &Value, k: &str| -> Vec<Value> {
+        t.get(k)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    for (i, (new_t, old_t)) in new_terms.iter().zip(&old_terms).enumerate() {
+        let (old_e, old_f) = (reqs(old_t, "matchExpressions"), reqs(old_t, "matchFields"));
+        let (new_e, new_f) = (reqs(new_t, "matchExpressions"), reqs(new_t, "matchFields"));
+        // validateNodeSelectorTermHasOnlyAdditions.
+        let prefix = |new: &[Value], old: &[Value]| {
+            old.is_empty()
+                || (new.len() >= old.len()
+                    && crate::internal_diff::semantically_equal(
+                        "[]core.NodeSelectorRequirement",
+                        &Value::Array(new[..old.len()].to_vec()),
+                        &Value::Array(old.to_vec()),
+                    ))
+        };
+        let was_empty = old_e.is_empty() && old_f.is_empty();
+        let only_added = !(was_empty && (!new_e.is_empty() || !new_f.is_empty()))
+            && prefix(&new_e, &old_e)
+            && prefix(&new_f, &old_f);
+        if !only_added {
+            errs.push(FieldError::invalid(
+                &format!("{PATH}[{i}]"),
+                marshal("core.NodeSelectorTerm", new_t),
+                "only additions are allowed (no mutations or deletions)",
+            ));
+        }
     }
 }
 

@@ -1639,7 +1639,8 @@ async fn pod_spec_update_rules() {
         t.reply("PUT", &r);
 
         // A gated pod: its gates may only go, its nodeSelector may only
-        // grow, its node affinity may change.
+        // grow, a node affinity may be set (gated_pod_node_affinity_only_grows
+        // has the rest).
         let gated = json!({"metadata": {"name": "g"}, "spec": {
             "serviceAccountName": "default", "preemptionPolicy": "PreemptLowerPriority",
             "schedulingGates": [{"name": "one"}, {"name": "two"}],
@@ -1777,6 +1778,116 @@ async fn pod_tolerations_are_validated() {
             {"key": "y", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 1}]);
         let r = put(c, &path, &got).await;
         t.reply("PUT", &r);
+        t
+    })
+    .await;
+}
+
+/// A gated pod's node affinity (`validateNodeAffinityMutation`): where it
+/// had required node selector terms, there are as many, each only added to
+/// (its old match expressions and fields first, none added to a term that
+/// had neither); preferred terms, and required ones where there were none,
+/// may change in any way. An ungated pod's may not change at all.
+#[tokio::test]
+async fn gated_pod_node_affinity_only_grows() {
+    differential("podaff", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let pods = format!("/api/v1/namespaces/{}/pods", ctx.ns);
+        let expr = |key: &str, v: &str| json!({"key": key, "operator": "In", "values": [v]});
+        let pod = |name: &str, affinity: Value| json!({"metadata": {"name": name}, "spec": {
+            "serviceAccountName": "default", "preemptionPolicy": "PreemptLowerPriority",
+            "schedulingGates": [{"name": "g"}],
+            "containers": [{"name": "a", "image": "busybox"}],
+            "affinity": affinity}});
+        let affinity = json!({"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [expr("zone", "a")]},
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+                {},
+            ]},
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [expr("disk", "ssd")]}}]}});
+        let r = post(c, &pods, &pod("g", affinity)).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let path = format!("{pods}/g");
+        const TERMS: &str = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms";
+        let op = |op: &str, p: &str, v: Option<Value>| {
+            let mut o = json!({"op": op, "path": format!("{TERMS}{p}")});
+            if let Some(v) = v {
+                o["value"] = v;
+            }
+            json!([o]).to_string()
+        };
+        for (label, kind, body) in [
+            ("expression added", "json", op("add", "/0/matchExpressions/-", Some(expr("rack", "r1")))),
+            ("field added", "json", op("add", "/1/matchFields/-",
+                Some(json!({"key": "metadata.name", "operator": "NotIn", "values": ["n2"]})))),
+            ("expression added beside fields", "json", op("add", "/1/matchExpressions", Some(json!([expr("zone", "b")])))),
+            ("term added", "json", op("add", "/-", Some(json!({"matchExpressions": [expr("zone", "c")]})))),
+            ("term removed", "json", op("remove", "/2", None)),
+            ("terms replaced by as many", "json", op("replace", "", Some(json!([{}, {}, {}])))),
+            ("expression changed", "json", op("replace", "/0/matchExpressions/0/values", Some(json!(["b"])))),
+            ("expression removed", "json", op("remove", "/0/matchExpressions/0", None)),
+            ("expression put first", "json", op("add", "/0/matchExpressions/0", Some(expr("rack", "r2")))),
+            ("field changed", "json", op("replace", "/1/matchFields/0/operator", Some(json!("NotIn")))),
+            ("empty term given an expression", "json", op("add", "/2/matchExpressions", Some(json!([expr("zone", "a")])))),
+            ("empty term given a field", "json", op("add", "/2/matchFields",
+                Some(json!([{"key": "metadata.name", "operator": "In", "values": ["n1"]}])))),
+            ("two terms changed", "json", json!([
+                {"op": "remove", "path": format!("{TERMS}/0/matchExpressions/1")},
+                {"op": "replace", "path": format!("{TERMS}/1/matchFields/0/values/0"), "value": "n3"},
+            ]).to_string()),
+            ("required removed", "json", r#"[{"op":"remove","path":"/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"}]"#.to_string()),
+            ("node affinity removed", "merge", json!({"spec": {"affinity": {"nodeAffinity": null}}}).to_string()),
+            ("affinity removed", "json", r#"[{"op":"remove","path":"/spec/affinity"}]"#.to_string()),
+            ("changed with a pod affinity added", "merge", json!({"spec": {"affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{}]}},
+                "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": {
+                    "topologyKey": "zone", "labelSelector": {"matchLabels": {"a": "b"}}}}]}}}}).to_string()),
+            ("preferred changed", "merge", json!({"spec": {"affinity": {"nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 5, "preference": {"matchExpressions": [expr("disk", "hdd")]}}]}}}}).to_string()),
+            ("preferred removed", "json", r#"[{"op":"remove","path":"/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution"}]"#.to_string()),
+            ("gate removed, term changed", "json", json!([
+                {"op": "remove", "path": "/spec/schedulingGates"},
+                {"op": "remove", "path": format!("{TERMS}/0/matchExpressions/0")},
+            ]).to_string()),
+            ("gate removed, expression added", "json", json!([
+                {"op": "remove", "path": "/spec/schedulingGates"},
+                {"op": "add", "path": format!("{TERMS}/0/matchExpressions/-"), "value": expr("rack", "r3")},
+            ]).to_string()),
+            // No longer gated: no change at all.
+            ("ungated expression added", "json", op("add", "/0/matchExpressions/-", Some(expr("rack", "r4")))),
+        ] {
+            let r = patch(c, &path, kind, &body).await;
+            if r.code == 200 {
+                t.note(label, json!({"code": r.code, "gates": &r.body["spec"]["schedulingGates"],
+                    "affinity": &r.body["spec"]["affinity"]}));
+            } else {
+                t.reply(label, &r);
+            }
+        }
+
+        // Required terms where there were none may be set in any way, and
+        // then only grow.
+        let r = post(c, &pods, &pod("p", json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 1, "preference": {"matchExpressions": [expr("disk", "ssd")]}}]}}))).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let p = format!("{pods}/p");
+        for (label, body) in [
+            ("required set", json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": [{"matchExpressions": [expr("zone", "a")]}]}}}}})),
+            ("required changed", json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": [{"matchExpressions": [expr("zone", "b")]}]}}}}})),
+        ] {
+            let r = patch(c, &p, "merge", &body.to_string()).await;
+            if r.code == 200 {
+                t.note(label, json!({"code": r.code, "affinity": &r.body["spec"]["affinity"]}));
+            } else {
+                t.reply(label, &r);
+            }
+        }
         t
     })
     .await;
