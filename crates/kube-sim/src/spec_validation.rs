@@ -542,8 +542,8 @@ fn pvc_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
 const UPDATABLE_POD_SPEC_FIELDS: &str = "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
 
 /// `validatePodMetadataAndSpec`'s emulated part, on create and update: the
-/// containers' required fields, `activeDeadlineSeconds` from 1 to MaxInt32
-/// (ValidatePodSpec), and images without surrounding whitespace
+/// containers' required fields, `activeDeadlineSeconds` from 1 to MaxInt32,
+/// the tolerations (ValidatePodSpec), and images without surrounding whitespace
 /// (validateContainersOnlyForPod: not for templates).
 fn pod_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
     containers(spec, "spec", errs);
@@ -557,6 +557,9 @@ fn pod_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
             json!(d),
             format!("must be between 1 and {}, inclusive", i32::MAX),
         ));
+    }
+    if let Some(spec) = spec {
+        tolerations(spec, errs);
     }
     for key in ["containers", "initContainers"] {
         let list = spec.and_then(|s| s.get(key)).and_then(Value::as_array);
@@ -573,6 +576,78 @@ fn pod_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
     }
 }
 
+/// `ValidateTolerations` of a pod's `spec.tolerations`: a key that is a
+/// label key (a toleration without one must be `Exists`), a value that is a
+/// label value for `Equal` and none for `Exists`, `tolerationSeconds` only
+/// with the `NoExecute` effect, and the known operators and effects. The
+/// TaintTolerationComparisonOperators gate is off (alpha in 1.36), so `Lt`
+/// and `Gt` are refused, as a pod could not have been created with them.
+/// (An operator and an effect are named string types, which a field error
+/// prints as JSON, HTML-escaped; kube-sim quotes them as a string.)
+fn tolerations(spec: &Value, errs: &mut Vec<FieldError>) {
+    let list = spec.get("tolerations").and_then(Value::as_array);
+    for (i, t) in list.into_iter().flatten().enumerate() {
+        let p = format!("spec.tolerations[{i}]");
+        let s = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("");
+        let (key, op, value, effect) = (s("key"), s("operator"), s("value"), s("effect"));
+        if !key.is_empty() {
+            for m in crate::validation::qualified_name(key) {
+                errs.push(FieldError::invalid(&format!("{p}.key"), json!(key), m));
+            }
+        }
+        let op_path = format!("{p}.operator");
+        if key.is_empty() && op != "Exists" {
+            errs.push(FieldError::invalid(
+                &op_path,
+                json!(op),
+                "operator must be Exists when `key` is empty, which means \"match all values and all keys\"",
+            ));
+        }
+        if t.get("tolerationSeconds").is_some_and(|v| !v.is_null()) && effect != "NoExecute" {
+            errs.push(FieldError::invalid(
+                &format!("{p}.effect"),
+                json!(effect),
+                "effect must be 'NoExecute' when `tolerationSeconds` is set",
+            ));
+        }
+        match op {
+            "Equal" | "" => {
+                let msgs = crate::validation::label_value(value);
+                if !msgs.is_empty() {
+                    errs.push(FieldError::invalid(&op_path, json!(value), msgs.join(";")));
+                }
+            }
+            "Exists" => {
+                if !value.is_empty() {
+                    errs.push(FieldError::invalid(
+                        &op_path,
+                        json!(value),
+                        "value must be empty when `operator` is 'Exists'",
+                    ));
+                }
+            }
+            "Lt" | "Gt" => errs.push(FieldError::not_supported(
+                &op_path,
+                json!(op),
+                &["Equal", "Exists", "Lt", "Gt"],
+            )),
+            _ => errs.push(FieldError::not_supported(
+                &op_path,
+                json!(op),
+                &["Equal", "Exists"],
+            )),
+        }
+        if !effect.is_empty() && !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect)
+        {
+            errs.push(FieldError::not_supported(
+                &format!("{p}.effect"),
+                json!(effect),
+                &["NoSchedule", "PreferNoSchedule", "NoExecute"],
+            ));
+        }
+    }
+}
+
 /// A v1 object's fields with the nulls dropped (an absent field and a null
 /// one are the same nil in the internal struct).
 fn without_nulls(v: &Value) -> serde_json::Map<String, Value> {
@@ -584,12 +659,11 @@ fn without_nulls(v: &Value) -> serde_json::Map<String, Value> {
 /// `ValidatePodUpdate` (pkg/apis/core/validation) past the metadata: the
 /// containers' required fields, no container added or removed, images
 /// without surrounding whitespace, `activeDeadlineSeconds` only set or
-/// lowered, tolerations only added (or their seconds changed), scheduling
-/// gates only removed, and for a gated pod nodeSelector entries only added;
-/// any other change to the spec is refused with `diff.Diff` of the old spec
-/// and the new one with those fields taken from the old. (The node
-/// affinity of a gated pod may change: upstream's additions-only rule for
-/// its terms is not emulated.)
+/// lowered, tolerations only added (or their seconds changed) and valid,
+/// scheduling gates only removed, and for a gated pod nodeSelector entries
+/// only added and its required node affinity terms only added to; any
+/// other change to the spec is refused with `diff.Diff` of the old spec
+/// and the new one with those fields taken from the old.
 fn pod_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
     const SPEC: &str = "core.PodSpec";
     let empty = json!({});
@@ -672,6 +746,10 @@ fn pod_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
             "spec.tolerations",
             "existing toleration can not be modified except its tolerationSeconds",
         ));
+    } else {
+        // Then ValidateTolerations again, after ValidatePodSpec's run: an
+        // error comes twice in the causes, once in the message.
+        tolerations(new_spec, errs);
     }
     // validateOnlyDeletedSchedulingGates.
     let gate_names = |s: &Value| -> Vec<String> {
@@ -741,8 +819,8 @@ fn pod_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
         take_old(&mut munged, "terminationGracePeriodSeconds");
     }
     if !old_gates.is_empty() {
-        // A gated pod: additions to nodeSelector are allowed, and changes
-        // to its node affinity.
+        // A gated pod: additions to nodeSelector are allowed, and to its
+        // node affinity's required terms.
         let selector = |m: &serde_json::Map<String, Value>| {
             m.get("nodeSelector")
                 .and_then(Value::as_object)
@@ -778,6 +856,7 @@ fn pod_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
             .and_then(|a| a.get("nodeAffinity"))
             .filter(|v| !v.is_null());
         if old_na != new_na {
+            node_affinity_mutation(new_na, old_na, errs);
             let other = |a: &Value| {
                 ["podAffinity", "podAntiAffinity"]
                     .iter()
@@ -811,6 +890,83 @@ fn pod_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
                 crate::internal_diff::diff(SPEC, old_spec, &munged)
             ),
         ));
+    }
+}
+
+/// `validateNodeAffinityMutation`, for a gated pod: where the old node
+/// affinity has required node selector terms, the new one has as many, each
+/// with the old one's match expressions and fields first (a term that had
+/// none gets none). Preferred terms, and required ones where there were
+/// none, may change in any way.
+fn node_affinity_mutation(new: Option<&Value>, old: Option<&Value>, errs: &mut Vec<FieldError>) {
+    const PATH: &str = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms";
+    fn required(a: Option<&Value>) -> Option<&Value> {
+        a.and_then(|a| a.get("requiredDuringSchedulingIgnoredDuringExecution"))
+            .filter(|r| !r.is_null())
+    }
+    let Some(old_required) = required(old) else {
+        return;
+    };
+    let terms = |r: Option<&Value>| {
+        r.and_then(|r| r.get("nodeSelectorTerms"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let old_terms = terms(Some(old_required));
+    let new_required = required(new);
+    let new_terms = terms(new_required);
+    // A field error prints its value as json.Marshal of the internal struct.
+    let marshal = |ty: &str, v: &Value| -> Value {
+        serde_json::from_str(&crate::internal_diff::marshal_indent(
+            ty,
+            v,
+            crate::internal_diff::Side::New,
+        ))
+        .unwrap_or(Value::Null)
+    };
+    if !old_terms.is_empty() && old_terms.len() != new_terms.len() {
+        // newTerms: nil without a required node selector.
+        let value = new_required
+            .and_then(|r| r.get("nodeSelectorTerms"))
+            .map_or(Value::Null, |t| marshal("[]core.NodeSelectorTerm", t));
+        errs.push(FieldError::invalid(
+            PATH,
+            value,
+            "no additions/deletions to non-empty NodeSelectorTerms list are allowed",
+        ));
+        return;
+    }
+    let reqs = |t: &Value, k: &str| -> Vec<Value> {
+        t.get(k)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    for (i, (new_t, old_t)) in new_terms.iter().zip(&old_terms).enumerate() {
+        let (old_e, old_f) = (reqs(old_t, "matchExpressions"), reqs(old_t, "matchFields"));
+        let (new_e, new_f) = (reqs(new_t, "matchExpressions"), reqs(new_t, "matchFields"));
+        // validateNodeSelectorTermHasOnlyAdditions.
+        let prefix = |new: &[Value], old: &[Value]| {
+            old.is_empty()
+                || (new.len() >= old.len()
+                    && crate::internal_diff::semantically_equal(
+                        "[]core.NodeSelectorRequirement",
+                        &Value::Array(new[..old.len()].to_vec()),
+                        &Value::Array(old.to_vec()),
+                    ))
+        };
+        let was_empty = old_e.is_empty() && old_f.is_empty();
+        let only_added = !(was_empty && (!new_e.is_empty() || !new_f.is_empty()))
+            && prefix(&new_e, &old_e)
+            && prefix(&new_f, &old_f);
+        if !only_added {
+            errs.push(FieldError::invalid(
+                &format!("{PATH}[{i}]"),
+                marshal("core.NodeSelectorTerm", new_t),
+                "only additions are allowed (no mutations or deletions)",
+            ));
+        }
     }
 }
 

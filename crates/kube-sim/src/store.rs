@@ -1520,6 +1520,11 @@ impl Store {
             options: None,
             collection: false,
         };
+        if def.group.is_empty() && def.resource == "pods" && subresource.is_none() {
+            // Before the MutatingAdmissionPolicies, as kube-apiserver's
+            // plugin order has it.
+            strategy::default_toleration_seconds(&mut new);
+        }
         // MutatingAdmissionPolicy: before the strategy, validation and the
         // "no new finalizers while deleting" rule, as in kube-apiserver.
         self.mutating_admission(&attrs, &mut new)?;

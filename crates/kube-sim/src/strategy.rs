@@ -389,21 +389,7 @@ pub fn prepare_for_create(def: &ResourceDef, obj: &mut Value, now: &str) {
             let spec = obj_mut(obj, "spec");
             set_default(spec, "priority", json!(0));
             set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
-            // DefaultTolerationSeconds admission.
-            let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
-            if let Some(ts) = tolerations.as_array_mut() {
-                for key in [
-                    "node.kubernetes.io/not-ready",
-                    "node.kubernetes.io/unreachable",
-                ] {
-                    if !ts
-                        .iter()
-                        .any(|t| t.get("key").and_then(Value::as_str) == Some(key))
-                    {
-                        ts.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
-                    }
-                }
-            }
+            default_toleration_seconds(obj);
         }
         ("", "services") => {
             obj["status"] = json!({"loadBalancer": {}});
@@ -517,6 +503,35 @@ fn reset_meta_for_status(new: &mut Value, old: &Value) {
             None => {
                 m.remove(key);
             }
+        }
+    }
+}
+
+/// The DefaultTolerationSeconds admission plugin, on a pod's create and
+/// update (not a subresource's): a pod that does not tolerate the
+/// `NoExecute` taint of a not-ready or an unreachable node (a toleration of
+/// that key or of none, with that effect or none) gets a toleration of it
+/// for 300 seconds, at the end of its list.
+pub fn default_toleration_seconds(pod: &mut Value) {
+    let spec = obj_mut(pod, "spec");
+    let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
+    if tolerations.is_null() {
+        *tolerations = json!([]);
+    }
+    let Some(ts) = tolerations.as_array_mut() else {
+        return;
+    };
+    for key in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        let tolerates = ts.iter().any(|t| {
+            let s = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("");
+            (s("key") == key || s("key").is_empty())
+                && (s("effect") == "NoExecute" || s("effect").is_empty())
+        });
+        if !tolerates {
+            ts.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
         }
     }
 }

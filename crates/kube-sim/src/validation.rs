@@ -65,9 +65,15 @@ pub fn dns1123_label(s: &str) -> Vec<String> {
 
 /// `IsDNS1123Subdomain`.
 pub fn dns1123_subdomain(s: &str) -> Vec<String> {
+    subdomain(s, "characters")
+}
+
+/// `IsDNS1123Subdomain` of util/validation (a length in `characters`) or of
+/// api/validate/content (`bytes`: its `MaxLenError` says so).
+fn subdomain(s: &str, unit: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if s.len() > 253 {
-        errs.push("must be no more than 253 characters".to_string());
+        errs.push(format!("must be no more than 253 {unit}"));
     }
     if !s.split('.').all(is_dns1123_label_chars) {
         errs.push(regex_error(
@@ -151,7 +157,7 @@ fn matches_label_key_fmt(s: &str) -> bool {
 }
 
 /// `IsQualifiedName`, since 1.36 `content.IsLabelKey`: an optional DNS
-/// subdomain prefix and `/`, then a name of at most 63 characters matching
+/// subdomain prefix and `/`, then a name of at most 63 bytes matching
 /// `labelKeyFmt` (an empty name fails both checks).
 pub fn qualified_name(value: &str) -> Vec<String> {
     let mut errs = Vec::new();
@@ -163,7 +169,7 @@ pub fn qualified_name(value: &str) -> Vec<String> {
             if prefix.is_empty() {
                 errs.push("prefix part must be non-empty".to_string());
             } else {
-                for m in dns1123_subdomain(prefix) {
+                for m in subdomain(prefix, "bytes") {
                     errs.push(format!("prefix part {m}"));
                 }
             }
@@ -184,7 +190,7 @@ pub fn qualified_name(value: &str) -> Vec<String> {
     if name.is_empty() {
         errs.push("name part must be non-empty".to_string());
     } else if name.len() > 63 {
-        errs.push("name part must be no more than 63 characters".to_string());
+        errs.push("name part must be no more than 63 bytes".to_string());
     }
     if !matches_label_key_fmt(name) {
         errs.push(format!(
@@ -199,12 +205,12 @@ pub fn qualified_name(value: &str) -> Vec<String> {
     errs
 }
 
-/// `IsValidLabelValue` (`content.IsLabelValue`): at most 63 characters,
-/// empty or matching `labelKeyFmt`.
+/// `IsValidLabelValue` (`content.IsLabelValue`): at most 63 bytes, empty
+/// or matching `labelKeyFmt`.
 pub fn label_value(value: &str) -> Vec<String> {
     let mut errs = Vec::new();
     if value.len() > 63 {
-        errs.push("must be no more than 63 characters".to_string());
+        errs.push("must be no more than 63 bytes".to_string());
     }
     if !value.is_empty() && !matches_label_key_fmt(value) {
         errs.push(regex_error(

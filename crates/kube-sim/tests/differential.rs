@@ -1639,7 +1639,8 @@ async fn pod_spec_update_rules() {
         t.reply("PUT", &r);
 
         // A gated pod: its gates may only go, its nodeSelector may only
-        // grow, its node affinity may change.
+        // grow, a node affinity may be set (gated_pod_node_affinity_only_grows
+        // has the rest).
         let gated = json!({"metadata": {"name": "g"}, "spec": {
             "serviceAccountName": "default", "preemptionPolicy": "PreemptLowerPriority",
             "schedulingGates": [{"name": "one"}, {"name": "two"}],
@@ -1663,6 +1664,226 @@ async fn pod_spec_update_rules() {
                 t.note(label, json!({"gates": &r.body["spec"]["schedulingGates"],
                     "selector": &r.body["spec"]["nodeSelector"],
                     "affinity": &r.body["spec"]["affinity"]}));
+            } else {
+                t.reply(label, &r);
+            }
+        }
+        t
+    })
+    .await;
+}
+
+/// `ValidateTolerations`, on a pod's create (ValidatePodSpec) and update
+/// (ValidatePodSpec of the new pod, then again in
+/// `validateOnlyAddedTolerations` unless an old toleration went: each error
+/// twice in the causes, once in the message), with the
+/// TaintTolerationComparisonOperators gate off as in 1.36; and the
+/// DefaultTolerationSeconds admission that runs before it, on create and
+/// update (a toleration without a key or effect tolerates the not-ready and
+/// unreachable taints).
+#[tokio::test]
+async fn pod_tolerations_are_validated() {
+    differential("podtol", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let pods = format!("/api/v1/namespaces/{}/pods", ctx.ns);
+        let pod = |name: &str, tolerations: Value| json!({"metadata": {"name": name}, "spec": {
+            "serviceAccountName": "default", "preemptionPolicy": "PreemptLowerPriority",
+            "containers": [{"name": "a", "image": "busybox"}],
+            "tolerations": tolerations}});
+        let long = "-".repeat(64);
+        for (i, (label, tolerations)) in [
+            ("bad key", json!([{"key": "a b", "operator": "Exists"}])),
+            ("empty key name", json!([{"key": "example.com/", "operator": "Exists"}])),
+            ("two slashes", json!([{"key": "a/b/c", "operator": "Exists"}])),
+            ("long key", json!([{"key": format!("{}/{}", "p".repeat(254), "k".repeat(64)), "operator": "Exists"}])),
+            ("exists with a value", json!([{"key": "k", "operator": "Exists", "value": "v"}])),
+            ("equal without a key", json!([{"operator": "Equal", "value": "v"}])),
+            ("no key, no operator", json!([{"value": "v", "effect": "NoSchedule"}])),
+            ("unknown operator", json!([{"key": "k", "operator": "In", "value": "v"}])),
+            ("Lt", json!([{"key": "k", "operator": "Lt", "value": "5"}])),
+            ("Gt", json!([{"key": "k", "operator": "Gt", "value": "x"}])),
+            ("unknown effect", json!([{"key": "k", "operator": "Exists", "effect": "NoRun"}])),
+            ("seconds without NoExecute", json!([{"key": "k", "operator": "Exists", "effect": "NoSchedule",
+                "tolerationSeconds": 5}])),
+            ("seconds without an effect", json!([{"key": "k", "operator": "Exists", "tolerationSeconds": 5}])),
+            ("bad value", json!([{"key": "k", "operator": "Equal", "value": "a b"}])),
+            ("long bad value", json!([{"key": "k", "value": long}])),
+            ("everything wrong", json!([{"key": "-a", "operator": "Is", "value": "v", "effect": "Never",
+                "tolerationSeconds": 1}])),
+            ("second of three", json!([{"key": "k", "operator": "Exists"}, {"operator": "Exists", "value": "v"},
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}])),
+            // Valid: what DefaultTolerationSeconds adds to each.
+            ("match all", json!([{"operator": "Exists"}])),
+            ("match all NoSchedule", json!([{"operator": "Exists", "effect": "NoSchedule"}])),
+            ("not-ready NoSchedule", json!([{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                "effect": "NoSchedule"}])),
+            ("unreachable any effect", json!([{"key": "node.kubernetes.io/unreachable", "operator": "Exists"}])),
+            ("valid mix", json!([{"key": "example.com/k", "value": "v"}, {"key": "k", "operator": "Exists",
+                "effect": "NoExecute", "tolerationSeconds": 10}])),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let r = post(c, &pods, &pod(&format!("c{i}"), tolerations)).await;
+            if r.code == 201 {
+                t.note(label, json!({"code": r.code, "tolerations": &r.body["spec"]["tolerations"]}));
+            } else {
+                t.reply(label, &r);
+            }
+        }
+
+        // Updates: only additions, and those valid.
+        let r = post(c, &pods, &pod("p", json!([{"key": "k", "operator": "Equal", "value": "v",
+            "effect": "NoSchedule"}]))).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let path = format!("{pods}/p");
+        let add = |v: Value| json!([{"op": "add", "path": "/spec/tolerations/-", "value": v}]).to_string();
+        for (label, kind, body) in [
+            ("added bad key", "json", add(json!({"key": "a b", "operator": "Exists"}))),
+            ("added exists with a value", "json", add(json!({"key": "x", "operator": "Exists", "value": "v"}))),
+            ("added equal without a key", "json", add(json!({"operator": "Equal"}))),
+            ("added unknown operator", "json", add(json!({"key": "x", "operator": "NotIn"}))),
+            ("added Lt", "json", add(json!({"key": "x", "operator": "Lt", "value": "3"}))),
+            ("added unknown effect", "json", add(json!({"key": "x", "operator": "Exists", "effect": "Sometimes"}))),
+            ("added seconds without NoExecute", "json", add(json!({"key": "x", "operator": "Exists",
+                "effect": "PreferNoSchedule", "tolerationSeconds": 7}))),
+            ("added bad value", "json", add(json!({"key": "x", "value": "a_"}))),
+            ("bad one added, old one changed", "json", json!([
+                {"op": "replace", "path": "/spec/tolerations/0/value", "value": "w"},
+                {"op": "add", "path": "/spec/tolerations/-", "value": {"key": "x", "operator": "Exists", "value": "v"}},
+            ]).to_string()),
+            ("old one made invalid", "json", r#"[{"op":"replace","path":"/spec/tolerations/0/operator","value":"Exists"}]"#.to_string()),
+            ("list emptied", "merge", json!({"spec": {"tolerations": []}}).to_string()),
+            ("defaults dropped, match all added", "merge", json!({"spec": {"tolerations": [
+                {"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}, {"operator": "Exists"}]}}).to_string()),
+            // Allowed: the defaults come back at the end.
+            ("defaults dropped", "merge", json!({"spec": {"tolerations": [
+                {"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}]}}).to_string()),
+            ("valid one added", "json", add(json!({"key": "example.com/x", "operator": "Exists", "effect": "NoExecute",
+                "tolerationSeconds": 30}))),
+        ] {
+            let r = patch(c, &path, kind, &body).await;
+            if r.code == 200 {
+                t.note(label, json!({"code": r.code, "tolerations": &r.body["spec"]["tolerations"]}));
+            } else {
+                t.reply(label, &r);
+            }
+        }
+        // A PUT of the pod as read, with its default tolerations gone and an
+        // invalid one added.
+        let mut got = get(c, &path).await.body;
+        got["spec"]["tolerations"] = json!([{"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"},
+            {"key": "example.com/x", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
+            {"key": "y", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 1}]);
+        let r = put(c, &path, &got).await;
+        t.reply("PUT", &r);
+        t
+    })
+    .await;
+}
+
+/// A gated pod's node affinity (`validateNodeAffinityMutation`): where it
+/// had required node selector terms, there are as many, each only added to
+/// (its old match expressions and fields first, none added to a term that
+/// had neither); preferred terms, and required ones where there were none,
+/// may change in any way. An ungated pod's may not change at all.
+#[tokio::test]
+async fn gated_pod_node_affinity_only_grows() {
+    differential("podaff", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let pods = format!("/api/v1/namespaces/{}/pods", ctx.ns);
+        let expr = |key: &str, v: &str| json!({"key": key, "operator": "In", "values": [v]});
+        let pod = |name: &str, affinity: Value| json!({"metadata": {"name": name}, "spec": {
+            "serviceAccountName": "default", "preemptionPolicy": "PreemptLowerPriority",
+            "schedulingGates": [{"name": "g"}],
+            "containers": [{"name": "a", "image": "busybox"}],
+            "affinity": affinity}});
+        let affinity = json!({"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [expr("zone", "a")]},
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
+                {},
+            ]},
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [expr("disk", "ssd")]}}]}});
+        let r = post(c, &pods, &pod("g", affinity)).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let path = format!("{pods}/g");
+        const TERMS: &str = "/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms";
+        let op = |op: &str, p: &str, v: Option<Value>| {
+            let mut o = json!({"op": op, "path": format!("{TERMS}{p}")});
+            if let Some(v) = v {
+                o["value"] = v;
+            }
+            json!([o]).to_string()
+        };
+        for (label, kind, body) in [
+            ("expression added", "json", op("add", "/0/matchExpressions/-", Some(expr("rack", "r1")))),
+            ("field added", "json", op("add", "/1/matchFields/-",
+                Some(json!({"key": "metadata.name", "operator": "NotIn", "values": ["n2"]})))),
+            ("expression added beside fields", "json", op("add", "/1/matchExpressions", Some(json!([expr("zone", "b")])))),
+            ("term added", "json", op("add", "/-", Some(json!({"matchExpressions": [expr("zone", "c")]})))),
+            ("term removed", "json", op("remove", "/2", None)),
+            ("terms replaced by as many", "json", op("replace", "", Some(json!([{}, {}, {}])))),
+            ("expression changed", "json", op("replace", "/0/matchExpressions/0/values", Some(json!(["b"])))),
+            ("expression removed", "json", op("remove", "/0/matchExpressions/0", None)),
+            ("expression put first", "json", op("add", "/0/matchExpressions/0", Some(expr("rack", "r2")))),
+            ("field changed", "json", op("replace", "/1/matchFields/0/operator", Some(json!("NotIn")))),
+            ("empty term given an expression", "json", op("add", "/2/matchExpressions", Some(json!([expr("zone", "a")])))),
+            ("empty term given a field", "json", op("add", "/2/matchFields",
+                Some(json!([{"key": "metadata.name", "operator": "In", "values": ["n1"]}])))),
+            ("two terms changed", "json", json!([
+                {"op": "remove", "path": format!("{TERMS}/0/matchExpressions/1")},
+                {"op": "replace", "path": format!("{TERMS}/1/matchFields/0/values/0"), "value": "n3"},
+            ]).to_string()),
+            ("required removed", "json", r#"[{"op":"remove","path":"/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution"}]"#.to_string()),
+            ("node affinity removed", "merge", json!({"spec": {"affinity": {"nodeAffinity": null}}}).to_string()),
+            ("affinity removed", "json", r#"[{"op":"remove","path":"/spec/affinity"}]"#.to_string()),
+            ("changed with a pod affinity added", "merge", json!({"spec": {"affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{}]}},
+                "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": {
+                    "topologyKey": "zone", "labelSelector": {"matchLabels": {"a": "b"}}}}]}}}}).to_string()),
+            ("preferred changed", "merge", json!({"spec": {"affinity": {"nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 5, "preference": {"matchExpressions": [expr("disk", "hdd")]}}]}}}}).to_string()),
+            ("preferred removed", "json", r#"[{"op":"remove","path":"/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution"}]"#.to_string()),
+            ("gate removed, term changed", "json", json!([
+                {"op": "remove", "path": "/spec/schedulingGates"},
+                {"op": "remove", "path": format!("{TERMS}/0/matchExpressions/0")},
+            ]).to_string()),
+            ("gate removed, expression added", "json", json!([
+                {"op": "remove", "path": "/spec/schedulingGates"},
+                {"op": "add", "path": format!("{TERMS}/0/matchExpressions/-"), "value": expr("rack", "r3")},
+            ]).to_string()),
+            // No longer gated: no change at all.
+            ("ungated expression added", "json", op("add", "/0/matchExpressions/-", Some(expr("rack", "r4")))),
+        ] {
+            let r = patch(c, &path, kind, &body).await;
+            if r.code == 200 {
+                t.note(label, json!({"code": r.code, "gates": &r.body["spec"]["schedulingGates"],
+                    "affinity": &r.body["spec"]["affinity"]}));
+            } else {
+                t.reply(label, &r);
+            }
+        }
+
+        // Required terms where there were none may be set in any way, and
+        // then only grow.
+        let r = post(c, &pods, &pod("p", json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 1, "preference": {"matchExpressions": [expr("disk", "ssd")]}}]}}))).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let p = format!("{pods}/p");
+        for (label, body) in [
+            ("required set", json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": [{"matchExpressions": [expr("zone", "a")]}]}}}}})),
+            ("required changed", json!({"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                {"nodeSelectorTerms": [{"matchExpressions": [expr("zone", "b")]}]}}}}})),
+        ] {
+            let r = patch(c, &p, "merge", &body.to_string()).await;
+            if r.code == 200 {
+                t.note(label, json!({"code": r.code, "affinity": &r.body["spec"]["affinity"]}));
             } else {
                 t.reply(label, &r);
             }
