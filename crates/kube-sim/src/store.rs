@@ -1977,7 +1977,10 @@ impl Store {
                 return Err(ApiError::conflict(
                     &binding_gr,
                     name,
-                    &format!("pod {name} is already assigned to node {current:?}"),
+                    &format!(
+                        "pod {name} is already assigned to node {}",
+                        crate::goquote::quote(current)
+                    ),
                 ));
             }
             if live
