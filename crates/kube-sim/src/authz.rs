@@ -642,12 +642,16 @@ fn may(state: &Arc<State>, requester: &Identity, attrs: &Attributes) -> crate::r
 /// Authorizes one request: its impersonation, then its attributes for the
 /// user it acts as. `Ok`: that user (the one admission sees as
 /// `request.userInfo`, as upstream's filters hand it on).
+///
+/// `path` is the request's unescaped path (Go's `URL.Path`), which the
+/// request info resolver splits.
 pub(crate) fn authorize_request(
     state: &Arc<State>,
     req: &http::Request<hyper::body::Incoming>,
+    path: &str,
 ) -> Result<Acting, ApiError> {
     let requester = crate::self_review::requester(req);
-    let attrs = request_attributes(req.method(), req.uri().path(), req.uri().query());
+    let attrs = request_attributes(req.method(), path, req.uri().query());
     let mut acting = acting_identity(state, req.headers(), &requester, &attrs)?;
     // The authenticator's extra (a client certificate's credential id) is
     // the requester's; an impersonated user has only the extra it asks for.

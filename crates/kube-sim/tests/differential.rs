@@ -1807,3 +1807,100 @@ async fn field_error_strings_are_quoted_as_go_quotes_them() {
     )
     .await;
 }
+
+/// A name in a request path is percent-unescaped as Go's `URL.Path` is
+/// before the server splits the path: `a%3Cb` is `a<b`, `%61` is `a` (the
+/// object named `a`), on GET, PUT, PATCH and DELETE; an escaped `/` splits
+/// the path; an invalid escape is refused before any handler.
+#[tokio::test]
+async fn escaped_names_in_paths_are_unescaped() {
+    differential(
+        "pathesc",
+        |_| async { kube_sim::SimConfig::default() },
+        |ctx| async move {
+            let c = &ctx.client;
+            let mut t = Transcript::new();
+            let ns = &ctx.ns;
+            let cms = format!("/api/v1/namespaces/{ns}/configmaps");
+            let r = post(
+                c,
+                &cms,
+                &json!({"metadata": {"name": "a"}, "data": {"k": "v"}}),
+            )
+            .await;
+            assert_eq!(r.code, 201, "{:?}", r.body);
+            for name in [
+                "a%3Cb",
+                "a%20b",
+                "%7E",
+                "%61",
+                "a%22b",
+                "%E2%80%8B",
+                "%1B",
+                "a%2Fb",
+                "a%2fstatus",
+                "%zz",
+                "a%",
+                "a%2",
+                "%C3%A9",
+                "%FF",
+                "a+b",
+                "%2E",
+                "%2E%2E",
+                "a%25b",
+            ] {
+                let path = format!("{cms}/{name}");
+                let r = call(c, "GET", &path, "application/json", "").await;
+                t.reply(&format!("get {name}"), &r);
+                let r = patch(c, &path, "merge", r#"{"data":{"p":"1"}}"#).await;
+                t.reply(&format!("patch {name}"), &r);
+            }
+            let r = put(
+                c,
+                &format!("{cms}/%61"),
+                &json!({"metadata": {"name": "a"}, "data": {"k": "w"}}),
+            )
+            .await;
+            t.reply("put %61", &r);
+            let r = put(
+                c,
+                &format!("{cms}/a%3Cb"),
+                &json!({"metadata": {"name": "a<b"}}),
+            )
+            .await;
+            t.reply("put a%3Cb", &r);
+            let r = call(
+                c,
+                "GET",
+                &format!("/api/v1/namespaces/{}/configmaps/a", ns.replace('-', "%2D")),
+                "application/json",
+                "",
+            )
+            .await;
+            t.reply("get in an escaped namespace", &r);
+            let r = call(
+                c,
+                "GET",
+                &format!("/api/v1/namespaces/{ns}/config%6Daps"),
+                "application/json",
+                "",
+            )
+            .await;
+            t.note(
+                "list escaped resource",
+                json!({"code": r.code, "kind": r.body["kind"]}),
+            );
+            let r = call(c, "GET", "/vers%69on", "application/json", "").await;
+            t.note(
+                "escaped non-resource path",
+                json!({"code": r.code, "major": r.body["major"]}),
+            );
+            for name in ["a%3Cb", "%61", "%61"] {
+                let r = delete(c, &format!("{cms}/{name}")).await;
+                t.reply(&format!("delete {name}"), &r);
+            }
+            t
+        },
+    )
+    .await;
+}
