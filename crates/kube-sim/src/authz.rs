@@ -115,7 +115,7 @@ fn go_strings(v: &[String]) -> String {
     if v.is_empty() {
         return "[]string(nil)".to_string();
     }
-    let items: Vec<String> = v.iter().map(|g| format!("{g:?}")).collect();
+    let items: Vec<String> = v.iter().map(|g| crate::goquote::quote(g)).collect();
     format!("[]string{{{}}}", items.join(", "))
 }
 
@@ -132,7 +132,8 @@ fn invalid_extra(extra: &std::collections::BTreeMap<String, Vec<String>>) -> Opt
         });
         if !valid {
             return Some(format!(
-                "impersonating an invalid key in extra is not allowed: extra.key: Invalid value: {key:?}: must be a domain-prefixed path (such as \"acme.io/foo\")"
+                "impersonating an invalid key in extra is not allowed: extra.key: Invalid value: {}: must be a domain-prefixed path (such as \"acme.io/foo\")",
+                crate::goquote::quote(key)
             ));
         }
         if values.iter().any(String::is_empty) {
@@ -272,8 +273,14 @@ pub(crate) fn request_attributes(method: &Method, path: &str, query: Option<&str
 /// `responsewriters.ForbiddenStatusError`: the 403 for `user` denied
 /// `attrs`, with the authorizer's reason.
 pub(crate) fn forbidden(user: &str, attrs: &Attributes, reason: Option<&str>) -> ApiError {
+    use crate::goquote::quote as q;
     let msg = match &attrs.resource {
-        None => format!("User {user:?} cannot {} path {:?}", attrs.verb, attrs.path),
+        None => format!(
+            "User {} cannot {} path {}",
+            q(user),
+            attrs.verb,
+            q(&attrs.path)
+        ),
         Some(r) => {
             let resource = if r.subresource.is_empty() {
                 r.resource.clone()
@@ -283,11 +290,14 @@ pub(crate) fn forbidden(user: &str, attrs: &Attributes, reason: Option<&str>) ->
             let scope = if r.namespace.is_empty() {
                 "at the cluster scope".to_string()
             } else {
-                format!("in the namespace {:?}", r.namespace)
+                format!("in the namespace {}", q(&r.namespace))
             };
             format!(
-                "User {user:?} cannot {} resource {resource:?} in API group {:?} {scope}",
-                attrs.verb, r.group
+                "User {} cannot {} resource {} in API group {} {scope}",
+                q(user),
+                attrs.verb,
+                q(&resource),
+                q(&r.group)
             )
         }
     };
@@ -310,7 +320,7 @@ pub(crate) fn forbidden(user: &str, attrs: &Attributes, reason: Option<&str>) ->
     } else if name.is_empty() {
         format!("{gr} is forbidden: {err}")
     } else {
-        format!("{gr} {name:?} is forbidden: {err}")
+        format!("{gr} {} is forbidden: {err}", q(name))
     };
     let mut details = serde_json::Map::new();
     for (k, v) in [("name", name), ("group", group), ("kind", resource)] {
@@ -381,12 +391,13 @@ pub(crate) fn acting_identity(
             } else {
                 let items: Vec<String> = extra
                     .iter()
-                    .map(|(k, v)| format!("{k:?}:{}", go_strings(v)))
+                    .map(|(k, v)| format!("{}:{}", crate::goquote::quote(k), go_strings(v)))
                     .collect();
                 format!("map[string][]string{{{}}}", items.join(", "))
             };
             return Err(ApiError::bad_request(format!(
-                "requested &user.DefaultInfo{{Name:\"\", UID:{uid:?}, Groups:{}, Extra:{extra}}} without impersonating a user name",
+                "requested &user.DefaultInfo{{Name:\"\", UID:{}, Groups:{}, Extra:{extra}}} without impersonating a user name",
+                crate::goquote::quote(&uid),
                 go_strings(&wanted_groups)
             )));
         }
@@ -631,12 +642,16 @@ fn may(state: &Arc<State>, requester: &Identity, attrs: &Attributes) -> crate::r
 /// Authorizes one request: its impersonation, then its attributes for the
 /// user it acts as. `Ok`: that user (the one admission sees as
 /// `request.userInfo`, as upstream's filters hand it on).
+///
+/// `path` is the request's unescaped path (Go's `URL.Path`), which the
+/// request info resolver splits.
 pub(crate) fn authorize_request(
     state: &Arc<State>,
     req: &http::Request<hyper::body::Incoming>,
+    path: &str,
 ) -> Result<Acting, ApiError> {
     let requester = crate::self_review::requester(req);
-    let attrs = request_attributes(req.method(), req.uri().path(), req.uri().query());
+    let attrs = request_attributes(req.method(), path, req.uri().query());
     let mut acting = acting_identity(state, req.headers(), &requester, &attrs)?;
     // The authenticator's extra (a client certificate's credential id) is
     // the requester's; an impersonated user has only the extra it asks for.

@@ -109,7 +109,7 @@ impl FieldError {
         }
     }
     pub fn not_supported(field: &str, value: Value, valid: &[&str]) -> Self {
-        let quoted: Vec<String> = valid.iter().map(|v| format!("{v:?}")).collect();
+        let quoted: Vec<String> = valid.iter().map(|v| crate::goquote::quote(v)).collect();
         FieldError {
             kind: FieldErrorType::NotSupported,
             field: field.to_string(),
@@ -147,7 +147,7 @@ impl std::fmt::Display for FieldError {
 /// How Go's `%#v`/`%q` render the values that appear in field errors.
 fn go_value(v: &Value) -> String {
     match v {
-        Value::String(s) => format!("{s:?}"),
+        Value::String(s) => crate::goquote::quote(s),
         Value::Null => "null".to_string(),
         // json.Marshal of a map or a list.
         other => crate::gojson::to_string(other),
@@ -210,7 +210,7 @@ impl ApiError {
         let message = if name.is_empty() {
             format!("{gr} not found")
         } else {
-            format!("{gr} \"{name}\" not found")
+            format!("{gr} {} not found", crate::goquote::quote(name))
         };
         ApiError::new(404, "NotFound", message).with_details(details(name, gr))
     }
@@ -220,7 +220,7 @@ impl ApiError {
         ApiError::new(
             409,
             "AlreadyExists",
-            format!("{gr} \"{name}\" already exists"),
+            format!("{gr} {} already exists", crate::goquote::quote(name)),
         )
         .with_details(details(name, gr))
     }
@@ -233,7 +233,8 @@ impl ApiError {
             409,
             "AlreadyExists",
             format!(
-                "{gr} \"{name}\" already exists, the server was not able to generate a unique name for the object"
+                "{gr} {} already exists, the server was not able to generate a unique name for the object",
+                crate::goquote::quote(name)
             ),
         )
         .with_details(d);
@@ -246,7 +247,10 @@ impl ApiError {
         ApiError::new(
             409,
             "Conflict",
-            format!("Operation cannot be fulfilled on {gr} \"{name}\": {err}"),
+            format!(
+                "Operation cannot be fulfilled on {gr} {}: {err}",
+                crate::goquote::quote(name)
+            ),
         )
         .with_details(details(name, gr))
     }
@@ -306,7 +310,10 @@ impl ApiError {
         ApiError::new(
             422,
             "Invalid",
-            format!("{qualified} {name:?} is invalid: {agg}"),
+            format!(
+                "{qualified} {} is invalid: {agg}",
+                crate::goquote::quote(name)
+            ),
         )
         .with_details(Value::Object(d))
     }
@@ -322,8 +329,8 @@ impl ApiError {
             405,
             "MethodNotAllowed",
             format!(
-                "{action} is not supported on resources of kind {gr:?}",
-                gr = gr.to_string()
+                "{action} is not supported on resources of kind {}",
+                crate::goquote::quote(&gr.to_string())
             ),
         )
         .with_details(details("", gr))

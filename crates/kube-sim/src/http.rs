@@ -243,12 +243,85 @@ fn k8s_verb(method: &Method, has_name: bool, watch: bool) -> &'static str {
     request_verb::verb(method, target, watch).unwrap_or("")
 }
 
+/// The request path as Go's `url.ParseRequestURI` unescapes it into
+/// `URL.Path` (what kube-apiserver splits into a namespace, resource and
+/// name): every `%XX` is the byte XX (`%2F` a `/` that splits the path),
+/// `+` stays a `+`; `None` for a `%` not followed by two hex digits.
+fn unescape_path(raw: &str) -> Option<Vec<u8>> {
+    let b = raw.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = |c: u8| (c as char).to_digit(16);
+            let hi = b.get(i + 1).copied().and_then(hex)?;
+            let lo = b.get(i + 2).copied().and_then(hex)?;
+            out.push((hi * 16 + lo) as u8);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+/// Bytes as a string, each byte that is no part of valid UTF-8 U+FFFD, as
+/// encoding/json writes it (a name from an unescaped path in a Status).
+fn lossy_per_byte(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len());
+    for chunk in b.utf8_chunks() {
+        s.push_str(chunk.valid());
+        for _ in chunk.invalid() {
+            s.push('\u{fffd}');
+        }
+    }
+    s
+}
+
+/// What Go's net/http answers a request line whose URI does not parse (an
+/// invalid `%` escape), before any handler: no Status, no audit record.
+fn unparsable_uri() -> Response<RespBody> {
+    let mut r = json_response(
+        400,
+        Bytes::from_static(b"400 Bad Request"),
+        "text/plain; charset=utf-8",
+    );
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    r
+}
+
+/// `e` with the name of the request quoted from its bytes when they are not
+/// UTF-8: upstream's `%q` of the name writes `\xff` where kube-sim's name
+/// (as encoding/json writes it) has U+FFFD.
+fn quote_raw_name(mut e: ApiError, name: &str, path: &[u8]) -> ApiError {
+    if !name.contains('\u{fffd}') {
+        return e;
+    }
+    let raw = path
+        .split(|c| *c == b'/')
+        .find(|seg| std::str::from_utf8(seg).is_err() && lossy_per_byte(seg) == name);
+    if let Some(raw) = raw {
+        let (lossy, exact) = (
+            crate::goquote::quote(name),
+            crate::goquote::quote_bytes(raw),
+        );
+        e.message = e.message.replacen(&lossy, &exact, 1);
+    }
+    e
+}
+
 /// Entry point for one HTTP request.
 pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Response<RespBody> {
-    let path = req.uri().path().to_string();
-    if path == "/_sim" || path.starts_with("/_sim/") {
+    let raw_path = req.uri().path();
+    if raw_path == "/_sim" || raw_path.starts_with("/_sim/") {
         return crate::admin::handle(state, req).await;
     }
+    let Some(path_bytes) = unescape_path(raw_path) else {
+        return unparsable_uri();
+    };
+    let path = lossy_per_byte(&path_bytes);
     let started = Instant::now();
     let time = jiff::Timestamp::now().to_string();
     let user = user_of(&req);
@@ -304,9 +377,12 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
     };
     // The authorization filter runs before any handler (and before a
     // resource is looked up: a refused user learns nothing of it).
-    let (acting, denied) = match crate::authz::authorize_request(&state, &req) {
+    let (acting, denied) = match crate::authz::authorize_request(&state, &req, &path) {
         Ok(identity) => (identity, None),
-        Err(e) => (Default::default(), Some(e)),
+        Err(e) => (
+            Default::default(),
+            Some(quote_raw_name(e, &rec.name, &path_bytes)),
+        ),
     };
     state.faults.wait_unpaused().await;
     let decision = state.faults.decide(&Target {
@@ -343,9 +419,10 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
                     manager,
                     acting,
                 };
+                let name = request.t.name.clone();
                 match resource_request(&state, req, request, &decision, &mut rec.name).await {
                     Ok(r) => r,
-                    Err(e) => error_response(&e),
+                    Err(e) => error_response(&quote_raw_name(e, &name, &path_bytes)),
                 }
             }
             (Ok(Some(_)), None) => error_response(&not_found_path()),

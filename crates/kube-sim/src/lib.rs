@@ -26,6 +26,7 @@ pub mod faults;
 #[rustfmt::skip]
 mod go_types;
 pub mod gojson;
+pub mod goquote;
 pub mod http;
 pub mod internal_diff;
 pub mod negotiate;

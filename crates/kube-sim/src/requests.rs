@@ -26,10 +26,11 @@ pub struct RequestRecord {
     pub resource: String,
     pub subresource: String,
     pub namespace: String,
-    /// Object name from the URL; for create, the created object's name (as
-    /// the audit log's objectRef has it).
+    /// Object name from the URL (unescaped: `a%3Cb` is `a<b`); for create,
+    /// the created object's name (as the audit log's objectRef has it).
     pub name: String,
-    /// Request path (useful for non-resource requests).
+    /// Request path, unescaped as Go's `URL.Path` (useful for non-resource
+    /// requests).
     pub path: String,
     pub code: u16,
     pub latency_ms: f64,

@@ -1040,8 +1040,10 @@ fn applies_to(subjects: &Value, user: &str, groups: &[String], binding_ns: &str)
         let kind = s(subj, "kind");
         let name = s(subj, "name");
         match kind.as_str() {
-            "User" if name == user => return Some(format!("User {user:?}")),
-            "Group" if groups.contains(&name) => return Some(format!("Group {name:?}")),
+            "User" if name == user => return Some(format!("User {}", crate::goquote::quote(user))),
+            "Group" if groups.contains(&name) => {
+                return Some(format!("Group {}", crate::goquote::quote(&name)));
+            }
             "ServiceAccount" => {
                 let ns = match s(subj, "namespace") {
                     n if n.is_empty() => binding_ns.to_string(),
@@ -1051,7 +1053,10 @@ fn applies_to(subjects: &Value, user: &str, groups: &[String], binding_ns: &str)
                     // describeSubject (rbac/validation/rule.go) writes a
                     // ServiceAccount as "name/namespace", the reverse of the
                     // usual order; the reason text is a real server's.
-                    return Some(format!("ServiceAccount \"{name}/{ns}\""));
+                    return Some(format!(
+                        "ServiceAccount {}",
+                        crate::goquote::quote(&format!("{name}/{ns}"))
+                    ));
                 }
             }
             _ => {}
@@ -1116,7 +1121,8 @@ fn role_rules(state: &Arc<State>, role_ref: &Value, ns: &str) -> Result<Vec<Valu
             .cloned()
             .unwrap_or_default()),
         None => Err(format!(
-            "{singular}.rbac.authorization.k8s.io {name:?} not found"
+            "{singular}.rbac.authorization.k8s.io {} not found",
+            crate::goquote::quote(&name)
         )),
     }
 }
@@ -1168,9 +1174,10 @@ fn visit_rules(
             format!("{name}/{binding_ns}")
         };
         let source = format!(
-            "{kind} {name:?} of {} {:?} to {subject}",
+            "{kind} {} of {} {} to {subject}",
+            crate::goquote::quote(&name),
             s(role_ref, "kind"),
-            s(role_ref, "name")
+            crate::goquote::quote(&s(role_ref, "name"))
         );
         for rule in &rules {
             if !visit(&source, rule) {

@@ -284,7 +284,8 @@ impl Parser {
         if !errs.is_empty() {
             // field.Invalid on the parser's nil path.
             return Err(format!(
-                "<nil>: Invalid value: {lit:?}: {}",
+                "<nil>: Invalid value: {}: {}",
+                crate::goquote::quote(&lit),
                 errs.join("; ")
             ));
         }
@@ -377,7 +378,8 @@ fn new_requirement(key: String, t: Tok, values: Vec<String>) -> Result<Requireme
         for (i, v) in values.iter().enumerate() {
             if v.parse::<i64>().is_err() {
                 errs.push(format!(
-                    "values[{i}]: Invalid value: {v:?}: for 'Gt', 'Lt' operators, the value must be an integer"
+                    "values[{i}]: Invalid value: {}: for 'Gt', 'Lt' operators, the value must be an integer",
+                    crate::goquote::quote(v)
                 ));
             }
         }
@@ -386,7 +388,8 @@ fn new_requirement(key: String, t: Tok, values: Vec<String>) -> Result<Requireme
         let e = crate::validation::label_value(v);
         if !e.is_empty() {
             errs.push(format!(
-                "values[{i}][{key}]: Invalid value: {v:?}: {}",
+                "values[{i}][{key}]: Invalid value: {}: {}",
+                crate::goquote::quote(v),
                 e.join("; ")
             ));
         }

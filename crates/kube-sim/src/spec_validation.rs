@@ -33,7 +33,10 @@ fn go_string_map(v: Option<&Value>) -> String {
         })
         .unwrap_or_default();
     parts.sort();
-    let inner: Vec<String> = parts.iter().map(|(k, v)| format!("{k:?}:{v:?}")).collect();
+    let inner: Vec<String> = parts
+        .iter()
+        .map(|(k, v)| format!("{}:{}", crate::goquote::quote(k), crate::goquote::quote(v)))
+        .collect();
     format!("map[string]string{{{}}}", inner.join(", "))
 }
 

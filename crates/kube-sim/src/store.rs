@@ -268,6 +268,31 @@ fn settle_namespace(
     Ok(())
 }
 
+/// The registry's `KeyFunc` (`NamespaceKeyFunc`, `NoNamespaceKeyFunc`):
+/// a name from a request path (unescaped, so it may hold anything but `/`)
+/// must be a valid path segment (`content.IsPathSegmentName`) before the
+/// store is asked for it: a get, an update, a patch or a delete of `.`,
+/// `..` or a name holding `%` is a 400.
+fn key_name(name: &str) -> Result<(), ApiError> {
+    let msgs: Vec<String> = if name == "." || name == ".." {
+        vec![format!("may not be '{name}'")]
+    } else {
+        ["/", "%"]
+            .iter()
+            .filter(|c| name.contains(*c))
+            .map(|c| format!("may not contain '{c}'"))
+            .collect()
+    };
+    if msgs.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "Name parameter invalid: {}: {}",
+        crate::goquote::quote(name),
+        msgs.join(";")
+    )))
+}
+
 fn wrong_namespace() -> ApiError {
     ApiError::bad_request(
         "the namespace of the provided object does not match the namespace sent on the request",
@@ -472,6 +497,7 @@ impl Store {
     // ---------------------------------------------------------------- reads
 
     pub fn get(&self, rid: ResId, ns: &str, name: &str) -> Result<Arc<Stored>, ApiError> {
+        key_name(name)?;
         if let Some(core) = event_versions::storage_of(rid) {
             return self
                 .get(core, ns, name)
@@ -1253,6 +1279,7 @@ impl Store {
                 "the name of the object does not match the name on the URL",
             ));
         }
+        key_name(name)?;
         let body_ns = meta_str(&obj, "namespace");
         if def.namespaced && !body_ns.is_empty() && body_ns != ns {
             return Err(wrong_namespace());
@@ -1315,6 +1342,7 @@ impl Store {
         // the stored object; the result is stored in the storage's form.
         let view_of = event_versions::storage_of(rid);
         let srid = view_of.unwrap_or(rid);
+        key_name(name)?;
         loop {
             let live = self.get(srid, ns, name).ok();
             let live_view = match (&live, view_of) {
@@ -1695,6 +1723,7 @@ impl Store {
         name: &str,
         opts: &DeleteOptions,
     ) -> Result<DeleteOutcome, ApiError> {
+        key_name(name)?;
         if let Some(core) = event_versions::storage_of(rid) {
             return match self
                 .delete(core, ns, name, opts)
@@ -1982,7 +2011,10 @@ impl Store {
                 return Err(ApiError::conflict(
                     &binding_gr,
                     name,
-                    &format!("pod {name} is already assigned to node {current:?}"),
+                    &format!(
+                        "pod {name} is already assigned to node {}",
+                        crate::goquote::quote(current)
+                    ),
                 ));
             }
             if live

@@ -353,7 +353,7 @@ fn meta_accessor_update(new: &Value, old: &Value) -> Vec<FieldError> {
             .into_iter()
             .collect();
         if !added.is_empty() {
-            let list: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
+            let list: Vec<String> = added.iter().map(|f| crate::goquote::quote(f)).collect();
             errs.push(FieldError::forbidden(
                 "metadata.finalizers",
                 format!(

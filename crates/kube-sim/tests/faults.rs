@@ -165,6 +165,40 @@ async fn request_log_and_counters_attribute_users_and_verbs() {
     );
 }
 
+/// The log names the object as the server does, from the unescaped path
+/// (`a%3Cb` is `a<b`, as in the audit log's objectRef); a request whose
+/// path does not unescape never reaches a handler, nor the log.
+#[tokio::test]
+async fn request_log_names_the_unescaped_name() {
+    let sim = KubeSim::start(SimConfig::default()).await.unwrap();
+    let since = sim.requests().last_seq();
+    let (code, body) = raw(
+        &sim,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/a%3Cb",
+        "application/json",
+        "",
+    )
+    .await;
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains(r#""name":"a\u003cb""#), "{body}");
+    let (code, body) = raw(
+        &sim,
+        "GET",
+        "/api/v1/namespaces/default/configmaps/a%zz",
+        "application/json",
+        "",
+    )
+    .await;
+    assert_eq!((code, body.as_str()), (400, "400 Bad Request"));
+    let recs = sim
+        .requests()
+        .records(&RequestFilter::default().since(since));
+    assert_eq!(recs.len(), 1, "{recs:?}");
+    assert_eq!(recs[0].name, "a<b");
+    assert_eq!(recs[0].path, "/api/v1/namespaces/default/configmaps/a<b");
+}
+
 #[tokio::test]
 async fn admin_api_adds_rules_and_pauses_the_server() {
     let (sim, c) = sim().await;
