@@ -440,6 +440,7 @@ impl Served {
             if !ok {
                 if pass == Pass::Schema {
                     errs.push(FieldError {
+                        named: false,
                         kind: crate::error::FieldErrorType::TypeInvalid,
                         field: field.into(),
                         value: Some(json!(type_name(v))),
@@ -523,6 +524,7 @@ impl Served {
                     && n > max
                 {
                     errs.push(FieldError {
+                        named: false,
                         kind: crate::error::FieldErrorType::TooLong,
                         field: field.into(),
                         value: None,
@@ -581,6 +583,7 @@ impl Served {
                     && (a.len() as u64) > max
                 {
                     errs.push(FieldError {
+                        named: false,
                         kind: crate::error::FieldErrorType::TooMany,
                         field: field.into(),
                         value: Some(json!(a.len())),
@@ -649,6 +652,7 @@ impl Served {
                         r.message.trim().to_string()
                     };
                     errs.push(FieldError {
+                        named: false,
                         kind: crate::error::FieldErrorType::Invalid,
                         field: at,
                         value,

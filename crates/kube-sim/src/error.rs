@@ -81,11 +81,17 @@ pub struct FieldError {
     /// The offending value, for Invalid/Duplicate/NotSupported.
     pub value: Option<Value>,
     pub detail: String,
+    /// The value is of a named Go string type (`core.ServiceType`,
+    /// `core.PersistentVolumeAccessMode`, ...), not `string`: ErrorBody's
+    /// type switch does not match `string`, and the value is written by
+    /// `json.Marshal` (`"a\u003cb"`, `"\u001b"`) instead of `%q`.
+    pub named: bool,
 }
 
 impl FieldError {
     pub fn invalid(field: &str, value: Value, detail: impl Into<String>) -> Self {
         FieldError {
+            named: false,
             kind: FieldErrorType::Invalid,
             field: field.to_string(),
             value: Some(value),
@@ -94,6 +100,7 @@ impl FieldError {
     }
     pub fn required(field: &str, detail: impl Into<String>) -> Self {
         FieldError {
+            named: false,
             kind: FieldErrorType::Required,
             field: field.to_string(),
             value: None,
@@ -102,6 +109,7 @@ impl FieldError {
     }
     pub fn forbidden(field: &str, detail: impl Into<String>) -> Self {
         FieldError {
+            named: false,
             kind: FieldErrorType::Forbidden,
             field: field.to_string(),
             value: None,
@@ -111,11 +119,18 @@ impl FieldError {
     pub fn not_supported(field: &str, value: Value, valid: &[&str]) -> Self {
         let quoted: Vec<String> = valid.iter().map(|v| crate::goquote::quote(v)).collect();
         FieldError {
+            named: false,
             kind: FieldErrorType::NotSupported,
             field: field.to_string(),
             value: Some(value),
             detail: format!("supported values: {}", quoted.join(", ")),
         }
+    }
+
+    /// Marks the value as one of a named string type (see `named`).
+    pub fn named(mut self) -> Self {
+        self.named = true;
+        self
     }
 
     /// `field.Error.ErrorBody()`.
@@ -126,7 +141,10 @@ impl FieldError {
             _ => {
                 if let Some(v) = &self.value {
                     s.push_str(": ");
-                    s.push_str(&go_value(v));
+                    match v {
+                        Value::String(_) if self.named => s.push_str(&crate::gojson::to_string(v)),
+                        _ => s.push_str(&go_value(v)),
+                    }
                 }
             }
         }

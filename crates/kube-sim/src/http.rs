@@ -688,6 +688,7 @@ fn write_options(q: &Query, manager: String) -> Result<WriteOptions, ApiError> {
             "CreateOptions",
             "",
             &[FieldError {
+                named: false,
                 kind: crate::error::FieldErrorType::TooLong,
                 field: "fieldManager".into(),
                 value: None,

@@ -63,6 +63,7 @@ fn containers(spec: Option<&Value>, path: &str, errs: &mut Vec<FieldError>) {
                 }
                 if !seen.insert(n.to_string()) {
                     errs.push(FieldError {
+                        named: false,
                         kind: FieldErrorType::Duplicate,
                         field: format!("{p}.name"),
                         value: Some(json!(n)),
@@ -74,6 +75,49 @@ fn containers(spec: Option<&Value>, path: &str, errs: &mut Vec<FieldError>) {
         if is_empty(c.get("image")) {
             errs.push(required(&format!("{p}.image"), ""));
         }
+        // validatePullPolicy (a `core.PullPolicy`, written as JSON).
+        const PULL: &[&str] = &["Always", "IfNotPresent", "Never"];
+        if let Some(policy) = c.get("imagePullPolicy").and_then(Value::as_str)
+            && !policy.is_empty()
+            && !PULL.contains(&policy)
+        {
+            errs.push(
+                FieldError::not_supported(&format!("{p}.imagePullPolicy"), json!(policy), PULL)
+                    .named(),
+            );
+        }
+    }
+}
+
+/// The access modes of a claim's or a volume's spec: each a supported
+/// `core.PersistentVolumeAccessMode` (written as JSON), ReadWriteOncePod
+/// alone.
+fn access_modes(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
+    const SUPPORTED: &[&str] = &[
+        "ReadOnlyMany",
+        "ReadWriteMany",
+        "ReadWriteOnce",
+        "ReadWriteOncePod",
+    ];
+    let modes = spec
+        .and_then(|s| s.get("accessModes"))
+        .and_then(Value::as_array);
+    let (mut rwop, mut other) = (false, false);
+    for mode in modes.into_iter().flatten() {
+        let m = mode.as_str().unwrap_or_default();
+        if !SUPPORTED.contains(&m) {
+            errs.push(FieldError::not_supported("spec.accessModes", json!(m), SUPPORTED).named());
+        } else if m == "ReadWriteOncePod" {
+            rwop = true;
+        } else {
+            other = true;
+        }
+    }
+    if rwop && other {
+        errs.push(FieldError::forbidden(
+            "spec.accessModes",
+            "may not use ReadWriteOncePod with other access modes",
+        ));
     }
 }
 
@@ -123,6 +167,7 @@ pub fn validate_create(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
             if ty != "ExternalName" && !headless && is_empty(spec.and_then(|s| s.get("ports"))) {
                 errs.push(required("spec.ports", ""));
             }
+            service_type(spec, &mut errs);
         }
         ("batch", "jobs") => {
             // ValidateJobSpec / validateJobTemplate: only these restart policies.
@@ -145,6 +190,18 @@ pub fn validate_create(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
     }
     errs.extend(data_size(def, obj));
     errs
+}
+
+/// `validateService`'s rule on `spec.type` (a `core.ServiceType`, so the
+/// value is written as JSON). An empty type is defaulted to ClusterIP.
+fn service_type(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
+    const SUPPORTED: &[&str] = &["ClusterIP", "ExternalName", "LoadBalancer", "NodePort"];
+    if let Some(ty) = spec.and_then(|s| s.get("type")).and_then(Value::as_str)
+        && !ty.is_empty()
+        && !SUPPORTED.contains(&ty)
+    {
+        errs.push(FieldError::not_supported("spec.type", json!(ty), SUPPORTED).named());
+    }
 }
 
 /// `core.MaxSecretSize`: what a ConfigMap's or a Secret's data may total.
@@ -170,6 +227,7 @@ fn claim_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
             "at least 1 access mode is required",
         ));
     }
+    access_modes(spec, errs);
     let storage = spec.and_then(|s| s.pointer("/resources/requests/storage"));
     if is_empty(storage) {
         errs.push(required("spec.resources[storage]", ""));
@@ -218,6 +276,7 @@ fn volume_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
     if is_empty(spec.and_then(|s| s.get("accessModes"))) {
         errs.push(required("spec.accessModes", ""));
     }
+    access_modes(spec, errs);
     let sources = PV_SOURCES
         .iter()
         .filter(|k| spec.and_then(|s| s.get(**k)).is_some_and(|v| !v.is_null()))
@@ -249,6 +308,7 @@ fn data_size(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
         return Vec::new();
     }
     vec![FieldError {
+        named: false,
         kind: FieldErrorType::TooLong,
         field: field.into(),
         value: None,
@@ -267,6 +327,8 @@ pub fn validate_update(def: &ResourceDef, new: &Value, old: &Value) -> Vec<Field
         ("", "persistentvolumes") => pv_update(new, old, &mut errs),
         ("", "pods") => pod_update(new, old, &mut errs),
         ("", "services") => {
+            // validateService of the new object comes first.
+            service_type(new.get("spec"), &mut errs);
             let lb =
                 |s: &Value| s.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer");
             let class = |s: &Value| {
@@ -585,8 +647,8 @@ fn pod_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
 /// with the `NoExecute` effect, and the known operators and effects. The
 /// TaintTolerationComparisonOperators gate is off (alpha in 1.36), so `Lt`
 /// and `Gt` are refused, as a pod could not have been created with them.
-/// (An operator and an effect are named string types, which a field error
-/// prints as JSON, HTML-escaped; kube-sim quotes them as a string.)
+/// An operator and an effect are named string types, which a field error
+/// writes as JSON (`.named()`); a toleration's value is a `string`.
 fn tolerations(spec: &Value, errs: &mut Vec<FieldError>) {
     let list = spec.get("tolerations").and_then(Value::as_array);
     for (i, t) in list.into_iter().flatten().enumerate() {
@@ -604,14 +666,17 @@ fn tolerations(spec: &Value, errs: &mut Vec<FieldError>) {
                 &op_path,
                 json!(op),
                 "operator must be Exists when `key` is empty, which means \"match all values and all keys\"",
-            ));
+            ).named());
         }
         if t.get("tolerationSeconds").is_some_and(|v| !v.is_null()) && effect != "NoExecute" {
-            errs.push(FieldError::invalid(
-                &format!("{p}.effect"),
-                json!(effect),
-                "effect must be 'NoExecute' when `tolerationSeconds` is set",
-            ));
+            errs.push(
+                FieldError::invalid(
+                    &format!("{p}.effect"),
+                    json!(effect),
+                    "effect must be 'NoExecute' when `tolerationSeconds` is set",
+                )
+                .named(),
+            );
         }
         match op {
             "Equal" | "" => {
@@ -629,24 +694,23 @@ fn tolerations(spec: &Value, errs: &mut Vec<FieldError>) {
                     ));
                 }
             }
-            "Lt" | "Gt" => errs.push(FieldError::not_supported(
-                &op_path,
-                json!(op),
-                &["Equal", "Exists", "Lt", "Gt"],
-            )),
-            _ => errs.push(FieldError::not_supported(
-                &op_path,
-                json!(op),
-                &["Equal", "Exists"],
-            )),
+            "Lt" | "Gt" => errs.push(
+                FieldError::not_supported(&op_path, json!(op), &["Equal", "Exists", "Lt", "Gt"])
+                    .named(),
+            ),
+            _ => errs
+                .push(FieldError::not_supported(&op_path, json!(op), &["Equal", "Exists"]).named()),
         }
         if !effect.is_empty() && !["NoSchedule", "PreferNoSchedule", "NoExecute"].contains(&effect)
         {
-            errs.push(FieldError::not_supported(
-                &format!("{p}.effect"),
-                json!(effect),
-                &["NoSchedule", "PreferNoSchedule", "NoExecute"],
-            ));
+            errs.push(
+                FieldError::not_supported(
+                    &format!("{p}.effect"),
+                    json!(effect),
+                    &["NoSchedule", "PreferNoSchedule", "NoExecute"],
+                )
+                .named(),
+            );
         }
     }
 }
@@ -1154,6 +1218,7 @@ fn selector_and_template(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
         let sel = crate::selector::LabelSelector::from_label_selector(sel.unwrap_or(&Value::Null));
         if !sel.matches(labels.and_then(Value::as_object)) {
             errs.push(FieldError {
+                named: false,
                 kind: FieldErrorType::Invalid,
                 field: "spec.template.metadata.labels".into(),
                 value: Some(Value::String(String::new())),

@@ -324,6 +324,7 @@ fn object_meta(
         }
         if total > 256 * 1024 {
             errs.push(FieldError {
+                named: false,
                 kind: crate::error::FieldErrorType::TooLong,
                 field: "metadata.annotations".into(),
                 value: None,

@@ -2029,6 +2029,117 @@ async fn field_error_strings_are_quoted_as_go_quotes_them() {
     .await;
 }
 
+/// A field error's value of a named Go string type (a Service's `type`, an
+/// access mode, a toleration's operator and effect, a pull policy) is
+/// written by `json.Marshal` (ESC as `\u001b`, `<` `>` `&` escaped, U+200B
+/// kept), a `string` value by `%q`; and a Service's `type` must be one of
+/// the four supported ones, on create and on update.
+#[tokio::test]
+async fn named_string_values_are_written_as_json() {
+    differential("named", same_service_range, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let ns = &ctx.ns;
+        let odd = ["No\u{1b}de", "a<b>&c", "a\u{200b}b", "clusterip", "é\t\"\\"];
+        let svcs = format!("/api/v1/namespaces/{ns}/services");
+        let port = json!([{"port": 80}]);
+        for (i, ty) in odd.iter().enumerate() {
+            let r = post(
+                c,
+                &svcs,
+                &json!({"metadata": {"name": format!("s{i}")}, "spec": {"type": ty, "ports": port}}),
+            )
+            .await;
+            assert_eq!(r.code, 422, "service type {ty:?}: {:?}", r.body);
+            t.reply(&format!("service type {i}"), &r);
+        }
+        // With no ports: the ports' error comes first.
+        let r = post(
+            c,
+            &svcs,
+            &json!({"metadata": {"name": "noports"}, "spec": {"type": "a<b"}}),
+        )
+        .await;
+        t.reply("service type without ports", &r);
+        // An update to an unsupported type.
+        let r = post(
+            c,
+            &svcs,
+            &json!({"metadata": {"name": "web"}, "spec": {"ports": port}}),
+        )
+        .await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let r = patch(
+            c,
+            &format!("{svcs}/web"),
+            "merge",
+            r#"{"spec":{"type":"Node\u001bPort<"}}"#,
+        )
+        .await;
+        assert_eq!(r.code, 422, "{:?}", r.body);
+        t.reply("service type update", &r);
+        let r = get(c, &format!("{svcs}/web")).await;
+        t.note("service type kept", r.body["spec"]["type"].clone());
+
+        let pvcs = format!("/api/v1/namespaces/{ns}/persistentvolumeclaims");
+        for (i, modes) in [
+            json!(["a\u{1b}b"]),
+            json!(["x<y", "ReadWriteOnce", "a\u{200b}&"]),
+            json!(["ReadWriteOncePod", "ReadWriteOnce"]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let r = post(
+                c,
+                &pvcs,
+                &json!({"metadata": {"name": format!("c{i}")}, "spec": {
+                    "accessModes": modes, "resources": {"requests": {"storage": "1Gi"}}}}),
+            )
+            .await;
+            assert_eq!(r.code, 422, "access modes {modes}: {:?}", r.body);
+            t.reply(&format!("claim access modes {i}"), &r);
+        }
+
+        let pods = format!("/api/v1/namespaces/{ns}/pods");
+        let pod = |name: &str, container: Value, tolerations: Value| {
+            json!({"metadata": {"name": name}, "spec": {
+                "containers": [container], "tolerations": tolerations}})
+        };
+        let plain = json!({"name": "c", "image": "busybox"});
+        for (i, policy) in odd.iter().enumerate() {
+            let r = post(
+                c,
+                &pods,
+                &pod(
+                    &format!("p{i}"),
+                    json!({"name": "c", "image": "busybox", "imagePullPolicy": policy}),
+                    json!([]),
+                ),
+            )
+            .await;
+            assert_eq!(r.code, 422, "pull policy {policy:?}: {:?}", r.body);
+            t.reply(&format!("pull policy {i}"), &r);
+        }
+        for (i, tol) in [
+            json!([{"key": "k", "operator": "a\u{1b}b", "value": "v"}]),
+            json!([{"operator": "x<y"}]),
+            json!([{"operator": "Exists", "effect": "N\u{200b}&"}]),
+            json!([{"operator": "Exists", "effect": "a>b", "tolerationSeconds": 5}]),
+            json!([{"key": "k", "operator": "Equal", "value": "a\u{1b}b"}]),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let r = post(c, &pods, &pod(&format!("t{i}"), plain.clone(), tol.clone())).await;
+            assert_eq!(r.code, 422, "tolerations {tol}: {:?}", r.body);
+            t.reply(&format!("tolerations {i}"), &r);
+        }
+        t
+    })
+    .await;
+}
+
 /// A name in a request path is percent-unescaped as Go's `URL.Path` is
 /// before the server splits the path: `a%3Cb` is `a<b`, `%61` is `a` (the
 /// object named `a`), on GET, PUT, PATCH and DELETE; an escaped `/` splits

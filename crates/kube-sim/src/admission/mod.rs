@@ -325,6 +325,7 @@ struct Mutation {
 
 fn duplicate(field: &str, value: Value) -> FieldError {
     FieldError {
+        named: false,
         kind: crate::error::FieldErrorType::Duplicate,
         field: field.to_string(),
         value: Some(value),
@@ -398,6 +399,7 @@ fn compile_conditions(
         .unwrap_or_default();
     if conds.len() > 64 {
         errs.push(FieldError {
+            named: false,
             kind: crate::error::FieldErrorType::TooLong,
             field: "spec.matchConditions".into(),
             value: None,

@@ -235,6 +235,7 @@ fn validate_binding(obj: &Value) -> Vec<FieldError> {
         }
         if seen.contains(&a) {
             errs.push(FieldError {
+                named: false,
                 kind: crate::error::FieldErrorType::Duplicate,
                 field: format!("spec.validationActions[{i}]"),
                 value: Some(a.clone()),
@@ -389,6 +390,7 @@ fn compile_spec(spec: &Value) -> Result<CompiledValidating, Vec<FieldError>> {
             ));
         } else if keys.contains(&key) {
             errs.push(FieldError {
+                named: false,
                 kind: crate::error::FieldErrorType::Duplicate,
                 field: format!("spec.auditAnnotations[{i}].key"),
                 value: Some(json!(key)),
