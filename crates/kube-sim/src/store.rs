@@ -588,11 +588,14 @@ impl Store {
                     }
                 }
                 (_, other) => {
-                    return Err(list_options_invalid(FieldError::not_supported(
-                        "resourceVersionMatch",
-                        json!(other),
-                        &["Exact", "NotOlderThan", ""],
-                    )));
+                    return Err(list_options_invalid(
+                        FieldError::not_supported(
+                            "resourceVersionMatch",
+                            json!(other),
+                            &["Exact", "NotOlderThan", ""],
+                        )
+                        .named(),
+                    ));
                 }
             }
         }
@@ -1746,7 +1749,8 @@ impl Store {
                     "propagationPolicy",
                     json!(p),
                     &["Foreground", "Background", "Orphan", "nil"],
-                )],
+                )
+                .named()],
             ));
         }
         loop {

@@ -2140,6 +2140,80 @@ async fn named_string_values_are_written_as_json() {
     .await;
 }
 
+/// The named string types of admission policies (a failure policy, an
+/// operation, a scope, a match policy, a reason, a validation action, a
+/// parameter-not-found action, a reinvocation policy, a patch type) and of
+/// the request options (a propagation policy, a resourceVersionMatch) are
+/// written in field errors as `json.Marshal` writes them.
+#[tokio::test]
+async fn named_string_values_of_policies_and_options_are_written_as_json() {
+    differential(
+        "namedadm",
+        |_| async { kube_sim::SimConfig::default() },
+        |ctx| async move {
+            let c = &ctx.client;
+            let mut t = Transcript::new();
+            let ar = "/apis/admissionregistration.k8s.io/v1";
+            let vap = ctx.unique("vap");
+            t.volatile(&vap, "<vap>");
+            let rules = |op: &str, scope: &str| {
+                json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": [op],
+                    "resources": ["configmaps"], "scope": scope}])
+            };
+            let r = post(
+                c,
+                &format!("{ar}/validatingadmissionpolicies"),
+                &json!({"metadata": {"name": vap}, "spec": {
+                    "failurePolicy": "F<ail",
+                    "matchConstraints": {"resourceRules": rules("CRE\u{1b}ATE", "a&b"),
+                        "matchPolicy": "Ex\u{200b}act>"},
+                    "validations": [{"expression": "true", "reason": "No<pe"}]}}),
+            )
+            .await;
+            assert_eq!(r.code, 422, "{:?}", r.body);
+            t.reply("validating policy", &r);
+            let r = post(
+                c,
+                &format!("{ar}/validatingadmissionpolicybindings"),
+                &json!({"metadata": {"name": vap}, "spec": {
+                    "policyName": "p", "validationActions": ["De<ny", "W\u{1b}"],
+                    "paramRef": {"name": "x", "parameterNotFoundAction": "A&llow"}}}),
+            )
+            .await;
+            assert_eq!(r.code, 422, "{:?}", r.body);
+            t.reply("validating binding", &r);
+            for version in ["v1", "v1beta1"] {
+                let r = post(
+                    c,
+                    &format!("/apis/admissionregistration.k8s.io/{version}/mutatingadmissionpolicies"),
+                    &json!({"metadata": {"name": vap}, "spec": {
+                        "failurePolicy": "Ig\u{1b}nore", "reinvocationPolicy": "Ne<ver",
+                        "matchConstraints": {"resourceRules": rules("CREATE", "*")},
+                        "mutations": [{"patchType": "Apply&", "applyConfiguration": {"expression": "Object{}"}}]}}),
+                )
+                .await;
+                t.reply(&format!("mutating policy {version}"), &r);
+            }
+            let cms = format!("/api/v1/namespaces/{}/configmaps", ctx.ns);
+            let r = post(c, &cms, &json!({"metadata": {"name": "a"}})).await;
+            assert_eq!(r.code, 201, "{:?}", r.body);
+            let r = call(
+                c,
+                "DELETE",
+                &format!("{cms}/a"),
+                "application/json",
+                r#"{"propagationPolicy":"Or\u001bphan<"}"#,
+            )
+            .await;
+            t.reply("propagation policy", &r);
+            let r = get(c, &format!("{cms}?resourceVersion=1&resourceVersionMatch=Ex%3Cact%26")).await;
+            t.reply("resourceVersionMatch", &r);
+            t
+        },
+    )
+    .await;
+}
+
 /// A name in a request path is percent-unescaped as Go's `URL.Path` is
 /// before the server splits the path: `a%3Cb` is `a<b`, `%61` is `a` (the
 /// object named `a`), on GET, PUT, PATCH and DELETE; an escaped `/` splits

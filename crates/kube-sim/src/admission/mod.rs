@@ -189,11 +189,14 @@ fn validate_rules(path: &str, rules: &Value, operations: &[&str], errs: &mut Vec
                     if key == "operations" {
                         for (j, op) in l.iter().enumerate() {
                             if !op.as_str().is_some_and(|o| operations.contains(&o)) {
-                                errs.push(FieldError::not_supported(
-                                    &format!("{p}.{key}[{j}]"),
-                                    op.clone(),
-                                    operations,
-                                ));
+                                errs.push(
+                                    FieldError::not_supported(
+                                        &format!("{p}.{key}[{j}]"),
+                                        op.clone(),
+                                        operations,
+                                    )
+                                    .named(),
+                                );
                             }
                         }
                     }
@@ -205,11 +208,14 @@ fn validate_rules(path: &str, rules: &Value, operations: &[&str], errs: &mut Vec
                 .as_str()
                 .is_some_and(|s| ["Cluster", "Namespaced", "*"].contains(&s))
         {
-            errs.push(FieldError::not_supported(
-                &format!("{p}.scope"),
-                s.clone(),
-                &["Cluster", "Namespaced", "*"],
-            ));
+            errs.push(
+                FieldError::not_supported(
+                    &format!("{p}.scope"),
+                    s.clone(),
+                    &["*", "Cluster", "Namespaced"],
+                )
+                .named(),
+            );
         }
     }
 }
@@ -221,6 +227,21 @@ fn validate_match_resources(
     operations: &[&str],
     errs: &mut Vec<FieldError>,
 ) {
+    // validateMatchResources: the match policy first.
+    if let Some(mp) = mr.get("matchPolicy")
+        && !mp
+            .as_str()
+            .is_some_and(|s| ["Exact", "Equivalent"].contains(&s))
+    {
+        errs.push(
+            FieldError::not_supported(
+                &format!("{path}.matchPolicy"),
+                mp.clone(),
+                &["Equivalent", "Exact"],
+            )
+            .named(),
+        );
+    }
     match mr.get("resourceRules") {
         Some(r) if r.as_array().is_some_and(|a| !a.is_empty()) => {
             validate_rules(&format!("{path}.resourceRules"), r, operations, errs)
@@ -231,22 +252,23 @@ fn validate_match_resources(
     if let Some(r) = mr.get("excludeResourceRules") {
         validate_rules(&format!("{path}.excludeResourceRules"), r, operations, errs);
     }
-    if let Some(mp) = mr.get("matchPolicy")
-        && !mp
-            .as_str()
-            .is_some_and(|s| ["Exact", "Equivalent"].contains(&s))
-    {
-        errs.push(FieldError::not_supported(
-            &format!("{path}.matchPolicy"),
-            mp.clone(),
-            &["Equivalent", "Exact"],
-        ));
-    }
 }
 
+/// `validateMutatingAdmissionPolicySpec`, in its order: the failure
+/// policy, the match constraints, the expressions, the reinvocation policy.
 fn validate_policy(obj: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let spec = obj.get("spec").cloned().unwrap_or(Value::Null);
+    let unsupported = |key: &str, valid: &[&str], errs: &mut Vec<FieldError>| {
+        if let Some(v) = spec
+            .get(key)
+            .filter(|v| !v.is_null() && v.as_str() != Some(""))
+            && !v.as_str().is_some_and(|s| valid.contains(&s))
+        {
+            errs.push(FieldError::not_supported(&format!("spec.{key}"), v.clone(), valid).named());
+        }
+    };
+    unsupported("failurePolicy", &["Fail", "Ignore"], &mut errs);
     if spec.get("paramKind").is_some_and(|p| !p.is_null()) {
         errs.push(FieldError::forbidden(
             "spec.paramKind",
@@ -259,33 +281,17 @@ fn validate_policy(obj: &Value) -> Vec<FieldError> {
         }
         _ => errs.push(FieldError::required("spec.matchConstraints", "")),
     }
+    // Compile every expression once: a policy that cannot run is refused.
+    if let Err(e) = compile_spec(&spec) {
+        errs.extend(e);
+    }
     if spec
         .get("reinvocationPolicy")
         .is_none_or(|v| v.is_null() || v.as_str() == Some(""))
     {
         errs.push(FieldError::required("spec.reinvocationPolicy", ""));
     }
-    for (key, valid) in [
-        ("failurePolicy", &["Fail", "Ignore"][..]),
-        ("reinvocationPolicy", &["IfNeeded", "Never"][..]),
-    ] {
-        if let Some(v) = spec
-            .get(key)
-            .filter(|v| !v.is_null() && v.as_str() != Some(""))
-            && !v.as_str().is_some_and(|s| valid.contains(&s))
-        {
-            errs.push(FieldError::not_supported(
-                &format!("spec.{key}"),
-                v.clone(),
-                valid,
-            ));
-        }
-    }
-    // Compile every expression once: a policy that cannot run is refused.
-    match compile_spec(&spec) {
-        Ok(_) => {}
-        Err(e) => errs.extend(e),
-    }
+    unsupported("reinvocationPolicy", &["IfNeeded", "Never"], &mut errs);
     errs
 }
 
@@ -461,11 +467,14 @@ fn compile_spec(spec: &Value) -> Result<CompiledPolicy, Vec<FieldError>> {
                 continue;
             }
             other => {
-                errs.push(FieldError::not_supported(
-                    &format!("{p}.patchType"),
-                    json!(other),
-                    &["ApplyConfiguration", "JSONPatch"],
-                ));
+                errs.push(
+                    FieldError::not_supported(
+                        &format!("{p}.patchType"),
+                        json!(other),
+                        &["ApplyConfiguration", "JSONPatch"],
+                    )
+                    .named(),
+                );
                 continue;
             }
         };

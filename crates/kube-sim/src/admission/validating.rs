@@ -144,11 +144,9 @@ fn validate_policy(obj: &Value) -> Vec<FieldError> {
     if let Some(v) = spec.get("failurePolicy")
         && !v.as_str().is_some_and(|s| ["Fail", "Ignore"].contains(&s))
     {
-        errs.push(FieldError::not_supported(
-            "spec.failurePolicy",
-            v.clone(),
-            &["Fail", "Ignore"],
-        ));
+        errs.push(
+            FieldError::not_supported("spec.failurePolicy", v.clone(), &["Fail", "Ignore"]).named(),
+        );
     }
     if let Some(pk) = spec.get("paramKind").filter(|p| !p.is_null()) {
         for key in ["apiVersion", "kind"] {
@@ -206,13 +204,14 @@ fn validate_binding(obj: &Value) -> Vec<FieldError> {
                 "spec.paramRef.parameterNotFoundAction",
                 "",
             )),
-            Some(v) if !v.as_str().is_some_and(|a| ["Deny", "Allow"].contains(&a)) => {
-                errs.push(FieldError::not_supported(
+            Some(v) if !v.as_str().is_some_and(|a| ["Deny", "Allow"].contains(&a)) => errs.push(
+                FieldError::not_supported(
                     "spec.paramRef.parameterNotFoundAction",
                     v.clone(),
                     &["Deny", "Allow"],
-                ))
-            }
+                )
+                .named(),
+            ),
             Some(_) => {}
         }
     }
@@ -227,11 +226,14 @@ fn validate_binding(obj: &Value) -> Vec<FieldError> {
     let mut seen: Vec<&Value> = Vec::new();
     for (i, a) in actions.iter().enumerate() {
         if !a.as_str().is_some_and(|a| ACTIONS.contains(&a)) {
-            errs.push(FieldError::not_supported(
-                &format!("spec.validationActions[{i}]"),
-                a.clone(),
-                ACTIONS,
-            ));
+            errs.push(
+                FieldError::not_supported(
+                    &format!("spec.validationActions[{i}]"),
+                    a.clone(),
+                    ACTIONS,
+                )
+                .named(),
+            );
         }
         if seen.contains(&a) {
             errs.push(FieldError {
@@ -352,11 +354,9 @@ fn compile_spec(spec: &Value) -> Result<CompiledValidating, Vec<FieldError>> {
         if let Some(r) = v.get("reason").filter(|r| !r.is_null())
             && !r.as_str().is_some_and(|r| REASONS.contains(&r))
         {
-            errs.push(FieldError::not_supported(
-                &format!("{p}.reason"),
-                r.clone(),
-                REASONS,
-            ));
+            errs.push(
+                FieldError::not_supported(&format!("{p}.reason"), r.clone(), REASONS).named(),
+            );
         }
         let Some(expr) = expr.filter(|_| errs.len() == before) else {
             continue;
