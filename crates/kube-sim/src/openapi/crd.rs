@@ -206,9 +206,10 @@ static CRD_RESOURCE: ServedResource = ServedResource {
 };
 
 static APIEXTENSIONS: std::sync::LazyLock<Vec<u8>> = std::sync::LazyLock::new(|| {
-    without_strategic_merge(v3_for(&[CRD_RESOURCE], &crd_definitions()))
-        .to_string()
-        .into_bytes()
+    crate::gojson::to_vec(&without_strategic_merge(v3_for(
+        &[CRD_RESOURCE],
+        &crd_definitions(),
+    )))
 });
 
 /// Drops strategic merge patch from the PATCH operations: custom resources
@@ -310,7 +311,7 @@ fn documents(store: &Store) -> Vec<(String, Bytes)> {
     for ((g, v), (served, defs)) in by_gv {
         let path = gv_prefix(g, v).trim_start_matches('/').to_string();
         let doc = without_strategic_merge(v3_for(&served, &defs));
-        out.push((path, Bytes::from(doc.to_string())));
+        out.push((path, Bytes::from(crate::gojson::to_vec(&doc))));
     }
     out
 }

@@ -547,6 +547,8 @@ fn build_v2() -> Value {
     })
 }
 
+/// Written once. Upstream's v2 handler does not HTML-escape (`<`, `>`,
+/// `&` stay raw), unlike its v3 documents.
 static V2: LazyLock<Vec<u8>> = LazyLock::new(|| build_v2().to_string().into_bytes());
 
 /// The OpenAPI v2 document (JSON bytes) for `GET /openapi/v2` with
@@ -729,7 +731,9 @@ fn rename_ref(v: &mut Value, from: &str, to: &str) {
     }
 }
 
-/// (`api/v1` or `apis/<group>/<version>`, document bytes) for every served group-version.
+/// (`api/v1` or `apis/<group>/<version>`, document bytes) for every served
+/// group-version, written once as Go's encoding/json writes them (`<`, `>`,
+/// `&` as `\u003c`, `\u003e`, `\u0026`), as upstream's v3 handler does.
 static V3: LazyLock<Vec<(String, Vec<u8>)>> = LazyLock::new(|| {
     let gvs: BTreeSet<(&str, &str)> = SERVED_RESOURCES
         .iter()
@@ -738,7 +742,7 @@ static V3: LazyLock<Vec<(String, Vec<u8>)>> = LazyLock::new(|| {
     gvs.into_iter()
         .filter_map(|(g, v)| {
             let path = gv_prefix(g, v).trim_start_matches('/').to_string();
-            build_v3(g, v).map(|doc| (path, doc.to_string().into_bytes()))
+            build_v3(g, v).map(|doc| (path, crate::gojson::to_vec(&doc)))
         })
         .collect()
 });
