@@ -403,7 +403,8 @@ fn load_balancer_status(new: &Value, old: &Value) -> Vec<FieldError> {
     errs
 }
 
-/// A spec with quantities compared by value and nulls as absent, as
+/// A spec with quantities compared by value and nulls, empty slices and
+/// empty maps as absent (a selector or resources left empty too), as
 /// `apiequality.Semantic.DeepEqual` compares them.
 fn semantic_spec(spec: Option<&Value>) -> serde_json::Map<String, Value> {
     let mut m = spec.and_then(Value::as_object).cloned().unwrap_or_default();
@@ -422,7 +423,17 @@ fn semantic_spec(spec: Option<&Value>) -> serde_json::Map<String, Value> {
                 }
             }
         }
+        // Semantic.DeepEqual: an empty map or slice is a nil one, and
+        // ResourceRequirements is a value struct.
+        res.retain(|_, v| !crate::internal_diff::is_go_empty(v));
+        if res.is_empty() {
+            m.remove("resources");
+        }
     }
+    if let Some(Value::Object(sel)) = m.get_mut("selector") {
+        sel.retain(|_, v| !crate::internal_diff::is_go_empty(v));
+    }
+    m.retain(|_, v| !v.as_array().is_some_and(Vec::is_empty));
     m
 }
 
