@@ -625,7 +625,10 @@ pub fn allocate_service(
             if spec.get("ipFamilyPolicy").is_none_or(Value::is_null) {
                 spec.insert("ipFamilyPolicy".into(), json!(policy));
             }
-            if spec.get("ipFamilies").is_none_or(Value::is_null) {
+            if spec
+                .get("ipFamilies")
+                .is_none_or(crate::internal_diff::is_go_empty)
+            {
                 spec.insert("ipFamilies".into(), families);
             }
         }
@@ -691,7 +694,10 @@ pub fn allocate_service(
     if let Some(spec) = spec {
         spec.insert("clusterIP".into(), json!(ip));
         spec.insert("clusterIPs".into(), json!([ip]));
-        if spec.get("ipFamilies").is_none_or(Value::is_null) {
+        if spec
+            .get("ipFamilies")
+            .is_none_or(crate::internal_diff::is_go_empty)
+        {
             spec.insert("ipFamilies".into(), json!(["IPv4"]));
         }
         if spec.get("ipFamilyPolicy").is_none_or(Value::is_null) {

@@ -465,7 +465,8 @@ fn load_balancer_status(new: &Value, old: &Value) -> Vec<FieldError> {
     errs
 }
 
-/// A spec with quantities compared by value and nulls as absent, as
+/// A spec with quantities compared by value and nulls, empty slices and
+/// empty maps as absent (a selector or resources left empty too), as
 /// `apiequality.Semantic.DeepEqual` compares them.
 fn semantic_spec(spec: Option<&Value>) -> serde_json::Map<String, Value> {
     let mut m = spec.and_then(Value::as_object).cloned().unwrap_or_default();
@@ -484,7 +485,17 @@ fn semantic_spec(spec: Option<&Value>) -> serde_json::Map<String, Value> {
                 }
             }
         }
+        // Semantic.DeepEqual: an empty map or slice is a nil one, and
+        // ResourceRequirements is a value struct.
+        res.retain(|_, v| !crate::internal_diff::is_go_empty(v));
+        if res.is_empty() {
+            m.remove("resources");
+        }
     }
+    if let Some(Value::Object(sel)) = m.get_mut("selector") {
+        sel.retain(|_, v| !crate::internal_diff::is_go_empty(v));
+    }
+    m.retain(|_, v| !v.as_array().is_some_and(Vec::is_empty));
     m
 }
 
@@ -607,11 +618,17 @@ fn pvc_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
 const UPDATABLE_POD_SPEC_FIELDS: &str = "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
 
 /// `validatePodMetadataAndSpec`'s emulated part, on create and update: the
-/// containers' required fields, `activeDeadlineSeconds` from 1 to MaxInt32,
-/// the tolerations (ValidatePodSpec), and images without surrounding whitespace
+/// containers' required fields, the affinity, `activeDeadlineSeconds` from
+/// 1 to MaxInt32, the tolerations (ValidatePodSpec), and images without surrounding whitespace
 /// (validateContainersOnlyForPod: not for templates).
 fn pod_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
     containers(spec, "spec", errs);
+    if let Some(a) = spec
+        .and_then(|s| s.get("affinity"))
+        .filter(|a| a.is_object())
+    {
+        affinity(a, errs);
+    }
     if let Some(d) = spec
         .and_then(|s| s.get("activeDeadlineSeconds"))
         .and_then(Value::as_i64)
@@ -639,6 +656,322 @@ fn pod_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
             }
         }
     }
+}
+
+/// The items of a list field (none where it is absent or null).
+fn items<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// A `[]string` field's entries.
+fn string_items<'a>(v: &'a Value, key: &str) -> Vec<&'a str> {
+    items(v, key)
+        .iter()
+        .map(|s| s.as_str().unwrap_or_default())
+        .collect()
+}
+
+/// An object field that is set (a nil pointer upstream otherwise).
+fn set<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
+    v.get(key).filter(|v| v.is_object())
+}
+
+/// `ValidateLabelName`: a qualified name.
+fn label_name(key: &str, path: &str, errs: &mut Vec<FieldError>) {
+    for m in crate::validation::qualified_name(key) {
+        errs.push(FieldError::invalid(path, json!(key), m));
+    }
+}
+
+/// `validateAffinity` (ValidatePodSpec) of a pod's `spec.affinity`: node
+/// affinity's required selector (at least one term; each requirement's
+/// operator, values and key, a label value in each value) and preferred
+/// terms (a weight of 1-100, any label value), then pod affinity's and
+/// anti-affinity's required and weighted terms (label and namespace
+/// selectors, namespaces, matchLabelKeys and mismatchLabelKeys — on by
+/// default in 1.36 — and a topologyKey that is a label name). A pod's
+/// affinity can only have been stored valid, so the options that let an
+/// update keep invalid label values are never on.
+fn affinity(a: &Value, errs: &mut Vec<FieldError>) {
+    const PATH: &str = "spec.affinity";
+    if let Some(na) = set(a, "nodeAffinity") {
+        let path = format!("{PATH}.nodeAffinity");
+        if let Some(req) = set(na, "requiredDuringSchedulingIgnoredDuringExecution") {
+            let terms_path =
+                format!("{path}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms");
+            let terms = items(req, "nodeSelectorTerms");
+            if terms.is_empty() {
+                errs.push(required(
+                    &terms_path,
+                    "must have at least one node selector term",
+                ));
+            }
+            for (i, term) in terms.iter().enumerate() {
+                node_selector_term(term, false, &format!("{terms_path}[{i}]"), errs);
+            }
+        }
+        let preferred_path = format!("{path}.preferredDuringSchedulingIgnoredDuringExecution");
+        for (i, t) in items(na, "preferredDuringSchedulingIgnoredDuringExecution")
+            .iter()
+            .enumerate()
+        {
+            let p = format!("{preferred_path}[{i}]");
+            weight(t, &p, errs);
+            let empty = json!({});
+            let preference = set(t, "preference").unwrap_or(&empty);
+            node_selector_term(preference, true, &format!("{p}.preference"), errs);
+        }
+    }
+    for key in ["podAffinity", "podAntiAffinity"] {
+        let Some(pa) = set(a, key) else { continue };
+        let path = format!("{PATH}.{key}");
+        for (i, t) in items(pa, "requiredDuringSchedulingIgnoredDuringExecution")
+            .iter()
+            .enumerate()
+        {
+            let p = format!("{path}.requiredDuringSchedulingIgnoredDuringExecution[{i}]");
+            pod_affinity_term(t, &p, errs);
+        }
+        for (i, t) in items(pa, "preferredDuringSchedulingIgnoredDuringExecution")
+            .iter()
+            .enumerate()
+        {
+            let p = format!("{path}.preferredDuringSchedulingIgnoredDuringExecution[{i}]");
+            weight(t, &p, errs);
+            let empty = json!({});
+            let term = set(t, "podAffinityTerm").unwrap_or(&empty);
+            pod_affinity_term(term, &format!("{p}.podAffinityTerm"), errs);
+        }
+    }
+}
+
+/// A preferred term's weight: 1-100.
+fn weight(t: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    let w = t.get("weight").and_then(Value::as_i64).unwrap_or(0);
+    if !(1..=100).contains(&w) {
+        errs.push(FieldError::invalid(
+            &format!("{path}.weight"),
+            json!(w),
+            "must be in the range 1-100",
+        ));
+    }
+}
+
+/// `ValidateNodeSelectorTerm`: its match expressions
+/// (`ValidateNodeSelectorRequirement`), then its match fields
+/// (`ValidateNodeFieldSelectorRequirement`: `In` or `NotIn` one
+/// `metadata.name` that is a node name).
+fn node_selector_term(term: &Value, any_value: bool, path: &str, errs: &mut Vec<FieldError>) {
+    for (j, rq) in items(term, "matchExpressions").iter().enumerate() {
+        let p = format!("{path}.matchExpressions[{j}]");
+        let op = rq.get("operator").and_then(Value::as_str).unwrap_or("");
+        let values = string_items(rq, "values");
+        match op {
+            "In" | "NotIn" if values.is_empty() => errs.push(required(
+                &format!("{p}.values"),
+                "must be specified when `operator` is 'In' or 'NotIn'",
+            )),
+            "Exists" | "DoesNotExist" if !values.is_empty() => errs.push(FieldError::forbidden(
+                &format!("{p}.values"),
+                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            )),
+            "Gt" | "Lt" if values.len() != 1 => errs.push(required(
+                &format!("{p}.values"),
+                "must be specified single value when `operator` is 'Lt' or 'Gt'",
+            )),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" | "Gt" | "Lt" => {}
+            _ => errs.push(FieldError::invalid(
+                &format!("{p}.operator"),
+                json!(op),
+                "not a valid selector operator",
+            )),
+        }
+        let key = rq.get("key").and_then(Value::as_str).unwrap_or("");
+        label_name(key, &format!("{p}.key"), errs);
+        if !any_value {
+            label_values(&values, &format!("{p}.values"), errs);
+        }
+    }
+    for (j, rq) in items(term, "matchFields").iter().enumerate() {
+        let p = format!("{path}.matchFields[{j}]");
+        let op = rq.get("operator").and_then(Value::as_str).unwrap_or("");
+        let values = string_items(rq, "values");
+        match op {
+            "In" | "NotIn" => {
+                if values.len() != 1 {
+                    errs.push(required(
+                        &format!("{p}.values"),
+                        "must be only one value when `operator` is 'In' or 'NotIn' for node field selector",
+                    ));
+                }
+            }
+            _ => errs.push(FieldError::invalid(
+                &format!("{p}.operator"),
+                json!(op),
+                "not a valid selector operator",
+            )),
+        }
+        let key = rq.get("key").and_then(Value::as_str).unwrap_or("");
+        if key == "metadata.name" {
+            for (i, v) in values.iter().enumerate() {
+                for m in crate::validation::dns1123_subdomain(v) {
+                    errs.push(FieldError::invalid(
+                        &format!("{p}.values[{i}]"),
+                        json!(v),
+                        m,
+                    ));
+                }
+            }
+        } else {
+            errs.push(FieldError::invalid(
+                &format!("{p}.key"),
+                json!(key),
+                "not a valid field selector key",
+            ));
+        }
+    }
+}
+
+/// Each value a label value.
+fn label_values(values: &[&str], path: &str, errs: &mut Vec<FieldError>) {
+    for (i, v) in values.iter().enumerate() {
+        for m in crate::validation::label_value(v) {
+            errs.push(FieldError::invalid(&format!("{path}[{i}]"), json!(v), m));
+        }
+    }
+}
+
+/// `ValidateLabelSelector` (apimachinery): its matchLabels (a label name and
+/// value each), then its match expressions.
+fn label_selector(sel: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    let labels_path = format!("{path}.matchLabels");
+    for (k, v) in sel
+        .get("matchLabels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        label_name(k, &labels_path, errs);
+        let v = v.as_str().unwrap_or_default();
+        for m in crate::validation::label_value(v) {
+            errs.push(FieldError::invalid(&labels_path, json!(v), m));
+        }
+    }
+    for (i, rq) in items(sel, "matchExpressions").iter().enumerate() {
+        let p = format!("{path}.matchExpressions[{i}]");
+        let op = rq.get("operator").and_then(Value::as_str).unwrap_or("");
+        let values = string_items(rq, "values");
+        match op {
+            "In" | "NotIn" if values.is_empty() => errs.push(required(
+                &format!("{p}.values"),
+                "must be specified when `operator` is 'In' or 'NotIn'",
+            )),
+            "Exists" | "DoesNotExist" if !values.is_empty() => errs.push(FieldError::forbidden(
+                &format!("{p}.values"),
+                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+            )),
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            _ => errs.push(FieldError::invalid(
+                &format!("{p}.operator"),
+                json!(op),
+                "not a valid selector operator",
+            )),
+        }
+        let key = rq.get("key").and_then(Value::as_str).unwrap_or("");
+        label_name(key, &format!("{p}.key"), errs);
+        label_values(&values, &format!("{p}.values"), errs);
+    }
+}
+
+/// `validatePodAffinityTerm`: the label and namespace selectors, the
+/// namespaces (each a DNS label, reported at `namespace`), matchLabelKeys
+/// and mismatchLabelKeys (`ValidateMatchLabelKeysAndMismatchLabelKeys`),
+/// and the topologyKey.
+fn pod_affinity_term(term: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    let selector = set(term, "labelSelector");
+    if let Some(sel) = selector {
+        label_selector(sel, &format!("{path}.labelSelector"), errs);
+    }
+    if let Some(sel) = set(term, "namespaceSelector") {
+        label_selector(sel, &format!("{path}.namespaceSelector"), errs);
+    }
+    for ns in string_items(term, "namespaces") {
+        for m in crate::validation::dns1123_label(ns) {
+            errs.push(FieldError::invalid(
+                &format!("{path}.namespace"),
+                json!(ns),
+                m,
+            ));
+        }
+    }
+    let match_keys = string_items(term, "matchLabelKeys");
+    let mismatch_keys = string_items(term, "mismatchLabelKeys");
+    for (key, keys) in [
+        ("matchLabelKeys", &match_keys),
+        ("mismatchLabelKeys", &mismatch_keys),
+    ] {
+        if keys.is_empty() {
+            continue;
+        }
+        let p = format!("{path}.{key}");
+        if selector.is_none() {
+            errs.push(FieldError::forbidden(
+                &p,
+                "must not be specified when labelSelector is not set",
+            ));
+            continue;
+        }
+        for (i, k) in keys.iter().enumerate() {
+            label_name(k, &format!("{p}[{i}]"), errs);
+        }
+    }
+    if let Some(sel) = selector {
+        // A key of matchLabelKeys (its last index) that a match expression
+        // names after matchLabels or an earlier expression has: reported
+        // at `<term>[i]`, as upstream's path is.
+        let mut index = std::collections::HashMap::new();
+        for (i, k) in match_keys.iter().enumerate() {
+            index.insert(*k, i);
+        }
+        let mut seen: std::collections::HashSet<&str> = sel
+            .get("matchLabels")
+            .and_then(Value::as_object)
+            .map(|m| m.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        for rq in items(sel, "matchExpressions") {
+            let key = rq.get("key").and_then(Value::as_str).unwrap_or("");
+            if let Some(i) = index.get(key)
+                && seen.contains(key)
+            {
+                errs.push(FieldError::invalid(
+                    &format!("{path}[{i}]"),
+                    json!(key),
+                    "exists in both matchLabelKeys and labelSelector",
+                ));
+            }
+            seen.insert(key);
+        }
+    }
+    for (i, k) in match_keys.iter().enumerate() {
+        if mismatch_keys.contains(k) {
+            errs.push(FieldError::invalid(
+                &format!("{path}.matchLabelKeys[{i}]"),
+                json!(k),
+                "exists in both matchLabelKeys and mismatchLabelKeys",
+            ));
+        }
+    }
+    let topology_key = term
+        .get("topologyKey")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let p = format!("{path}.topologyKey");
+    if topology_key.is_empty() {
+        errs.push(required(&p, "can not be empty"));
+    }
+    label_name(topology_key, &p, errs);
 }
 
 /// `ValidateTolerations` of a pod's `spec.tolerations`: a key that is a

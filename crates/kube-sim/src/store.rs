@@ -52,6 +52,20 @@ impl Stored {
         {
             m.shift_remove("resourceVersion");
         }
+        // A built-in object as encoding/json writes its Go struct: the
+        // empty slices and maps of omitempty fields left out (validation
+        // saw them; what is stored and answered has none).
+        let (group, version) = match value.get("apiVersion").and_then(Value::as_str) {
+            Some(av) => av.split_once('/').unwrap_or(("", av)),
+            None => ("", ""),
+        };
+        let (group, version) = (group.to_string(), version.to_string());
+        let kind = value
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        crate::openapi::schema::drop_empty_omitempty(&group, &version, &kind, &mut value);
         // As the API server writes it (HTML-safe escapes).
         let bytes = crate::gojson::to_vec(&value);
         Ok(Arc::new(Stored {

@@ -390,6 +390,7 @@ pub fn prepare_for_create(def: &ResourceDef, obj: &mut Value, now: &str) {
             set_default(spec, "priority", json!(0));
             set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
             default_toleration_seconds(obj);
+            mutate_pod_affinity(obj);
         }
         ("", "services") => {
             obj["status"] = json!({"loadBalancer": {}});
@@ -435,6 +436,81 @@ pub fn prepare_for_create(def: &ResourceDef, obj: &mut Value, now: &str) {
         obj["metadata"]["generation"] = json!(1);
     } else if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("generation");
+    }
+}
+
+/// `mutatePodAffinity` (pkg/registry/core/pod/strategy.go, the
+/// MatchLabelKeysInPodAffinity gate is GA): for each pod (anti-)affinity
+/// term with a label selector, an `In` requirement on the pod's value of
+/// each of its matchLabelKeys the pod has, then a `NotIn` one for each of
+/// its mismatchLabelKeys, appended to the selector's match expressions.
+fn mutate_pod_affinity(pod: &mut Value) {
+    let labels = pod
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let Some(affinity) = pod.pointer_mut("/spec/affinity") else {
+        return;
+    };
+    let keys = |t: &Value, k: &str| -> Vec<String> {
+        t.get(k)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect()
+    };
+    let apply = |term: &mut Value| {
+        let (matching, mismatching) = (
+            keys(term, "matchLabelKeys"),
+            keys(term, "mismatchLabelKeys"),
+        );
+        if matching.is_empty() && mismatching.is_empty() {
+            return;
+        }
+        let Some(sel) = term.get_mut("labelSelector").and_then(Value::as_object_mut) else {
+            return;
+        };
+        let mut added = Vec::new();
+        for (list, op) in [(&matching, "In"), (&mismatching, "NotIn")] {
+            for key in list {
+                if let Some(v) = labels.get(key) {
+                    added.push(json!({"key": key, "operator": op, "values": [v]}));
+                }
+            }
+        }
+        if added.is_empty() {
+            return;
+        }
+        let exprs = sel.entry("matchExpressions").or_insert_with(|| json!([]));
+        if !exprs.is_array() {
+            *exprs = json!([]);
+        }
+        if let Some(e) = exprs.as_array_mut() {
+            e.extend(added);
+        }
+    };
+    for kind in ["podAffinity", "podAntiAffinity"] {
+        let Some(a) = affinity.get_mut(kind).filter(|a| a.is_object()) else {
+            continue;
+        };
+        if let Some(Value::Array(terms)) =
+            a.get_mut("preferredDuringSchedulingIgnoredDuringExecution")
+        {
+            for t in terms {
+                if let Some(term) = t.get_mut("podAffinityTerm").filter(|t| t.is_object()) {
+                    apply(term);
+                }
+            }
+        }
+        if let Some(Value::Array(terms)) =
+            a.get_mut("requiredDuringSchedulingIgnoredDuringExecution")
+        {
+            for t in terms.iter_mut().filter(|t| t.is_object()) {
+                apply(t);
+            }
+        }
     }
 }
 

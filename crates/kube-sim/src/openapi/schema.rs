@@ -44,6 +44,9 @@ pub struct Schemas {
     /// Pointer, slice and map fields without omitempty, by definition
     /// (`vendor/pointer_fields.py`): encoded as null when nil.
     null_fields: HashMap<String, Vec<String>>,
+    /// Fields tagged omitempty, by definition (`vendor/pointer_fields.py`):
+    /// encoding/json leaves such a slice or map out when it is empty.
+    omitempty_fields: HashMap<String, Vec<String>>,
     /// Struct fields in Go's order, where that is not the sorted order
     /// (`vendor/field_order.py`).
     field_order: HashMap<String, Vec<String>>,
@@ -103,6 +106,7 @@ impl Schemas {
         };
         let pointer_fields = fields_of("pointerFields");
         let null_fields = fields_of("nullFields");
+        let omitempty_fields = fields_of("omitemptyFields");
         let field_order = serde_json::from_str::<Value>(FIELD_ORDER_JSON)
             .ok()
             .and_then(|v| v.get("fieldOrder").and_then(Value::as_object).cloned())
@@ -118,6 +122,7 @@ impl Schemas {
             by_gvk,
             pointer_fields,
             null_fields,
+            omitempty_fields,
             field_order,
         }
     }
@@ -294,6 +299,13 @@ impl<'a> TypeRef<'a> {
             .is_some_and(|fields| fields.iter().any(|f| f == name))
     }
 
+    /// Whether struct field `name` is tagged omitempty in the Go type.
+    pub fn is_omitempty_field(&self, name: &str) -> bool {
+        self.name
+            .and_then(|d| self.schemas.omitempty_fields.get(d))
+            .is_some_and(|fields| fields.iter().any(|f| f == name))
+    }
+
     /// A struct's fields in the order Go's encoding/json writes them (its
     /// struct field order), or None when that is the sorted order.
     pub fn go_field_order(&self) -> Option<&'a [String]> {
@@ -432,6 +444,56 @@ pub fn prune_unknown_fields(
         prune_walk(root, obj, String::new(), &mut out);
     }
     out
+}
+
+/// Removes the empty slices and maps (`[]`, `{}`) of omitempty fields
+/// from a built-in object, as decoding it into the Go struct and encoding
+/// that again does (encoding/json's omitempty leaves out an empty slice or
+/// map). A kind without a vendored schema (a custom resource) keeps them.
+pub fn drop_empty_omitempty(group: &str, version: &str, kind: &str, obj: &mut Value) {
+    if let Some(root) = schemas().root(group, version, kind) {
+        omitempty_walk(root, obj);
+    }
+}
+
+fn omitempty_walk(t: TypeRef<'_>, v: &mut Value) {
+    match (t.shape(), v) {
+        (Shape::Struct, Value::Object(m)) => {
+            let mut empty = Vec::new();
+            for (k, child) in m.iter_mut() {
+                let Some(ft) = t.field(k).filter(|_| t.has_field(k)) else {
+                    continue;
+                };
+                omitempty_walk(ft, child);
+                let is_empty = match (ft.shape(), &*child) {
+                    (Shape::List, Value::Array(a)) => a.is_empty(),
+                    (Shape::Map, Value::Object(o)) => o.is_empty(),
+                    _ => false,
+                };
+                if is_empty && t.is_omitempty_field(k) {
+                    empty.push(k.clone());
+                }
+            }
+            for k in empty {
+                m.shift_remove(&k);
+            }
+        }
+        (Shape::Map, Value::Object(m)) => {
+            if let Some(et) = t.field("") {
+                for child in m.values_mut() {
+                    omitempty_walk(et, child);
+                }
+            }
+        }
+        (Shape::List, Value::Array(items)) => {
+            if let Some(it) = t.items() {
+                for child in items.iter_mut() {
+                    omitempty_walk(it, child);
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// upstream's `runtime.NewStrictDecodingError` text for unknown fields, e.g.

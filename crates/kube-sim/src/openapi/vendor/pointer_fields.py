@@ -8,7 +8,9 @@ itself (a "." member in managedFields), while a value struct is always there.
 Also, as "nullFields", the pointer, slice and map fields without omitempty:
 runtime.DefaultUnstructuredConverter writes them as null when nil, so they
 too are never absent from a typed object whose parent is there
-(`PodSpec.containers`).
+(`PodSpec.containers`). And, as "omitemptyFields", the fields tagged
+omitempty: encoding/json leaves out such a slice or map when it is empty, so
+a built-in object never stores `[]` or `{}` there (`tolerations: []`).
 
 Source: the Go types of k8s.io/api v0.36.3 and k8s.io/apimachinery v0.36.3
 (meta/v1) in the module cache; the definitions kept are those of the
@@ -76,7 +78,7 @@ def main():
         prefix = package_prefix(path, os.path.join(root, "k8s.io"))
         text = open(path).read()
         for m in STRUCT.finditer(text):
-            fields, inline, nulls = [], [], []
+            fields, inline, nulls, omitempty = [], [], [], []
             for line in m.group(2).splitlines():
                 i = INLINE.match(line)
                 if i:
@@ -91,22 +93,24 @@ def main():
                 nilable = f.group(2) or f.group(3).startswith(("[]", "map["))
                 if nilable and "omitempty" not in opts and "omitzero" not in opts:
                     nulls.append(f.group(4))
+                if "omitempty" in opts:
+                    omitempty.append(f.group(4))
                 if not f.group(2):
                     continue
                 target = resolve(prefix, f.group(3))
                 if target and "properties" in defs.get(target, {}):
                     fields.append(f.group(4))
-            structs[prefix + "." + m.group(1)] = (fields, inline, nulls)
+            structs[prefix + "." + m.group(1)] = (fields, inline, nulls, omitempty)
 
     def collect(name, which, seen=()):
-        entry = structs.get(name, ([], [], []))
+        entry = structs.get(name, ([], [], [], []))
         out = list(entry[which])
         for e in entry[1]:
             if e not in seen:
                 out += collect(e, which, seen + (name,))
         return out
 
-    out, null_out = {}, {}
+    out, null_out, omit_out = {}, {}, {}
     for name in structs:
         if name not in defs:
             continue
@@ -116,11 +120,15 @@ def main():
         nulls = collect(name, 2)
         if nulls:
             null_out[name] = sorted(set(nulls))
+        omitempty = collect(name, 3)
+        if omitempty:
+            omit_out[name] = sorted(set(omitempty))
     json.dump(
         {
             "source": "Go types of k8s.io/api v0.36.3 and k8s.io/apimachinery v0.36.3 meta/v1, by vendor/pointer_fields.py",
             "pointerFields": dict(sorted(out.items())),
             "nullFields": dict(sorted(null_out.items())),
+            "omitemptyFields": dict(sorted(omit_out.items())),
         },
         sys.stdout,
         indent=1,
