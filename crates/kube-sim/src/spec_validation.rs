@@ -766,28 +766,7 @@ fn weight(t: &Value, path: &str, errs: &mut Vec<FieldError>) {
 fn node_selector_term(term: &Value, any_value: bool, path: &str, errs: &mut Vec<FieldError>) {
     for (j, rq) in items(term, "matchExpressions").iter().enumerate() {
         let p = format!("{path}.matchExpressions[{j}]");
-        let op = rq.get("operator").and_then(Value::as_str).unwrap_or("");
-        let values = string_items(rq, "values");
-        match op {
-            "In" | "NotIn" if values.is_empty() => errs.push(required(
-                &format!("{p}.values"),
-                "must be specified when `operator` is 'In' or 'NotIn'",
-            )),
-            "Exists" | "DoesNotExist" if !values.is_empty() => errs.push(FieldError::forbidden(
-                &format!("{p}.values"),
-                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
-            )),
-            "Gt" | "Lt" if values.len() != 1 => errs.push(required(
-                &format!("{p}.values"),
-                "must be specified single value when `operator` is 'Lt' or 'Gt'",
-            )),
-            "In" | "NotIn" | "Exists" | "DoesNotExist" | "Gt" | "Lt" => {}
-            _ => errs.push(FieldError::invalid(
-                &format!("{p}.operator"),
-                json!(op),
-                "not a valid selector operator",
-            )),
-        }
+        let values = selector_requirement(rq, &p, true, errs);
         let key = rq.get("key").and_then(Value::as_str).unwrap_or("");
         label_name(key, &format!("{p}.key"), errs);
         if !any_value {
@@ -834,6 +813,42 @@ fn node_selector_term(term: &Value, any_value: bool, path: &str, errs: &mut Vec<
     }
 }
 
+/// A selector requirement's operator and the values it takes (a label
+/// selector's `ValidateLabelSelectorRequirement`; a node selector's
+/// `ValidateNodeSelectorRequirement`, which also takes `Gt` and `Lt` with
+/// one value): its errors, and its values for the caller's own checks.
+fn selector_requirement<'a>(
+    rq: &'a Value,
+    p: &str,
+    node: bool,
+    errs: &mut Vec<FieldError>,
+) -> Vec<&'a str> {
+    let op = rq.get("operator").and_then(Value::as_str).unwrap_or("");
+    let values = string_items(rq, "values");
+    match op {
+        "In" | "NotIn" if values.is_empty() => errs.push(required(
+            &format!("{p}.values"),
+            "must be specified when `operator` is 'In' or 'NotIn'",
+        )),
+        "Exists" | "DoesNotExist" if !values.is_empty() => errs.push(FieldError::forbidden(
+            &format!("{p}.values"),
+            "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
+        )),
+        "Gt" | "Lt" if node && values.len() != 1 => errs.push(required(
+            &format!("{p}.values"),
+            "must be specified single value when `operator` is 'Lt' or 'Gt'",
+        )),
+        "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+        "Gt" | "Lt" if node => {}
+        _ => errs.push(FieldError::invalid(
+            &format!("{p}.operator"),
+            json!(op),
+            "not a valid selector operator",
+        )),
+    }
+    values
+}
+
 /// Each value a label value.
 fn label_values(values: &[&str], path: &str, errs: &mut Vec<FieldError>) {
     for (i, v) in values.iter().enumerate() {
@@ -861,24 +876,7 @@ fn label_selector(sel: &Value, path: &str, errs: &mut Vec<FieldError>) {
     }
     for (i, rq) in items(sel, "matchExpressions").iter().enumerate() {
         let p = format!("{path}.matchExpressions[{i}]");
-        let op = rq.get("operator").and_then(Value::as_str).unwrap_or("");
-        let values = string_items(rq, "values");
-        match op {
-            "In" | "NotIn" if values.is_empty() => errs.push(required(
-                &format!("{p}.values"),
-                "must be specified when `operator` is 'In' or 'NotIn'",
-            )),
-            "Exists" | "DoesNotExist" if !values.is_empty() => errs.push(FieldError::forbidden(
-                &format!("{p}.values"),
-                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'",
-            )),
-            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
-            _ => errs.push(FieldError::invalid(
-                &format!("{p}.operator"),
-                json!(op),
-                "not a valid selector operator",
-            )),
-        }
+        let values = selector_requirement(rq, &p, false, errs);
         let key = rq.get("key").and_then(Value::as_str).unwrap_or("");
         label_name(key, &format!("{p}.key"), errs);
         label_values(&values, &format!("{p}.values"), errs);
