@@ -247,6 +247,7 @@ pub struct ControlPlane {
     etcd_url: String,
     kubeconfig: PathBuf,
     admin: CertPair,
+    admin_token: String,
     procs: Mutex<HashMap<Component, Arc<Proc>>>,
     ports: HashMap<Component, u16>,
     times: StartTimes,
@@ -290,6 +291,15 @@ impl ControlPlane {
         let proxy = pki.client("front-proxy-client", &[])?;
         let proxy_crt = write("front-proxy-client.crt", &proxy.cert_pem)?;
         let proxy_key = write("front-proxy-client.key", &proxy.key_pem)?;
+        // The admin again, by a static bearer token: what a client costs the
+        // server when its credentials are a token (checked once, then
+        // cached) rather than a certificate (its chain verified on every
+        // request).
+        let admin_token = random_token()?;
+        let tokens = write(
+            "tokens.csv",
+            &format!("{admin_token},admin-token,admin-token,\"system:masters\"\n"),
+        )?;
         let s = |p: &Path| p.display().to_string();
 
         let mut ports = HashMap::new();
@@ -308,6 +318,7 @@ impl ControlPlane {
             server: server.clone(),
             etcd_url: etcd_url.clone(),
             admin,
+            admin_token,
             procs: Mutex::new(HashMap::new()),
             ports: HashMap::new(),
             times: StartTimes {
@@ -366,6 +377,7 @@ impl ControlPlane {
             "--authorization-mode=Node,RBAC".into(),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             format!("--service-account-key-file={}", s(&sa_pub)),
+            format!("--token-auth-file={}", s(&tokens)),
             format!("--service-account-signing-key-file={}", s(&sa_key)),
             format!(
                 "--service-cluster-ip-range={}",
@@ -389,7 +401,13 @@ impl ControlPlane {
             // kubelet reach the server at its loopback address directly.
             "--endpoint-reconciler-type=none".into(),
             format!("--cert-dir={}", s(&dir.join("apiserver-certs"))),
-            "--profiling=false".into(),
+            // `CONTROL_PLANE_PROFILING=1`: Go's pprof under /debug/pprof
+            // (for the admin), to see where the server's time goes in a
+            // benchmark.
+            format!(
+                "--profiling={}",
+                std::env::var_os("CONTROL_PLANE_PROFILING").is_some()
+            ),
         ];
         if !config.enable_admission_plugins.is_empty() {
             args.push(format!(
@@ -603,6 +621,19 @@ impl ControlPlane {
     /// that tests on their own runtimes never share connections.
     pub async fn client(&self) -> Result<kube::Client, Error> {
         self.client_from(&self.kubeconfig_yaml("admin", &self.admin, None))
+            .await
+    }
+
+    /// An admin client (`system:masters`, as `admin-token`) that
+    /// authenticates with a static bearer token instead of a certificate.
+    pub async fn token_client(&self) -> Result<kube::Client, Error> {
+        self.client_with_token(&self.admin_token).await
+    }
+
+    /// A client that authenticates with the bearer `token` (e.g. a
+    /// ServiceAccount's, from the TokenRequest API).
+    pub async fn client_with_token(&self, token: &str) -> Result<kube::Client, Error> {
+        self.client_from(&self.kubeconfig_yaml("token", &self.admin, Some(token)))
             .await
     }
 
@@ -961,4 +992,15 @@ fn remove_stale_dirs(tmp: &Path) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
+}
+
+/// 32 random bytes from the kernel, hex: a bearer token.
+fn random_token() -> Result<String, Error> {
+    use std::io::Read;
+    let path = PathBuf::from("/dev/urandom");
+    let mut bytes = [0u8; 32];
+    std::fs::File::open(&path)
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|source| Error::Io { path, source })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
