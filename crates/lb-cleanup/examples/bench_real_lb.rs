@@ -218,6 +218,7 @@ async fn start(b: &RealBench, ours: bool, cloud: &str) -> Result<Contender> {
                 "--kube-api-burst=1000".into(),
             ],
         )
+        .await
     }
 }
 

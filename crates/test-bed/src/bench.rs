@@ -37,7 +37,11 @@ use crate::{Bed, Mark, Options, Request, Server};
 /// measured.
 pub struct RealBench {
     pub server: Server,
+    /// The admin (`system:masters`) by a client certificate.
     pub admin: kube::Client,
+    /// The admin by a static bearer token (`admin-token`, also in
+    /// `system:masters`).
+    pub admin_token: kube::Client,
     n: AtomicU32,
 }
 
@@ -46,6 +50,7 @@ impl RealBench {
         let t = Instant::now();
         let server = Server::start(Bed::Real, Options::named(name)).await?;
         let admin = server.client().await?;
+        let admin_token = server.real().token_client().await?;
         println!(
             "control plane {name}: kube-apiserver v1.36.3 + etcd 3.6.8 ready in {:.1}s ({})",
             t.elapsed().as_secs_f64(),
@@ -54,6 +59,7 @@ impl RealBench {
         Ok(RealBench {
             server,
             admin,
+            admin_token,
             n: AtomicU32::new(0),
         })
     }
@@ -126,18 +132,18 @@ impl RealBench {
 
     /// A program started with `args` and `--kubeconfig=<a kubeconfig for
     /// user>`; its requests are the user's.
-    pub fn start_program(
+    pub async fn start_program(
         &self,
         label: &str,
         program: &Path,
         user: &str,
         args: &[String],
     ) -> Result<Contender> {
-        self.start_program_in(label, program, user, &[], args)
+        self.start_program_in(label, program, user, &[], args).await
     }
 
     /// [`RealBench::start_program`] as `user` in `groups`.
-    fn start_program_in(
+    async fn start_program_in(
         &self,
         label: &str,
         program: &Path,
@@ -146,9 +152,14 @@ impl RealBench {
         args: &[String],
     ) -> Result<Contender> {
         let n = self.next();
-        let kc = self
-            .cp()
-            .write_kubeconfig_for(&format!("bench-{n}"), user, groups)?;
+        let kc = match self.service_account_token(user).await? {
+            Some(token) => self
+                .cp()
+                .write_token_kubeconfig(&format!("bench-{n}"), &token)?,
+            None => self
+                .cp()
+                .write_kubeconfig_for(&format!("bench-{n}"), user, groups)?,
+        };
         let mut all = args.to_vec();
         all.push(format!("--kubeconfig={}", kc.display()));
         let proc = Proc::start(Spec {
@@ -185,11 +196,66 @@ impl RealBench {
         ];
         all.extend(args.iter().cloned());
         self.start_program_in(label, bin, user, &MANAGER_GROUPS, &all)
+            .await
     }
 
-    /// A client as the manager's identity ([`MANAGER_USER`]).
+    /// A client as the manager's identity ([`MANAGER_USER`]), with the
+    /// same credentials as the manager's (its ServiceAccount's token).
     pub async fn manager_client(&self) -> Result<kube::Client> {
-        Ok(self.cp().client_for(MANAGER_USER, &MANAGER_GROUPS).await?)
+        let token = self
+            .service_account_token(MANAGER_USER)
+            .await?
+            .context("the manager's user is a ServiceAccount")?;
+        Ok(self.cp().client_with_token(&token).await?)
+    }
+
+    /// For a ServiceAccount's user name (`system:serviceaccount:NS:NAME`), a
+    /// token of that ServiceAccount from the TokenRequest API (the namespace
+    /// and ServiceAccount are created if missing): a program in a pod
+    /// authenticates so, and the server checks a token once and then caches
+    /// it, where a client certificate's chain is verified on every request.
+    /// `None` for any other user.
+    async fn service_account_token(&self, user: &str) -> Result<Option<String>> {
+        use k8s_openapi::api::authentication::v1::TokenRequest;
+        use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+        use kube::api::{PostParams, ResourceExt};
+        let Some((ns, name)) = user
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|r| r.split_once(':'))
+        else {
+            return Ok(None);
+        };
+        let create = async |r: kube::Result<()>| match r {
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            r => r,
+        };
+        let pp = PostParams::default();
+        let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+        create(
+            Api::all(self.admin.clone())
+                .create(&pp, &namespace)
+                .await
+                .map(drop),
+        )
+        .await
+        .with_context(|| format!("creating namespace {ns}"))?;
+        let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+        let sas: Api<ServiceAccount> = Api::namespaced(self.admin.clone(), ns);
+        create(sas.create(&pp, &sa).await.map(drop))
+            .await
+            .with_context(|| format!("creating ServiceAccount {ns}/{name}"))?;
+        let req: TokenRequest =
+            serde_json::from_value(json!({"spec": {"expirationSeconds": 86400}}))?;
+        let got: TokenRequest = sas
+            .create_subresource("token", name, &pp, &req)
+            .await
+            .with_context(|| format!("a token for ServiceAccount {ns}/{name}"))?;
+        let token = got
+            .status
+            .map(|s| s.token)
+            .filter(|t| !t.is_empty())
+            .with_context(|| format!("no token in the TokenRequest of {}", sa.name_any()))?;
+        Ok(Some(token))
     }
 
     /// The audit log's requests between two marks by `who`.
@@ -309,8 +375,8 @@ pub async fn http_get(addr: &str, path: &str) -> Result<String> {
 }
 
 /// Who the manager is in a benchmark: the ServiceAccount the chart runs it
-/// as (here in `protection-system`), by a client certificate with the
-/// ServiceAccount's user name and groups. API Priority and Fairness
+/// as (here in `protection-system`), with a token of that ServiceAccount
+/// (TokenRequest API), as its pod's would be. API Priority and Fairness
 /// classifies it as it would the chart's pod: FlowSchema `service-accounts`,
 /// priority level `workload-low` (KCM's controllers, ServiceAccounts in
 /// kube-system, are in `workload-high`). A plain user would be in
