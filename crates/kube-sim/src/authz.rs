@@ -158,15 +158,14 @@ fn path_segment_name(name: &str) -> bool {
 }
 
 /// The name an exact `metadata.name` field selector requires
-/// (`fields.Selector.RequiresExactMatch("metadata.name")`).
-fn selected_name(selector: &str) -> Option<&str> {
-    selector.split(',').find_map(|term| {
-        let (k, v) = term
-            .split_once("==")
-            .or_else(|| term.split_once('='))
-            .filter(|(k, _)| !k.ends_with('!'))?;
-        (k.trim() == "metadata.name").then_some(v)
-    })
+/// (`fields.Selector.RequiresExactMatch("metadata.name")` of the parsed,
+/// unescaped selector; none when it does not parse).
+fn selected_name(selector: &str) -> Option<String> {
+    crate::selector::parse_field_terms(selector)
+        .ok()?
+        .into_iter()
+        .find(|(f, eq, _)| *eq && f == "metadata.name")
+        .map(|(_, _, v)| v)
 }
 
 /// The attributes of a request (`RequestInfoFactory.NewRequestInfo`): a
@@ -245,9 +244,9 @@ pub(crate) fn request_attributes(method: &Method, path: &str, query: Option<&str
         verb = (if watch { "watch" } else { "list" }).to_string();
         if decoded
             && let Some(name) = first("fieldSelector").and_then(selected_name)
-            && path_segment_name(name)
+            && path_segment_name(&name)
         {
-            r.name = name.to_string();
+            r.name = name;
         }
     }
     if r.name.is_empty() && verb == "delete" {

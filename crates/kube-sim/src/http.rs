@@ -363,7 +363,9 @@ pub(crate) async fn handle(state: Arc<State>, req: Request<Incoming>) -> Respons
     }
     let target = match &routed {
         Ok(Some(t)) => {
-            let watch = t.watch_path || query.flag("watch");
+            // `?watch` watches a collection; a named object's GET is a get
+            // (RequestInfoFactory); `/watch/.../<name>` watches the object.
+            let watch = t.watch_path || (t.name.is_empty() && query.flag("watch"));
             rec.verb = k8s_verb(&method, !t.name.is_empty(), watch).to_string();
             rec.api_group = t.group.clone();
             rec.api_version = t.version.clone();
@@ -797,7 +799,9 @@ async fn resource_request(
     } else {
         Some(t.subresource.as_str())
     };
-    let watch = t.watch_path || q.flag("watch");
+    // `?watch` of a named object is a get (RequestInfoFactory makes a watch
+    // of a GET without a name only); `/watch/.../<name>` watches it.
+    let watch = t.watch_path || (name.is_empty() && q.flag("watch"));
     if sub == Some("scale") && !watch {
         let opts = WriteOptions {
             user,
@@ -834,7 +838,17 @@ async fn resource_request(
         Method::GET | Method::HEAD if watch => {
             let mut opts = list_options(&q, def)?;
             if !name.is_empty() {
-                opts.field_selector = FieldSelector::parse(&format!("metadata.name={name}"), def)?;
+                // listOpts: the name is the selector, or a field selector
+                // given too must require exactly it.
+                if opts.field_selector.is_empty() {
+                    opts.field_selector = FieldSelector::name(&name);
+                } else if opts.field_selector.requires_exact_match("metadata.name")
+                    != Some(name.as_str())
+                {
+                    return Err(ApiError::bad_request(
+                        "fieldSelector metadata.name doesn't match requested name",
+                    ));
+                }
             }
             let ns = if def.namespaced && t.ns_in_path {
                 Some(ns)

@@ -200,7 +200,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         short["po"] cat["all"] status generation fields[POD_FIELDS] },
     res! { "", "v1", "podtemplates", "PodTemplate", "podtemplate" },
     res! { "", "v1", "replicationcontrollers", "ReplicationController", "replicationcontroller";
-        short["rc"] cat["all"] status generation },
+        short["rc"] cat["all"] status generation fields["status.replicas"] },
     res! { "", "v1", "resourcequotas", "ResourceQuota", "resourcequota"; short["quota"] status },
     res! { "", "v1", "secrets", "Secret", "secret"; fields["type"] },
     res! { "", "v1", "serviceaccounts", "ServiceAccount", "serviceaccount"; short["sa"] },
@@ -303,6 +303,11 @@ pub fn groups_of<'a>(
 /// The built-in API groups (non-core) in discovery order.
 pub fn groups() -> Vec<(&'static str, Vec<&'static str>)> {
     groups_of(RESOURCES.iter())
+}
+
+/// Whether `def` is a built-in resource (not a custom one).
+pub fn is_builtin(def: &ResourceDef) -> bool {
+    RESOURCES.iter().any(|d| std::ptr::eq(d, def))
 }
 
 pub fn def(id: ResId) -> &'static ResourceDef {

@@ -499,78 +499,164 @@ pub struct FieldSelector {
     reqs: Vec<(String, bool, String)>, // (field, equals?, value)
 }
 
-/// Splits on unescaped `sep`, unescaping `\,`, `\=`, `\\` afterwards.
-fn split_escaped(s: &str, sep: char) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut esc = false;
-    for c in s.chars() {
-        if esc {
-            cur.push('\\');
-            cur.push(c);
-            esc = false;
+/// `fields.splitTerms`: the terms between unescaped commas, as written
+/// (a backslash and what follows it kept).
+fn split_terms(s: &str) -> Vec<&str> {
+    if s.is_empty() {
+        return Vec::new();
+    }
+    let mut terms = Vec::new();
+    let (mut start, mut in_slash) = (0, false);
+    for (i, c) in s.char_indices() {
+        if in_slash {
+            in_slash = false;
         } else if c == '\\' {
-            esc = true;
-        } else if c == sep {
-            out.push(std::mem::take(&mut cur));
-        } else {
-            cur.push(c);
+            in_slash = true;
+        } else if c == ',' {
+            terms.push(&s[start..i]);
+            start = i + 1;
         }
     }
-    if esc {
-        cur.push('\\');
-    }
-    out.push(cur);
-    out
+    terms.push(&s[start..]);
+    terms
 }
 
-fn unescape(s: &str) -> String {
-    let mut out = String::new();
-    let mut esc = false;
-    for c in s.chars() {
-        if esc {
-            out.push(c);
-            esc = false;
-        } else if c == '\\' {
-            esc = true;
-        } else {
-            out.push(c);
+/// `fields.splitTerm`: split at the first operator (`!=`, `==`, `=`, tried
+/// in that order at each position); no escaping on the left.
+fn split_term(term: &str) -> Option<(&str, &'static str, &str)> {
+    for (i, _) in term.char_indices() {
+        for op in ["!=", "==", "="] {
+            if term[i..].starts_with(op) {
+                return Some((&term[..i], op, &term[i + op.len()..]));
+            }
         }
     }
-    out
+    None
+}
+
+/// `fields.UnescapeValue`: `\\`, `\,` and `\=` are the escapes; any other,
+/// a trailing backslash, or an unescaped `,` or `=` is an error (the
+/// rune written as a number, as Go's `%v` of a rune writes it).
+fn unescape_value(s: &str) -> Result<String, String> {
+    if !s.contains(['\\', ',', '=']) {
+        return Ok(s.to_string());
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut in_slash = false;
+    for c in s.chars() {
+        if in_slash {
+            match c {
+                '\\' | ',' | '=' => out.push(c),
+                _ => {
+                    return Err(format!(
+                        "invalid field selector: invalid escape sequence: \\{c}"
+                    ));
+                }
+            }
+            in_slash = false;
+            continue;
+        }
+        match c {
+            '\\' => in_slash = true,
+            ',' | '=' => {
+                return Err(format!(
+                    "invalid field selector: unescaped character in value: {}",
+                    u32::from(c)
+                ));
+            }
+            c => out.push(c),
+        }
+    }
+    if in_slash {
+        return Err("invalid field selector: invalid escape sequence: \\".into());
+    }
+    Ok(out)
+}
+
+/// `fields.ParseSelector`: the terms, sorted as written, empty ones
+/// skipped, each `(field, equals?, unescaped value)`; the first term that
+/// does not parse is the error.
+pub fn parse_field_terms(s: &str) -> Result<Vec<(String, bool, String)>, String> {
+    let mut parts = split_terms(s);
+    parts.sort_unstable();
+    let mut terms = Vec::new();
+    for part in parts {
+        if part.is_empty() {
+            continue;
+        }
+        let Some((field, op, value)) = split_term(part) else {
+            return Err(format!(
+                "invalid selector: '{s}'; can't understand '{part}'"
+            ));
+        };
+        terms.push((field.to_string(), op != "!=", unescape_value(value)?));
+    }
+    Ok(terms)
+}
+
+/// The field label conversion of a resource's kind (`ConvertFieldLabel`):
+/// the error for a field it does not select on. Kinds with a conversion
+/// function of their own name theirs (`field label not supported`, a
+/// Job's `field label "x" not supported for Job`); the rest take
+/// `metadata.name` and `metadata.namespace` only
+/// (`DefaultMetaV1FieldSelectorConversion`); a custom resource's
+/// `metadata.namespace` only when it is namespaced.
+fn field_label_error(def: &ResourceDef, field: &str) -> Option<String> {
+    let extra = def.field_labels.contains(&field);
+    let (name, namespace) = (field == "metadata.name", field == "metadata.namespace");
+    let (supported, message) = if !crate::resources::is_builtin(def) {
+        (name || extra || (namespace && def.namespaced), None)
+    } else {
+        match (def.group, def.resource) {
+            // Their own conversion functions, without metadata.namespace.
+            ("", "nodes" | "namespaces") => (name || extra, None),
+            ("", "pods" | "replicationcontrollers" | "events" | "secrets" | "services")
+            | ("events.k8s.io", "events") => (name || namespace || extra, None),
+            ("batch", "jobs") => (
+                name || namespace || extra,
+                Some(format!(
+                    "field label {} not supported for Job",
+                    crate::goquote::quote(field)
+                )),
+            ),
+            _ => (
+                name || namespace,
+                Some(format!(
+                    "{} is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
+                    crate::goquote::quote(field)
+                )),
+            ),
+        }
+    };
+    (!supported).then(|| message.unwrap_or_else(|| format!("field label not supported: {field}")))
 }
 
 impl FieldSelector {
-    /// Parses and checks each field against what the resource supports.
+    /// Parses (`fields.ParseSelector`) and converts each field, in the
+    /// sorted order, as the resource's kind does (`ConvertFieldLabel`).
     pub fn parse(s: &str, def: &ResourceDef) -> Result<FieldSelector, ApiError> {
-        let mut reqs = Vec::new();
-        if s.trim().is_empty() {
-            return Ok(FieldSelector { reqs });
-        }
-        for part in split_escaped(s, ',') {
-            let (field, eq, value) = if let Some(i) = find_unescaped(&part, "!=") {
-                (&part[..i], false, &part[i + 2..])
-            } else if let Some(i) = find_unescaped(&part, "==") {
-                (&part[..i], true, &part[i + 2..])
-            } else if let Some(i) = find_unescaped(&part, "=") {
-                (&part[..i], true, &part[i + 1..])
-            } else {
-                return Err(ApiError::bad_request(format!(
-                    "invalid selector: '{s}'; can't understand '{part}'"
-                )));
-            };
-            let field = field.trim().to_string();
-            if field != "metadata.name"
-                && field != "metadata.namespace"
-                && !def.field_labels.contains(&field.as_str())
-            {
-                return Err(ApiError::bad_request(format!(
-                    "field label not supported: {field}"
-                )));
+        let reqs = parse_field_terms(s).map_err(ApiError::bad_request)?;
+        for (field, _, _) in &reqs {
+            if let Some(m) = field_label_error(def, field) {
+                return Err(ApiError::bad_request(m));
             }
-            reqs.push((field, eq, unescape(value)));
         }
         Ok(FieldSelector { reqs })
+    }
+
+    /// The selector of one object by its name (`fields.OneTermEqualSelector`).
+    pub fn name(name: &str) -> FieldSelector {
+        FieldSelector {
+            reqs: vec![("metadata.name".into(), true, name.to_string())],
+        }
+    }
+
+    /// `RequiresExactMatch`: the value of the first `=` term of `field`.
+    pub fn requires_exact_match(&self, field: &str) -> Option<&str> {
+        self.reqs
+            .iter()
+            .find(|(f, eq, _)| *eq && f == field)
+            .map(|(_, _, v)| v.as_str())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -602,23 +688,6 @@ impl FieldSelector {
             .iter()
             .all(|(f, eq, v)| (field_value(obj, f) == *v) == *eq)
     }
-}
-
-fn find_unescaped(s: &str, pat: &str) -> Option<usize> {
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' {
-            i += 2;
-            continue;
-        }
-        // Bytes, not `str` slicing: `i` may fall inside a multi-byte character.
-        if b[i..].starts_with(pat.as_bytes()) {
-            return Some(i);
-        }
-        i += 1;
-    }
-    None
 }
 
 /// The selectable value of a field, formatted as upstream's `fields.Set`

@@ -169,22 +169,13 @@ pub fn validate_create(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
             }
             service_type(spec, &mut errs);
         }
-        ("batch", "jobs") => {
-            // ValidateJobSpec / validateJobTemplate: only these restart policies.
-            let policy = spec
-                .and_then(|s| s.pointer("/template/spec/restartPolicy"))
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            if policy != "OnFailure" && policy != "Never" {
-                errs.push(required(
-                    "spec.template.spec.restartPolicy",
-                    "valid values: \"OnFailure\", \"Never\"",
-                ));
-            }
-            selector_and_template(spec, &mut errs);
-        }
+        ("batch", "jobs") => job_spec(spec, &mut errs),
         ("apps", "deployments" | "replicasets") => {
             selector_and_template(spec, &mut errs);
+        }
+        ("", "replicationcontrollers") => controller_spec(spec, &mut errs),
+        ("", "podtemplates") => {
+            pod_spec_at(obj.pointer("/template/spec"), "template.spec", &mut errs)
         }
         _ => {}
     }
@@ -326,6 +317,17 @@ pub fn validate_update(def: &ResourceDef, new: &Value, old: &Value) -> Vec<Field
         ("", "persistentvolumeclaims") => pvc_update(new, old, &mut errs),
         ("", "persistentvolumes") => pv_update(new, old, &mut errs),
         ("", "pods") => pod_update(new, old, &mut errs),
+        // ValidateDeploymentUpdate, ValidateReplicaSetUpdate,
+        // ValidateReplicationControllerUpdate and ValidatePodTemplateUpdate
+        // run the create's spec validation on the new object. (Their
+        // selector immutability is not emulated; nor is a Job's template's.)
+        ("apps", "deployments" | "replicasets") => {
+            selector_and_template(new.get("spec"), &mut errs);
+        }
+        ("", "replicationcontrollers") => controller_spec(new.get("spec"), &mut errs),
+        ("", "podtemplates") => {
+            pod_spec_at(new.pointer("/template/spec"), "template.spec", &mut errs)
+        }
         ("", "services") => {
             // validateService of the new object comes first.
             service_type(new.get("spec"), &mut errs);
@@ -617,17 +619,17 @@ fn pvc_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
 /// `updatablePodSpecFields` as the spec error lists them.
 const UPDATABLE_POD_SPEC_FIELDS: &str = "`spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)";
 
-/// `validatePodMetadataAndSpec`'s emulated part, on create and update: the
+/// `ValidatePodSpec`'s emulated part, of a pod's spec at `spec` or a pod
+/// template's at `path` (`ValidatePodTemplateSpec` runs the same): the
 /// containers' required fields, the affinity, `activeDeadlineSeconds` from
-/// 1 to MaxInt32, the tolerations (ValidatePodSpec), and images without surrounding whitespace
-/// (validateContainersOnlyForPod: not for templates).
-fn pod_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
-    containers(spec, "spec", errs);
+/// 1 to MaxInt32, the tolerations, in upstream's order.
+fn pod_spec_at(spec: Option<&Value>, path: &str, errs: &mut Vec<FieldError>) {
+    containers(spec, path, errs);
     if let Some(a) = spec
         .and_then(|s| s.get("affinity"))
         .filter(|a| a.is_object())
     {
-        affinity(a, errs);
+        affinity(a, &format!("{path}.affinity"), errs);
     }
     if let Some(d) = spec
         .and_then(|s| s.get("activeDeadlineSeconds"))
@@ -635,14 +637,21 @@ fn pod_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
         && !(1..=i64::from(i32::MAX)).contains(&d)
     {
         errs.push(FieldError::invalid(
-            "spec.activeDeadlineSeconds",
+            &format!("{path}.activeDeadlineSeconds"),
             json!(d),
             format!("must be between 1 and {}, inclusive", i32::MAX),
         ));
     }
     if let Some(spec) = spec {
-        tolerations(spec, errs);
+        tolerations(spec, path, errs);
     }
+}
+
+/// `validatePodMetadataAndSpec`'s emulated part, on create and update:
+/// `ValidatePodSpec`'s ([`pod_spec_at`]), and images without surrounding
+/// whitespace (validateContainersOnlyForPod: not for templates).
+fn pod_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
+    pod_spec_at(spec, "spec", errs);
     for key in ["containers", "initContainers"] {
         let list = spec.and_then(|s| s.get(key)).and_then(Value::as_array);
         for (i, c) in list.into_iter().flatten().enumerate() {
@@ -685,7 +694,8 @@ fn label_name(key: &str, path: &str, errs: &mut Vec<FieldError>) {
     }
 }
 
-/// `validateAffinity` (ValidatePodSpec) of a pod's `spec.affinity`: node
+/// `validateAffinity` (ValidatePodSpec) of a pod's `spec.affinity` (or a
+/// pod template's, at `path`): node
 /// affinity's required selector (at least one term; each requirement's
 /// operator, values and key, a label value in each value) and preferred
 /// terms (a weight of 1-100, any label value), then pod affinity's and
@@ -694,10 +704,10 @@ fn label_name(key: &str, path: &str, errs: &mut Vec<FieldError>) {
 /// default in 1.36 — and a topologyKey that is a label name). A pod's
 /// affinity can only have been stored valid, so the options that let an
 /// update keep invalid label values are never on.
-fn affinity(a: &Value, errs: &mut Vec<FieldError>) {
-    const PATH: &str = "spec.affinity";
+fn affinity(a: &Value, path: &str, errs: &mut Vec<FieldError>) {
+    let affinity_path = path;
     if let Some(na) = set(a, "nodeAffinity") {
-        let path = format!("{PATH}.nodeAffinity");
+        let path = format!("{affinity_path}.nodeAffinity");
         if let Some(req) = set(na, "requiredDuringSchedulingIgnoredDuringExecution") {
             let terms_path =
                 format!("{path}.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms");
@@ -726,7 +736,7 @@ fn affinity(a: &Value, errs: &mut Vec<FieldError>) {
     }
     for key in ["podAffinity", "podAntiAffinity"] {
         let Some(pa) = set(a, key) else { continue };
-        let path = format!("{PATH}.{key}");
+        let path = format!("{affinity_path}.{key}");
         for (i, t) in items(pa, "requiredDuringSchedulingIgnoredDuringExecution")
             .iter()
             .enumerate()
@@ -972,7 +982,8 @@ fn pod_affinity_term(term: &Value, path: &str, errs: &mut Vec<FieldError>) {
     label_name(topology_key, &p, errs);
 }
 
-/// `ValidateTolerations` of a pod's `spec.tolerations`: a key that is a
+/// `ValidateTolerations` of a pod's `spec.tolerations` (a pod template's
+/// at `<path>.tolerations`): a key that is a
 /// label key (a toleration without one must be `Exists`), a value that is a
 /// label value for `Equal` and none for `Exists`, `tolerationSeconds` only
 /// with the `NoExecute` effect, and the known operators and effects. The
@@ -980,10 +991,10 @@ fn pod_affinity_term(term: &Value, path: &str, errs: &mut Vec<FieldError>) {
 /// and `Gt` are refused, as a pod could not have been created with them.
 /// An operator and an effect are named string types, which a field error
 /// writes as JSON (`.named()`); a toleration's value is a `string`.
-fn tolerations(spec: &Value, errs: &mut Vec<FieldError>) {
+fn tolerations(spec: &Value, path: &str, errs: &mut Vec<FieldError>) {
     let list = spec.get("tolerations").and_then(Value::as_array);
     for (i, t) in list.into_iter().flatten().enumerate() {
-        let p = format!("spec.tolerations[{i}]");
+        let p = format!("{path}.tolerations[{i}]");
         let s = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("");
         let (key, op, value, effect) = (s("key"), s("operator"), s("value"), s("effect"));
         if !key.is_empty() {
@@ -1147,7 +1158,7 @@ fn pod_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
     } else {
         // Then ValidateTolerations again, after ValidatePodSpec's run: an
         // error comes twice in the causes, once in the message.
-        tolerations(new_spec, errs);
+        tolerations(new_spec, "spec", errs);
     }
     // validateOnlyDeletedSchedulingGates.
     let gate_names = |s: &Value| -> Vec<String> {
@@ -1537,39 +1548,140 @@ fn claim_data_sources(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
     errs.push(FieldError::invalid("spec", json!({}), detail));
 }
 
-/// The selector must be set and match the template's labels; the template
-/// needs containers (ValidateDeploymentSpec, ValidateReplicaSetSpec,
-/// ValidateJobSpec).
+/// The selector must be set; the template's labels must match it
+/// (ValidateDeploymentSpec, ValidateReplicaSetSpec); the template's pod
+/// spec is validated (`ValidatePodTemplateSpecForReplicaSet`), its restart
+/// policy `Always` and without `activeDeadlineSeconds`.
 fn selector_and_template(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
     let sel = spec.and_then(|s| s.get("selector"));
     if is_empty(sel) {
         errs.push(required("spec.selector", ""));
     } else {
-        let labels = spec.and_then(|s| s.pointer("/template/metadata/labels"));
         let sel = crate::selector::LabelSelector::from_label_selector(sel.unwrap_or(&Value::Null));
-        if !sel.matches(labels.and_then(Value::as_object)) {
-            errs.push(FieldError {
-                named: false,
-                kind: FieldErrorType::Invalid,
-                field: "spec.template.metadata.labels".into(),
-                value: Some(Value::String(String::new())),
-                detail: String::new(),
-            });
-            // Rendered below with the map value upstream prints.
-            if let Some(e) = errs.last_mut() {
-                e.value = None;
-                e.detail = format!(
-                    "{}: `selector` does not match template `labels`",
-                    go_string_map(labels)
-                );
-            }
-        }
+        template_labels_match(spec, |labels| sel.matches(labels), errs);
     }
-    containers(
-        spec.and_then(|s| s.pointer("/template/spec")),
-        "spec.template.spec",
-        errs,
-    );
+    replicated_template(spec, "ReplicaSet", errs);
+}
+
+/// The template's labels match the selector, or `spec.template.metadata.labels`
+/// is invalid (the value the map upstream prints).
+fn template_labels_match(
+    spec: Option<&Value>,
+    matches: impl Fn(Option<&serde_json::Map<String, Value>>) -> bool,
+    errs: &mut Vec<FieldError>,
+) {
+    let labels = spec.and_then(|s| s.pointer("/template/metadata/labels"));
+    if !matches(labels.and_then(Value::as_object)) {
+        errs.push(FieldError {
+            named: false,
+            kind: FieldErrorType::Invalid,
+            field: "spec.template.metadata.labels".into(),
+            value: None,
+            detail: format!(
+                "{}: `selector` does not match template `labels`",
+                go_string_map(labels)
+            ),
+        });
+    }
+}
+
+/// A ReplicaSet's (a Deployment's) or a ReplicationController's template:
+/// its pod spec, a restart policy of `Always`, no `activeDeadlineSeconds`
+/// (`ValidatePodTemplateSpecForReplicaSet`, `ValidatePodTemplateSpecForRC`).
+fn replicated_template(spec: Option<&Value>, owner: &str, errs: &mut Vec<FieldError>) {
+    let pod = spec.and_then(|s| s.pointer("/template/spec"));
+    pod_spec_at(pod, "spec.template.spec", errs);
+    let policy = pod
+        .and_then(|s| s.get("restartPolicy"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if policy != "Always" {
+        errs.push(
+            FieldError::not_supported(
+                "spec.template.spec.restartPolicy",
+                json!(policy),
+                &["Always"],
+            )
+            .named(),
+        );
+    }
+    if pod
+        .and_then(|s| s.get("activeDeadlineSeconds"))
+        .is_some_and(|d| !d.is_null())
+    {
+        errs.push(FieldError::forbidden(
+            "spec.template.spec.activeDeadlineSeconds",
+            format!("activeDeadlineSeconds in {owner} is not Supported"),
+        ));
+    }
+}
+
+/// `ValidateReplicationControllerSpec`'s emulated part: a selector (a map,
+/// defaulted from the template's labels), and the template
+/// (`ValidatePodTemplateSpecForRC`): its labels matching the selector, its
+/// pod spec, restart policy and no `activeDeadlineSeconds`.
+fn controller_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
+    let sel = spec
+        .and_then(|s| s.get("selector"))
+        .and_then(Value::as_object)
+        .filter(|m| !m.is_empty());
+    if sel.is_none() {
+        errs.push(required("spec.selector", ""));
+    }
+    if spec
+        .and_then(|s| s.get("template"))
+        .is_none_or(Value::is_null)
+    {
+        errs.push(required("spec.template", ""));
+        return;
+    }
+    if let Some(sel) = sel {
+        template_labels_match(
+            spec,
+            |labels| {
+                sel.iter().all(|(k, v)| {
+                    labels.and_then(|l| l.get(k)).and_then(Value::as_str) == v.as_str()
+                })
+            },
+            errs,
+        );
+    }
+    replicated_template(spec, "ReplicationController", errs);
+}
+
+/// `ValidateJobSpec`'s emulated part: the template's pod spec
+/// (`validateJobSpec` runs `ValidatePodTemplateSpec`), its restart policy
+/// `OnFailure` or `Never`, then the selector, set and matching the
+/// template's labels.
+fn job_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
+    let pod = spec.and_then(|s| s.pointer("/template/spec"));
+    pod_spec_at(pod, "spec.template.spec", errs);
+    let policy = pod
+        .and_then(|s| s.get("restartPolicy"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    match policy {
+        "OnFailure" | "Never" => {}
+        "Always" | "" => errs.push(required(
+            "spec.template.spec.restartPolicy",
+            "valid values: \"OnFailure\", \"Never\"",
+        )),
+        other => errs.push(
+            FieldError::not_supported(
+                "spec.template.spec.restartPolicy",
+                json!(other),
+                &["OnFailure", "Never"],
+            )
+            .named(),
+        ),
+    }
+    let sel = spec.and_then(|s| s.get("selector"));
+    if is_empty(sel) {
+        errs.push(required("spec.selector", ""));
+    } else {
+        let sel = crate::selector::LabelSelector::from_label_selector(sel.unwrap_or(&Value::Null));
+        template_labels_match(spec, |labels| sel.matches(labels), errs);
+    }
 }
 
 /// A claim's or a volume's `spec.volumeMode` may not change (upstream's

@@ -55,17 +55,7 @@ impl Stored {
         // A built-in object as encoding/json writes its Go struct: the
         // empty slices and maps of omitempty fields left out (validation
         // saw them; what is stored and answered has none).
-        let (group, version) = match value.get("apiVersion").and_then(Value::as_str) {
-            Some(av) => av.split_once('/').unwrap_or(("", av)),
-            None => ("", ""),
-        };
-        let (group, version) = (group.to_string(), version.to_string());
-        let kind = value
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        crate::openapi::schema::drop_empty_omitempty(&group, &version, &kind, &mut value);
+        drop_empty_omitempty(&mut value);
         // As the API server writes it (HTML-safe escapes).
         let bytes = crate::gojson::to_vec(&value);
         Ok(Arc::new(Stored {
@@ -80,6 +70,22 @@ impl Stored {
             meta_str(&self.value, "name").to_string(),
         )
     }
+}
+
+/// A built-in object without the empty slices and maps of its omitempty
+/// fields, as encoding/json writes the Go struct it decodes into.
+fn drop_empty_omitempty(value: &mut Value) {
+    let (group, version) = match value.get("apiVersion").and_then(Value::as_str) {
+        Some(av) => av.split_once('/').unwrap_or(("", av)),
+        None => ("", ""),
+    };
+    let (group, version) = (group.to_string(), version.to_string());
+    let kind = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    crate::openapi::schema::drop_empty_omitempty(&group, &version, &kind, value);
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1696,8 +1702,11 @@ impl Store {
             collection: false,
         };
         self.validating_admission(&attrs, Some(&new), &opts.warnings)?;
-        let new = canonicalize(new, def.kind, &def.api_version());
-        // No-op writes do not bump the resourceVersion (etcd3 GuaranteedUpdate).
+        let mut new = canonicalize(new, def.kind, &def.api_version());
+        // No-op writes do not bump the resourceVersion (etcd3 GuaranteedUpdate):
+        // compared as stored, so an update that only adds empty omitempty
+        // slices or maps changes nothing.
+        drop_empty_omitempty(&mut new);
         if new == live.value {
             return Ok(Some(live.clone()));
         }

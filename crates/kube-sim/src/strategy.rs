@@ -221,6 +221,42 @@ fn defaults(def: &ResourceDef, obj: &mut Value, on_read: bool) {
                 default_pod_spec(ps);
             }
         }
+        ("", "podtemplates") => {
+            if let Some(ps) = obj.get_mut("template").and_then(|t| t.get_mut("spec")) {
+                default_pod_spec(ps);
+            }
+        }
+        ("", "replicationcontrollers") => {
+            // SetDefaults_ReplicationController: the selector and the
+            // labels from the template's labels where empty.
+            let labels = obj
+                .pointer("/spec/template/metadata/labels")
+                .filter(|l| l.is_object())
+                .cloned();
+            if let Some(labels) = &labels {
+                let meta = obj_mut(obj, "metadata");
+                if meta
+                    .get("labels")
+                    .and_then(Value::as_object)
+                    .is_none_or(|l| l.is_empty())
+                {
+                    meta.insert("labels".into(), labels.clone());
+                }
+            }
+            let spec = obj_mut(obj, "spec");
+            if let Some(labels) = labels
+                && spec
+                    .get("selector")
+                    .and_then(Value::as_object)
+                    .is_none_or(|s| s.is_empty())
+            {
+                spec.insert("selector".into(), labels);
+            }
+            set_default(spec, "replicas", json!(1));
+            if let Some(ps) = spec.get_mut("template").and_then(|t| t.get_mut("spec")) {
+                default_pod_spec(ps);
+            }
+        }
         ("apps", "replicasets") => {
             let spec = obj_mut(obj, "spec");
             set_default(spec, "replicas", json!(1));

@@ -2594,3 +2594,447 @@ async fn escaped_names_in_paths_are_unescaped() {
     )
     .await;
 }
+
+/// The pod templates of Deployments, ReplicaSets, Jobs, PodTemplates and
+/// ReplicationControllers: their tolerations (`ValidateTolerations`) and
+/// affinity (`validateAffinity`) are validated as a pod's are
+/// (`ValidatePodTemplateSpec` runs `ValidatePodSpec`), at the template's
+/// path, on create and (but for a Job, whose template is immutable) on
+/// update; no DefaultTolerationSeconds (a pod admission plugin) nor
+/// matchLabelKeys merge (a pod's create strategy) on a template.
+#[tokio::test]
+async fn pod_template_tolerations_and_affinity_are_validated() {
+    differential("tmplv", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let ns = &ctx.ns;
+        let labels = json!({"app": "web", "tier": "x"});
+        // (collection, the object with `spec` as its template's pod spec,
+        // where the template's pod spec is)
+        let object = |kind: &str, name: &str, spec: Value| -> (String, Value) {
+            let template = json!({"metadata": {"labels": labels}, "spec": spec});
+            let selector = json!({"matchLabels": {"app": "web"}});
+            match kind {
+                "Deployment" => (format!("/apis/apps/v1/namespaces/{ns}/deployments"), json!({
+                    "apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name},
+                    "spec": {"selector": selector, "template": template}})),
+                "ReplicaSet" => (format!("/apis/apps/v1/namespaces/{ns}/replicasets"), json!({
+                    "apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name},
+                    "spec": {"replicas": 0, "selector": selector, "template": template}})),
+                "Job" => {
+                    let mut template = template;
+                    template["spec"]["restartPolicy"] = json!("Never");
+                    (format!("/apis/batch/v1/namespaces/{ns}/jobs"), json!({
+                        "apiVersion": "batch/v1", "kind": kind, "metadata": {"name": name},
+                        "spec": {"suspend": true, "template": template}}))
+                }
+                "PodTemplate" => (format!("/api/v1/namespaces/{ns}/podtemplates"), json!({
+                    "apiVersion": "v1", "kind": kind, "metadata": {"name": name}, "template": template})),
+                _ => (format!("/api/v1/namespaces/{ns}/replicationcontrollers"), json!({
+                    "apiVersion": "v1", "kind": kind, "metadata": {"name": name},
+                    "spec": {"replicas": 0, "selector": {"app": "web"}, "template": template}})),
+            }
+        };
+        let spec_ptr = |kind: &str| if kind == "PodTemplate" { "/template/spec" } else { "/spec/template/spec" };
+        let container = json!([{"name": "a", "image": "busybox"}]);
+        let sel = json!({"matchLabels": {"app": "web"}});
+        let cases = [
+            ("bad toleration key", json!({"containers": container, "tolerations": [{"key": "a b", "operator": "Exists"}]})),
+            ("toleration Lt, second of two", json!({"containers": container, "tolerations": [
+                {"operator": "Exists"}, {"key": "k", "operator": "Lt", "value": "1"}]})),
+            ("toleration seconds without NoExecute", json!({"containers": container, "tolerations": [
+                {"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}, {"value": "v"}]})),
+            ("no node selector terms", json!({"containers": container, "affinity": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": []},
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 0, "preference": {}}]}}})),
+            ("pod affinity term", json!({"containers": container, "affinity": {"podAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [{"matchLabelKeys": ["app"]},
+                    {"labelSelector": sel, "matchLabelKeys": ["a b"], "topologyKey": "zone"}]},
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 101,
+                    "podAffinityTerm": {"labelSelector": {"matchExpressions": [{"key": "k", "operator": "In"}]},
+                    "namespaces": ["Not_OK"], "topologyKey": "-"}}]}}})),
+            ("everything", json!({"containers": [{"name": "A"}], "activeDeadlineSeconds": 0,
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "k", "operator": "In", "values": ["a b"]}]}]}}},
+                "tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]})),
+            ("valid", json!({"containers": container,
+                "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoSchedule"},
+                    {"key": "k", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 5}],
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "k", "operator": "Gt", "values": ["1"]}]}]}},
+                    "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"labelSelector": sel,
+                        "matchLabelKeys": ["tier", "app"], "mismatchLabelKeys": ["other"], "topologyKey": "zone"}]}}})),
+        ];
+        for kind in ["Deployment", "ReplicaSet", "Job", "PodTemplate", "ReplicationController"] {
+            for (i, (label, spec)) in cases.iter().enumerate() {
+                let (path, body) = object(kind, &format!("c{i}"), spec.clone());
+                let r = post(c, &path, &body).await;
+                let label = format!("{kind}: {label}");
+                if r.code == 201 {
+                    let s = r.body.pointer(spec_ptr(kind)).cloned().unwrap_or_default();
+                    t.note(&label, json!({"code": r.code, "tolerations": s["tolerations"], "affinity": s["affinity"]}));
+                } else {
+                    t.reply(&label, &r);
+                }
+            }
+        }
+        // Updates of a valid object (a Job's template is immutable).
+        for kind in ["Deployment", "ReplicaSet", "PodTemplate", "ReplicationController"] {
+            let (path, body) = object(kind, "u", json!({"containers": container}));
+            let r = post(c, &path, &body).await;
+            assert_eq!(r.code, 201, "{kind}: {:?}", r.body);
+            let path = format!("{path}/u");
+            let tmpl = if kind == "PodTemplate" { "/template/spec" } else { "/spec/template/spec" };
+            for (label, ops) in [
+                ("bad toleration added", json!([{"op": "add", "path": format!("{tmpl}/tolerations"),
+                    "value": [{"key": "k", "operator": "Exists", "effect": "Never"}]}])),
+                ("bad affinity added", json!([{"op": "add", "path": format!("{tmpl}/affinity"),
+                    "value": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": ""}]}}}])),
+                ("both, and no containers", json!([{"op": "add", "path": format!("{tmpl}/tolerations"),
+                    "value": [{"operator": "Equal"}]}, {"op": "add", "path": format!("{tmpl}/affinity"),
+                    "value": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}},
+                    {"op": "replace", "path": format!("{tmpl}/containers"), "value": []}])),
+                ("valid ones added", json!([{"op": "add", "path": format!("{tmpl}/tolerations"),
+                    "value": [{"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}]},
+                    {"op": "add", "path": format!("{tmpl}/affinity"), "value": {"nodeAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 3, "preference": {}}]}}}])),
+            ] {
+                let r = patch(c, &path, "json", &ops.to_string()).await;
+                let label = format!("{kind} update: {label}");
+                if r.code == 200 {
+                    let s = r.body.pointer(spec_ptr(kind)).cloned().unwrap_or_default();
+                    t.note(&label, json!({"code": r.code, "tolerations": s["tolerations"], "affinity": s["affinity"]}));
+                } else {
+                    t.reply(&label, &r);
+                }
+            }
+        }
+        t
+    })
+    .await;
+}
+
+/// A `dryRun=All` create, update and patch answer the object as a real
+/// write stores it: without the empty slices and maps of its omitempty
+/// fields; an update that only adds such empty fields changes nothing.
+#[tokio::test]
+async fn dry_run_answers_drop_empty_omitempty_fields() {
+    differential("dryomit", |_| async { kube_sim::SimConfig::default() }, |ctx| async move {
+        let c = &ctx.client;
+        let mut t = Transcript::new();
+        let ns = &ctx.ns;
+        let pods = format!("/api/v1/namespaces/{ns}/pods");
+        let pod = json!({"metadata": {"name": "p", "labels": {}, "annotations": {}, "finalizers": []}, "spec": {
+            "serviceAccountName": "default", "preemptionPolicy": "PreemptLowerPriority",
+            "containers": [{"name": "a", "image": "busybox", "args": [], "env": [], "ports": [],
+                "resources": {"limits": {}, "requests": {}}}],
+            "initContainers": [], "volumes": [], "nodeSelector": {}, "tolerations": [], "schedulingGates": [],
+            "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [], "matchFields": []}}]}}}});
+        // (serviceAccount, the deprecated copy of serviceAccountName, is
+        // left out, and its managedFields entry: kube-sim does not write it.)
+        let spec = |b: &Value| {
+            let mut s = b["spec"].clone();
+            if let Some(m) = s.as_object_mut() {
+                m.remove("serviceAccount");
+            }
+            s
+        };
+        let meta = |b: &Value| {
+            let mut m = b["metadata"].clone();
+            if let Some(f) = m.pointer_mut("/managedFields/0/fieldsV1/f:spec").and_then(Value::as_object_mut) {
+                f.remove("f:serviceAccount");
+            }
+            m
+        };
+        let r = post(c, &format!("{pods}?dryRun=All"), &pod).await;
+        t.note("pod dry-run create", json!({"code": r.code, "metadata": meta(&r.body), "spec": spec(&r.body)}));
+        let r = post(c, &pods, &pod).await;
+        t.note("pod create", json!({"code": r.code, "metadata": meta(&r.body), "spec": spec(&r.body)}));
+
+        let cms = format!("/api/v1/namespaces/{ns}/configmaps");
+        let cm = json!({"metadata": {"name": "m", "labels": {}, "annotations": {}, "finalizers": [],
+            "ownerReferences": []}, "data": {}, "binaryData": {}});
+        let r = post(c, &format!("{cms}?dryRun=All"), &cm).await;
+        t.reply("configmap dry-run create", &r);
+        let r = post(c, &cms, &json!({"metadata": {"name": "m"}, "data": {"a": "b"}})).await;
+        assert_eq!(r.code, 201, "{:?}", r.body);
+        let rv0 = r.body["metadata"]["resourceVersion"].clone();
+        let m = format!("{cms}/m");
+        // PUT with dryRun: empty maps and lists beside a change.
+        let mut body = r.body.clone();
+        body["metadata"]["labels"] = json!({});
+        body["metadata"]["annotations"] = json!({"x": "y"});
+        body["metadata"]["finalizers"] = json!([]);
+        body["binaryData"] = json!({});
+        let r = put(c, &format!("{m}?dryRun=All"), &body).await;
+        t.reply("configmap dry-run put", &r);
+        let r = patch(c, &format!("{m}?dryRun=All"), "merge",
+            &json!({"metadata": {"labels": {}, "annotations": {"x": "y"}}, "binaryData": {}, "data": {"c": "d"}}).to_string()).await;
+        t.reply("configmap dry-run merge patch", &r);
+        let r = patch(c, &format!("{m}?dryRun=All"), "json",
+            &json!([{"op": "add", "path": "/binaryData", "value": {}}, {"op": "remove", "path": "/data/a"}]).to_string()).await;
+        t.reply("configmap dry-run json patch emptying data", &r);
+        let r = patch(c, &format!("{m}?dryRun=All"), "strategic",
+            &json!({"metadata": {"finalizers": []}, "binaryData": {}}).to_string()).await;
+        t.note("configmap dry-run no-op strategic patch", json!({"code": r.code, "body": r.body,
+            "same version": r.body["metadata"]["resourceVersion"] == rv0}));
+        let r = patch(c, &format!("{m}?dryRun=All&fieldManager=x"), "apply",
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "m", "labels": {}},
+                "data": {"e": "f"}, "binaryData": {}}).to_string()).await;
+        t.reply("configmap dry-run apply", &r);
+        // Nothing of the dry runs is stored.
+        let r = get(c, &m).await;
+        t.note("configmap after the dry runs", json!({"code": r.code, "body": r.body,
+            "same version": r.body["metadata"]["resourceVersion"] == rv0}));
+        // A real update adding only empty omitempty fields is a no-op.
+        let mut body = r.body.clone();
+        body["metadata"]["labels"] = json!({});
+        body["binaryData"] = json!({});
+        let r = put(c, &m, &body).await;
+        t.note("configmap put of empty maps only", json!({"code": r.code, "body": r.body,
+            "same version": r.body["metadata"]["resourceVersion"] == rv0}));
+        let r = patch(c, &m, "merge", &json!({"metadata": {"annotations": {}}}).to_string()).await;
+        t.note("configmap merge patch of empty annotations only", json!({"code": r.code, "body": r.body,
+            "same version": r.body["metadata"]["resourceVersion"] == rv0}));
+
+        let services = format!("/api/v1/namespaces/{ns}/services");
+        let r = post(c, &format!("{services}?dryRun=All"), &json!({"metadata": {"name": "s"}, "spec": {
+            "ports": [{"port": 80}], "selector": {}, "externalIPs": [], "loadBalancerSourceRanges": []}})).await;
+        t.note("service dry-run create", json!({"code": r.code, "selector": r.body["spec"].get("selector"),
+            "externalIPs": r.body["spec"].get("externalIPs"),
+            "loadBalancerSourceRanges": r.body["spec"].get("loadBalancerSourceRanges")}));
+        t
+    })
+    .await;
+}
+
+/// Percent-encodes a query parameter's value.
+fn query_escape(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Field selectors' escaping (`fields.ParseSelector`, `UnescapeValue`):
+/// ClusterRole names (path-segment names) may hold `,`, `=` and `\`, which
+/// a selector's value escapes as `\,`, `\=`, `\\`; an unescaped `,` splits
+/// the terms, an unescaped `=` in a value, an unknown escape or a trailing
+/// backslash is a 400; empty terms are skipped; the terms are sorted before
+/// they are checked. In lists, watches, and a watch of one named object.
+#[tokio::test]
+async fn field_selector_values_are_unescaped() {
+    differential(
+        "fieldesc",
+        |_| async { kube_sim::SimConfig::default() },
+        |ctx| async move {
+            let c = &ctx.client;
+            let mut t = Transcript::new();
+            let run = &ctx.run;
+            let roles = "/apis/rbac.authorization.k8s.io/v1/clusterroles";
+            let names =
+                ["a,b", "a=b", "a\\b", "a\\,b", "plain", "a==b"].map(|n| format!("fs{run}-{n}"));
+            for n in &names {
+                let r = post(
+                    c,
+                    roles,
+                    &json!({"metadata": {"name": n, "labels": {"run": run}}}),
+                )
+                .await;
+                t.note(
+                    &format!("create {n}"),
+                    json!({"code": r.code, "name": r.body["metadata"]["name"],
+                "message": r.body["message"]}),
+                );
+            }
+            let p = format!("fs{run}-");
+            let selectors = [
+                format!("metadata.name={p}a\\,b"),
+                format!("metadata.name={p}a\\=b"),
+                format!("metadata.name=={p}a\\\\b"),
+                format!("metadata.name={p}a\\\\\\,b"),
+                format!("metadata.name={p}a\\=\\=b"),
+                format!("metadata.name!={p}a\\,b"),
+                format!("metadata.name!={p}plain,metadata.name!={p}a\\=b"),
+                format!("metadata.name={p}plain,"),
+                format!(",,metadata.name={p}plain"),
+                format!("metadata.name={p}a,b"),
+                format!("metadata.name={p}a=b"),
+                format!("metadata.name={p}a==b"),
+                format!("metadata.name={p}a!=b"),
+                format!("metadata.name={p}a\\b"),
+                format!("metadata.name={p}a\\"),
+                format!("metadata.name={p}a\\x,metadata.name={p}a\\y"),
+                format!("metadata.name={p}a\\y,metadata.name={p}a\\x"),
+                "metadata.name=\\".to_string(),
+                "a\\=b=c".to_string(),
+                "a\\,b=c".to_string(),
+                "metadata.name".to_string(),
+                "spec.x=\\,".to_string(),
+                "spec.x=1,metadata.name=\\q".to_string(),
+                " metadata.name=x".to_string(),
+                "metadata.name = x".to_string(),
+            ];
+            let names_of = |b: &Value| -> Value {
+                let mut v: Vec<String> = b["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|i| i["metadata"]["name"].as_str().map(str::to_string))
+                    .collect();
+                v.sort();
+                json!(v)
+            };
+            for s in &selectors {
+                let q = format!(
+                    "labelSelector=run%3D{run}&fieldSelector={}",
+                    query_escape(s)
+                );
+                let r = get(c, &format!("{roles}?{q}")).await;
+                if r.code == 200 {
+                    t.note(
+                        &format!("list {s}"),
+                        json!({"code": r.code, "names": names_of(&r.body)}),
+                    );
+                } else {
+                    t.reply(&format!("list {s}"), &r);
+                }
+                let r = get(c, &format!("{roles}?{q}&watch=1&timeoutSeconds=1")).await;
+                if r.code == 200 {
+                    let events: Vec<Value> = match &r.body {
+                        Value::String(s) => s
+                            .lines()
+                            .filter(|l| !l.trim().is_empty())
+                            .map(|l| serde_json::from_str(l).unwrap_or_else(|_| json!(l)))
+                            .collect(),
+                        Value::Null => vec![],
+                        v => vec![v.clone()],
+                    };
+                    let seen: Vec<Value> = events
+                        .iter()
+                        .map(|e| json!([e["type"], e["object"]["metadata"]["name"]]))
+                        .collect();
+                    t.note(
+                        &format!("watch {s}"),
+                        json!({"code": r.code, "events": seen}),
+                    );
+                } else {
+                    t.reply(&format!("watch {s}"), &r);
+                }
+            }
+            // One object by its (escaped) name in the path: `?watch` there is a
+            // get; a `/watch/` path watches it, alone or with a field selector
+            // that must name it.
+            let watched = |r: &common::differential::Reply| -> Value {
+                let events: Vec<Value> = match &r.body {
+                    Value::String(s) => s
+                        .lines()
+                        .filter(|l| !l.trim().is_empty())
+                        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| json!(l)))
+                        .collect(),
+                    Value::Null => vec![],
+                    v => vec![v.clone()],
+                };
+                json!(events.iter().map(|e| if e.get("type").is_some() {
+                json!([e["type"], e["object"]["metadata"]["name"]])
+            } else {
+                json!({"kind": e["kind"], "name": e["metadata"]["name"], "message": e["message"]})
+            }).collect::<Vec<_>>())
+            };
+            let watch_roles = "/apis/rbac.authorization.k8s.io/v1/watch/clusterroles";
+            for (name, fs) in [
+                (format!("{p}a,b"), None),
+                (format!("{p}a=b"), None),
+                (format!("{p}a\\b"), None),
+                (format!("{p}a,b"), Some(format!("metadata.name={p}a\\,b"))),
+                (format!("{p}a,b"), Some(format!("metadata.name={p}a,b"))),
+                (format!("{p}a=b"), Some(format!("metadata.name={p}plain"))),
+                (format!("{p}a=b"), Some(format!("metadata.name!={p}a\\=b"))),
+                (
+                    format!("{p}a=b"),
+                    Some(format!("metadata.name={p}a\\=b,metadata.name!={p}plain")),
+                ),
+                (format!("{p}plain"), Some("metadata.name=\\x".to_string())),
+            ] {
+                let q = match &fs {
+                    Some(fs) => format!("&fieldSelector={}", query_escape(fs)),
+                    None => String::new(),
+                };
+                for (how, path) in [
+                    (
+                        "get ?watch",
+                        format!(
+                            "{roles}/{}?watch=1&timeoutSeconds=1{q}",
+                            query_escape(&name)
+                        ),
+                    ),
+                    (
+                        "/watch/",
+                        format!("{watch_roles}/{}?timeoutSeconds=1{q}", query_escape(&name)),
+                    ),
+                ] {
+                    let r = get(c, &path).await;
+                    let label = format!("{how} {name}, fieldSelector {fs:?}");
+                    if r.code == 200 {
+                        t.note(&label, json!({"code": r.code, "events": watched(&r)}));
+                    } else {
+                        t.reply(&label, &r);
+                    }
+                }
+            }
+            // Fields each kind selects on, and the error for others.
+            let ns = &ctx.ns;
+            for (path, fs) in [
+                (
+                    format!("/apis/apps/v1/namespaces/{ns}/replicasets"),
+                    "status.replicas=0",
+                ),
+                (
+                    format!("/api/v1/namespaces/{ns}/replicationcontrollers"),
+                    "status.replicas=0",
+                ),
+                (
+                    format!("/api/v1/namespaces/{ns}/replicationcontrollers"),
+                    "spec.replicas=0",
+                ),
+                (
+                    format!("/apis/batch/v1/namespaces/{ns}/jobs"),
+                    "status.successful=0",
+                ),
+                (
+                    format!("/apis/batch/v1/namespaces/{ns}/jobs"),
+                    "status.failed=0",
+                ),
+                (format!("/api/v1/namespaces/{ns}/configmaps"), "data.x=1"),
+                (format!("/api/v1/namespaces/{ns}/pods"), "spec.x=1"),
+                (
+                    format!("/api/v1/namespaces/{ns}/secrets"),
+                    "metadata.namespace=x,data=\\=",
+                ),
+                ("/api/v1/nodes".to_string(), "metadata.namespace=x"),
+                ("/api/v1/namespaces".to_string(), "metadata.namespace=x"),
+                ("/api/v1/namespaces".to_string(), "status.phase=Gone"),
+            ] {
+                let r = get(c, &format!("{path}?fieldSelector={}", query_escape(fs))).await;
+                if r.code == 200 {
+                    t.note(
+                        &format!("list {path} {fs}"),
+                        json!({"code": r.code, "names": names_of(&r.body)}),
+                    );
+                } else {
+                    t.reply(&format!("list {path} {fs}"), &r);
+                }
+            }
+            for n in &names {
+                let _ = delete(c, &format!("{roles}/{}", query_escape(n))).await;
+            }
+            t
+        },
+    )
+    .await;
+}

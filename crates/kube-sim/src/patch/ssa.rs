@@ -905,7 +905,11 @@ pub fn track_update(
     };
 
     let old_clean = old.map(without_managed_fields).unwrap_or_else(|| json!({}));
-    let new_clean = without_managed_fields(new);
+    // The fields of the object as it is stored: upstream's field manager
+    // sees the decoded Go struct, which has no empty slices or maps in its
+    // omitempty fields.
+    let mut new_clean = without_managed_fields(new);
+    crate::openapi::schema::drop_empty_omitempty(group, version, &kind, &mut new_clean);
     let ignore = ignored_fields(group, &kind, subresource);
     let raw = compare(ty, Some(&old_clean), Some(&new_clean));
     let cmp = Comparison {
