@@ -401,68 +401,25 @@ pub(crate) struct FieldRequirement {
     pub(crate) value: String,
 }
 
-/// `fields.ParseSelector(s).Requirements()`: the comma-separated terms
-/// (a backslash escapes a comma), each split at its first `!=`, `==` or
-/// `=`, the value unescaped. `None` when it does not parse.
+/// `fields.ParseSelector(s).Requirements()` (the terms sorted, each split
+/// at its first `!=`, `==` or `=`, the value unescaped; the list and watch
+/// path's own parser). `None` when it does not parse.
 pub(crate) fn parse_field_selector(s: &str) -> Option<Vec<FieldRequirement>> {
-    let mut terms = Vec::new();
-    let (mut start, mut in_slash) = (0, false);
-    for (i, c) in s.char_indices() {
-        if in_slash {
-            in_slash = false;
-        } else if c == '\\' {
-            in_slash = true;
-        } else if c == ',' {
-            terms.push(&s[start..i]);
-            start = i + 1;
-        }
-    }
-    if !s.is_empty() {
-        terms.push(&s[start..]);
-    }
-    let mut out = Vec::new();
-    for term in terms.into_iter().filter(|t| !t.is_empty()) {
-        let (field, op, rhs) = term.char_indices().find_map(|(i, _)| {
-            let rest = &term[i..];
-            [
-                ("!=", FieldOp::NotEquals),
-                ("==", FieldOp::Equals),
-                ("=", FieldOp::Equals),
-            ]
+    let terms = crate::selector::parse_field_terms(s).ok()?;
+    Some(
+        terms
             .into_iter()
-            .find(|(p, _)| rest.starts_with(p))
-            .map(|(p, op)| (&term[..i], op, &rest[p.len()..]))
-        })?;
-        out.push(FieldRequirement {
-            field: field.to_string(),
-            op,
-            value: unescape_field_value(rhs)?,
-        });
-    }
-    Some(out)
-}
-
-/// `fields.UnescapeValue`: `\\`, `\,` and `\=` stand for the character;
-/// any other escape, or an unescaped `,` or `=`, does not parse.
-fn unescape_field_value(s: &str) -> Option<String> {
-    let mut out = String::new();
-    let mut in_slash = false;
-    for c in s.chars() {
-        if in_slash {
-            if !matches!(c, '\\' | ',' | '=') {
-                return None;
-            }
-            out.push(c);
-            in_slash = false;
-            continue;
-        }
-        match c {
-            '\\' => in_slash = true,
-            ',' | '=' => return None,
-            c => out.push(c),
-        }
-    }
-    (!in_slash).then_some(out)
+            .map(|(field, equals, value)| FieldRequirement {
+                field,
+                op: if equals {
+                    FieldOp::Equals
+                } else {
+                    FieldOp::NotEquals
+                },
+                value,
+            })
+            .collect(),
+    )
 }
 
 /// The field selector of a review's `resourceAttributes.fieldSelector`
@@ -1333,9 +1290,9 @@ mod tests {
         assert_eq!(
             parse_field_selector("spec.nodeName=n1,metadata.name!=x,a==b"),
             Some(vec![
-                req("spec.nodeName", FieldOp::Equals, "n1"),
-                req("metadata.name", FieldOp::NotEquals, "x"),
                 req("a", FieldOp::Equals, "b"),
+                req("metadata.name", FieldOp::NotEquals, "x"),
+                req("spec.nodeName", FieldOp::Equals, "n1"),
             ])
         );
         assert_eq!(
