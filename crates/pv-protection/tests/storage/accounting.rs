@@ -166,14 +166,16 @@ async fn no_writes_and_no_lists_across_resync_rounds_while_idle(bed: Bed) {
     h.set_pv_phase("bound", "Released").await;
     h.wait_pvc_gone("idle", "held").await;
     h.wait_pv_gone("bound").await;
-    assert_eq!(
-        h.metric("protection_manager_terminating_objects{controller=\"pvc-protection\"}"),
-        0.0
-    );
-    assert_eq!(
-        h.metric("protection_manager_terminating_objects{controller=\"pv-protection\"}"),
-        0.0
-    );
+    h.wait_metric(
+        "protection_manager_terminating_objects{controller=\"pvc-protection\"}",
+        0.0,
+    )
+    .await;
+    h.wait_metric(
+        "protection_manager_terminating_objects{controller=\"pv-protection\"}",
+        0.0,
+    )
+    .await;
 }
 
 #[tokio::test]

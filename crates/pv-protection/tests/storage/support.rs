@@ -389,6 +389,16 @@ impl Harness {
             .unwrap_or(0.0)
     }
 
+    /// Waits until the metric sample reads `value`: the manager updates a
+    /// gauge when its watch delivers the change, which may come after the
+    /// server already answers it.
+    pub async fn wait_metric(&self, series: &str, value: f64) {
+        wait_until(&format!("{series} reads {value}"), || async {
+            self.metric(series) == value
+        })
+        .await;
+    }
+
     pub fn reconciles(&self, controller: &str) -> f64 {
         self.metric(&format!(
             "protection_manager_reconcile_total{{controller=\"{controller}\",result=\"success\"}}"
