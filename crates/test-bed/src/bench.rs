@@ -131,24 +131,13 @@ impl RealBench {
     }
 
     /// A program started with `args` and `--kubeconfig=<a kubeconfig for
-    /// user>`; its requests are the user's.
+    /// user>`; its requests are the user's: a ServiceAccount's by its token
+    /// (as in a pod), any other user's by a client certificate.
     pub async fn start_program(
         &self,
         label: &str,
         program: &Path,
         user: &str,
-        args: &[String],
-    ) -> Result<Contender> {
-        self.start_program_in(label, program, user, &[], args).await
-    }
-
-    /// [`RealBench::start_program`] as `user` in `groups`.
-    async fn start_program_in(
-        &self,
-        label: &str,
-        program: &Path,
-        user: &str,
-        groups: &[&str],
         args: &[String],
     ) -> Result<Contender> {
         let n = self.next();
@@ -158,7 +147,7 @@ impl RealBench {
                 .write_token_kubeconfig(&format!("bench-{n}"), &token)?,
             None => self
                 .cp()
-                .write_kubeconfig_for(&format!("bench-{n}"), user, groups)?,
+                .write_kubeconfig_for(&format!("bench-{n}"), user, &[])?,
         };
         let mut all = args.to_vec();
         all.push(format!("--kubeconfig={}", kc.display()));
@@ -195,8 +184,7 @@ impl RealBench {
             "--log-level=warn".into(),
         ];
         all.extend(args.iter().cloned());
-        self.start_program_in(label, bin, user, &MANAGER_GROUPS, &all)
-            .await
+        self.start_program(label, bin, user, &all).await
     }
 
     /// A client as the manager's identity ([`MANAGER_USER`]), with the
@@ -383,10 +371,6 @@ pub async fn http_get(addr: &str, path: &str) -> Result<String> {
 /// `global-default`, whose 49 seats (of the server's 600) queue the large
 /// back-fill's 64 writes in flight.
 pub const MANAGER_USER: &str = "system:serviceaccount:protection-system:protection-manager";
-pub const MANAGER_GROUPS: [&str; 2] = [
-    "system:serviceaccounts",
-    "system:serviceaccounts:protection-system",
-];
 
 /// The ServiceAccount KCM runs `controller` as (`NewClient` in
 /// cmd/kube-controller-manager/app).
