@@ -7,8 +7,8 @@
 //! objects exist without finalizers):
 //! * the ceiling: the server's own finalizer-PATCH rate, a fast Rust client
 //!   adding the finalizer to every PV and PVC at 64 and at 128 in flight,
-//!   as the admin by a client certificate and by a bearer token (the best
-//!   of the four);
+//!   as the admin by a client certificate and by a bearer token, and as the
+//!   manager's own identity by its token;
 //! * four contenders, one after the other, each its own process, the
 //!   objects reset between them: KCM v1.36.3 with
 //!   `--controllers=persistentvolume-protection-controller,persistentvolumeclaim-protection-controller`
@@ -31,10 +31,14 @@
 //! [--large-concurrency 4,16,32]` (ours-large once per `--concurrency`
 //! value, default 32: the documented setting; the others print beside it).
 //! The ceiling is measured again just before and just after each of ours'
-//! large back-fills, and the fraction is of their mean: the server's pace
-//! drifts on a shared machine (runs on a quiet machine saw it fall by a
-//! fifth over minutes), and a ceiling from one side only would blame the
-//! drift on ours. Both ends and the fraction of each are printed.
+//! large back-fills: the server's pace drifts on a shared machine (runs on
+//! a quiet machine saw it fall by a fifth over minutes), and a ceiling from
+//! one side only would blame the drift on ours. Each run prints its
+//! fraction of the best measurement at either end. The judged fraction
+//! pools every run of a setting (`--large-concurrency 32,32,32`: three):
+//! ours' median rate over the median of the ceiling's best configuration
+//! (`pooled_ceiling_lines`). Each measurement also prints the CPU
+//! milliseconds per write of kube-apiserver, etcd, the bench and ours.
 //! The manager is `$PROTECTION_MANAGER_BIN`, else the release
 //! `protection-manager` beside this example (`make bench-real` builds it).
 //! Figures only; nothing is asserted.
@@ -49,8 +53,8 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use pv_protection::{PV_INFO, PVC_INFO};
 use serde_json::json;
 use test_bed::bench::{
-    Contender, MANAGER_USER, RealBench, Release, Tally, Tracker, Usage, bulk, histogram_mean,
-    http_get, ratio_line,
+    Contender, CpuMark, MANAGER_USER, RealBench, Release, Tally, Tracker, Usage, bulk,
+    histogram_mean, http_get, ratio_line,
 };
 use test_support::bench::{at_least, at_most, verdict};
 
@@ -268,11 +272,17 @@ async fn objects(b: &RealBench) -> Result<Vec<(String, String, String, Vec<Strin
 /// controllers send (a `test` of the uid, then the change): adding the
 /// finalizer (`add`) or clearing the finalizers. Returns patches/s.
 async fn patch_all(b: &RealBench, add: bool, in_flight: usize) -> Result<f64> {
-    patch_all_as(b, &b.admin, add, in_flight).await
+    Ok(patch_all_as(b, &b.admin, add, in_flight).await?.0)
 }
 
-/// [`patch_all`] as the user of `c`.
-async fn patch_all_as(b: &RealBench, c: &kube::Client, add: bool, in_flight: usize) -> Result<f64> {
+/// [`patch_all`] as the user of `c`; also returns how many objects it
+/// patched.
+async fn patch_all_as(
+    b: &RealBench,
+    c: &kube::Client,
+    add: bool,
+    in_flight: usize,
+) -> Result<(f64, usize)> {
     let objs: Vec<_> = objects(b)
         .await?
         .into_iter()
@@ -307,12 +317,12 @@ async fn patch_all_as(b: &RealBench, c: &kube::Client, add: bool, in_flight: usi
         Ok(())
     })
     .await?;
-    Ok(objs.len() as f64 / took.as_secs_f64())
+    Ok((objs.len() as f64 / took.as_secs_f64(), objs.len()))
 }
 
 /// The ceiling measured at one end of ours' large back-fill: finalizer
 /// PATCHes/s, the best of 64 and 128 in flight.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Ceiling {
     /// The admin (`system:masters`, which API Priority and Fairness
     /// exempts), the best of a client certificate and a bearer token.
@@ -321,6 +331,9 @@ struct Ceiling {
     /// token, in APF's `workload-low`): what the server takes from a
     /// client like the manager.
     as_manager: f64,
+    /// Every measurement at 64 and 128 in flight: (configuration, whether
+    /// it is the manager's identity, finalizer PATCHes/s).
+    samples: Vec<(String, bool, f64)>,
 }
 
 /// The server's finalizer-PATCH rate from a fast client: the best of 64
@@ -341,6 +354,7 @@ async fn ceiling(b: &RealBench, before: bool) -> Result<Ceiling> {
     let mut best = Ceiling {
         admin: 0.0,
         as_manager: 0.0,
+        samples: Vec::new(),
     };
     let apf_before = apf_waits(b).await?;
     let in_flights: &[usize] = if before { &[8, 64, 128] } else { &[64, 128] };
@@ -357,12 +371,16 @@ async fn ceiling(b: &RealBench, before: bool) -> Result<Ceiling> {
             &whos[..]
         };
         for &(who, c, manager) in whos {
-            let rate = patch_all_as(b, c, true, in_flight).await?;
+            let m0 = CpuMark::now(b.cp(), None);
+            let (rate, n) = patch_all_as(b, c, true, in_flight).await?;
+            let cpu = m0.per_write(&CpuMark::now(b.cp(), None), n, None);
             let strip = patch_all(b, false, 128).await?;
             println!(
-                "    {in_flight} in flight, {who}: {rate:.0} finalizer adds/s (and {strip:.0} removals/s at 128)"
+                "    {in_flight} in flight, {who}: {rate:.0} finalizer adds/s (and {strip:.0} removals/s at 128); {cpu}"
             );
             if in_flight >= 64 {
+                best.samples
+                    .push((format!("{who}, {in_flight} in flight"), manager, rate));
                 let best = if manager {
                     &mut best.as_manager
                 } else {
@@ -569,6 +587,7 @@ async fn run(
         None
     };
     let m0 = b.mark();
+    let cpu0 = CpuMark::now(b.cp(), None);
     let (contender, admin) = start(b, kind, large_concurrency).await?;
     let t0 = contender.started;
     let waited = async {
@@ -585,6 +604,7 @@ async fn run(
     };
     let whole_s = last.duration_since(t0).as_secs_f64();
     let adding_s = last.duration_since(first).as_secs_f64();
+    let cpu1 = CpuMark::now(b.cp(), Some(&contender));
     let m1 = b.mark();
     let backfill = b.requests(m0, m1, &contender.who);
     println!(
@@ -592,6 +612,10 @@ async fn run(
         2 * s.n,
         2.0 * s.n as f64 / whole_s,
         2.0 * s.n as f64 / adding_s
+    );
+    println!(
+        "  from process start: {}",
+        cpu0.per_write(&cpu1, 2 * s.n, Some(&contender.label))
     );
     println!(
         "  requests per object: {:.3} ({})",
@@ -709,6 +733,84 @@ async fn run(
     })
 }
 
+/// The judged comparison with the ceiling, over every run of a setting
+/// (`ours-large`, `ours-large#2`, ...): ours' median back-fill rate against
+/// the ceiling's best configuration by its median over every measurement
+/// around those runs. The server's pace swings within seconds even under
+/// one steady client (570-1,800 PATCHes/s in the audit log's half-second
+/// buckets of a ceiling run, 2 cores), so one back-fill against the best
+/// of several ceiling measurements compares one draw with the luckiest of
+/// many; a median against a median does not.
+fn pooled_ceiling_lines(objects: f64, runs: &BTreeMap<String, Run>) {
+    let mut groups: BTreeMap<&str, Vec<&Run>> = BTreeMap::new();
+    for (label, o) in runs
+        .iter()
+        .filter(|(k, o)| k.starts_with(Kind::OursLarge.arg()) && o.ceiling.is_some())
+    {
+        let base = label.split_once('#').map_or(label.as_str(), |(b, _)| b);
+        groups.entry(base).or_default().push(o);
+    }
+    for (base, group) in groups {
+        let rates: Vec<f64> = group.iter().map(|o| objects / o.whole_s).collect();
+        let ours = median(&rates);
+        for (what, manager) in [
+            ("the admin by certificate or token", false),
+            ("the manager's own identity and token", true),
+        ] {
+            let mut by: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+            for o in &group {
+                let (before, after) = o.ceiling.as_ref().expect("filtered");
+                for (config, m, rate) in before.samples.iter().chain(&after.samples) {
+                    if *m == manager {
+                        by.entry(config).or_default().push(*rate);
+                    }
+                }
+            }
+            let Some((config, samples)) = by
+                .into_iter()
+                .max_by(|a, b| median(&a.1).total_cmp(&median(&b.1)))
+            else {
+                continue;
+            };
+            let ceiling = median(&samples);
+            let ratio = ours / ceiling;
+            println!(
+                "{base}, {} run(s): back-fill median {ours:.0}/s (from process start; {}) vs the ceiling, {what}: its best configuration ({config}) by median {ceiling:.0}/s over {} measurements ({}) → {ratio:.2} {}",
+                group.len(),
+                spread(&rates),
+                samples.len(),
+                spread(&samples),
+                at_least(ratio, CEILING_GOAL, "")
+            );
+        }
+    }
+}
+
+/// The median (the mean of the middle two of an even count).
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// `min-max` of `v`, or the one value.
+fn spread(v: &[f64]) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if v.len() == 1 {
+        format!("{lo:.0}")
+    } else {
+        format!("{lo:.0}-{hi:.0}")
+    }
+}
+
 fn finalizer_writes(t: &Tally) -> u64 {
     t.writes("persistentvolumes") + t.writes("persistentvolumeclaims")
 }
@@ -822,7 +924,7 @@ fn summary(s: &Size, runs: &BTreeMap<String, Run>) {
         .iter()
         .filter(|(k, _)| k.starts_with(Kind::OursLarge.arg()))
     {
-        let Some((before, after)) = o.ceiling else {
+        let Some((before, after)) = &o.ceiling else {
             continue;
         };
         let line = |what: &str, before: f64, after: f64| {
@@ -830,8 +932,7 @@ fn summary(s: &Size, runs: &BTreeMap<String, Run>) {
             let whole = objects / o.whole_s / ceiling;
             let adding = objects / o.adding_s / ceiling;
             println!(
-                "{label}: back-fill vs the ceiling around it, {what} (mean of {before:.0} just before and {after:.0} just after, finalizer PATCHes/s, the best of 64-128 in flight): whole {whole:.2} {}, first → last {adding:.2}; vs before only {:.2}, vs after only {:.2}",
-                at_least(whole, CEILING_GOAL, ""),
+                "{label}: back-fill vs the best ceiling measurement around it, {what} (mean of {before:.0} just before and {after:.0} just after, finalizer PATCHes/s, the best of 64-128 in flight): whole {whole:.2}, first → last {adding:.2}; vs before only {:.2}, vs after only {:.2} (one draw against the luckiest of several; judged below)",
                 objects / o.whole_s / before,
                 objects / o.whole_s / after,
             );
@@ -839,7 +940,7 @@ fn summary(s: &Size, runs: &BTreeMap<String, Run>) {
         // The admin is exempt from API Priority and Fairness and skips RBAC;
         // no client the chart can run is. The manager's own identity (its
         // ServiceAccount, `workload-low`) is what the server takes from a
-        // client like it. Both are judged.
+        // client like it. Both are judged (pooled, below).
         line(
             "the admin by certificate or token",
             before.admin,
@@ -851,6 +952,7 @@ fn summary(s: &Size, runs: &BTreeMap<String, Run>) {
             after.as_manager,
         );
     }
+    pooled_ceiling_lines(objects, runs);
     for kind in [Kind::Ours, Kind::OursLarge] {
         let Some(o) = runs.get(kind.arg()) else {
             continue;

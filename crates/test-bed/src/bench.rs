@@ -724,6 +724,49 @@ pub fn free_port() -> Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
+/// CPU seconds used so far by kube-apiserver, etcd, this process (the
+/// bench: its fast client, its trackers' watches) and a contender: marks
+/// taken around a phase give each one's CPU per write in it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuMark {
+    apiserver: f64,
+    etcd: f64,
+    bench: f64,
+    contender: f64,
+}
+
+impl CpuMark {
+    /// Now, with `contender`'s process (if any).
+    pub fn now(cp: &ControlPlane, contender: Option<&Contender>) -> CpuMark {
+        let cpu = |pid: Option<u32>| {
+            pid.and_then(test_support::bench::cpu_seconds)
+                .unwrap_or(0.0)
+        };
+        CpuMark {
+            apiserver: cpu(cp.pid(control_plane::Component::ApiServer)),
+            etcd: cpu(cp.pid(control_plane::Component::Etcd)),
+            bench: cpu(Some(std::process::id())),
+            contender: cpu(contender.and_then(Contender::pid)),
+        }
+    }
+
+    /// CPU milliseconds per write from `self` to `later`, by process:
+    /// `kube-apiserver 1.23, etcd 0.12, bench 0.10[, <who> 0.20] ms per write`.
+    pub fn per_write(&self, later: &CpuMark, writes: usize, who: Option<&str>) -> String {
+        let ms = |a: f64, b: f64| 1e3 * (b - a) / writes.max(1) as f64;
+        let mut line = format!(
+            "kube-apiserver {:.2}, etcd {:.2}, the bench {:.2}",
+            ms(self.apiserver, later.apiserver),
+            ms(self.etcd, later.etcd),
+            ms(self.bench, later.bench)
+        );
+        if let Some(who) = who {
+            line += &format!(", {who} {:.2}", ms(self.contender, later.contender));
+        }
+        line + " CPU ms per write"
+    }
+}
+
 /// The control plane's own processes' peak RSS, for context.
 pub fn apiserver_usage(cp: &ControlPlane) -> Usage {
     let pid = cp
