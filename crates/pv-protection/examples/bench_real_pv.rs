@@ -38,7 +38,11 @@
 //! pools every run of a setting (`--large-concurrency 32,32,32`: three):
 //! ours' median rate over the median of the ceiling's best configuration
 //! (`pooled_ceiling_lines`). Each measurement also prints the CPU
-//! milliseconds per write of kube-apiserver, etcd, the bench and ours.
+//! milliseconds per write of kube-apiserver, etcd, the bench and ours, and
+//! the milliseconds per write each one waited for a core; each ceiling
+//! measurement how many PATCHes were in the server at once (audit log);
+//! and API Priority and Fairness's queue waits and seat limits around the
+//! ceiling as the manager's identity and around ours' back-fill.
 //! The manager is `$PROTECTION_MANAGER_BIN`, else the release
 //! `protection-manager` beside this example (`make bench-real` builds it).
 //! Figures only; nothing is asserted.
@@ -53,7 +57,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use pv_protection::{PV_INFO, PVC_INFO};
 use serde_json::json;
 use test_bed::bench::{
-    Contender, CpuMark, MANAGER_USER, RealBench, Release, Tally, Tracker, Usage, bulk,
+    Contender, CpuMark, MANAGER_USER, RealBench, Release, Tally, Tracker, Usage, Who, bulk,
     histogram_mean, http_get, ratio_line,
 };
 use test_support::bench::{at_least, at_most, verdict};
@@ -360,7 +364,7 @@ async fn ceiling(b: &RealBench, before: bool) -> Result<Ceiling> {
     // plane (`main`).
     let user = b.manager_client().await?;
     let mut measured = Ceiling::default();
-    let apf_before = apf_waits(b).await?;
+    let apf_before = apf(b).await?;
     let in_flights: &[usize] = if before { &[8, 64, 128] } else { &[64, 128] };
     for &in_flight in in_flights {
         // (who, client, the manager's identity); 8 in flight: the first only.
@@ -375,12 +379,20 @@ async fn ceiling(b: &RealBench, before: bool) -> Result<Ceiling> {
             &whos[..]
         };
         for &(who, c, manager) in whos {
-            let m0 = CpuMark::now(b.cp(), None);
+            let (m0, mark0) = (CpuMark::now(b.cp(), None), b.mark());
             let (rate, n) = patch_all_as(b, c, true, in_flight).await?;
             let cpu = m0.per_write(&CpuMark::now(b.cp(), None), n, None);
+            // Every PATCH in the window is the fast client's.
+            let served = b.served(
+                mark0,
+                b.mark(),
+                &Who::UserSuffixes(vec![String::new()]),
+                "patch",
+            );
             let strip = patch_all(b, false, 128).await?;
             println!(
-                "    {in_flight} in flight, {who}: {rate:.0} finalizer adds/s (and {strip:.0} removals/s at 128); {cpu}"
+                "    {in_flight} in flight, {who}: {rate:.0} finalizer adds/s (and {strip:.0} removals/s at 128); {cpu}; {}",
+                served.line()
             );
             if in_flight >= 64 {
                 measured
@@ -392,40 +404,32 @@ async fn ceiling(b: &RealBench, before: bool) -> Result<Ceiling> {
     if before {
         // The manager's identity (MANAGER_USER) is not exempt from APF:
         // its requests may queue for `workload-low`'s seats.
-        let after = apf_waits(b).await?;
-        for (level, (sum, n)) in &after {
-            let (s0, n0) = apf_before.get(level).copied().unwrap_or_default();
-            if n - n0 > 0.0 {
-                println!(
-                    "      APF {level}: {:.0} requests, mean wait in queue {:.1} ms",
-                    n - n0,
-                    1000.0 * (sum - s0) / (n - n0)
-                );
-            }
-        }
+        print_apf("      ", &apf_before, &apf(b).await?);
     }
     Ok(measured)
 }
 
-/// API Priority and Fairness queue waits so far, by priority level: the
-/// sum of seconds and the count of
-/// `apiserver_flowcontrol_request_wait_duration_seconds`.
-async fn apf_waits(b: &RealBench) -> Result<BTreeMap<String, (f64, f64)>> {
+/// API Priority and Fairness by priority level, read from the server's
+/// metrics: the sum of seconds and the count of
+/// `apiserver_flowcontrol_request_wait_duration_seconds` so far, and the
+/// level's current seat limit (`apiserver_flowcontrol_current_limit_seats`;
+/// APF lends an idle level's seats and takes them back only at its next
+/// adjustment, every 10 s).
+#[derive(Clone, Copy, Default)]
+struct Apf {
+    wait_sum: f64,
+    wait_count: f64,
+    limit: f64,
+}
+
+async fn apf(b: &RealBench) -> Result<BTreeMap<String, Apf>> {
     let text = b
         .admin
         .request_text(http::Request::get("/metrics").body(Vec::new())?)
         .await?;
-    let mut out: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    let mut out: BTreeMap<String, Apf> = BTreeMap::new();
     for line in text.lines() {
-        let (sum, rest) = if let Some(r) =
-            line.strip_prefix("apiserver_flowcontrol_request_wait_duration_seconds_sum{")
-        {
-            (true, r)
-        } else if let Some(r) =
-            line.strip_prefix("apiserver_flowcontrol_request_wait_duration_seconds_count{")
-        {
-            (false, r)
-        } else {
+        let Some((name, rest)) = line.split_once('{') else {
             continue;
         };
         let Some((labels, value)) = rest.rsplit_once("} ") else {
@@ -439,13 +443,32 @@ async fn apf_waits(b: &RealBench) -> Result<BTreeMap<String, (f64, f64)>> {
         };
         let v: f64 = value.trim().parse().unwrap_or(0.0);
         let e = out.entry(level.to_string()).or_default();
-        if sum {
-            e.0 += v;
-        } else {
-            e.1 += v;
+        match name {
+            "apiserver_flowcontrol_request_wait_duration_seconds_sum" => e.wait_sum += v,
+            "apiserver_flowcontrol_request_wait_duration_seconds_count" => e.wait_count += v,
+            "apiserver_flowcontrol_current_limit_seats" => e.limit = v,
+            _ => {}
         }
     }
     Ok(out)
+}
+
+/// Prints, for each priority level that served requests between `before`
+/// and `after`, how many and their mean wait in APF's queues, with the
+/// level's seat limit at both ends.
+fn print_apf(indent: &str, before: &BTreeMap<String, Apf>, after: &BTreeMap<String, Apf>) {
+    for (level, a) in after {
+        let b0 = before.get(level).copied().unwrap_or_default();
+        let n = a.wait_count - b0.wait_count;
+        if n > 0.0 {
+            println!(
+                "{indent}APF {level}: {n:.0} requests, mean wait in queue {:.1} ms, seat limit {:.0} → {:.0}",
+                1000.0 * (a.wait_sum - b0.wait_sum) / n,
+                b0.limit,
+                a.limit
+            );
+        }
+    }
 }
 
 /// Back to the starting point: no finalizers, and the claims and pods the
@@ -585,6 +608,7 @@ async fn run(
     } else {
         None
     };
+    let apf0 = apf(b).await?;
     let m0 = b.mark();
     let cpu0 = CpuMark::now(b.cp(), None);
     let (contender, admin) = start(b, kind, large_concurrency).await?;
@@ -605,6 +629,7 @@ async fn run(
     let adding_s = last.duration_since(first).as_secs_f64();
     let cpu1 = CpuMark::now(b.cp(), Some(&contender));
     let m1 = b.mark();
+    let apf1 = apf(b).await?;
     let backfill = b.requests(m0, m1, &contender.who);
     println!(
         "back-fill of {} finalizers: {whole_s:.2}s from process start ({:.0}/s), {adding_s:.2}s first → last ({:.0}/s)",
@@ -616,6 +641,7 @@ async fn run(
         "  from process start: {}",
         cpu0.per_write(&cpu1, 2 * s.n, Some(&contender.label))
     );
+    print_apf("  ", &apf0, &apf1);
     println!(
         "  requests per object: {:.3} ({})",
         backfill.total() as f64 / (2 * s.n) as f64,

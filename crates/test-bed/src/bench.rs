@@ -725,45 +725,60 @@ pub fn free_port() -> Result<u16> {
 }
 
 /// CPU seconds used so far by kube-apiserver, etcd, this process (the
-/// bench: its fast client, its trackers' watches) and a contender: marks
-/// taken around a phase give each one's CPU per write in it.
+/// bench: its fast client, its trackers' watches) and a contender, and the
+/// seconds each one's threads waited for a core: marks taken around a
+/// phase give each one's CPU, and its wait for CPU, per write in it.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuMark {
-    apiserver: f64,
-    etcd: f64,
-    bench: f64,
-    contender: f64,
+    cpu: [f64; 4],
+    waited: [f64; 4],
 }
 
 impl CpuMark {
     /// Now, with `contender`'s process (if any).
     pub fn now(cp: &ControlPlane, contender: Option<&Contender>) -> CpuMark {
-        let cpu = |pid: Option<u32>| {
-            pid.and_then(test_support::bench::cpu_seconds)
-                .unwrap_or(0.0)
-        };
-        CpuMark {
-            apiserver: cpu(cp.pid(control_plane::Component::ApiServer)),
-            etcd: cpu(cp.pid(control_plane::Component::Etcd)),
-            bench: cpu(Some(std::process::id())),
-            contender: cpu(contender.and_then(Contender::pid)),
+        let pids = [
+            cp.pid(control_plane::Component::ApiServer),
+            cp.pid(control_plane::Component::Etcd),
+            Some(std::process::id()),
+            contender.and_then(Contender::pid),
+        ];
+        let mut m = CpuMark::default();
+        for (i, pid) in pids.into_iter().enumerate() {
+            m.cpu[i] = pid
+                .and_then(test_support::bench::cpu_seconds)
+                .unwrap_or(0.0);
+            m.waited[i] = pid
+                .and_then(test_support::bench::run_queue_seconds)
+                .unwrap_or(0.0);
         }
+        m
     }
 
-    /// CPU milliseconds per write from `self` to `later`, by process:
-    /// `kube-apiserver 1.23, etcd 0.12, bench 0.10[, <who> 0.20] ms per write`.
+    /// CPU milliseconds per write from `self` to `later`, by process, and
+    /// the milliseconds per write its threads waited for a core:
+    /// `kube-apiserver 1.23, etcd 0.12, the bench 0.10[, <who> 0.20] CPU ms
+    /// per write (waited for a core 0.40, 0.05, 0.10[, 0.30])`.
     pub fn per_write(&self, later: &CpuMark, writes: usize, who: Option<&str>) -> String {
         let ms = |a: f64, b: f64| 1e3 * (b - a) / writes.max(1) as f64;
-        let mut line = format!(
-            "kube-apiserver {:.2}, etcd {:.2}, the bench {:.2}",
-            ms(self.apiserver, later.apiserver),
-            ms(self.etcd, later.etcd),
-            ms(self.bench, later.bench)
-        );
-        if let Some(who) = who {
-            line += &format!(", {who} {:.2}", ms(self.contender, later.contender));
-        }
-        line + " CPU ms per write"
+        let n = if who.is_some() { 4 } else { 3 };
+        let names = [
+            "kube-apiserver",
+            "etcd",
+            "the bench",
+            who.unwrap_or_default(),
+        ];
+        let cpu: Vec<String> = (0..n)
+            .map(|i| format!("{} {:.2}", names[i], ms(self.cpu[i], later.cpu[i])))
+            .collect();
+        let waited: Vec<String> = (0..n)
+            .map(|i| format!("{:.2}", ms(self.waited[i], later.waited[i])))
+            .collect();
+        format!(
+            "{} CPU ms per write (waited for a core {})",
+            cpu.join(", "),
+            waited.join(", ")
+        )
     }
 }
 

@@ -106,6 +106,31 @@ pub fn vm_hwm_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
+/// Seconds `pid`'s threads have waited for a core so far (run-queue wait
+/// in `/proc/PID/task/*/schedstat`, the second field; threads that have
+/// exited are not counted). `None` where the kernel keeps no schedstat.
+pub fn run_queue_seconds(pid: u32) -> Option<f64> {
+    let mut ns = 0u64;
+    let mut any = false;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        if let Some(wait) = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|w| w.parse::<u64>().ok())
+        {
+            ns += wait;
+            any = true;
+        }
+    }
+    any.then_some(ns as f64 / 1e9)
+}
+
 /// CPU seconds (user + system) process `pid` has used so far.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
