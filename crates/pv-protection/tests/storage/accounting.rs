@@ -39,12 +39,13 @@ async fn one_write_to_add_and_one_to_remove_per_object(bed: Bed) {
         h.wait_pv_finalizer(&format!("v-{i}")).await;
     }
     assert_eq!(
-        h.count("patch", "persistentvolumeclaims", since),
+        h.wait_count("patch", "persistentvolumeclaims", since, N)
+            .await,
         N,
         "one add per PVC"
     );
     assert_eq!(
-        h.count("patch", "persistentvolumes", since),
+        h.wait_count("patch", "persistentvolumes", since, N).await,
         N,
         "one add per PV"
     );
@@ -77,12 +78,13 @@ async fn one_write_to_add_and_one_to_remove_per_object(bed: Bed) {
         h.wait_pv_gone(&format!("v-{i}")).await;
     }
     assert_eq!(
-        h.count("patch", "persistentvolumeclaims", since),
+        h.wait_count("patch", "persistentvolumeclaims", since, N)
+            .await,
         N,
         "one removal per PVC"
     );
     assert_eq!(
-        h.count("patch", "persistentvolumes", since),
+        h.wait_count("patch", "persistentvolumes", since, N).await,
         N,
         "one removal per PV"
     );
@@ -124,7 +126,8 @@ async fn no_writes_and_no_lists_across_resync_rounds_while_idle(bed: Bed) {
     h.delete_pv("bound").await;
     h.wait_event("", "bound", "FinalizerHeld").await;
 
-    let since = h.seq();
+    // The two FinalizerHeld events are the controllers' last writes.
+    let since = h.seq_after_events(2).await;
     let pvc_before = h.reconciles("pvc-protection");
     let pv_before = h.reconciles("pv-protection");
     // Each round re-checks the two kept objects: ten rounds.

@@ -49,12 +49,13 @@ async fn upstream_profile_with_admission_plugin(bed: Bed) {
     h.delete_pv("vol").await;
     h.wait_pv_gone("vol").await;
     assert_eq!(
-        h.count("patch", "persistentvolumeclaims", since),
+        h.wait_count("patch", "persistentvolumeclaims", since, 1)
+            .await,
         1,
         "removal only"
     );
     assert_eq!(
-        h.count("patch", "persistentvolumes", since),
+        h.wait_count("patch", "persistentvolumes", since, 1).await,
         1,
         "removal only"
     );

@@ -353,6 +353,20 @@ impl Harness {
         self.server.count(USER, verb, resource, Mark(since))
     }
 
+    /// [`Harness::count`] once it reaches `n` (or at the deadline): the
+    /// count of writes a test has just seen land, whose audit entries
+    /// kube-apiserver may not have written yet.
+    pub async fn wait_count(&self, verb: &str, resource: &str, since: u64, n: usize) -> usize {
+        let start = Instant::now();
+        loop {
+            let count = self.count(verb, resource, since);
+            if count >= n || start.elapsed() > DEADLINE {
+                return count;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Writes (create/update/patch/delete) of the controllers' user to
     /// `resource` after `since`.
     pub fn writes(&self, resource: &str, since: u64) -> usize {
@@ -366,6 +380,20 @@ impl Harness {
     /// sequence number, or the audit log's length).
     pub fn seq(&self) -> u64 {
         self.server.mark().0
+    }
+
+    /// [`Harness::seq`] once the request record holds at least `n` Event
+    /// creates of the controllers' user. kube-apiserver writes a request's
+    /// audit entry after its handler returns, so an Event a test has just
+    /// read through the API may not be in the audit log yet: a mark taken
+    /// then would count that create as a later write.
+    pub async fn seq_after_events(&self, n: usize) -> u64 {
+        wait_until(
+            &format!("the audit log holds {n} Event creates"),
+            || async { self.count("create", "events", 0) >= n },
+        )
+        .await;
+        self.seq()
     }
 }
 

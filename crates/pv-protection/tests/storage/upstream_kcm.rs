@@ -123,8 +123,15 @@ async fn real_binder_binds_and_releases_while_ours_hold_and_remove_the_upstream_
     h.wait_pv_gone("vol").await;
     h.wait_event("", "vol", "FinalizerReleased").await;
 
-    assert_eq!(h.count("patch", "persistentvolumeclaims", since), 1);
-    assert_eq!(h.count("patch", "persistentvolumes", since), 1);
+    assert_eq!(
+        h.wait_count("patch", "persistentvolumeclaims", since, 1)
+            .await,
+        1
+    );
+    assert_eq!(
+        h.wait_count("patch", "persistentvolumes", since, 1).await,
+        1
+    );
     assert_eq!(
         kcm_protection_requests(&h, 0),
         Vec::<String>::new(),
