@@ -104,6 +104,11 @@ pub struct Config {
     pub kcm: Option<Kcm>,
     /// Start kube-scheduler.
     pub scheduler: bool,
+    /// Go's pprof under `/debug/pprof` (for the admin; also on with
+    /// `CONTROL_PLANE_PROFILING=1`): a benchmark reads profiles there and
+    /// starts each measurement after a forced garbage collection
+    /// (`/debug/pprof/heap?gc=1`).
+    pub profiling: bool,
     /// A label for logs and the directory name.
     pub name: String,
 }
@@ -127,6 +132,7 @@ impl Default for Config {
             apiserver_args: Vec::new(),
             kcm: None,
             scheduler: false,
+            profiling: false,
             name: "cp".into(),
         }
     }
@@ -401,12 +407,12 @@ impl ControlPlane {
             // kubelet reach the server at its loopback address directly.
             "--endpoint-reconciler-type=none".into(),
             format!("--cert-dir={}", s(&dir.join("apiserver-certs"))),
-            // `CONTROL_PLANE_PROFILING=1`: Go's pprof under /debug/pprof
-            // (for the admin), to see where the server's time goes in a
-            // benchmark.
+            // `Config::profiling` or `CONTROL_PLANE_PROFILING=1`: Go's pprof
+            // under /debug/pprof (for the admin), to see where the server's
+            // time goes in a benchmark.
             format!(
                 "--profiling={}",
-                std::env::var_os("CONTROL_PLANE_PROFILING").is_some()
+                config.profiling || std::env::var_os("CONTROL_PLANE_PROFILING").is_some()
             ),
         ];
         if !config.enable_admission_plugins.is_empty() {

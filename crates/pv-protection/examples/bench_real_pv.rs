@@ -379,6 +379,7 @@ async fn ceiling(b: &RealBench, before: bool) -> Result<Ceiling> {
             &whos[..]
         };
         for &(who, c, manager) in whos {
+            let settled = b.settle().await?;
             let (m0, mark0) = (CpuMark::now(b.cp(), None), b.mark());
             let (rate, n) = patch_all_as(b, c, true, in_flight).await?;
             let cpu = m0.per_write(&CpuMark::now(b.cp(), None), n, None);
@@ -391,7 +392,7 @@ async fn ceiling(b: &RealBench, before: bool) -> Result<Ceiling> {
             );
             let strip = patch_all(b, false, 128).await?;
             println!(
-                "    {in_flight} in flight, {who}: {rate:.0} finalizer adds/s (and {strip:.0} removals/s at 128); {cpu}; {}",
+                "    {in_flight} in flight, {who}: {rate:.0} finalizer adds/s (and {strip:.0} removals/s at 128); {cpu}; {}; {settled}",
                 served.line()
             );
             if in_flight >= 64 {
@@ -608,6 +609,9 @@ async fn run(
     } else {
         None
     };
+    // Every contender starts on a just-collected heap, as each ceiling
+    // measurement does (`RealBench::settle`).
+    let settled = b.settle().await?;
     let apf0 = apf(b).await?;
     let m0 = b.mark();
     let cpu0 = CpuMark::now(b.cp(), None);
@@ -638,7 +642,7 @@ async fn run(
         2.0 * s.n as f64 / adding_s
     );
     println!(
-        "  from process start: {}",
+        "  from process start: {}; {settled}",
         cpu0.per_write(&cpu1, 2 * s.n, Some(&contender.label))
     );
     print_apf("  ", &apf0, &apf1);

@@ -48,7 +48,11 @@ pub struct RealBench {
 impl RealBench {
     pub async fn start(name: &str) -> Result<RealBench> {
         let t = Instant::now();
-        let server = Server::start(Bed::Real, Options::named(name)).await?;
+        let options = Options {
+            profiling: true,
+            ..Options::named(name)
+        };
+        let server = Server::start(Bed::Real, options).await?;
         let admin = server.client().await?;
         let admin_token = server.real().token_client().await?;
         println!(
@@ -187,6 +191,64 @@ impl RealBench {
         self.start_program(label, bin, user, &all).await
     }
 
+    /// Brings the server to the same state before each measurement that
+    /// is compared with another, and says what that took: etcd's history
+    /// compacted to its present revision (what kube-apiserver does every
+    /// 5 minutes), then a full garbage collection in kube-apiserver (Go's
+    /// pprof `heap?gc=1`, which returns once it has ended). Between two
+    /// measurements the bench writes tens of thousands of revisions, and
+    /// the server's pace for one client moved by up to 1.7x within minutes:
+    /// a measurement that etcd's history or a collection of the server's
+    /// ~1.5 GiB heap fell into paid for it.
+    pub async fn settle(&self) -> Result<Settled> {
+        let t = Instant::now();
+        let etcd = self.cp().etcd_url().trim_start_matches("http://");
+        let range = http_call(
+            etcd,
+            "POST",
+            "/v3/kv/range",
+            Some(&json!({"key": "AA==", "limit": 1})),
+        )
+        .await
+        .context("etcd's present revision")?;
+        let revision: String = serde_json::from_str::<Value>(&range)?["header"]["revision"]
+            .as_str()
+            .map(str::to_string)
+            .with_context(|| format!("no header.revision in etcd's answer: {range}"))?;
+        http_call(
+            etcd,
+            "POST",
+            "/v3/kv/compaction",
+            Some(&json!({"revision": revision, "physical": true})),
+        )
+        .await
+        .with_context(|| format!("compacting etcd to revision {revision}"))?;
+        let compacted = t.elapsed();
+
+        use http_body_util::BodyExt;
+        let t = Instant::now();
+        let req = http::Request::get("/debug/pprof/heap?gc=1")
+            .body(kube::client::Body::empty())
+            .context("a GET of /debug/pprof/heap")?;
+        let res = self
+            .admin
+            .send(req)
+            .await
+            .context("GET /debug/pprof/heap?gc=1 (kube-apiserver's forced GC)")?;
+        let status = res.status();
+        res.into_body()
+            .collect()
+            .await
+            .context("reading /debug/pprof/heap")?;
+        if !status.is_success() {
+            bail!("GET /debug/pprof/heap?gc=1: {status} (is --profiling on?)");
+        }
+        Ok(Settled {
+            compacted,
+            collected: t.elapsed(),
+        })
+    }
+
     /// A client as the manager's identity ([`MANAGER_USER`]), with the
     /// same credentials as the manager's (its ServiceAccount's token).
     pub async fn manager_client(&self) -> Result<kube::Client> {
@@ -273,6 +335,27 @@ impl RealBench {
     }
 }
 
+/// What [`RealBench::settle`] took.
+#[derive(Clone, Copy, Debug)]
+pub struct Settled {
+    /// etcd's compaction to its present revision.
+    pub compacted: Duration,
+    /// kube-apiserver's full garbage collection.
+    pub collected: Duration,
+}
+
+impl std::fmt::Display for Settled {
+    /// `after etcd's compaction (0.2s) and a forced GC (0.5s)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "after etcd's compaction ({:.1}s) and a forced GC ({:.1}s)",
+            self.compacted.as_secs_f64(),
+            self.collected.as_secs_f64()
+        )
+    }
+}
+
 /// Requests as the server held them: how many, how long each on average,
 /// and how many were in the server at once on average (Little's law over
 /// the first receipt to the last answer). A client that keeps N calls in
@@ -341,22 +424,38 @@ pub fn histogram_mean(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
 /// `GET path` from a plain-HTTP server at `addr` (a manager's admin
 /// address): the body.
 pub async fn http_get(addr: &str, path: &str) -> Result<String> {
+    http_call(addr, "GET", path, None).await
+}
+
+/// `method path` to a plain-HTTP server at `addr`, with a JSON `body` if
+/// any: the answer's body, or an error naming the call unless it is 200.
+async fn http_call(addr: &str, method: &str, path: &str, body: Option<&Value>) -> Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut conn = tokio::net::TcpStream::connect(addr)
         .await
         .with_context(|| format!("connecting to {addr}"))?;
-    conn.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .await?;
+    let mut req = format!("{method} {path} HTTP/1.0\r\nHost: {addr}\r\n");
+    if let Some(b) = body {
+        let b = b.to_string();
+        req.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
+            b.len()
+        ));
+    } else {
+        req.push_str("\r\n");
+    }
+    conn.write_all(req.as_bytes()).await?;
     let mut raw = Vec::new();
     conn.read_to_end(&mut raw).await?;
     let raw = String::from_utf8_lossy(&raw);
     let (head, body) = raw
         .split_once("\r\n\r\n")
-        .with_context(|| format!("GET http://{addr}{path}: no HTTP answer"))?;
+        .with_context(|| format!("{method} http://{addr}{path}: no HTTP answer"))?;
     if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
         bail!(
-            "GET http://{addr}{path}: {}",
-            head.lines().next().unwrap_or_default()
+            "{method} http://{addr}{path}: {}: {}",
+            head.lines().next().unwrap_or_default(),
+            body.trim()
         );
     }
     Ok(body.to_string())
@@ -732,6 +831,8 @@ pub fn free_port() -> Result<u16> {
 pub struct CpuMark {
     cpu: [f64; 4],
     waited: [f64; 4],
+    /// The machine's CPU seconds taken by the hypervisor so far.
+    steal: f64,
 }
 
 impl CpuMark {
@@ -743,7 +844,10 @@ impl CpuMark {
             Some(std::process::id()),
             contender.and_then(Contender::pid),
         ];
-        let mut m = CpuMark::default();
+        let mut m = CpuMark {
+            steal: test_support::bench::steal_seconds().unwrap_or(0.0),
+            ..CpuMark::default()
+        };
         for (i, pid) in pids.into_iter().enumerate() {
             m.cpu[i] = pid
                 .and_then(test_support::bench::cpu_seconds)
@@ -758,7 +862,9 @@ impl CpuMark {
     /// CPU milliseconds per write from `self` to `later`, by process, and
     /// the milliseconds per write its threads waited for a core:
     /// `kube-apiserver 1.23, etcd 0.12, the bench 0.10[, <who> 0.20] CPU ms
-    /// per write (waited for a core 0.40, 0.05, 0.10[, 0.30])`.
+    /// per write (waited for a core 0.40, 0.05, 0.10[, 0.30]; stolen by the
+    /// host 0.01)`: the last is the machine's CPU time per write that the
+    /// hypervisor gave to other guests.
     pub fn per_write(&self, later: &CpuMark, writes: usize, who: Option<&str>) -> String {
         let ms = |a: f64, b: f64| 1e3 * (b - a) / writes.max(1) as f64;
         let n = if who.is_some() { 4 } else { 3 };
@@ -775,9 +881,10 @@ impl CpuMark {
             .map(|i| format!("{:.2}", ms(self.waited[i], later.waited[i])))
             .collect();
         format!(
-            "{} CPU ms per write (waited for a core {})",
+            "{} CPU ms per write (waited for a core {}; stolen by the host {:.2})",
             cpu.join(", "),
-            waited.join(", ")
+            waited.join(", "),
+            ms(self.steal, later.steal)
         )
     }
 }

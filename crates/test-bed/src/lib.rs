@@ -77,6 +77,8 @@ pub struct Options {
     /// kube-sim settings beyond the two above (its defaults otherwise, but
     /// for `authorization`: `Authorization::NodeRbac` unless set here).
     pub sim: Option<SimConfig>,
+    /// Real server only: kube-apiserver's pprof (`Config::profiling`).
+    pub profiling: bool,
     /// A label for the control plane's logs and directory.
     pub name: String,
 }
@@ -188,6 +190,7 @@ impl Server {
                     options.name.as_str()
                 };
                 let mut cfg = Config::default().named(name);
+                cfg.profiling = options.profiling;
                 if let Some(controllers) = &options.kcm {
                     cfg = cfg.with_kcm(controllers.iter().cloned());
                 }

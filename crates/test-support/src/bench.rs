@@ -131,6 +131,18 @@ pub fn run_queue_seconds(pid: u32) -> Option<f64> {
     any.then_some(ns as f64 / 1e9)
 }
 
+/// Seconds of this machine's CPUs that the hypervisor gave to others so
+/// far (`steal` of `/proc/stat`'s `cpu` line, summed over the CPUs; the
+/// kernel counts it in USER_HZ ticks, 100 a second on Linux). A virtual
+/// machine's processes run slower, and each CPU millisecond of theirs does
+/// less, while its host is busy elsewhere.
+pub fn steal_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: u64 = line.split_whitespace().nth(8)?.parse().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
 /// CPU seconds (user + system) process `pid` has used so far.
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
