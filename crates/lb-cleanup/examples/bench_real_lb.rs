@@ -250,9 +250,12 @@ async fn run(b: &RealBench, ours: bool, n: usize, round: usize, cloud: &CloudSim
         round + 1,
         took.as_secs_f64()
     );
+    // Each contender starts on a settled server (`RealBench::settle`).
+    let settled = b.settle().await?;
     let m0 = b.mark();
     let contender = start(b, ours, &cloud.url()).await?;
     println!("== {} ==", contender.label);
+    println!("  started {settled}");
     let t0 = contender.started;
     let (first, last) = tokio::select! {
         r = tracker.wait_done(n, LIMIT) => r?,

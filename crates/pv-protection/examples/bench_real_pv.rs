@@ -632,7 +632,14 @@ async fn run(
     let whole_s = last.duration_since(t0).as_secs_f64();
     let adding_s = last.duration_since(first).as_secs_f64();
     let cpu1 = CpuMark::now(b.cp(), Some(&contender));
-    let m1 = b.mark();
+    let m1 = b
+        .mark_after_writes(
+            m0,
+            &contender.who,
+            &["persistentvolumes", "persistentvolumeclaims"],
+            s.n as u64,
+        )
+        .await;
     let apf1 = apf(b).await?;
     let backfill = b.requests(m0, m1, &contender.who);
     println!(
@@ -680,7 +687,14 @@ async fn run(
         .collect();
     let triggers = delete_claims(b, &unused_claims).await?;
     let unused = Release::of(&triggers, &pvcs.wait_gone(&keys, RELEASE_LIMIT).await);
-    let m2 = b.mark();
+    let m2 = b
+        .mark_after_writes(
+            m1,
+            &contender.who,
+            &["persistentvolumeclaims"],
+            unused.n as u64,
+        )
+        .await;
     let unused_req = b.requests(m1, m2, &contender.who);
     println!(
         "unused claims deleted ({} in flight): {}",
@@ -721,7 +735,14 @@ async fn run(
     let used = Release::of(&triggers, &pvcs.wait_gone(&keys, RELEASE_LIMIT).await);
     // Events trail the release (ours sends them through their own queue).
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let m3 = b.mark();
+    let m3 = b
+        .mark_after_writes(
+            m2,
+            &contender.who,
+            &["persistentvolumeclaims"],
+            used.n as u64,
+        )
+        .await;
     let used_req = b.requests(m2, m3, &contender.who);
     println!(
         "used claims deleted, then their pods ({} in flight): held while their pods existed: {}/{} {}",

@@ -308,6 +308,31 @@ impl RealBench {
         Ok(Some(token))
     }
 
+    /// A mark once the audit log holds at least `n` writes (create,
+    /// update, patch, delete) of `who` to each of `resources` since `from`,
+    /// or after 5 s. kube-apiserver writes a request's audit entry after its
+    /// handler has answered, so the last writes a watch has just shown may
+    /// not be in the log yet: a mark taken at once counted two of 1,000
+    /// back-fill PATCHes in the next phase (0.998 and 1.020 writes per
+    /// transition where each phase made exactly 1.000).
+    pub async fn mark_after_writes(
+        &self,
+        from: Mark,
+        who: &Who,
+        resources: &[&str],
+        n: u64,
+    ) -> Mark {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let m = self.mark();
+            let seen = self.requests(from, m, who);
+            if resources.iter().all(|r| seen.writes(r) >= n) || Instant::now() > deadline {
+                return m;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The audit log's requests between two marks by `who`.
     pub fn requests(&self, from: Mark, to: Mark, who: &Who) -> Tally {
         Tally::of(

@@ -37,6 +37,8 @@ use test_bed::bench::{Contender, RealBench, Release, Tally, Tracker, Usage, bulk
 use test_support::bench::verdict;
 
 const FIN: &str = "kubernetes.io/vac-protection";
+/// The resource the finalizers are written to (audit log).
+const CLASSES_RESOURCE: &str = "volumeattributesclasses";
 const CLASSES: usize = 1_000;
 const USED_CLASSES: usize = 500;
 const CLAIMS: usize = 2_000;
@@ -272,6 +274,9 @@ async fn run(b: &RealBench, kind: Kind, tracker: &Tracker) -> Result<Run> {
     println!("== {} ==", kind.label());
     reset(b).await?;
     let c = &b.admin;
+    // Each contender starts on a settled server (`RealBench::settle`).
+    let settled = b.settle().await?;
+    println!("  started {settled}");
     let m0 = b.mark();
     let contender = start(b, kind).await?;
     let (first, last) = tokio::select! {
@@ -283,7 +288,9 @@ async fn run(b: &RealBench, kind: Kind, tracker: &Tracker) -> Result<Run> {
     };
     let whole_s = last.duration_since(contender.started).as_secs_f64();
     let adding_s = last.duration_since(first).as_secs_f64();
-    let m1 = b.mark();
+    let m1 = b
+        .mark_after_writes(m0, &contender.who, &[CLASSES_RESOURCE], CLASSES as u64)
+        .await;
     let backfill = b.requests(m0, m1, &contender.who);
     println!(
         "back-fill of {CLASSES} classes: {whole_s:.2}s from process start, {adding_s:.2}s first → last"
@@ -301,7 +308,9 @@ async fn run(b: &RealBench, kind: Kind, tracker: &Tracker) -> Result<Run> {
         .collect();
     let triggers = delete_classes(c, &unused_classes).await?;
     let unused = Release::of(&triggers, &tracker.wait_gone(&keys, LIMIT).await);
-    let m2 = b.mark();
+    let m2 = b
+        .mark_after_writes(m1, &contender.who, &[CLASSES_RESOURCE], unused.n as u64)
+        .await;
     let unused_req = b.requests(m1, m2, &contender.who);
     println!("unused classes deleted: {}", unused.line());
     println!(
@@ -342,7 +351,9 @@ async fn run(b: &RealBench, kind: Kind, tracker: &Tracker) -> Result<Run> {
         .collect();
     let used = Release::of(&triggers, &tracker.wait_gone(&keys, LIMIT).await);
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let m3 = b.mark();
+    let m3 = b
+        .mark_after_writes(m2, &contender.who, &[CLASSES_RESOURCE], used.n as u64)
+        .await;
     let used_req = b.requests(m2, m3, &contender.who);
     println!(
         "used classes deleted, then their claims: held while claimed {}/{} {}",
