@@ -84,12 +84,11 @@ pub struct RealCluster {
     http: reqwest::Client,
 }
 
-/// A loopback port nobody listens on now.
+/// A port nobody listens on now, outside the range outgoing connections
+/// take theirs from (`free_port`): a kubelet that exits is restarted on
+/// its port.
 fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").io_ctx(|| "binding 127.0.0.1:0".into())?;
-    Ok(l.local_addr()
-        .io_ctx(|| "reading a bound address".into())?
-        .port())
+    free_port::free_port().io_ctx(|| "finding a free port".into())
 }
 
 /// The chart's appVersion (the manager image's tag).

@@ -28,7 +28,7 @@ pub mod pki;
 pub mod process;
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -935,30 +935,15 @@ async fn wait_http(
     }
 }
 
-/// A loopback port nobody listens on now, not handed out before by this
-/// process.
+/// A port nobody listens on now, outside the range outgoing connections
+/// take theirs from: a component restarts on its port (`restart`), and
+/// kube-apiserver's own reconnections to a restarting etcd could otherwise
+/// hold it then.
 fn free_port() -> Result<u16, Error> {
-    static GIVEN: OnceLock<Mutex<Vec<u16>>> = OnceLock::new();
-    let given = GIVEN.get_or_init(Default::default);
-    for _ in 0..100 {
-        let l = TcpListener::bind("127.0.0.1:0").map_err(|source| Error::Io {
-            path: "127.0.0.1:0".into(),
-            source,
-        })?;
-        let port = l
-            .local_addr()
-            .map_err(|source| Error::Io {
-                path: "127.0.0.1:0".into(),
-                source,
-            })?
-            .port();
-        let mut g = given.lock().unwrap_or_else(|p| p.into_inner());
-        if !g.contains(&port) {
-            g.push(port);
-            return Ok(port);
-        }
-    }
-    Err(Error::Config("no free loopback port found".into()))
+    free_port::free_port().map_err(|source| Error::Io {
+        path: "a free port".into(),
+        source,
+    })
 }
 
 /// A new directory for one control plane: `$TMPDIR/real-k8s-<pid>-<name>-<n>`.

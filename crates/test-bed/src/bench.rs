@@ -842,10 +842,10 @@ pub fn manager_bin() -> Result<PathBuf> {
     test_support::bench::manager_bin("bench-real").map_err(anyhow::Error::msg)
 }
 
-/// A free loopback port for a contender's admin or metrics server.
+/// A free port for a contender's admin or metrics server, outside the
+/// range the bench's own connections take theirs from (`free_port`).
 pub fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a loopback port")?;
-    Ok(l.local_addr()?.port())
+    free_port::free_port().context("finding a free port")
 }
 
 /// CPU seconds used so far by kube-apiserver, etcd, this process (the

@@ -133,9 +133,9 @@ pub fn run_queue_seconds(pid: u32) -> Option<f64> {
 
 /// Seconds of this machine's CPUs that the hypervisor gave to others so
 /// far (`steal` of `/proc/stat`'s `cpu` line, summed over the CPUs; the
-/// kernel counts it in USER_HZ ticks, 100 a second on Linux). A virtual
-/// machine's processes run slower, and each CPU millisecond of theirs does
-/// less, while its host is busy elsewhere.
+/// kernel counts it in USER_HZ ticks, 100 a second on Linux): time this
+/// virtual machine's processes were ready to run but its host ran another
+/// guest.
 pub fn steal_seconds() -> Option<f64> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
     let line = stat.lines().find(|l| l.starts_with("cpu "))?;

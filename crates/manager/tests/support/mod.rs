@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -31,11 +31,11 @@ pub fn assert_each_refused(cases: &[(&[&str], &str)]) {
     }
 }
 
+/// A port for a manager's admin server, outside the range outgoing
+/// connections take theirs from (`free_port`): a test may restart the
+/// manager on it.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    free_port::free_port().expect("free port")
 }
 
 /// A fresh directory under the target dir's tmp (kept for post-mortems; it

@@ -866,6 +866,13 @@ async fn setup_volumes(
 }
 
 /// containerPort → free host port for every declared port of the pod.
+///
+/// The pod's processes share the host's network, so each declared port gets
+/// a host port of its own, kept for the pod's life: a restarted container
+/// binds the same one. So the ports come from outside the range outgoing
+/// connections take theirs from (`free_port`): a client there could hold
+/// the port while the container restarts, and the container would exit
+/// with "Address already in use".
 fn allocate_ports(containers: &[Container], inits: &[Container]) -> BTreeMap<u16, u16> {
     let mut out = BTreeMap::new();
     for c in containers.iter().chain(inits) {
@@ -876,10 +883,8 @@ fn allocate_ports(containers: &[Container], inits: &[Container]) -> BTreeMap<u16
             if out.contains_key(&cp) {
                 continue;
             }
-            if let Ok(l) = std::net::TcpListener::bind(("127.0.0.1", 0))
-                && let Ok(a) = l.local_addr()
-            {
-                out.insert(cp, a.port());
+            if let Ok(hp) = free_port::free_port() {
+                out.insert(cp, hp);
             }
         }
     }
@@ -1419,6 +1424,35 @@ fn compute_status(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::ContainerPort;
+
+    /// A pod gets one host port per declared container port, outside the
+    /// range the kernel takes outgoing connections' ports from, and two
+    /// pods get different ones.
+    #[test]
+    fn one_host_port_per_container_port_outside_the_ephemeral_range() {
+        let c = |ports: &[i32]| Container {
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|&p| ContainerPort {
+                        container_port: p,
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        let ours = allocate_ports(&[c(&[8080, 9443]), c(&[8080])], &[c(&[7000])]);
+        assert_eq!(ours.keys().copied().collect::<Vec<_>>(), [7000, 8080, 9443]);
+        let theirs = allocate_ports(&[c(&[8080])], &[]);
+        let mut all: Vec<u16> = ours.values().chain(theirs.values()).copied().collect();
+        let range = free_port::range();
+        assert!(all.iter().all(|p| range.contains(p)), "{all:?}, {range:?}");
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), 4, "{ours:?} {theirs:?}");
+    }
 
     #[test]
     fn expansion_and_images() {
