@@ -315,6 +315,26 @@ pub fn canonical(s: &str) -> Option<String> {
     marshal(s).ok()
 }
 
+/// The value of the quantity `s` in base units, as a float (for comparing
+/// and checking sizes); None for what is not a quantity, by the same
+/// grammar [`marshal`] decodes.
+pub fn value(s: &str) -> Option<f64> {
+    let s = s.trim();
+    if s.is_empty() {
+        return None;
+    }
+    let q = scan(s).ok()?;
+    let (base2, exponent, _) = interpret(q.suffix)?;
+    let denom = if q.denom.is_empty() { "0" } else { q.denom };
+    let n: f64 = format!("{}.{denom}", q.num).parse().ok()?;
+    let n = if q.positive { n } else { -n };
+    Some(if base2 {
+        n * 2f64.powi(exponent)
+    } else {
+        n * 10f64.powi(exponent)
+    })
+}
+
 /// `CanonicalizeBytes` of `unscaled * 10^exp` in `format`.
 fn canonicalize(unscaled: i128, exp: i32, format: Format) -> String {
     if unscaled == 0 {
@@ -385,6 +405,21 @@ fn canonicalize(unscaled: i128, exp: i32, format: Format) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values() {
+        assert_eq!(value("1Gi"), Some(1073741824.0));
+        assert_eq!(value("500M"), Some(5e8));
+        assert_eq!(value("100m"), Some(0.1));
+        assert_eq!(value(" 2 "), Some(2.0));
+        assert_eq!(value("1.5Ki"), Some(1536.0));
+        assert_eq!(value("-1e3"), Some(-1000.0));
+        assert_eq!(value("+.5"), Some(0.5));
+        assert_eq!(value("0"), Some(0.0));
+        assert_eq!(value("1x"), None);
+        assert_eq!(value("1.2.3"), None);
+        assert_eq!(value(""), None);
+    }
 
     #[test]
     fn quantities_marshal_as_upstream() {

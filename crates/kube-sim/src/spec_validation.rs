@@ -223,7 +223,7 @@ fn claim_spec(spec: Option<&Value>, errs: &mut Vec<FieldError>) {
     if is_empty(storage) {
         errs.push(required("spec.resources[storage]", ""));
     } else if let Some(q) = storage.and_then(Value::as_str)
-        && crate::cluster::util::parse_quantity(q).is_some_and(|v| v <= 0.0)
+        && crate::quantity::value(q).is_some_and(|v| v <= 0.0)
     {
         // ValidatePositiveQuantityValue, the quantity as it marshals.
         errs.push(FieldError::invalid(
@@ -479,7 +479,7 @@ fn semantic_spec(spec: Option<&Value>) -> serde_json::Map<String, Value> {
                 for v in q.values_mut() {
                     if let Some(n) = v
                         .as_str()
-                        .and_then(crate::cluster::util::parse_quantity)
+                        .and_then(crate::quantity::value)
                         .and_then(serde_json::Number::from_f64)
                     {
                         *v = Value::Number(n);
@@ -504,7 +504,7 @@ fn semantic_spec(spec: Option<&Value>) -> serde_json::Map<String, Value> {
 fn storage_request(pvc: &Value) -> Option<f64> {
     pvc.pointer("/spec/resources/requests/storage")
         .and_then(Value::as_str)
-        .and_then(crate::cluster::util::parse_quantity)
+        .and_then(crate::quantity::value)
 }
 
 /// `ValidatePersistentVolumeClaimUpdate`: the new claim's spec validation,
@@ -599,7 +599,7 @@ fn pvc_update(new: &Value, old: &Value, errs: &mut Vec<FieldError>) {
     let status_size = old
         .pointer("/status/capacity/storage")
         .and_then(Value::as_str)
-        .and_then(crate::cluster::util::parse_quantity)
+        .and_then(crate::quantity::value)
         .unwrap_or(0.0);
     // A missing request is a zero Quantity.
     let (new_size, old_size) = (

@@ -136,7 +136,7 @@ fn requested(pvc: &PersistentVolumeClaim) -> f64 {
         .and_then(|s| s.resources.as_ref())
         .and_then(|r| r.requests.as_ref())
         .and_then(|r| r.get("storage"))
-        .and_then(|q| util::parse_quantity(&q.0))
+        .and_then(|q| crate::quantity::value(&q.0))
         .unwrap_or(0.0)
 }
 
@@ -145,7 +145,7 @@ fn capacity(pv: &PersistentVolume) -> f64 {
         .as_ref()
         .and_then(|s| s.capacity.as_ref())
         .and_then(|c| c.get("storage"))
-        .and_then(|q| util::parse_quantity(&q.0))
+        .and_then(|q| crate::quantity::value(&q.0))
         .unwrap_or(0.0)
 }
 

@@ -455,7 +455,7 @@ impl Scheduler {
                         .as_ref()
                         .and_then(|s| s.allocatable.as_ref())
                         .and_then(|a| a.get("pods"))
-                        .and_then(|q| util::parse_quantity(&q.0))
+                        .and_then(|q| crate::quantity::value(&q.0))
                         .unwrap_or(110.0) as usize;
                     let count = self.pods_on(&name);
                     if count >= cap {

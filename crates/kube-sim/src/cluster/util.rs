@@ -141,36 +141,6 @@ pub fn scaled_value(v: Option<&IntOrString>, total: i32, round_up: bool) -> i32 
     }
 }
 
-/// Parses a resource quantity ("1Gi", "500M", "1.5", "100m") to a number of
-/// base units.
-pub fn parse_quantity(q: &str) -> Option<f64> {
-    let q = q.trim();
-    let split = q
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
-        .unwrap_or(q.len());
-    let (num, suffix) = q.split_at(split);
-    let n: f64 = num.parse().ok()?;
-    let mult = match suffix {
-        "" => 1.0,
-        "m" => 1e-3,
-        "k" => 1e3,
-        "M" => 1e6,
-        "G" => 1e9,
-        "T" => 1e12,
-        "P" => 1e15,
-        "E" => 1e18,
-        "Ki" => 1024.0,
-        "Mi" => 1024f64.powi(2),
-        "Gi" => 1024f64.powi(3),
-        "Ti" => 1024f64.powi(4),
-        "Pi" => 1024f64.powi(5),
-        "Ei" => 1024f64.powi(6),
-        s if s.starts_with('e') || s.starts_with('E') => 10f64.powi(s[1..].parse().ok()?),
-        _ => return None,
-    };
-    Some(n * mult)
-}
-
 /// 32-bit FNV-1a, as `hashutil.DeepHashObject` feeds it (here over the JSON
 /// of the object).
 pub fn fnv32a(bytes: &[u8]) -> u32 {
@@ -196,12 +166,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quantities_and_percentages() {
-        assert_eq!(parse_quantity("1Gi"), Some(1073741824.0));
-        assert_eq!(parse_quantity("500M"), Some(5e8));
-        assert_eq!(parse_quantity("100m"), Some(0.1));
-        assert_eq!(parse_quantity("2"), Some(2.0));
-        assert_eq!(parse_quantity("1x"), None);
+    fn percentages_and_safe_encoding() {
         let pct = |s: &str| IntOrString::String(s.into());
         assert_eq!(scaled_value(Some(&pct("25%")), 3, true), 1);
         assert_eq!(scaled_value(Some(&pct("25%")), 3, false), 0);
