@@ -350,7 +350,6 @@ async fn run(b: &RealBench, kind: Kind, tracker: &Tracker) -> Result<Run> {
         })
         .collect();
     let used = Release::of(&triggers, &tracker.wait_gone(&keys, LIMIT).await);
-    tokio::time::sleep(Duration::from_secs(1)).await;
     let m3 = b
         .mark_after_writes(m2, &contender.who, &[CLASSES_RESOURCE], used.n as u64)
         .await;
