@@ -28,8 +28,12 @@
 //!
 //! `cargo run --release -p pv-protection --example bench_real_pv --
 //! [--sizes 2000,10000] [--contenders kcm,kcm-1000,ours,ours-large]
-//! [--large-concurrency 4,16,32]` (ours-large once per `--concurrency`
-//! value, default 32: the documented setting; the others print beside it).
+//! [--large-concurrency 4,16,32] [--ceiling yes|no]` (ours-large once per
+//! `--concurrency` value, default 32: the documented setting; the others
+//! print beside it). Settings given in alternating pairs
+//! (`--large-concurrency 32,64,64,32,...`) also print a paired A/B of them
+//! (`paired_lines`); `--ceiling no` skips the ceiling, so such a series
+//! takes ~20 s a run at 2,000.
 //! The ceiling is measured again just before and just after each of ours'
 //! large back-fills: the server's pace drifts on a shared machine (runs on
 //! a quiet machine saw it fall by a fifth over minutes), and a ceiling from
@@ -518,6 +522,9 @@ struct Run {
     ceiling: Option<(Ceiling, Ceiling)>,
     /// Process start → the last finalizer, and first → last finalizer.
     whole_s: f64,
+    /// kube-apiserver's CPU milliseconds per finalizer write, from process
+    /// start to the last finalizer.
+    apiserver_ms: f64,
     adding_s: f64,
     backfill: Tally,
     unused: Release,
@@ -590,6 +597,7 @@ async fn run(
     s: &Size,
     kind: Kind,
     large_concurrency: u16,
+    with_ceiling: bool,
     pvs: &Tracker,
     pvcs: &Tracker,
 ) -> Result<Run> {
@@ -604,7 +612,7 @@ async fn run(
     reset(b, s).await?;
     // The ceiling just before ours' large back-fill, on the server as it is
     // now (the machine is shared: its pace drifts over a run).
-    let ceiling_before = if kind == Kind::OursLarge {
+    let ceiling_before = if kind == Kind::OursLarge && with_ceiling {
         Some(ceiling(b, true).await?)
     } else {
         None
@@ -632,6 +640,7 @@ async fn run(
     let whole_s = last.duration_since(t0).as_secs_f64();
     let adding_s = last.duration_since(first).as_secs_f64();
     let cpu1 = CpuMark::now(b.cp(), Some(&contender));
+    let apiserver_ms = cpu0.apiserver_ms_per_write(&cpu1, 2 * s.n);
     let m1 = b
         .mark_after_writes(
             m0,
@@ -772,6 +781,7 @@ async fn run(
     Ok(Run {
         ceiling,
         whole_s,
+        apiserver_ms,
         adding_s,
         backfill,
         unused,
@@ -1044,9 +1054,19 @@ fn list_arg(flag: &str) -> Result<Option<Vec<String>>> {
 #[tokio::main]
 async fn main() -> Result<()> {
     test_support::bench::check_args(
-        "usage: bench_real_pv [--sizes 2000,10000] [--contenders kcm,kcm-1000,ours,ours-large] [--large-concurrency 4,16,32]",
-        &["--sizes", "--contenders", "--large-concurrency"],
+        "usage: bench_real_pv [--sizes 2000,10000] [--contenders kcm,kcm-1000,ours,ours-large] [--large-concurrency 4,16,32] [--ceiling yes|no]",
+        &[
+            "--sizes",
+            "--contenders",
+            "--large-concurrency",
+            "--ceiling",
+        ],
     )?;
+    let with_ceiling = match test_support::bench::arg_value("--ceiling")?.as_deref() {
+        None | Some("yes") => true,
+        Some("no") => false,
+        Some(other) => bail!("--ceiling: expected yes or no, got {other:?}"),
+    };
     let sizes: Vec<usize> = match list_arg("--sizes")? {
         None => vec![2_000, 10_000],
         Some(v) => v
@@ -1109,10 +1129,14 @@ async fn main() -> Result<()> {
         pvs.wait_ready().await;
         pvcs.wait_ready().await;
         let mut runs = BTreeMap::new();
+        // Ours' large runs in the order they ran: (--concurrency, back-fill
+        // rate from process start, kube-apiserver CPU ms per write).
+        let mut in_order = Vec::new();
         for &kind in &kinds {
             if kind == Kind::OursLarge {
                 for &c in &large {
-                    let r = run(&b, &s, kind, c, &pvs, &pvcs).await?;
+                    let r = run(&b, &s, kind, c, with_ceiling, &pvs, &pvcs).await?;
+                    in_order.push((c, 2.0 * s.n as f64 / r.whole_s, r.apiserver_ms));
                     let base = if c == LARGE_CONCURRENCY {
                         kind.arg().to_string()
                     } else {
@@ -1135,7 +1159,7 @@ async fn main() -> Result<()> {
             } else {
                 runs.insert(
                     kind.arg().to_string(),
-                    run(&b, &s, kind, 4, &pvs, &pvcs).await?,
+                    run(&b, &s, kind, 4, with_ceiling, &pvs, &pvcs).await?,
                 );
             }
         }
@@ -1146,6 +1170,54 @@ async fn main() -> Result<()> {
             api.peak_rss_mib, api.cpu_s
         );
         summary(&s, &runs);
+        paired_lines(&in_order);
+        if !with_ceiling {
+            println!("(--ceiling no: the ceiling was not measured, its goal is not judged)");
+        }
     }
     Ok(())
+}
+
+/// A paired A/B of `--large-concurrency` settings: each two consecutive
+/// runs of ours' large back-fill with different settings are a pair, on
+/// one server within a minute, so the server's drift, which moves one
+/// setting's rate by up to 1.7x between minutes, mostly cancels within a
+/// pair (`--large-concurrency 32,64,64,32,...`: alternate the order, as
+/// the server also slows over a run). Prints, for each pair of settings,
+/// the geometric mean over its pairs of the ratio of back-fill rates and
+/// of kube-apiserver's CPU per write, with the standard error of the
+/// rate's log-ratio.
+fn paired_lines(in_order: &[(u16, f64, f64)]) {
+    let mut pairs: BTreeMap<(u16, u16), Vec<(f64, f64)>> = BTreeMap::new();
+    for w in in_order.chunks_exact(2) {
+        let (a, b) = (w[0], w[1]);
+        if a.0 == b.0 {
+            continue;
+        }
+        // Keyed (lower setting, higher): the ratio is higher over lower.
+        let (lo, hi) = if a.0 < b.0 { (a, b) } else { (b, a) };
+        pairs
+            .entry((lo.0, hi.0))
+            .or_default()
+            .push(((hi.1 / lo.1).ln(), (hi.2 / lo.2).ln()));
+    }
+    for ((lo, hi), v) in pairs {
+        let n = v.len() as f64;
+        let mean = |f: fn(&(f64, f64)) -> f64| v.iter().map(f).sum::<f64>() / n;
+        let (rate, cpu) = (mean(|p| p.0), mean(|p| p.1));
+        let se = if v.len() > 1 {
+            let var = v.iter().map(|p| (p.0 - rate).powi(2)).sum::<f64>() / (n - 1.0);
+            format!("{:.3}", (var / n).sqrt())
+        } else {
+            "unknown (one pair)".into()
+        };
+        let faster = v.iter().filter(|p| p.0 > 0.0).count();
+        println!(
+            "paired --concurrency={hi} against {lo}, {} pair(s) of consecutive runs: back-fill rate x{:.3} (geometric mean; standard error of the log-ratio {se}; faster in {faster} of {}), kube-apiserver CPU per write x{:.3}",
+            v.len(),
+            rate.exp(),
+            v.len(),
+            cpu.exp()
+        );
+    }
 }
