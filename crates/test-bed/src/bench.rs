@@ -884,18 +884,18 @@ impl CpuMark {
         m
     }
 
-    /// CPU milliseconds per write from `self` to `later`, by process, and
-    /// the milliseconds per write its threads waited for a core:
-    /// `kube-apiserver 1.23, etcd 0.12, the bench 0.10[, <who> 0.20] CPU ms
-    /// per write (waited for a core 0.40, 0.05, 0.10[, 0.30]; stolen by the
-    /// host 0.01)`: the last is the machine's CPU time per write that the
-    /// hypervisor gave to other guests.
     /// kube-apiserver's CPU milliseconds per write from this mark to
     /// `later`.
     pub fn apiserver_ms_per_write(&self, later: &CpuMark, writes: usize) -> f64 {
         1e3 * (later.cpu[0] - self.cpu[0]) / writes.max(1) as f64
     }
 
+    /// CPU milliseconds per write from `self` to `later`, by process, and
+    /// the milliseconds per write its threads waited for a core:
+    /// `kube-apiserver 1.23, etcd 0.12, the bench 0.10[, <who> 0.20] CPU ms
+    /// per write (waited for a core 0.40, 0.05, 0.10[, 0.30]; stolen by the
+    /// host 0.01)`: the last is the machine's CPU time per write that the
+    /// hypervisor gave to other guests.
     pub fn per_write(&self, later: &CpuMark, writes: usize, who: Option<&str>) -> String {
         let ms = |a: f64, b: f64| 1e3 * (b - a) / writes.max(1) as f64;
         let n = if who.is_some() { 4 } else { 3 };
